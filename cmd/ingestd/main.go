@@ -1,0 +1,227 @@
+// Command ingestd takes InfluxDB line protocol over HTTP and TCP, stores
+// every line durably in badger and serves each sync table's change feed at
+// GET /drain (see README.md).
+//
+// Exit codes: 0 after a clean shutdown (SIGINT or SIGTERM), 1 on a runtime
+// error (e.g. the data directory is locked by another process or not
+// writable), 2 on bad flags.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"os/signal"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/peterbourgon/ff/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ingestd/ingestd"
+	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/httpapi"
+	"github.com/ingestd/ingestd/ilp"
+	"github.com/ingestd/ingestd/store"
+)
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	code := run(ctx, os.Args[1:], os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// config is the whole daemon's configuration.
+type config struct {
+	store           store.Config
+	feed            feed.Config
+	ilp             ilp.Config
+	httpAddr        string
+	logLevel        string
+	logFormat       string
+	shutdownTimeout time.Duration
+}
+
+func (c *config) registerFlags(fs *flag.FlagSet) {
+	c.store.RegisterFlags(fs)
+	c.feed.RegisterFlags(fs)
+	c.ilp.RegisterFlags(fs)
+	fs.StringVar(&c.httpAddr, "http-addr", c.httpAddr, "HTTP listen address (writes, drain, tables, metrics)")
+	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log level: debug, info, warn, error")
+	fs.StringVar(&c.logFormat, "log-format", c.logFormat, "log format: text or json")
+	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight HTTP requests may finish on shutdown")
+}
+
+func (c *config) validate() error {
+	var lvl slog.Level
+	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
+		return fmt.Errorf("--log-level: %w", err)
+	}
+	if c.logFormat != "text" && c.logFormat != "json" {
+		return fmt.Errorf("--log-format must be text or json, got %q", c.logFormat)
+	}
+	if c.shutdownTimeout <= 0 {
+		return errors.New("--shutdown-timeout must be positive")
+	}
+	return errors.Join(c.store.Validate(), c.feed.Validate(), c.ilp.Validate())
+}
+
+// run starts the daemon and blocks until ctx ends or a component fails.
+func run(ctx context.Context, args []string, stderr io.Writer) int {
+	cfg := config{
+		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(),
+		httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
+	}
+	fs := flag.NewFlagSet("ingestd", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.registerFlags(fs)
+	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("INGESTD")); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintln(stderr, "ingestd: invalid configuration:", err)
+		return 2
+	}
+	logger := newLogger(stderr, cfg.logLevel, cfg.logFormat)
+	if err := serve(ctx, cfg, logger, nil); err != nil {
+		logger.Error("ingestd stopped", "err", err)
+		return 1
+	}
+	return 0
+}
+
+func newLogger(w io.Writer, level, format string) *slog.Logger {
+	var lvl slog.Level
+	_ = lvl.UnmarshalText([]byte(level))
+	opts := &slog.HandlerOptions{Level: lvl}
+	if format == "json" {
+		return slog.New(slog.NewJSONHandler(w, opts))
+	}
+	return slog.New(slog.NewTextHandler(w, opts))
+}
+
+// serve runs every component and shuts them down in order (STYLE R19):
+// readiness off, HTTP, TCP (each connection commits what it read), the
+// sequencer (commits everything queued), the store last. started, when
+// non-nil, is called with the bound addresses once everything runs (tcpAddr
+// is empty when TCP is disabled).
+func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(httpAddr, tcpAddr string)) (err error) {
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+
+	db, err := store.Open(cfg.store, logger, reg)
+	if err != nil {
+		return fmt.Errorf("open store: %w", err)
+	}
+	defer func() {
+		if cerr := db.Close(); cerr != nil {
+			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
+		}
+	}()
+	seq, err := feed.New(cfg.feed, db, logger, reg)
+	if err != nil {
+		return fmt.Errorf("start feed: %w", err)
+	}
+	in, err := ilp.New(cfg.ilp, seq, cfg.feed.SubmitTimeout, logger, reg)
+	if err != nil {
+		return err
+	}
+	api := httpapi.New(httpapi.Options{
+		Feed: seq, WriteV1: in.HandlerV1(), WriteV2: in.HandlerV2(),
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		APISpec: ingestd.APISpec(), Logger: logger,
+	}, reg)
+
+	httpLn, err := net.Listen("tcp", cfg.httpAddr)
+	if err != nil {
+		return fmt.Errorf("listen on --http-addr: %w", err)
+	}
+	var tcpLn net.Listener
+	if cfg.ilp.TCPAddr != "" {
+		if tcpLn, err = net.Listen("tcp", cfg.ilp.TCPAddr); err != nil {
+			_ = httpLn.Close()
+			return fmt.Errorf("listen on --tcp-addr: %w", err)
+		}
+	}
+
+	seqCtx, seqCancel := context.WithCancel(context.Background())
+	defer seqCancel()
+	seqDone := make(chan error, 1)
+	go func() { seqDone <- seq.Run(seqCtx) }()
+
+	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
+	httpDone := make(chan error, 1)
+	go func() { httpDone <- srv.Serve(httpLn) }()
+
+	tcpCtx, tcpCancel := context.WithCancel(context.Background())
+	defer tcpCancel()
+	tcpDone := make(chan error, 1)
+	tcpAddr := ""
+	if tcpLn != nil {
+		tcpAddr = tcpLn.Addr().String()
+		go func() { tcpDone <- in.ServeTCP(tcpCtx, tcpLn) }()
+	} else {
+		tcpDone <- nil
+	}
+	api.SetReady(true)
+	if started != nil {
+		started(httpLn.Addr().String(), tcpAddr)
+	}
+	logger.Info("ingestd started", "http_addr", httpLn.Addr().String(), "tcp_addr", tcpAddr,
+		"data_dir", cfg.store.Dir, "sync_tables", strings.Join(cfg.feed.SyncTables, ","))
+
+	var failure error
+	httpRunning, tcpRunning, seqRunning := true, tcpLn != nil, true
+	select {
+	case <-ctx.Done():
+		logger.Info("shutting down")
+	case err := <-httpDone:
+		httpRunning, failure = false, fmt.Errorf("http server: %w", err)
+	case err := <-tcpDone:
+		tcpRunning, failure = false, fmt.Errorf("tcp server: %w", err)
+	case err := <-seqDone:
+		seqRunning = false
+		failure = fmt.Errorf("sequencer: %w", err)
+		if err == nil {
+			failure = errors.New("sequencer stopped")
+		}
+	}
+	api.SetReady(false)
+	if httpRunning {
+		sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
+		if err := srv.Shutdown(sctx); err != nil {
+			logger.Warn("http shutdown timed out; closing connections", "err", err)
+			_ = srv.Close()
+		}
+		cancel()
+	}
+	if tcpRunning {
+		tcpCancel()
+		if err := <-tcpDone; err != nil {
+			failure = errors.Join(failure, fmt.Errorf("tcp server: %w", err))
+		}
+	}
+	if seqRunning {
+		seqCancel()
+		if err := <-seqDone; err != nil {
+			failure = errors.Join(failure, fmt.Errorf("sequencer: %w", err))
+		}
+	}
+	if failure == nil {
+		logger.Info("ingestd stopped cleanly")
+	}
+	return failure
+}

@@ -1,0 +1,122 @@
+package feed
+
+import (
+	"errors"
+	"flag"
+	"path"
+	"strings"
+	"time"
+)
+
+// Default values of Config.
+const (
+	DefaultQueueLength        = 256
+	DefaultMaxGroupPoints     = 100_000
+	DefaultMaxColumnsPerTable = 1024
+	DefaultMaxSeriesPerTable  = 1_000_000
+	DefaultMaxDrainLimit      = 10_000
+	DefaultSubmitTimeout      = 5 * time.Second
+)
+
+// seqLeaseChunk is how many x_seq numbers one durable lease reserves beyond
+// what a commit needs: one extra fsync per this many fragments per table.
+const seqLeaseChunk = 1 << 16
+
+// Config configures the sequencer and the drain.
+type Config struct {
+	// SyncTables are globs (path.Match syntax); a table auto-created by a
+	// write whose name matches one starts with sync ON.
+	SyncTables []string
+	// QueueLength is how many batches may wait for the sequencer; a full
+	// queue blocks Submit (back-pressure).
+	QueueLength int
+	// MaxGroupPoints caps the points of one group commit.
+	MaxGroupPoints int
+	// MaxColumnsPerTable caps a table's columns (tags plus fields, time
+	// excluded); a line that would add more is rejected.
+	MaxColumnsPerTable int
+	// MaxSeriesPerTable caps a table's series (distinct tag sets); a line
+	// that would add more is rejected.
+	MaxSeriesPerTable int
+	// MaxDrainLimit is the largest drain page.
+	MaxDrainLimit int
+	// SubmitTimeout bounds how long an HTTP write waits for room in the
+	// queue before it is answered 503.
+	SubmitTimeout time.Duration
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		QueueLength:        DefaultQueueLength,
+		MaxGroupPoints:     DefaultMaxGroupPoints,
+		MaxColumnsPerTable: DefaultMaxColumnsPerTable,
+		MaxSeriesPerTable:  DefaultMaxSeriesPerTable,
+		MaxDrainLimit:      DefaultMaxDrainLimit,
+		SubmitTimeout:      DefaultSubmitTimeout,
+	}
+}
+
+// globList is a flag.Value of comma-separated globs.
+type globList struct{ dst *[]string }
+
+func (g globList) String() string {
+	if g.dst == nil {
+		return ""
+	}
+	return strings.Join(*g.dst, ",")
+}
+
+func (g globList) Set(s string) error {
+	*g.dst = (*g.dst)[:0]
+	for _, p := range strings.Split(s, ",") {
+		if p = strings.TrimSpace(p); p != "" {
+			*g.dst = append(*g.dst, p)
+		}
+	}
+	return nil
+}
+
+// RegisterFlags registers the feed's flags on fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.Var(globList{&c.SyncTables}, "sync-tables", "comma-separated globs: tables auto-created by a write whose name matches start WITH SYNC")
+	fs.IntVar(&c.MaxDrainLimit, "max-drain-limit", c.MaxDrainLimit, "largest drain page in rows")
+	fs.IntVar(&c.QueueLength, "feed-queue-length", c.QueueLength, "batches that may wait for the sequencer before writers block")
+	fs.IntVar(&c.MaxGroupPoints, "feed-max-group-points", c.MaxGroupPoints, "most points in one group commit")
+	fs.IntVar(&c.MaxColumnsPerTable, "feed-max-columns-per-table", c.MaxColumnsPerTable, "most columns (tags plus fields) per table")
+	fs.IntVar(&c.MaxSeriesPerTable, "feed-max-series-per-table", c.MaxSeriesPerTable, "most series (distinct tag sets) per table")
+	fs.DurationVar(&c.SubmitTimeout, "feed-submit-timeout", c.SubmitTimeout, "how long an HTTP write waits for room in the sequencer queue before 503")
+}
+
+// Validate reports the first invalid setting.
+func (c *Config) Validate() error {
+	for _, g := range c.SyncTables {
+		if _, err := path.Match(g, ""); err != nil {
+			return errors.New("feed: --sync-tables: bad glob " + g)
+		}
+	}
+	switch {
+	case c.QueueLength < 1:
+		return errors.New("feed: --feed-queue-length must be at least 1")
+	case c.MaxGroupPoints < 1:
+		return errors.New("feed: --feed-max-group-points must be at least 1")
+	case c.MaxColumnsPerTable < 1:
+		return errors.New("feed: --feed-max-columns-per-table must be at least 1")
+	case c.MaxSeriesPerTable < 1:
+		return errors.New("feed: --feed-max-series-per-table must be at least 1")
+	case c.MaxDrainLimit < 1:
+		return errors.New("feed: --max-drain-limit must be at least 1")
+	case c.SubmitTimeout <= 0:
+		return errors.New("feed: --feed-submit-timeout must be positive")
+	}
+	return nil
+}
+
+func (c *Config) syncOnCreate(table string) bool {
+	for _, g := range c.SyncTables {
+		if ok, _ := path.Match(g, table); ok {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,67 @@
+package feed
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrTableNotFound is returned for a table that does not exist.
+	ErrTableNotFound = errors.New("feed: table not found")
+	// ErrSyncOff is returned by Drain on a table whose sync is OFF.
+	ErrSyncOff = errors.New("feed: sync is off for this table")
+	// ErrStaleEpoch is returned by Drain when the cursor's epoch is not the
+	// table's current one: the client must resync in full.
+	ErrStaleEpoch = errors.New("feed: stale epoch, resync in full")
+	// ErrCursorBeyondSequence is returned by Drain when after > seq, e.g. for
+	// a table restored from an older backup.
+	ErrCursorBeyondSequence = errors.New("feed: cursor is beyond the table's write sequence")
+	// ErrUnknownColumn is returned by Drain for a requested column the table
+	// does not have.
+	ErrUnknownColumn = errors.New("feed: unknown column")
+	// ErrInvalidLimit is returned by Drain for a limit outside
+	// 1..Config.MaxDrainLimit.
+	ErrInvalidLimit = errors.New("feed: invalid limit")
+	// ErrInvalidTableName is returned for an empty or reserved table name.
+	ErrInvalidTableName = errors.New("feed: invalid table name")
+	// ErrClosed is returned once the sequencer has stopped.
+	ErrClosed = errors.New("feed: sequencer stopped")
+	// ErrFieldTypeConflict rejects a field whose type differs from the
+	// column's (first write wins).
+	ErrFieldTypeConflict = errors.New("field type conflict")
+	// ErrTagFieldConflict rejects a key used as a tag and a field in one
+	// table.
+	ErrTagFieldConflict = errors.New("tag/field key conflict")
+	// ErrColumnLimit rejects a line that would add a column past
+	// Config.MaxColumnsPerTable.
+	ErrColumnLimit = errors.New("column limit exceeded")
+	// ErrSeriesLimit rejects a line that would add a series past
+	// Config.MaxSeriesPerTable.
+	ErrSeriesLimit = errors.New("series limit exceeded")
+)
+
+// RefusalError is a drain refusal with the table's state at the time, so a
+// client can decide how to resync. It wraps ErrSyncOff, ErrStaleEpoch or
+// ErrCursorBeyondSequence.
+type RefusalError struct {
+	Err    error
+	Status SyncStatus
+}
+
+func (e *RefusalError) Error() string { return e.Err.Error() }
+
+func (e *RefusalError) Unwrap() error { return e.Err }
+
+// RejectError explains why the sequencer dropped one point.
+type RejectError struct {
+	Line int    // the point's line number in its request (1-based)
+	Key  string // the column at fault
+	Err  error  // ErrFieldTypeConflict, ErrTagFieldConflict, ErrColumnLimit, ErrSeriesLimit
+	Msg  string // detail
+}
+
+func (e *RejectError) Error() string {
+	return fmt.Sprintf("line %d: %v: %s", e.Line, e.Err, e.Msg)
+}
+
+func (e *RejectError) Unwrap() error { return e.Err }

@@ -1,0 +1,553 @@
+package feed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ingestd/ingestd/store"
+)
+
+// Sequencer is the single writer of SPEC §4: listeners Submit batches, one
+// goroutine (Run) validates them against the schema, stamps x_seq and
+// group-commits them, then publishes the watermark and acknowledges.
+// All exported methods are safe for concurrent use.
+type Sequencer struct {
+	cfg    Config
+	st     Storage
+	logger *slog.Logger
+	m      *metrics
+	now    func() time.Time
+
+	queue    chan *op
+	stopping chan struct{} // closed when Run starts to stop
+	stopped  chan struct{} // closed when Run has returned
+
+	submitMu sync.RWMutex // guards closed against in-flight Submits
+	closed   bool
+
+	mu         sync.RWMutex // guards tables and tombstones (written by the sequencer only)
+	tables     map[string]*table
+	tombstones map[string]store.TableMeta
+
+	// testHookBeforeCommit, when set by a test, runs in the sequencer
+	// goroutine after a group is stamped (seq published) and before the
+	// store commit.
+	testHookBeforeCommit func()
+
+	// Scratch reused across groups (sequencer goroutine only).
+	groupTables []*groupTable
+	fieldSlab   []store.Field
+	newCols     []store.Column
+}
+
+type opKind uint8
+
+const (
+	opWrite opKind = iota
+	opCreate
+	opSetSync
+	opTruncate
+	opDrop
+)
+
+type op struct {
+	kind  opKind
+	batch *Batch
+	name  string
+	flag  bool
+	done  chan struct{}
+	// Outcome, valid once done is closed.
+	res     Result
+	status  SyncStatus
+	created bool
+	err     error
+}
+
+// groupTable is one table's part of a group commit.
+type groupTable struct {
+	t         *table
+	frags     []store.Fragment
+	newSeries []store.Series
+	metaDirty bool
+}
+
+// New loads every table from st and returns a sequencer ready to Run.
+// logger may be nil (discard); reg may be nil (no metrics).
+func New(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Registerer) (*Sequencer, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	s := &Sequencer{
+		cfg: cfg, st: st, logger: logger.With("component", "feed"), now: time.Now,
+		queue:      make(chan *op, cfg.QueueLength),
+		stopping:   make(chan struct{}),
+		stopped:    make(chan struct{}),
+		tables:     map[string]*table{},
+		tombstones: map[string]store.TableMeta{},
+	}
+	metas, err := st.LoadTables()
+	if err != nil {
+		return nil, fmt.Errorf("load tables: %w", err)
+	}
+	for _, m := range metas {
+		if m.Dropped {
+			s.tombstones[m.Name] = m
+			continue
+		}
+		series, err := st.LoadSeries(m.ID)
+		if err != nil {
+			return nil, fmt.Errorf("load series of %s: %w", m.Name, err)
+		}
+		s.tables[m.Name] = newTable(m, series)
+	}
+	s.m = newMetrics(reg, s)
+	return s, nil
+}
+
+// Submit queues a batch for the sequencer and returns at once unless the
+// queue is full, in which case it blocks (back-pressure) until there is
+// room, ctx ends (ctx.Err()) or the sequencer stops (ErrClosed). The batch
+// must not be modified until Wait returns.
+func (s *Sequencer) Submit(ctx context.Context, b *Batch) (*Pending, error) {
+	o := &op{kind: opWrite, batch: b, done: make(chan struct{})}
+	if err := s.enqueue(ctx, o); err != nil {
+		return nil, err
+	}
+	return &Pending{o: o}, nil
+}
+
+// Append submits a batch and waits until it is durable (SPEC §3: 204 only
+// after fsync).
+func (s *Sequencer) Append(ctx context.Context, b *Batch) (Result, error) {
+	p, err := s.Submit(ctx, b)
+	if err != nil {
+		return Result{}, err
+	}
+	return p.Wait(ctx)
+}
+
+// Pending is a submitted batch.
+type Pending struct{ o *op }
+
+// Wait blocks until the batch is committed (its accepted points durable and
+// visible) or failed, or ctx ends. A batch whose wait is abandoned is still
+// committed.
+func (p *Pending) Wait(ctx context.Context) (Result, error) {
+	select {
+	case <-p.o.done:
+		return p.o.res, p.o.err
+	case <-ctx.Done():
+		return Result{}, ctx.Err()
+	}
+}
+
+func (s *Sequencer) enqueue(ctx context.Context, o *op) error {
+	s.submitMu.RLock()
+	defer s.submitMu.RUnlock()
+	if s.closed {
+		return ErrClosed
+	}
+	select {
+	case s.queue <- o:
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	case <-s.stopping:
+		return ErrClosed
+	}
+}
+
+// control runs a table operation in the sequencer and waits for it.
+func (s *Sequencer) control(ctx context.Context, kind opKind, name string, flag bool) (*op, error) {
+	if err := validTableName(name); err != nil {
+		return nil, err
+	}
+	o := &op{kind: kind, name: name, flag: flag, done: make(chan struct{})}
+	if err := s.enqueue(ctx, o); err != nil {
+		return nil, err
+	}
+	select {
+	case <-o.done:
+		return o, o.err
+	case <-s.stopped:
+		select {
+		case <-o.done:
+			return o, o.err
+		default:
+			return nil, ErrClosed
+		}
+	}
+}
+
+func validTableName(name string) error {
+	if name == "" || strings.HasPrefix(name, "x_") {
+		return fmt.Errorf("%w: %q (empty, or the reserved x_ prefix)", ErrInvalidTableName, name)
+	}
+	return nil
+}
+
+// Run is the sequencer goroutine. It returns nil after ctx ends and every
+// operation queued before has been committed, or the storage error that
+// stopped it (after failing every queued operation).
+func (s *Sequencer) Run(ctx context.Context) error {
+	defer close(s.stopped)
+	var batch []*op
+	for {
+		select {
+		case o := <-s.queue:
+			batch = s.collect(append(batch[:0], o))
+			if err := s.process(batch); err != nil {
+				s.stop()
+				s.failQueued(err)
+				return err
+			}
+		case <-ctx.Done():
+			s.stop()
+			for len(s.queue) > 0 {
+				batch = s.collect(batch[:0])
+				if err := s.process(batch); err != nil {
+					s.failQueued(err)
+					return err
+				}
+			}
+			return s.releaseLeases()
+		}
+	}
+}
+
+// stop refuses new operations and waits until no Submit is mid-enqueue.
+func (s *Sequencer) stop() {
+	close(s.stopping)
+	s.submitMu.Lock()
+	s.closed = true
+	s.submitMu.Unlock()
+}
+
+func (s *Sequencer) failQueued(err error) {
+	for {
+		select {
+		case o := <-s.queue:
+			o.err = err
+			close(o.done)
+		default:
+			return
+		}
+	}
+}
+
+// collect adds queued operations to batch, without blocking, up to the
+// group limit.
+func (s *Sequencer) collect(batch []*op) []*op {
+	points := 0
+	for _, o := range batch {
+		if o.batch != nil {
+			points += len(o.batch.Points)
+		}
+	}
+	for points < s.cfg.MaxGroupPoints {
+		select {
+		case o := <-s.queue:
+			batch = append(batch, o)
+			if o.batch != nil {
+				points += len(o.batch.Points)
+			}
+		default:
+			return batch
+		}
+	}
+	return batch
+}
+
+// process runs ops in order: runs of writes become one group commit, a
+// table operation runs alone between them.
+func (s *Sequencer) process(ops []*op) error {
+	for len(ops) > 0 {
+		if ops[0].kind != opWrite {
+			s.runControl(ops[0])
+			close(ops[0].done)
+			if ops[0].err != nil && errors.Is(ops[0].err, errStorage) {
+				return ops[0].err
+			}
+			ops = ops[1:]
+			continue
+		}
+		n := 1
+		for n < len(ops) && ops[n].kind == opWrite {
+			n++
+		}
+		err := s.commitGroup(ops[:n])
+		for _, o := range ops[:n] {
+			o.err = err
+			close(o.done)
+		}
+		if err != nil {
+			return err
+		}
+		ops = ops[n:]
+	}
+	return nil
+}
+
+// errStorage marks errors that stop the sequencer.
+var errStorage = errors.New("feed: storage failure")
+
+func storageErr(what string, err error) error {
+	return fmt.Errorf("%w: %s: %w", errStorage, what, err)
+}
+
+// commitGroup validates, stamps and commits a run of write ops.
+func (s *Sequencer) commitGroup(ops []*op) error {
+	s.groupTables = s.groupTables[:0]
+	s.fieldSlab = s.fieldSlab[:0]
+	points := 0
+	for _, o := range ops {
+		s.applyBatch(o)
+		points += o.res.Accepted
+	}
+	commits := make([]store.TableCommit, 0, len(s.groupTables))
+	var leases []*table
+	for _, g := range s.groupTables {
+		t := g.t
+		tc := store.TableCommit{TableID: t.meta.ID, NewSeries: g.newSeries, Fragments: g.frags}
+		if t.meta.Sync && len(g.frags) > 0 {
+			tc.FirstSeq = t.seq + 1
+			t.seq += uint64(len(g.frags))
+			if t.seq > t.meta.SeqLease {
+				t.meta.SeqLease = t.seq + seqLeaseChunk
+				leases = append(leases, t)
+				g.metaDirty = true
+			}
+		}
+		if g.metaDirty {
+			m := t.meta
+			m.Columns = append([]store.Column(nil), m.Columns...)
+			tc.Meta = &m
+		}
+		commits = append(commits, tc)
+	}
+	// A lease must be durable before any number under it is visible.
+	for _, t := range leases {
+		if err := s.st.PutMeta(t.meta); err != nil {
+			return storageErr("extend x_seq lease", err)
+		}
+		s.m.leaseExtension.Inc()
+	}
+	for _, g := range s.groupTables {
+		g.t.mu.Lock()
+		g.t.pub.seq = g.t.seq
+		g.t.mu.Unlock()
+	}
+	if s.testHookBeforeCommit != nil {
+		s.testHookBeforeCommit()
+	}
+	start := s.now()
+	if err := s.st.Commit(commits); err != nil {
+		return storageErr("commit", err)
+	}
+	s.m.commitSeconds.Observe(s.now().Sub(start).Seconds())
+	s.m.groupPoints.Observe(float64(points))
+	s.m.committed.Add(float64(points))
+	for _, g := range s.groupTables {
+		g.t.mu.Lock()
+		g.t.pub.watermark = g.t.seq
+		g.t.mu.Unlock()
+		g.t.group = nil
+	}
+	return nil
+}
+
+// applyBatch validates each point of o's batch and adds the accepted ones
+// to the group.
+func (s *Sequencer) applyBatch(o *op) {
+	var t *table
+	for i := range o.batch.Points {
+		p := &o.batch.Points[i]
+		if t == nil || t.name != p.Table {
+			var err error
+			if t, err = s.tableForWrite(p.Table); err != nil {
+				o.res.Rejected = append(o.res.Rejected, &RejectError{Line: p.Line, Key: p.Table, Err: err, Msg: err.Error()})
+				t = nil
+				continue
+			}
+		}
+		if rej := s.applyPoint(t, p); rej != nil {
+			o.res.Rejected = append(o.res.Rejected, rej)
+			continue
+		}
+		o.res.Accepted++
+	}
+}
+
+// tableForWrite returns the live table, creating it (sync per
+// Config.SyncTables) on first write.
+func (s *Sequencer) tableForWrite(name string) (*table, error) {
+	if t, ok := s.tables[name]; ok {
+		if t.group == nil {
+			t.group = &groupTable{t: t}
+			s.groupTables = append(s.groupTables, t.group)
+		}
+		return t, nil
+	}
+	if err := validTableName(name); err != nil {
+		return nil, err
+	}
+	t := s.createTable(name, s.cfg.syncOnCreate(name))
+	t.group = &groupTable{t: t, metaDirty: true}
+	s.groupTables = append(s.groupTables, t.group)
+	return t, nil
+}
+
+// createTable makes a new live table (not yet persisted), resuming above a
+// dropped table's epoch and sequence.
+func (s *Sequencer) createTable(name string, sync bool) *table {
+	meta := store.TableMeta{Name: name, ID: s.st.AllocTableID(), Sync: sync}
+	if tomb, ok := s.tombstones[name]; ok {
+		meta.Epoch, meta.SeqLease = tomb.Epoch, tomb.SeqLease
+	}
+	if sync {
+		meta.Epoch++
+	}
+	t := newTable(meta, nil)
+	s.mu.Lock()
+	s.tables[name] = t
+	delete(s.tombstones, name)
+	s.mu.Unlock()
+	return t
+}
+
+// applyPoint checks p against t's schema, extends the schema and series
+// dictionary as needed and adds the fragment to t's group. Nothing changes
+// when it returns a rejection.
+func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
+	reject := func(err error, key, reason, msg string) *RejectError {
+		s.m.rejected.WithLabelValues(reason).Inc()
+		return &RejectError{Line: p.Line, Key: key, Err: err, Msg: msg}
+	}
+	s.newCols = s.newCols[:0]
+	sid, known := t.series[p.Series]
+	if !known {
+		if len(t.series) >= s.cfg.MaxSeriesPerTable {
+			return reject(ErrSeriesLimit, "", reasonSeriesLimit,
+				fmt.Sprintf("table %q already has %d series (--feed-max-series-per-table)", t.name, s.cfg.MaxSeriesPerTable))
+		}
+		for _, tag := range p.Tags {
+			if c, ok := t.colByName[tag.Key]; ok {
+				if t.meta.Columns[c].Kind != KindTag {
+					return reject(ErrTagFieldConflict, tag.Key, reasonTagField,
+						fmt.Sprintf("%q is a %s field of table %q and cannot be a tag", tag.Key, t.meta.Columns[c].Kind, t.name))
+				}
+				continue
+			}
+			s.newCols = append(s.newCols, store.Column{Name: tag.Key, Kind: KindTag})
+		}
+	}
+	slab := len(s.fieldSlab)
+	for _, f := range p.Fields {
+		c, ok := t.colByName[f.Key]
+		if !ok {
+			if k := s.pendingKind(f.Key); k != 0 {
+				s.fieldSlab = s.fieldSlab[:slab]
+				return reject(ErrTagFieldConflict, f.Key, reasonTagField,
+					fmt.Sprintf("%q is used as a tag and a field", f.Key))
+			}
+			c = uint32(len(t.meta.Columns) + len(s.newCols))
+			s.newCols = append(s.newCols, store.Column{Name: f.Key, Kind: f.Value.Kind})
+		} else if k := t.meta.Columns[c].Kind; k != f.Value.Kind {
+			s.fieldSlab = s.fieldSlab[:slab]
+			if k == KindTag {
+				return reject(ErrTagFieldConflict, f.Key, reasonTagField,
+					fmt.Sprintf("%q is a tag of table %q and cannot be a field", f.Key, t.name))
+			}
+			return reject(ErrFieldTypeConflict, f.Key, reasonFieldType,
+				fmt.Sprintf("field %q is %s in table %q, got %s", f.Key, k, t.name, f.Value.Kind))
+		}
+		s.fieldSlab = append(s.fieldSlab, store.Field{Col: c, Value: f.Value})
+	}
+	if len(t.meta.Columns)+len(s.newCols) > s.cfg.MaxColumnsPerTable {
+		s.fieldSlab = s.fieldSlab[:slab]
+		return reject(ErrColumnLimit, "", reasonColumnLimit,
+			fmt.Sprintf("table %q would have %d columns, more than --feed-max-columns-per-table=%d",
+				t.name, len(t.meta.Columns)+len(s.newCols), s.cfg.MaxColumnsPerTable))
+	}
+	g := t.group
+	if len(s.newCols) > 0 {
+		for _, c := range s.newCols {
+			t.colByName[c.Name] = uint32(len(t.meta.Columns))
+			t.meta.Columns = append(t.meta.Columns, c)
+		}
+		g.metaDirty = true
+		t.mu.Lock()
+		t.pub.cols = t.meta.Columns
+		t.mu.Unlock()
+	}
+	if !known {
+		tags := make([]store.Field, len(p.Tags))
+		for i, tag := range p.Tags {
+			tags[i] = store.Field{Col: t.colByName[tag.Key], Value: Value{Kind: KindTag, Str: strings.Clone(tag.Value)}}
+		}
+		sid = uint64(len(t.series) + 1)
+		t.series[strings.Clone(p.Series)] = sid
+		g.newSeries = append(g.newSeries, store.Series{ID: sid, Tags: tags})
+		t.mu.Lock()
+		t.pub.tags = append(t.pub.tags, tags)
+		t.mu.Unlock()
+	}
+	g.frags = append(g.frags, store.Fragment{Series: sid, Time: p.Time, Fields: s.fieldSlab[slab:len(s.fieldSlab):len(s.fieldSlab)]})
+	return nil
+}
+
+// pendingKind returns the kind of a column added by the point being
+// applied, or 0.
+func (s *Sequencer) pendingKind(name string) Kind {
+	for _, c := range s.newCols {
+		if c.Name == name {
+			return c.Kind
+		}
+	}
+	return 0
+}
+
+// releaseLeases records each table's exact seq as its lease on a clean stop,
+// so a restart burns no numbers.
+func (s *Sequencer) releaseLeases() error {
+	for _, t := range s.tables {
+		if t.meta.SeqLease > t.seq {
+			t.meta.SeqLease = t.seq
+			if err := s.st.PutMeta(t.meta); err != nil {
+				return storageErr("release x_seq lease", err)
+			}
+		}
+	}
+	return nil
+}
+
+// liveTables returns the live tables (any order).
+func (s *Sequencer) liveTables() []*table {
+	s.mu.RLock()
+	defer s.mu.RUnlock()
+	out := make([]*table, 0, len(s.tables))
+	for _, t := range s.tables {
+		out = append(out, t)
+	}
+	return out
+}
+
+func (s *Sequencer) lookup(name string) (*table, error) {
+	s.mu.RLock()
+	t, ok := s.tables[name]
+	s.mu.RUnlock()
+	if !ok {
+		return nil, fmt.Errorf("%w: %q", ErrTableNotFound, name)
+	}
+	return t, nil
+}

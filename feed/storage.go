@@ -1,0 +1,40 @@
+package feed
+
+import "github.com/ingestd/ingestd/store"
+
+// Storage is what the feed needs from durable storage; *store.DB implements
+// it, and a second backend (e.g. NATS JetStream) would too. Its parts are
+// split by caller.
+type Storage interface {
+	Loader
+	Committer
+	Reader
+}
+
+// Loader reads the durable state at start-up.
+type Loader interface {
+	// LoadTables returns every table's metadata, tombstones included.
+	LoadTables() ([]store.TableMeta, error)
+	// LoadSeries returns a table instance's series dictionary.
+	LoadSeries(tid uint64) ([]store.Series, error)
+}
+
+// Committer is the sequencer's write side. Its methods are called from the
+// sequencer goroutine only.
+type Committer interface {
+	// AllocTableID returns a table instance id never returned before.
+	AllocTableID() uint64
+	// PutMeta durably writes one table's metadata.
+	PutMeta(m store.TableMeta) error
+	// Commit durably writes a group commit.
+	Commit(commits []store.TableCommit) error
+	// DropTableData deletes everything stored for a table instance.
+	DropTableData(tid uint64) error
+}
+
+// Reader is the drain's read side, safe for concurrent use.
+type Reader interface {
+	// ReadSeq visits fragments after < x_seq <= upto in order, at most
+	// limit, each as its coalesced row.
+	ReadSeq(tid, after, upto uint64, limit int, visit func(*store.Row) error) error
+}

@@ -1,0 +1,121 @@
+package feed
+
+import (
+	"sync"
+
+	"github.com/ingestd/ingestd/store"
+)
+
+// table is one live table.
+type table struct {
+	name string
+
+	// Owned by the sequencer goroutine; no lock.
+	meta      store.TableMeta
+	colByName map[string]uint32 // column name -> position in meta.Columns
+	series    map[string]uint64 // canonical tag set -> series id
+	seq       uint64            // highest x_seq stamped (published as pub.seq)
+	group     *groupTable       // this table's part of the group being built
+
+	mu  sync.Mutex // guards pub
+	pub published
+}
+
+// published is the state readers see. The slices are append-only
+// snapshots: the sequencer only appends past the length a reader holds.
+type published struct {
+	sync      bool
+	epoch     uint64
+	seq       uint64
+	watermark uint64
+	tid       uint64
+	cols      []store.Column  // schema, "time" excluded
+	tags      [][]store.Field // tag set by series id (index 0 unused)
+}
+
+func (t *table) status() SyncStatus {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pub.statusLocked()
+}
+
+// snapshot returns a copy of the published state.
+func (t *table) snapshot() published {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.pub
+}
+
+// statusLocked returns the sync status. t.mu must be held.
+func (p *published) statusLocked() SyncStatus {
+	return SyncStatus{Enabled: p.sync, Epoch: p.epoch, Seq: p.seq, Watermark: p.watermark}
+}
+
+// info returns the table's description.
+func (p *published) info(name string) TableInfo {
+	cols := make([]Column, 0, len(p.cols)+1)
+	cols = append(cols, Column{Name: "time", Kind: KindTime})
+	for _, c := range p.cols {
+		cols = append(cols, Column(c))
+	}
+	return TableInfo{Name: name, Sync: p.statusLocked(), Columns: cols}
+}
+
+// newTable builds a table from its metadata and series dictionary.
+func newTable(meta store.TableMeta, series []store.Series) *table {
+	t := &table{
+		name:      meta.Name,
+		meta:      meta,
+		colByName: make(map[string]uint32, len(meta.Columns)),
+		series:    make(map[string]uint64, len(series)),
+		seq:       meta.SeqLease,
+	}
+	for i, c := range meta.Columns {
+		t.colByName[c.Name] = uint32(i)
+	}
+	tags := make([][]store.Field, 1, len(series)+1)
+	var key []byte
+	for _, s := range series {
+		for uint64(len(tags)) <= s.ID {
+			tags = append(tags, nil)
+		}
+		tags[s.ID] = s.Tags
+		key = appendSeriesKey(key[:0], meta.Columns, s.Tags)
+		t.series[string(key)] = s.ID
+	}
+	t.pub = published{
+		sync: meta.Sync, epoch: meta.Epoch, seq: t.seq, watermark: t.seq, tid: meta.ID,
+		cols: meta.Columns, tags: tags,
+	}
+	return t
+}
+
+// appendSeriesKey renders a tag set as the canonical Point.Series string:
+// tags sorted by key (the stored order), escaped as ILP escapes tag keys and
+// values.
+func appendSeriesKey(dst []byte, cols []store.Column, tags []store.Field) []byte {
+	for i, t := range tags {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = AppendEscapedTag(dst, cols[t.Col].Name)
+		dst = append(dst, '=')
+		dst = AppendEscapedTag(dst, t.Value.Str)
+	}
+	return dst
+}
+
+// AppendEscapedTag appends s escaped as an ILP tag key or value (commas,
+// equals signs and spaces get a backslash) and returns the extended buffer.
+// Point.Series uses this rendering.
+func AppendEscapedTag(dst []byte, s string) []byte {
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; c {
+		case ',', '=', ' ':
+			dst = append(dst, '\\', c)
+		default:
+			dst = append(dst, c)
+		}
+	}
+	return dst
+}

@@ -1,0 +1,90 @@
+package feed
+
+import (
+	"github.com/ingestd/ingestd/store"
+)
+
+// Value is a typed value (see store.Value); an alias so that callers never
+// import store.
+type Value = store.Value
+
+// Kind is a column's type (see store.Kind).
+type Kind = store.Kind
+
+// The column kinds.
+const (
+	KindTag    = store.KindTag
+	KindFloat  = store.KindFloat
+	KindInt    = store.KindInt
+	KindUint   = store.KindUint
+	KindString = store.KindString
+	KindBool   = store.KindBool
+	// KindTime is the kind of the time column (Num holds int64 nanoseconds).
+	KindTime Kind = 64
+	// KindSeq is the kind of the x_seq column in drains (Num holds it).
+	KindSeq Kind = 65
+)
+
+// Tag is one tag of a point.
+type Tag struct {
+	Key   string
+	Value string
+}
+
+// PointField is one field of a point.
+type PointField struct {
+	Key   string
+	Value Value
+}
+
+// Point is one parsed line as the sequencer takes it (SPEC §2).
+type Point struct {
+	// Table is the measurement.
+	Table string
+	// Series is the canonical tag set: tags sorted by key, rendered as
+	// escaped ILP ("k=v,k2=v2"); "" for a line without tags. Two points are
+	// in the same series exactly when their Series are equal.
+	Series string
+	// Tags are sorted by key, without duplicates.
+	Tags []Tag
+	// Fields hold at most one value per key.
+	Fields []PointField
+	// Time is nanoseconds since the Unix epoch.
+	Time int64
+	// Line is the point's 1-based line number in its request or connection,
+	// for error messages.
+	Line int
+}
+
+// Batch is what a listener hands the sequencer: points in arrival order.
+type Batch struct {
+	Points []Point
+}
+
+// Result tells how a batch was applied: Accepted points are durable, and
+// each rejected point has a RejectError in Rejected (in line order).
+type Result struct {
+	Accepted int
+	Rejected []*RejectError
+}
+
+// Column is one column of a table as SHOW COLUMNS and drains report it.
+type Column struct {
+	Name string
+	Kind Kind
+}
+
+// SyncStatus is a table's feed state (SHOW SYNC).
+type SyncStatus struct {
+	Enabled   bool
+	Epoch     uint64
+	Seq       uint64 // highest x_seq handed out
+	Watermark uint64 // highest x_seq a drain may return now
+}
+
+// TableInfo describes a table (list and SHOW COLUMNS).
+type TableInfo struct {
+	Name    string
+	Sync    SyncStatus
+	Columns []Column // "time" first, then tags and fields in order of first appearance
+}

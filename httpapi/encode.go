@@ -1,0 +1,151 @@
+package httpapi
+
+import (
+	"math"
+	"strconv"
+	"time"
+	"unicode/utf8"
+
+	"github.com/ingestd/ingestd/feed"
+)
+
+// timeFormat is how the time column is rendered: RFC 3339 with nanoseconds,
+// or an integer count of a unit (ns integers exceed JavaScript's safe range,
+// hence the default).
+type timeFormat int64
+
+const timeRFC3339 timeFormat = 0
+
+func parseTimeFormat(s string) (timeFormat, bool) {
+	switch s {
+	case "", "rfc3339":
+		return timeRFC3339, true
+	case "ns":
+		return timeFormat(time.Nanosecond), true
+	case "us":
+		return timeFormat(time.Microsecond), true
+	case "ms":
+		return timeFormat(time.Millisecond), true
+	case "s":
+		return timeFormat(time.Second), true
+	}
+	return 0, false
+}
+
+// encoder renders drain rows as JSON arrays. Integers (int64, uint64 and
+// x_seq) are exact JSON numbers; floats use encoding/json's shortest form.
+type encoder struct {
+	timeFormat timeFormat
+	buf        []byte
+}
+
+func (e *encoder) row(vals []feed.Value) {
+	e.buf = append(e.buf, '[')
+	for i, v := range vals {
+		if i > 0 {
+			e.buf = append(e.buf, ',')
+		}
+		e.buf = e.value(e.buf, v)
+	}
+	e.buf = append(e.buf, ']')
+}
+
+func (e *encoder) value(b []byte, v feed.Value) []byte {
+	switch v.Kind {
+	case feed.KindTime:
+		ns := int64(v.Num)
+		if e.timeFormat == timeRFC3339 {
+			b = append(b, '"')
+			b = time.Unix(0, ns).UTC().AppendFormat(b, time.RFC3339Nano)
+			return append(b, '"')
+		}
+		d := int64(e.timeFormat)
+		q := ns / d
+		if ns%d < 0 {
+			q-- // floor, so that a negative time still orders correctly
+		}
+		return strconv.AppendInt(b, q, 10)
+	case feed.KindSeq, feed.KindUint:
+		return strconv.AppendUint(b, v.Num, 10)
+	case feed.KindInt:
+		return strconv.AppendInt(b, int64(v.Num), 10)
+	case feed.KindFloat:
+		return appendFloat(b, v.Float())
+	case feed.KindBool:
+		return strconv.AppendBool(b, v.Num != 0)
+	case feed.KindString, feed.KindTag:
+		return appendString(b, v.Str)
+	}
+	return append(b, "null"...)
+}
+
+// appendFloat formats f as encoding/json does.
+func appendFloat(b []byte, f float64) []byte {
+	abs := math.Abs(f)
+	fmt := byte('f')
+	if abs != 0 && (abs < 1e-6 || abs >= 1e21) {
+		fmt = 'e'
+	}
+	b = strconv.AppendFloat(b, f, fmt, -1, 64)
+	if fmt == 'e' {
+		// Clean up e-09 to e-9.
+		n := len(b)
+		if n >= 4 && b[n-4] == 'e' && b[n-3] == '-' && b[n-2] == '0' {
+			b[n-2] = b[n-1]
+			b = b[:n-1]
+		}
+	}
+	return b
+}
+
+const hexDigits = "0123456789abcdef"
+
+// appendString appends s as a JSON string, escaping as encoding/json does
+// (without HTML escaping); invalid UTF-8 becomes U+FFFD.
+func appendString(b []byte, s string) []byte {
+	b = append(b, '"')
+	start := 0
+	for i := 0; i < len(s); {
+		c := s[i]
+		if c < utf8.RuneSelf {
+			if c >= 0x20 && c != '"' && c != '\\' {
+				i++
+				continue
+			}
+			b = append(b, s[start:i]...)
+			switch c {
+			case '"', '\\':
+				b = append(b, '\\', c)
+			case '\n':
+				b = append(b, '\\', 'n')
+			case '\r':
+				b = append(b, '\\', 'r')
+			case '\t':
+				b = append(b, '\\', 't')
+			default:
+				b = append(b, '\\', 'u', '0', '0', hexDigits[c>>4], hexDigits[c&0xf])
+			}
+			i++
+			start = i
+			continue
+		}
+		r, size := utf8.DecodeRuneInString(s[i:])
+		if r == utf8.RuneError && size == 1 {
+			b = append(b, s[start:i]...)
+			b = append(b, `\ufffd`...)
+			i += size
+			start = i
+			continue
+		}
+		if r == '\u2028' || r == '\u2029' {
+			b = append(b, s[start:i]...)
+			b = append(b, '\\', 'u', '2', '0', '2', hexDigits[r&0xf])
+			i += size
+			start = i
+			continue
+		}
+		i += size
+	}
+	b = append(b, s[start:]...)
+	return append(b, '"')
+}

@@ -1,0 +1,86 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/ingestd/ingestd/feed"
+)
+
+// Error codes of the JSON error object; api.yaml lists each.
+const (
+	CodeTableNotFound        = "table_not_found"
+	CodeSyncOff              = "sync_off"
+	CodeStaleEpoch           = "stale_epoch"
+	CodeCursorBeyondSequence = "cursor_beyond_sequence"
+	CodeLimitRequired        = "limit_required"
+	CodeInvalidLimit         = "invalid_limit"
+	CodeInvalidParameter     = "invalid_parameter"
+	CodeUnknownColumn        = "unknown_column"
+	CodeInvalidTableName     = "invalid_table_name"
+	CodeInvalidBody          = "invalid_body"
+	CodeUnavailable          = "unavailable"
+	CodeInternal             = "internal"
+)
+
+// errorBody is the JSON error object. Epoch, Seq and Watermark are set on
+// drain refusals.
+type errorBody struct {
+	Code      string  `json:"code"`
+	Message   string  `json:"message"`
+	Error     string  `json:"error"`
+	Epoch     *uint64 `json:"epoch,omitempty"`
+	Seq       *uint64 `json:"seq,omitempty"`
+	Watermark *uint64 `json:"watermark,omitempty"`
+}
+
+// errorStatus is the one table from errors to responses: status and code.
+// 4xx are client mistakes (never worth retrying as is), 503 is back-pressure
+// or shutdown (retry after Retry-After), 500 a bug or storage failure.
+func errorStatus(err error) (int, string) {
+	switch {
+	case errors.Is(err, feed.ErrTableNotFound):
+		return http.StatusNotFound, CodeTableNotFound
+	case errors.Is(err, feed.ErrSyncOff):
+		return http.StatusConflict, CodeSyncOff
+	case errors.Is(err, feed.ErrStaleEpoch):
+		return http.StatusConflict, CodeStaleEpoch
+	case errors.Is(err, feed.ErrCursorBeyondSequence):
+		return http.StatusConflict, CodeCursorBeyondSequence
+	case errors.Is(err, feed.ErrUnknownColumn):
+		return http.StatusBadRequest, CodeUnknownColumn
+	case errors.Is(err, feed.ErrInvalidLimit):
+		return http.StatusBadRequest, CodeInvalidLimit
+	case errors.Is(err, feed.ErrInvalidTableName):
+		return http.StatusBadRequest, CodeInvalidTableName
+	case errors.Is(err, feed.ErrClosed):
+		return http.StatusServiceUnavailable, CodeUnavailable
+	}
+	return http.StatusInternalServerError, CodeInternal
+}
+
+// writeErr maps err through errorStatus and writes the JSON error object.
+func writeErr(w http.ResponseWriter, err error) {
+	status, code := errorStatus(err)
+	body := errorBody{Code: code, Message: err.Error(), Error: err.Error()}
+	var ref *feed.RefusalError
+	if errors.As(err, &ref) {
+		body.Epoch, body.Seq, body.Watermark = &ref.Status.Epoch, &ref.Status.Seq, &ref.Status.Watermark
+	}
+	if status == http.StatusServiceUnavailable {
+		w.Header().Set("Retry-After", "1")
+	}
+	writeJSON(w, status, body)
+}
+
+// writeClientErr writes a 400 with the given code.
+func writeClientErr(w http.ResponseWriter, code, msg string) {
+	writeJSON(w, http.StatusBadRequest, errorBody{Code: code, Message: msg, Error: msg})
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}

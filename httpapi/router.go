@@ -1,0 +1,189 @@
+package httpapi
+
+import (
+	"context"
+	"log/slog"
+	"net/http"
+	"strconv"
+	"sync/atomic"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/ingestd/ingestd/feed"
+)
+
+// Version is reported in X-Influxdb-Version and /health.
+const Version = "0.1.0"
+
+// Tables is the table management the API needs (SPEC §5).
+type Tables interface {
+	CreateTable(ctx context.Context, name string, sync bool) (bool, feed.SyncStatus, error)
+	SetSync(ctx context.Context, name string, enabled bool) (feed.SyncStatus, error)
+	Truncate(ctx context.Context, name string) (feed.SyncStatus, error)
+	Drop(ctx context.Context, name string) error
+	Status(name string) (feed.SyncStatus, error)
+	Table(name string) (feed.TableInfo, error)
+	Tables() []feed.TableInfo
+}
+
+// Drainer reads the feed (SPEC §6).
+type Drainer interface {
+	Drain(ctx context.Context, req feed.DrainRequest, visit func(vals []feed.Value) error) (feed.Page, error)
+}
+
+// Feed is the sequencer as the API sees it.
+type Feed interface {
+	Tables
+	Drainer
+}
+
+// Options are what New wires into the router.
+type Options struct {
+	Feed Feed
+	// WriteV1 and WriteV2 serve POST /write and POST /api/v2/write.
+	WriteV1, WriteV2 http.Handler
+	// Metrics serves GET /metrics; nil leaves the route out.
+	Metrics http.Handler
+	// APISpec is served at GET /api.yaml.
+	APISpec []byte
+	Logger  *slog.Logger
+}
+
+// API is the HTTP surface. Ready toggles /health between 200 and 503.
+type API struct {
+	opts   Options
+	logger *slog.Logger
+	ready  atomic.Bool
+	router chi.Router
+	m      *metrics
+}
+
+type metrics struct {
+	requests *prometheus.CounterVec
+	latency  *prometheus.HistogramVec
+}
+
+// New builds the router. reg may be nil (no metrics).
+func New(opts Options, reg prometheus.Registerer) *API {
+	if opts.Logger == nil {
+		opts.Logger = slog.New(slog.DiscardHandler)
+	}
+	f := promauto.With(reg)
+	a := &API{opts: opts, logger: opts.Logger.With("component", "httpapi"), m: &metrics{
+		requests: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ingestd_http_requests_total", Help: "HTTP requests by route pattern and status code.",
+		}, []string{"route", "code"}),
+		// From sub-millisecond reads to multi-second long-polls and large writes.
+		latency: f.NewHistogramVec(prometheus.HistogramOpts{
+			Name: "ingestd_http_request_duration_seconds", Help: "HTTP request latency by route pattern.",
+			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
+		}, []string{"route"}),
+	}}
+	r := chi.NewRouter()
+	r.Use(a.influxHeaders, a.instrument)
+	r.Get("/ping", a.ping)
+	r.Head("/ping", a.ping)
+	r.Get("/health", a.health)
+	r.Get("/query", a.query)
+	r.Post("/query", a.query)
+	if opts.WriteV1 != nil {
+		r.Method(http.MethodPost, "/write", opts.WriteV1)
+	}
+	if opts.WriteV2 != nil {
+		r.Method(http.MethodPost, "/api/v2/write", opts.WriteV2)
+	}
+	if opts.Metrics != nil {
+		r.Method(http.MethodGet, "/metrics", opts.Metrics)
+	}
+	r.Get("/api.yaml", a.spec)
+	r.Get("/api/v1/tables", a.listTables)
+	r.Route("/api/v1/tables/{table}", func(r chi.Router) {
+		r.Get("/", a.getTable)
+		r.Put("/", a.putTable)
+		r.Delete("/", a.deleteTable)
+		r.Get("/sync", a.getSync)
+		r.Put("/sync", a.putSync)
+		r.Post("/truncate", a.truncate)
+	})
+	r.Get("/drain", a.drain)
+	a.router = r
+	return a
+}
+
+// Router returns the chi router (for route walks in tests).
+func (a *API) Router() chi.Router { return a.router }
+
+// ServeHTTP implements http.Handler.
+func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.ServeHTTP(w, r) }
+
+// SetReady sets what /health reports: ready (200) or not (503).
+func (a *API) SetReady(ready bool) { a.ready.Store(ready) }
+
+func (a *API) influxHeaders(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		h := w.Header()
+		h.Set("X-Influxdb-Version", Version)
+		h.Set("X-Influxdb-Build", "OSS")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// statusWriter records the status code.
+type statusWriter struct {
+	http.ResponseWriter
+	code int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.code == 0 {
+		s.code = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.code == 0 {
+		s.code = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
+
+func (a *API) instrument(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		sw := &statusWriter{ResponseWriter: w}
+		next.ServeHTTP(sw, r)
+		route := "unmatched"
+		if rc := chi.RouteContext(r.Context()); rc != nil && rc.RoutePattern() != "" {
+			route = rc.RoutePattern()
+		}
+		if sw.code == 0 {
+			sw.code = http.StatusOK
+		}
+		a.m.requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
+		a.m.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
+	})
+}
+
+func (a *API) ping(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.StatusNoContent) }
+
+func (a *API) health(w http.ResponseWriter, _ *http.Request) {
+	body := map[string]any{"name": "ingestd", "version": Version, "checks": []any{}}
+	if a.ready.Load() {
+		body["status"], body["message"] = "pass", "ready for queries and writes"
+		writeJSON(w, http.StatusOK, body)
+		return
+	}
+	body["status"], body["message"] = "fail", "not ready (starting or stopping)"
+	writeJSON(w, http.StatusServiceUnavailable, body)
+}
+
+func (a *API) spec(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "application/yaml")
+	_, _ = w.Write(a.opts.APISpec)
+}

@@ -1,0 +1,156 @@
+package httpapi
+
+import (
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/ingestd/ingestd/feed"
+)
+
+// maxControlBody bounds table-management request bodies.
+const maxControlBody = 64 << 10
+
+type syncJSON struct {
+	Enabled   bool   `json:"enabled"`
+	Epoch     uint64 `json:"epoch"`
+	Seq       uint64 `json:"seq"`
+	Watermark uint64 `json:"watermark"`
+}
+
+func syncBody(s feed.SyncStatus) syncJSON {
+	return syncJSON{Enabled: s.Enabled, Epoch: s.Epoch, Seq: s.Seq, Watermark: s.Watermark}
+}
+
+type columnJSON struct {
+	Name string `json:"name"`
+	Type string `json:"type"`
+}
+
+type tableJSON struct {
+	Name    string       `json:"name"`
+	Sync    syncJSON     `json:"sync"`
+	Columns []columnJSON `json:"columns,omitempty"`
+}
+
+func tableBody(t feed.TableInfo, withColumns bool) tableJSON {
+	out := tableJSON{Name: t.Name, Sync: syncBody(t.Sync)}
+	if withColumns {
+		out.Columns = make([]columnJSON, len(t.Columns))
+		for i, c := range t.Columns {
+			typ := c.Kind.String()
+			if c.Kind == feed.KindTime {
+				typ = "time"
+			}
+			out.Columns[i] = columnJSON{Name: c.Name, Type: typ}
+		}
+	}
+	return out
+}
+
+// decodeBody decodes a JSON request body into v, rejecting unknown fields.
+// An empty body leaves v as is when optional.
+func decodeBody(r *http.Request, v any, optional bool) error {
+	dec := json.NewDecoder(io.LimitReader(r.Body, maxControlBody))
+	dec.DisallowUnknownFields()
+	err := dec.Decode(v)
+	if errors.Is(err, io.EOF) {
+		if optional {
+			return nil
+		}
+		return errors.New("request body is empty")
+	}
+	if err != nil {
+		return fmt.Errorf("decode JSON body: %w", err)
+	}
+	return nil
+}
+
+func (a *API) listTables(w http.ResponseWriter, _ *http.Request) {
+	ts := a.opts.Feed.Tables()
+	out := make([]tableJSON, len(ts))
+	for i, t := range ts {
+		out[i] = tableBody(t, false)
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"tables": out})
+}
+
+func (a *API) getTable(w http.ResponseWriter, r *http.Request) {
+	t, err := a.opts.Feed.Table(chi.URLParam(r, "table"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, tableBody(t, true))
+}
+
+func (a *API) putTable(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Sync bool `json:"sync"`
+	}
+	if err := decodeBody(r, &body, true); err != nil {
+		writeClientErr(w, CodeInvalidBody, err.Error())
+		return
+	}
+	name := chi.URLParam(r, "table")
+	created, st, err := a.opts.Feed.CreateTable(r.Context(), name, body.Sync)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	status := http.StatusOK
+	if created {
+		status = http.StatusCreated
+	}
+	writeJSON(w, status, tableJSON{Name: name, Sync: syncBody(st)})
+}
+
+func (a *API) deleteTable(w http.ResponseWriter, r *http.Request) {
+	if err := a.opts.Feed.Drop(r.Context(), chi.URLParam(r, "table")); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+}
+
+func (a *API) getSync(w http.ResponseWriter, r *http.Request) {
+	st, err := a.opts.Feed.Status(chi.URLParam(r, "table"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, syncBody(st))
+}
+
+func (a *API) putSync(w http.ResponseWriter, r *http.Request) {
+	var body struct {
+		Enabled *bool `json:"enabled"`
+	}
+	if err := decodeBody(r, &body, false); err != nil {
+		writeClientErr(w, CodeInvalidBody, err.Error())
+		return
+	}
+	if body.Enabled == nil {
+		writeClientErr(w, CodeInvalidBody, `body must be {"enabled": true|false}`)
+		return
+	}
+	st, err := a.opts.Feed.SetSync(r.Context(), chi.URLParam(r, "table"), *body.Enabled)
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, syncBody(st))
+}
+
+func (a *API) truncate(w http.ResponseWriter, r *http.Request) {
+	st, err := a.opts.Feed.Truncate(r.Context(), chi.URLParam(r, "table"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, syncBody(st))
+}

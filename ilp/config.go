@@ -1,0 +1,79 @@
+package ilp
+
+import (
+	"errors"
+	"flag"
+	"time"
+)
+
+// Default values of Config.
+const (
+	DefaultMaxBodyBytes     = 32 << 20
+	DefaultTCPAddr          = ":9009"
+	DefaultTCPFlushInterval = 100 * time.Millisecond
+	DefaultTCPBatchLines    = 10_000
+	DefaultTCPMaxConns      = 1024
+)
+
+// Config configures ILP ingest over HTTP and TCP.
+type Config struct {
+	Limits Limits
+	// MaxBodyBytes is the largest HTTP write body, counted after gzip
+	// decompression (413 past it).
+	MaxBodyBytes int64
+	// TCPAddr is the TCP listen address; empty disables TCP.
+	TCPAddr string
+	// TCPFlushInterval is the longest a line read over TCP waits before it
+	// is handed to the sequencer.
+	TCPFlushInterval time.Duration
+	// TCPBatchLines hands a TCP batch to the sequencer once it holds this
+	// many lines.
+	TCPBatchLines int
+	// TCPMaxConns caps concurrent TCP connections; more are closed at once.
+	TCPMaxConns int
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		Limits:           DefaultLimits(),
+		MaxBodyBytes:     DefaultMaxBodyBytes,
+		TCPAddr:          DefaultTCPAddr,
+		TCPFlushInterval: DefaultTCPFlushInterval,
+		TCPBatchLines:    DefaultTCPBatchLines,
+		TCPMaxConns:      DefaultTCPMaxConns,
+	}
+}
+
+// RegisterFlags registers ILP's flags on fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest HTTP write body in bytes, after gzip decompression (413 past it)")
+	fs.IntVar(&c.Limits.MaxLineBytes, "max-line-bytes", c.Limits.MaxLineBytes, "longest ILP line in bytes; a longer line is rejected")
+	fs.IntVar(&c.Limits.MaxKeyBytes, "ilp-max-key-bytes", c.Limits.MaxKeyBytes, "longest measurement, tag key or field key in bytes")
+	fs.IntVar(&c.Limits.MaxStringBytes, "ilp-max-string-bytes", c.Limits.MaxStringBytes, "longest tag value or string field in bytes")
+	fs.StringVar(&c.TCPAddr, "tcp-addr", c.TCPAddr, "ILP TCP listen address (empty disables TCP)")
+	fs.DurationVar(&c.TCPFlushInterval, "tcp-flush-interval", c.TCPFlushInterval, "longest a TCP line waits before it is committed")
+	fs.IntVar(&c.TCPBatchLines, "ilp-tcp-batch-lines", c.TCPBatchLines, "TCP lines per batch handed to the sequencer")
+	fs.IntVar(&c.TCPMaxConns, "ilp-tcp-max-conns", c.TCPMaxConns, "most concurrent TCP connections")
+}
+
+// Validate reports the first invalid setting.
+func (c *Config) Validate() error {
+	switch {
+	case c.MaxBodyBytes < 1:
+		return errors.New("ilp: --max-body-bytes must be positive")
+	case c.Limits.MaxLineBytes < 1:
+		return errors.New("ilp: --max-line-bytes must be positive")
+	case c.Limits.MaxKeyBytes < 1 || c.Limits.MaxKeyBytes > DefaultMaxKeyBytes:
+		return errors.New("ilp: --ilp-max-key-bytes must be within 1..65535")
+	case c.Limits.MaxStringBytes < 1:
+		return errors.New("ilp: --ilp-max-string-bytes must be positive")
+	case c.TCPFlushInterval <= 0:
+		return errors.New("ilp: --tcp-flush-interval must be positive")
+	case c.TCPBatchLines < 1:
+		return errors.New("ilp: --ilp-tcp-batch-lines must be positive")
+	case c.TCPMaxConns < 1:
+		return errors.New("ilp: --ilp-tcp-max-conns must be positive")
+	}
+	return nil
+}

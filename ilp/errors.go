@@ -1,0 +1,55 @@
+package ilp
+
+import (
+	"errors"
+	"fmt"
+)
+
+// Rejection reasons, the closed label set of
+// ingestd_ilp_rejected_lines_total{reason}.
+const (
+	ReasonSyntax        = "syntax"
+	ReasonLineTooLong   = "line_too_long"
+	ReasonKeyTooLong    = "key_too_long"
+	ReasonStringTooLong = "string_too_long"
+	ReasonReservedKey   = "reserved_key"
+	ReasonDuplicateTag  = "duplicate_tag"
+	ReasonFieldType     = "field_type_conflict"
+	ReasonTagField      = "tag_field_conflict"
+	ReasonTimestamp     = "timestamp_range"
+	ReasonInvalidUTF8   = "invalid_utf8"
+	ReasonNoFields      = "no_fields"
+	ReasonColumnLimit   = "column_limit"
+	ReasonSeriesLimit   = "series_limit"
+	ReasonInvalidTable  = "invalid_table"
+)
+
+var reasons = []string{
+	ReasonSyntax, ReasonLineTooLong, ReasonKeyTooLong, ReasonStringTooLong, ReasonReservedKey,
+	ReasonDuplicateTag, ReasonFieldType, ReasonTagField, ReasonTimestamp, ReasonInvalidUTF8,
+	ReasonNoFields, ReasonColumnLimit, ReasonSeriesLimit, ReasonInvalidTable,
+}
+
+var (
+	// ErrUnknownPrecision is returned by ParsePrecision.
+	ErrUnknownPrecision = errors.New("ilp: unknown precision")
+)
+
+// ParseError is a rejected line: where (1-based line, 1-based byte column;
+// 0 when the whole line is at fault), why (Reason, one of the Reason
+// constants) and what (Err).
+type ParseError struct {
+	Line   int
+	Column int
+	Reason string
+	Err    error
+}
+
+func (e *ParseError) Error() string {
+	if e.Column > 0 {
+		return fmt.Sprintf("line %d, column %d: %v", e.Line, e.Column, e.Err)
+	}
+	return fmt.Sprintf("line %d: %v", e.Line, e.Err)
+}
+
+func (e *ParseError) Unwrap() error { return e.Err }

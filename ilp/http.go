@@ -1,0 +1,206 @@
+package ilp
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strconv"
+
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/ingestd/ingestd/feed"
+)
+
+// InfluxDB v2 error codes, which the client libraries read.
+const (
+	codeInvalid       = "invalid"
+	codeUnprocessable = "unprocessable entity"
+	codeTooLarge      = "request too large"
+	codeUnsupported   = "unsupported media type"
+	codeUnavailable   = "unavailable"
+	codeInternal      = "internal error"
+)
+
+// HandlerV1 returns the InfluxDB 1.x write handler (POST /write: db, rp,
+// precision = ns|n|u|us|ms|s|m|h, u, p, consistency; db and rp do not
+// namespace tables). A batch with bad lines stores the good ones and
+// answers 400 "partial write: <first error> dropped=N".
+func (in *Ingest) HandlerV1() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { in.serveWrite(w, r, true) })
+}
+
+// HandlerV2 returns the InfluxDB 2.x write handler (POST /api/v2/write:
+// org, orgID, bucket, precision = ns|us|ms|s; org and bucket do not
+// namespace tables). A batch with bad lines stores the good ones and
+// answers 422 when some were stored, 400 when none were.
+func (in *Ingest) HandlerV2() http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { in.serveWrite(w, r, false) })
+}
+
+// writeError writes the one JSON error object every client reads:
+// code and message (InfluxDB 2.x), error (1.x, Telegraf) and line.
+func writeError(w http.ResponseWriter, status int, code, msg string, line int) {
+	body := struct {
+		Code    string `json:"code"`
+		Message string `json:"message"`
+		Error   string `json:"error"`
+		Line    int    `json:"line,omitempty"`
+	}{code, msg, msg, line}
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(body)
+}
+
+// countingReader counts the bytes read through it.
+type countingReader struct {
+	r io.Reader
+	n int64
+}
+
+func (c *countingReader) Read(p []byte) (int, error) {
+	n, err := c.r.Read(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
+	recv := in.now()
+	prec, err := ParsePrecision(r.URL.Query().Get("precision"), v1)
+	if err != nil {
+		writeError(w, http.StatusBadRequest, codeInvalid, err.Error(), 0)
+		return
+	}
+	wire := &countingReader{r: r.Body}
+	defer func() { in.m.bytes.WithLabelValues(transportHTTP).Add(float64(wire.n)) }()
+	var body io.Reader = wire
+	switch enc := r.Header.Get("Content-Encoding"); enc {
+	case "", "identity":
+		if r.ContentLength > in.cfg.MaxBodyBytes {
+			writeError(w, http.StatusRequestEntityTooLarge, codeTooLarge,
+				fmt.Sprintf("body of %d bytes exceeds --max-body-bytes=%d", r.ContentLength, in.cfg.MaxBodyBytes), 0)
+			return
+		}
+	case "gzip":
+		zr, err := gzip.NewReader(wire)
+		if errors.Is(err, io.EOF) {
+			w.WriteHeader(http.StatusNoContent) // an empty gzip body is an empty write
+			return
+		}
+		if err != nil {
+			writeError(w, http.StatusBadRequest, codeInvalid, "corrupt gzip body: "+err.Error(), 0)
+			return
+		}
+		body = zr
+	default:
+		writeError(w, http.StatusUnsupportedMediaType, codeUnsupported,
+			fmt.Sprintf("unsupported Content-Encoding %q: send identity or gzip", enc), 0)
+		return
+	}
+	var buf bytes.Buffer
+	if r.ContentLength > 0 && r.ContentLength <= in.cfg.MaxBodyBytes {
+		buf.Grow(int(r.ContentLength))
+	}
+	n, err := buf.ReadFrom(io.LimitReader(body, in.cfg.MaxBodyBytes+1))
+	if err != nil {
+		msg := "read body: " + err.Error()
+		if body != io.Reader(wire) {
+			msg = "corrupt gzip body: " + err.Error()
+		}
+		writeError(w, http.StatusBadRequest, codeInvalid, msg+" (nothing was written)", 0)
+		return
+	}
+	if n > in.cfg.MaxBodyBytes {
+		writeError(w, http.StatusRequestEntityTooLarge, codeTooLarge,
+			fmt.Sprintf("body exceeds --max-body-bytes=%d (counted after decompression)", in.cfg.MaxBodyBytes), 0)
+		return
+	}
+	batch := &feed.Batch{}
+	perrs, _ := NewParser(in.cfg.Limits).ParseAll(batch, TrimBOM(buf.Bytes()), 1, prec, recv.UnixNano())
+	var res feed.Result
+	if len(batch.Points) > 0 {
+		res, err = in.append(r.Context(), batch)
+		if err != nil {
+			in.writeAppendError(w, err)
+			return
+		}
+	}
+	in.m.lines.WithLabelValues(transportHTTP).Add(float64(res.Accepted))
+	dropped := len(perrs) + len(res.Rejected)
+	if dropped == 0 {
+		w.WriteHeader(http.StatusNoContent)
+		return
+	}
+	line, msg := in.firstError(transportHTTP, perrs, res.Rejected)
+	switch {
+	case v1:
+		writeError(w, http.StatusBadRequest, codeInvalid, fmt.Sprintf("partial write: %s dropped=%d", msg, dropped), line)
+	case res.Accepted > 0:
+		writeError(w, http.StatusUnprocessableEntity, codeUnprocessable, fmt.Sprintf("partial write: %s dropped=%d", msg, dropped), line)
+	default:
+		writeError(w, http.StatusBadRequest, codeInvalid, fmt.Sprintf("%s dropped=%d", msg, dropped), line)
+	}
+}
+
+// errBusy marks a write refused because the sequencer queue stayed full.
+var errBusy = errors.New("ilp: sequencer queue full")
+
+// append submits a batch, waiting at most submitTimeout for queue room, then
+// waits for the commit.
+func (in *Ingest) append(ctx context.Context, b *feed.Batch) (feed.Result, error) {
+	sctx, cancel := context.WithTimeout(ctx, in.submitTimeout)
+	p, err := in.app.Submit(sctx, b)
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return feed.Result{}, errBusy
+		}
+		return feed.Result{}, err
+	}
+	return p.Wait(ctx)
+}
+
+func (in *Ingest) writeAppendError(w http.ResponseWriter, err error) {
+	switch {
+	case errors.Is(err, errBusy):
+		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(in.submitTimeout.Seconds()))))
+		writeError(w, http.StatusServiceUnavailable, codeUnavailable,
+			fmt.Sprintf("write queue full for %s (--feed-submit-timeout); retry later", in.submitTimeout), 0)
+	case errors.Is(err, feed.ErrClosed):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, codeUnavailable, "server is shutting down", 0)
+	case errors.Is(err, context.Canceled):
+		// The client went away; the batch may still commit.
+	default:
+		in.logger.Error("write failed", "err", err)
+		writeError(w, http.StatusInternalServerError, codeInternal, "storage error: "+err.Error(), 0)
+	}
+}
+
+// firstError counts every rejection by reason and returns the first one's
+// line and message.
+func (in *Ingest) firstError(transport string, perrs []*ParseError, rejs []*feed.RejectError) (int, string) {
+	type lineErr struct {
+		line int
+		msg  string
+	}
+	all := make([]lineErr, 0, len(perrs)+len(rejs))
+	for _, e := range perrs {
+		in.m.rejected.WithLabelValues(transport, e.Reason).Inc()
+		all = append(all, lineErr{e.Line, e.Error()})
+	}
+	for _, e := range rejs {
+		in.m.rejected.WithLabelValues(transport, rejectReason(e)).Inc()
+		all = append(all, lineErr{e.Line, e.Error()})
+	}
+	first := all[0]
+	for _, e := range all[1:] {
+		if e.line < first.line {
+			first = e
+		}
+	}
+	return first.line, first.msg
+}

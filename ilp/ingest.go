@@ -1,0 +1,70 @@
+package ilp
+
+import (
+	"context"
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ingestd/ingestd/feed"
+)
+
+// Appender is what the listeners need from the sequencer.
+type Appender interface {
+	// Submit queues a batch, blocking while the queue is full, and returns
+	// a handle to wait for its commit.
+	Submit(ctx context.Context, b *feed.Batch) (*feed.Pending, error)
+}
+
+// Ingest serves ILP over HTTP (HandlerV1, HandlerV2) and TCP (ServeTCP).
+// Safe for concurrent use.
+type Ingest struct {
+	cfg           Config
+	app           Appender
+	submitTimeout time.Duration
+	logger        *slog.Logger
+	m             *metrics
+	now           func() time.Time
+	logLimit      rateLimit
+}
+
+// New returns an Ingest handing batches to app. submitTimeout bounds the
+// wait for room in the sequencer queue before HTTP answers 503. logger may
+// be nil (discard); reg may be nil (no metrics).
+func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Logger, reg prometheus.Registerer) (*Ingest, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Ingest{
+		cfg: cfg, app: app, submitTimeout: submitTimeout,
+		logger: logger.With("component", "ilp"), m: newMetrics(reg), now: time.Now,
+		logLimit: rateLimit{every: time.Second},
+	}, nil
+}
+
+// rateLimit lets one event through per interval and counts the rest.
+type rateLimit struct {
+	every time.Duration
+	mu    sync.Mutex // guards last and suppressed
+	last  time.Time
+	suppressed int
+}
+
+// allow reports whether to log now and how many events were suppressed
+// since the last one logged.
+func (r *rateLimit) allow(now time.Time) (bool, int) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if now.Sub(r.last) < r.every {
+		r.suppressed++
+		return false, 0
+	}
+	n := r.suppressed
+	r.last, r.suppressed = now, 0
+	return true, n
+}

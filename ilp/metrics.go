@@ -1,0 +1,64 @@
+package ilp
+
+import (
+	"errors"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+
+	"github.com/ingestd/ingestd/feed"
+)
+
+// Transports, the closed label set of the transport label.
+const (
+	transportHTTP = "http"
+	transportTCP  = "tcp"
+)
+
+type metrics struct {
+	lines    *prometheus.CounterVec
+	bytes    *prometheus.CounterVec
+	rejected *prometheus.CounterVec
+	conns    prometheus.Gauge
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	f := promauto.With(reg)
+	m := &metrics{
+		lines: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ingestd_ilp_lines_total", Help: "ILP lines accepted (durably committed), by transport.",
+		}, []string{"transport"}),
+		bytes: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ingestd_ilp_wire_bytes_total", Help: "Bytes received as sent on the wire (before decompression), by transport.",
+		}, []string{"transport"}),
+		rejected: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ingestd_ilp_rejected_lines_total", Help: "ILP lines rejected, by transport and reason.",
+		}, []string{"transport", "reason"}),
+		conns: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ingestd_ilp_tcp_connections", Help: "Open ILP TCP connections.",
+		}),
+	}
+	for _, t := range []string{transportHTTP, transportTCP} {
+		m.lines.WithLabelValues(t)
+		m.bytes.WithLabelValues(t)
+		for _, r := range reasons {
+			m.rejected.WithLabelValues(t, r)
+		}
+	}
+	return m
+}
+
+// rejectReason maps a sequencer rejection to its reason label.
+func rejectReason(r *feed.RejectError) string {
+	switch {
+	case errors.Is(r.Err, feed.ErrFieldTypeConflict):
+		return ReasonFieldType
+	case errors.Is(r.Err, feed.ErrTagFieldConflict):
+		return ReasonTagField
+	case errors.Is(r.Err, feed.ErrColumnLimit):
+		return ReasonColumnLimit
+	case errors.Is(r.Err, feed.ErrSeriesLimit):
+		return ReasonSeriesLimit
+	}
+	return ReasonInvalidTable
+}

@@ -1,0 +1,351 @@
+package ilp
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"unicode/utf8"
+	"unsafe"
+
+	"github.com/influxdata/line-protocol/v2/lineprotocol"
+
+	"github.com/ingestd/ingestd/feed"
+)
+
+// Default limits (SPEC §3.1).
+const (
+	DefaultMaxLineBytes   = 1 << 20
+	DefaultMaxKeyBytes    = 65535
+	DefaultMaxStringBytes = 64 << 10
+)
+
+// maxAbsTimestamp bounds timestamps to ±9223372036854775806 ns (SPEC §3.1).
+const maxAbsTimestamp = math.MaxInt64 - 1
+
+// Limits bound what one line may carry; a line past any of them is rejected
+// like any bad line.
+type Limits struct {
+	// MaxLineBytes is the longest line in bytes, newline excluded.
+	MaxLineBytes int
+	// MaxKeyBytes is the longest measurement, tag key or field key in bytes.
+	MaxKeyBytes int
+	// MaxStringBytes is the longest tag value or string field value in bytes.
+	MaxStringBytes int
+}
+
+// DefaultLimits returns SPEC §3.1's limits.
+func DefaultLimits() Limits {
+	return Limits{MaxLineBytes: DefaultMaxLineBytes, MaxKeyBytes: DefaultMaxKeyBytes, MaxStringBytes: DefaultMaxStringBytes}
+}
+
+var bom = []byte("\xef\xbb\xbf")
+
+// TrimBOM strips one leading UTF-8 byte-order mark.
+func TrimBOM(b []byte) []byte { return bytes.TrimPrefix(b, bom) }
+
+// Parser turns ILP lines into feed points. Strings in the points it returns
+// live in memory the Parser never writes again, so a batch may be handed to
+// the sequencer while the Parser goes on. Not safe for concurrent use.
+type Parser struct {
+	lim    Limits
+	intern map[string]string
+	arena  []byte
+	tags   []feed.Tag
+	fields []feed.PointField
+	key    []byte
+}
+
+// maxInterned bounds the measurement and key intern table of one Parser.
+const maxInterned = 4096
+
+// NewParser returns a parser enforcing lim.
+func NewParser(lim Limits) *Parser {
+	return &Parser{lim: lim, intern: make(map[string]string)}
+}
+
+// Parse parses one line (without its newline; a trailing \r is ignored) and
+// appends its point to b. lineNo is reported in errors; now (nanoseconds)
+// is the time of a line without a timestamp. A blank or comment line adds
+// nothing and returns nil.
+func (p *Parser) Parse(b *feed.Batch, line []byte, lineNo int, prec Precision, now int64) *ParseError {
+	if n := len(line); n > 0 && line[n-1] == '\r' {
+		line = line[:n-1]
+	}
+	if len(line) > p.lim.MaxLineBytes {
+		return &ParseError{Line: lineNo, Reason: ReasonLineTooLong,
+			Err: fmt.Errorf("line is %d bytes, longer than --max-line-bytes=%d", len(line), p.lim.MaxLineBytes)}
+	}
+	pt, perr := p.parse(line, prec, now)
+	if perr != nil {
+		perr.Line = lineNo
+		return perr
+	}
+	if pt.Table != "" {
+		pt.Line = lineNo
+		b.Points = append(b.Points, pt)
+	}
+	return nil
+}
+
+func syntaxErr(err error) *ParseError {
+	pe := &ParseError{Reason: ReasonSyntax, Err: err}
+	var de *lineprotocol.DecodeError
+	if errors.As(err, &de) {
+		pe.Column, pe.Err = de.Column, de.Err
+	}
+	return pe
+}
+
+func (p *Parser) checkKey(what string, k []byte) *ParseError {
+	if len(k) > p.lim.MaxKeyBytes {
+		return &ParseError{Reason: ReasonKeyTooLong, Err: fmt.Errorf("%s is %d bytes, longer than %d", what, len(k), p.lim.MaxKeyBytes)}
+	}
+	if !utf8.Valid(k) {
+		return &ParseError{Reason: ReasonInvalidUTF8, Err: fmt.Errorf("%s %q is not valid UTF-8", what, k)}
+	}
+	if what != "measurement" && (bytes.HasPrefix(k, []byte("x_")) || string(k) == "time") {
+		return &ParseError{Reason: ReasonReservedKey, Err: fmt.Errorf("%s %q is reserved (the x_ prefix and \"time\" are engine-owned)", what, k)}
+	}
+	return nil
+}
+
+func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *ParseError) {
+	var pt feed.Point
+	dec := lineprotocol.NewDecoderWithBytes(line)
+	if !dec.Next() {
+		return pt, nil // blank or comment
+	}
+	m, err := dec.Measurement()
+	if err != nil {
+		return pt, syntaxErr(err)
+	}
+	if perr := p.checkKey("measurement", m); perr != nil {
+		return pt, perr
+	}
+	tags := p.tags[len(p.tags):]
+	for {
+		k, v, err := dec.NextTag()
+		if err != nil {
+			return pt, syntaxErr(err)
+		}
+		if k == nil {
+			break
+		}
+		if perr := p.checkKey("tag key", k); perr != nil {
+			return pt, perr
+		}
+		if len(v) > p.lim.MaxStringBytes {
+			return pt, &ParseError{Reason: ReasonStringTooLong, Err: fmt.Errorf("value of tag %q is %d bytes, longer than %d", k, len(v), p.lim.MaxStringBytes)}
+		}
+		if !utf8.Valid(v) {
+			return pt, &ParseError{Reason: ReasonInvalidUTF8, Err: fmt.Errorf("value of tag %q is not valid UTF-8", k)}
+		}
+		// Insertion sort: tags usually arrive sorted.
+		i := len(tags)
+		tags = append(tags, feed.Tag{})
+		for i > 0 && tags[i-1].Key > string(k) {
+			tags[i] = tags[i-1]
+			i--
+		}
+		if i > 0 && tags[i-1].Key == string(k) {
+			return pt, &ParseError{Reason: ReasonDuplicateTag, Err: fmt.Errorf("duplicate tag key %q", k)}
+		}
+		tags[i] = feed.Tag{Key: p.internBytes(k), Value: p.copyString(v)}
+	}
+	fields := p.fields[len(p.fields):]
+	for {
+		k, kind, v, err := dec.NextFieldBytes()
+		if err != nil {
+			return pt, syntaxErr(err)
+		}
+		if k == nil {
+			break
+		}
+		if perr := p.checkKey("field key", k); perr != nil {
+			return pt, perr
+		}
+		val, perr := p.fieldValue(k, kind, v)
+		if perr != nil {
+			return pt, perr
+		}
+		dup := false
+		for i := range fields {
+			if fields[i].Key == string(k) {
+				if fields[i].Value.Kind != val.Kind {
+					return pt, &ParseError{Reason: ReasonFieldType, Err: fmt.Errorf("field %q appears twice with types %s and %s", k, fields[i].Value.Kind, val.Kind)}
+				}
+				fields[i].Value, dup = val, true
+			}
+		}
+		if !dup {
+			fields = append(fields, feed.PointField{Key: p.internBytes(k), Value: val})
+		}
+	}
+	if len(fields) == 0 {
+		return pt, &ParseError{Reason: ReasonNoFields, Err: errors.New("line has no fields")}
+	}
+	for i := range tags {
+		for j := range fields {
+			if tags[i].Key == fields[j].Key {
+				return pt, &ParseError{Reason: ReasonTagField, Err: fmt.Errorf("%q is used as a tag and a field", tags[i].Key)}
+			}
+		}
+	}
+	tb, err := dec.TimeBytes()
+	if err != nil {
+		return pt, syntaxErr(err)
+	}
+	ts := now
+	if tb != nil {
+		var perr *ParseError
+		if ts, perr = parseTime(tb, prec); perr != nil {
+			return pt, perr
+		}
+	}
+	if dec.Next() {
+		return pt, &ParseError{Reason: ReasonSyntax, Err: errors.New("unexpected data after the timestamp")}
+	}
+	// Commit the slabs only now: a rejected line leaves nothing behind.
+	p.tags = p.growTags(tags)
+	p.fields = p.growFields(fields)
+	pt.Table = p.internBytes(m)
+	pt.Tags = tags[:len(tags):len(tags)]
+	pt.Fields = fields[:len(fields):len(fields)]
+	pt.Time = ts
+	p.key = p.key[:0]
+	for i, t := range tags {
+		if i > 0 {
+			p.key = append(p.key, ',')
+		}
+		p.key = feed.AppendEscapedTag(p.key, t.Key)
+		p.key = append(p.key, '=')
+		p.key = feed.AppendEscapedTag(p.key, t.Value)
+	}
+	pt.Series = p.copyString(p.key)
+	return pt, nil
+}
+
+func (p *Parser) fieldValue(k []byte, kind lineprotocol.ValueKind, v []byte) (feed.Value, *ParseError) {
+	bad := func(reason string, err error) (feed.Value, *ParseError) {
+		return feed.Value{}, &ParseError{Reason: reason, Err: fmt.Errorf("field %q: %w", k, err)}
+	}
+	switch kind {
+	case lineprotocol.Float:
+		if bytes.ContainsAny(v, "xXnN") { // hex floats, NaN, Inf/infinity
+			return bad(ReasonSyntax, fmt.Errorf("invalid float %q (hex floats, NaN and Inf are not allowed)", v))
+		}
+	case lineprotocol.String:
+		if len(v) > p.lim.MaxStringBytes {
+			return bad(ReasonStringTooLong, fmt.Errorf("string is %d bytes, longer than %d", len(v), p.lim.MaxStringBytes))
+		}
+		if !utf8.Valid(v) {
+			return bad(ReasonInvalidUTF8, errors.New("string is not valid UTF-8"))
+		}
+		return feed.Value{Kind: feed.KindString, Str: p.copyString(v)}, nil
+	}
+	lv, err := lineprotocol.NewValueFromBytes(kind, v)
+	if err != nil {
+		return bad(ReasonSyntax, err)
+	}
+	switch kind {
+	case lineprotocol.Float:
+		return feed.Value{Kind: feed.KindFloat, Num: math.Float64bits(lv.FloatV())}, nil
+	case lineprotocol.Int:
+		return feed.Value{Kind: feed.KindInt, Num: uint64(lv.IntV())}, nil
+	case lineprotocol.Uint:
+		return feed.Value{Kind: feed.KindUint, Num: lv.UintV()}, nil
+	case lineprotocol.Bool:
+		if lv.BoolV() {
+			return feed.Value{Kind: feed.KindBool, Num: 1}, nil
+		}
+		return feed.Value{Kind: feed.KindBool}, nil
+	}
+	return bad(ReasonSyntax, fmt.Errorf("unknown value kind %v", kind))
+}
+
+func parseTime(b []byte, prec Precision) (int64, *ParseError) {
+	x, err := strconv.ParseInt(unsafe.String(&b[0], len(b)), 10, 64)
+	if err != nil {
+		return 0, &ParseError{Reason: ReasonTimestamp, Err: fmt.Errorf("invalid timestamp %q", b)}
+	}
+	if prec != Nanosecond {
+		if x > maxAbsTimestamp/int64(prec) || x < -maxAbsTimestamp/int64(prec) {
+			return 0, &ParseError{Reason: ReasonTimestamp, Err: fmt.Errorf("timestamp %s×%dns is out of range ±%d ns", b, int64(prec), int64(maxAbsTimestamp))}
+		}
+		x *= int64(prec)
+	}
+	if x > maxAbsTimestamp || x < -maxAbsTimestamp {
+		return 0, &ParseError{Reason: ReasonTimestamp, Err: fmt.Errorf("timestamp %d is out of range ±%d ns", x, int64(maxAbsTimestamp))}
+	}
+	return x, nil
+}
+
+// internBytes returns b as a string shared by equal keys.
+func (p *Parser) internBytes(b []byte) string {
+	if s, ok := p.intern[string(b)]; ok {
+		return s
+	}
+	s := string(b)
+	if len(p.intern) < maxInterned {
+		p.intern[s] = s
+	}
+	return s
+}
+
+// copyString copies b into the arena and returns it as a string. The arena
+// is never written below its length, so the string stays valid.
+func (p *Parser) copyString(b []byte) string {
+	if len(b) == 0 {
+		return ""
+	}
+	if len(p.arena)+len(b) > cap(p.arena) {
+		p.arena = make([]byte, 0, max(64<<10, len(b)))
+	}
+	start := len(p.arena)
+	p.arena = append(p.arena, b...)
+	return unsafe.String(&p.arena[start], len(b))
+}
+
+const slabLen = 4096
+
+// growTags makes s (a tail of the tag slab, possibly reallocated by append)
+// part of the slab and ensures room for another line.
+func (p *Parser) growTags(s []feed.Tag) []feed.Tag {
+	if cap(s)-len(s) < 64 {
+		return make([]feed.Tag, 0, slabLen)
+	}
+	return s[len(s):]
+}
+
+func (p *Parser) growFields(s []feed.PointField) []feed.PointField {
+	if cap(s)-len(s) < 256 {
+		return make([]feed.PointField, 0, slabLen)
+	}
+	return s[len(s):]
+}
+
+// ParseAll splits data into lines and parses each into b, numbering lines
+// from firstLine. It returns the bad lines' errors in line order and the
+// number of the next line. A final line without a newline is parsed too.
+func (p *Parser) ParseAll(b *feed.Batch, data []byte, firstLine int, prec Precision, now int64) ([]*ParseError, int) {
+	var errs []*ParseError
+	var sp Splitter
+	line := firstLine
+	for len(data) > 0 {
+		end := sp.Next(data)
+		l := data
+		if end >= 0 {
+			l, data = data[:end], data[end+1:]
+		} else {
+			data = nil
+		}
+		if perr := p.Parse(b, l, line, prec, now); perr != nil {
+			errs = append(errs, perr)
+		}
+		line += 1 + strings.Count(unsafe.String(unsafe.SliceData(l), len(l)), "\n")
+	}
+	return errs, line
+}

@@ -1,0 +1,29 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+)
+
+var (
+	// ErrLocked is returned by Open when another process holds the data
+	// directory.
+	ErrLocked = errors.New("store: data directory is in use by another process")
+	// ErrVersion is returned by Open when the data directory holds a layout
+	// version this build does not read.
+	ErrVersion = errors.New("store: unsupported layout version")
+	// ErrClosed is returned by every method called after Close.
+	ErrClosed = errors.New("store: closed")
+)
+
+// CorruptionError is returned when a stored key or value cannot be decoded.
+type CorruptionError struct {
+	Key []byte
+	Err error
+}
+
+func (e *CorruptionError) Error() string {
+	return fmt.Sprintf("store: corrupt value at key %q: %v", e.Key, e.Err)
+}
+
+func (e *CorruptionError) Unwrap() error { return e.Err }

@@ -1,0 +1,165 @@
+package store
+
+import (
+	"errors"
+	"fmt"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// ReadSeq visits, in ascending x_seq, the fragments of table instance tid
+// with after < x_seq <= upto, at most limit of them, each as the coalesced
+// row at its (series, ts): the union of every fragment stored there, the
+// later write winning per column. The Row and its Fields are valid only
+// during the call to visit; visit's error stops the read and is returned.
+// Safe for concurrent use with Commit.
+func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*Row) error) error {
+	if after >= upto || limit <= 0 {
+		return nil
+	}
+	st := db.table(tid)
+	txn := db.bdb.NewTransaction(false)
+	defer txn.Discard()
+	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 2, Prefix: tablePrefix(ksSync, tid)})
+	defer it.Close()
+	var (
+		br  blockReader
+		f   Fragment
+		row Row
+		co  coalescer
+		n   int
+	)
+	for it.Seek(tableKey(ksSync, tid, after+1)); it.Valid(); it.Next() {
+		item := it.Item()
+		val, err := item.ValueCopy(nil) // owned: strings alias it
+		if err != nil {
+			return err
+		}
+		if err := br.init(val); err != nil {
+			return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+		}
+		seq := br.firstSeq
+		if after >= seq {
+			if err := br.seek(after + 1 - seq); err != nil {
+				return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+			}
+			seq = after + 1
+		}
+		for ; br.read < br.count; seq++ {
+			if seq > upto {
+				return nil
+			}
+			if err := br.next(&f); err != nil {
+				return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+			}
+			row = Row{Seq: seq, Series: f.Series, Time: f.Time, Fields: f.Fields}
+			if st.isDup(f.Series, f.Time) {
+				if row.Fields, err = co.coalesce(txn, tid, f.Series, f.Time); err != nil {
+					return err
+				}
+			}
+			if err := visit(&row); err != nil {
+				return err
+			}
+			if n++; n == limit {
+				return nil
+			}
+		}
+	}
+	return nil
+}
+
+func (st *tableState) isDup(sid uint64, ts int64) bool {
+	st.dupMu.RLock()
+	_, ok := st.dups[pointID{sid, ts}]
+	st.dupMu.RUnlock()
+	return ok
+}
+
+// coalescer merges the fragments of one point.
+type coalescer struct {
+	key    []byte
+	br     blockReader
+	merged []Field
+}
+
+func (c *coalescer) coalesce(txn *badger.Txn, tid, sid uint64, ts int64) ([]Field, error) {
+	c.key = pointKey(c.key, ksPoint, tid, sid, ts)
+	item, err := txn.Get(c.key)
+	if err != nil {
+		return nil, fmt.Errorf("read point index: %w", err)
+	}
+	v, err := item.ValueCopy(nil)
+	if err != nil {
+		return nil, err
+	}
+	refs, err := decodeRefs(v)
+	if err != nil {
+		return nil, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+	}
+	c.merged = c.merged[:0]
+	var f Fragment
+	for _, r := range refs {
+		if err := c.fetch(txn, tid, r, &f); err != nil {
+			return nil, err
+		}
+	next:
+		for _, fl := range f.Fields {
+			for i := range c.merged {
+				if c.merged[i].Col == fl.Col {
+					c.merged[i] = fl
+					continue next
+				}
+			}
+			c.merged = append(c.merged, fl)
+		}
+	}
+	return c.merged, nil
+}
+
+var errDangling = errors.New("point index names a missing fragment")
+
+// fetch decodes the fragment r names into f.
+func (c *coalescer) fetch(txn *badger.Txn, tid uint64, r ref, f *Fragment) error {
+	var key []byte
+	var idx uint64
+	var item *badger.Item
+	if r.seq != 0 {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSync, tid)})
+		defer it.Close()
+		it.Seek(tableKey(ksSync, tid, r.seq))
+		if !it.Valid() {
+			return &CorruptionError{Key: c.key, Err: errDangling}
+		}
+		item = it.Item()
+	} else {
+		key = tableKey(ksUnsync, tid, r.block)
+		var err error
+		if item, err = txn.Get(key); err != nil {
+			return &CorruptionError{Key: c.key, Err: fmt.Errorf("%w: %w", errDangling, err)}
+		}
+		idx = r.idx
+	}
+	val, err := item.ValueCopy(nil)
+	if err != nil {
+		return err
+	}
+	if err := c.br.init(val); err != nil {
+		return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+	}
+	if r.seq != 0 {
+		if r.seq < c.br.firstSeq {
+			return &CorruptionError{Key: c.key, Err: errDangling}
+		}
+		idx = r.seq - c.br.firstSeq
+	}
+	if err := c.br.seek(idx); err != nil {
+		return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+	}
+	if err := c.br.next(f); err != nil {
+		return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+	}
+	// f.Fields aliases the reader's scratch, reused by the next fetch.
+	f.Fields = append([]Field(nil), f.Fields...)
+	return nil
+}

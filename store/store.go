@@ -1,0 +1,503 @@
+package store
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"math"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// Default values of Config.
+const (
+	DefaultDir             = "./data"
+	DefaultBlockCacheBytes = 64 << 20
+	DefaultMemTableBytes   = 64 << 20
+)
+
+// Config configures the store.
+type Config struct {
+	// Dir is the data directory; created when missing.
+	Dir string
+	// InMemory keeps everything in memory (tests only): nothing survives
+	// Close and Dir is ignored.
+	InMemory bool
+	// UnsafeNoSync skips the fsync of each commit. A crash may then lose
+	// acknowledged writes. Off by default.
+	UnsafeNoSync bool
+	// BlockCacheBytes is badger's block cache size in bytes.
+	BlockCacheBytes int64
+	// MemTableBytes is badger's memtable size in bytes; one commit
+	// transaction holds at most about 15 % of it (larger commits are split).
+	MemTableBytes int64
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{Dir: DefaultDir, BlockCacheBytes: DefaultBlockCacheBytes, MemTableBytes: DefaultMemTableBytes}
+}
+
+// RegisterFlags registers the store's flags on fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Dir, "data-dir", c.Dir, "data directory (badger database and lock file)")
+	fs.BoolVar(&c.UnsafeNoSync, "store-unsafe-no-sync", c.UnsafeNoSync, "do not fsync commits: a crash may lose acknowledged writes")
+	fs.Int64Var(&c.BlockCacheBytes, "store-block-cache-bytes", c.BlockCacheBytes, "badger block cache size in bytes")
+	fs.Int64Var(&c.MemTableBytes, "store-memtable-bytes", c.MemTableBytes, "badger memtable size in bytes")
+}
+
+// Validate reports the first invalid setting.
+func (c *Config) Validate() error {
+	if c.Dir == "" && !c.InMemory {
+		return errors.New("store: --data-dir must not be empty")
+	}
+	if c.BlockCacheBytes < 0 {
+		return errors.New("store: --store-block-cache-bytes must not be negative")
+	}
+	if c.MemTableBytes < 1<<20 {
+		return errors.New("store: --store-memtable-bytes must be at least 1 MiB")
+	}
+	return nil
+}
+
+// DB is the badger-backed store. Commit, PutMeta and DropTableData must be
+// called from one goroutine at a time (the sequencer); every other method is
+// safe for concurrent use.
+type DB struct {
+	bdb    *badger.DB
+	lock   *os.File
+	logger *slog.Logger
+
+	// nextBlock is the next unsynced block number and nextTID the next
+	// table instance id; touched by the sequencer's calls only.
+	nextBlock uint64
+	nextTID   uint64
+
+	mu     sync.Mutex             // guards tables
+	tables map[uint64]*tableState // by table instance id
+}
+
+// tableState is the store's in-memory state of one table instance.
+type tableState struct {
+	// maxTs is each series' highest stored timestamp, for series whose
+	// maximum is known; touched by Commit only.
+	maxTs map[uint64]int64
+
+	dupMu sync.RWMutex              // guards dups
+	dups  map[pointID]struct{}      // points holding more than one fragment
+}
+
+type pointID struct {
+	sid uint64
+	ts  int64
+}
+
+// Open opens (creating if needed) the store in cfg.Dir. It returns ErrLocked
+// when another process holds the directory and ErrVersion for a foreign
+// layout. logger may be nil (discard); reg may be nil (no metrics).
+func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, err error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	db := &DB{logger: logger.With("component", "store"), tables: map[uint64]*tableState{}}
+	opts := badger.DefaultOptions(cfg.Dir)
+	if cfg.InMemory {
+		opts = badger.DefaultOptions("").WithInMemory(true)
+	} else {
+		if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
+			return nil, fmt.Errorf("create data directory: %w", err)
+		}
+		if db.lock, err = lockDir(cfg.Dir); err != nil {
+			return nil, err
+		}
+		defer func() {
+			if err != nil {
+				_ = db.lock.Close()
+			}
+		}()
+	}
+	opts = opts.
+		WithSyncWrites(!cfg.UnsafeNoSync).
+		WithLogger(badgerLogger{db.logger}).
+		WithNumVersionsToKeep(1).
+		WithDetectConflicts(false).
+		WithValueThreshold(4 << 10).
+		WithNumCompactors(2).
+		WithMetricsEnabled(false).
+		WithBlockCacheSize(cfg.BlockCacheBytes).
+		WithIndexCacheSize(32 << 20).
+		WithMemTableSize(cfg.MemTableBytes).
+		WithValueLogFileSize(256 << 20)
+	db.bdb, err = badger.Open(opts)
+	if err != nil {
+		return nil, fmt.Errorf("open badger in %s: %w", cfg.Dir, err)
+	}
+	if err := db.load(); err != nil {
+		return nil, errors.Join(err, db.bdb.Close())
+	}
+	if reg != nil {
+		reg.MustRegister(sizeCollector{db})
+	}
+	return db, nil
+}
+
+// lockDir takes an exclusive advisory lock on dir/LOCK.ingestd.
+func lockDir(dir string) (*os.File, error) {
+	f, err := os.OpenFile(filepath.Join(dir, "LOCK.ingestd"), os.O_CREATE|os.O_RDWR, 0o640)
+	if err != nil {
+		return nil, fmt.Errorf("open lock file: %w", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
+		_ = f.Close()
+		if errors.Is(err, syscall.EWOULDBLOCK) {
+			return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+		}
+		return nil, fmt.Errorf("lock data directory: %w", err)
+	}
+	return f, nil
+}
+
+// load checks the layout version and reads the counters and the overwrite
+// markers.
+func (db *DB) load() error {
+	return db.bdb.Update(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte{ksVersion})
+		switch {
+		case errors.Is(err, badger.ErrKeyNotFound):
+			if err := txn.Set([]byte{ksVersion}, binary.AppendUvarint(nil, layoutVersion)); err != nil {
+				return err
+			}
+		case err != nil:
+			return err
+		default:
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			if ver, n := binary.Uvarint(v); n <= 0 || ver != layoutVersion {
+				return fmt.Errorf("%w: %d (this build reads %d)", ErrVersion, ver, layoutVersion)
+			}
+		}
+		for _, c := range []struct {
+			key []byte
+			dst *uint64
+		}{{[]byte{ksNext}, &db.nextBlock}, {[]byte{ksNext, 't'}, &db.nextTID}} {
+			item, err := txn.Get(c.key)
+			if errors.Is(err, badger.ErrKeyNotFound) {
+				continue
+			}
+			if err != nil {
+				return err
+			}
+			v, err := item.ValueCopy(nil)
+			if err != nil {
+				return err
+			}
+			*c.dst, _ = binary.Uvarint(v)
+		}
+		db.nextTID = max(db.nextTID, 1)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{ksDup}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()
+			if len(k) != 25 {
+				return &CorruptionError{Key: it.Item().KeyCopy(nil), Err: errShort}
+			}
+			ts := db.tableLocked(binary.BigEndian.Uint64(k[1:]))
+			ts.dups[pointID{binary.BigEndian.Uint64(k[9:]), pointKeyTime(k)}] = struct{}{}
+		}
+		return nil
+	})
+}
+
+// tableLocked returns the state of instance tid, creating it.
+// db.mu must be held, or the caller must be the only user (Open).
+func (db *DB) tableLocked(tid uint64) *tableState {
+	ts, ok := db.tables[tid]
+	if !ok {
+		ts = &tableState{maxTs: map[uint64]int64{}, dups: map[pointID]struct{}{}}
+		db.tables[tid] = ts
+	}
+	return ts
+}
+
+func (db *DB) table(tid uint64) *tableState {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	return db.tableLocked(tid)
+}
+
+// Close flushes and closes the database and releases the directory lock.
+func (db *DB) Close() error {
+	err := db.bdb.Close()
+	if db.lock != nil {
+		err = errors.Join(err, db.lock.Close())
+	}
+	return err
+}
+
+// LoadTables returns every table's metadata, tombstones included, ordered
+// by name.
+func (db *DB) LoadTables() ([]TableMeta, error) {
+	var metas []TableMeta
+	err := db.bdb.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{ksMeta}, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var m TableMeta
+			err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &m) })
+			if err != nil {
+				return &CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
+			}
+			metas = append(metas, m)
+		}
+		return nil
+	})
+	return metas, err
+}
+
+// AllocTableID returns a table instance id never returned before, also
+// across restarts: ids are persisted with the metadata that uses them.
+// Sequencer only.
+func (db *DB) AllocTableID() uint64 {
+	db.nextTID++
+	return db.nextTID - 1
+}
+
+// LoadSeries returns the series dictionary of table instance tid, ordered by
+// series id.
+func (db *DB) LoadSeries(tid uint64) ([]Series, error) {
+	var out []Series
+	err := db.bdb.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSeries, tid), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			var tags []Field
+			err := item.Value(func(v []byte) (err error) {
+				tags, err = decodeSeries(v)
+				return err
+			})
+			if err != nil {
+				return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+			}
+			out = append(out, Series{ID: binary.BigEndian.Uint64(item.Key()[9:]), Tags: tags})
+		}
+		return nil
+	})
+	return out, err
+}
+
+// PutMeta durably writes one table's metadata (and the instance id
+// high-water) in its own transaction.
+func (db *DB) PutMeta(m TableMeta) error {
+	w := &committer{db: db, txn: db.bdb.NewTransaction(true)}
+	defer func() { w.txn.Discard() }()
+	if err := w.putMeta(&m); err != nil {
+		return err
+	}
+	return w.txn.Commit()
+}
+
+// DropTableData deletes every fragment, series and index entry of table
+// instance tid. It blocks writes while it runs (badger DropPrefix).
+func (db *DB) DropTableData(tid uint64) error {
+	db.mu.Lock()
+	delete(db.tables, tid)
+	db.mu.Unlock()
+	return db.bdb.DropPrefix(tablePrefix(ksSeries, tid), tablePrefix(ksSync, tid),
+		tablePrefix(ksUnsync, tid), tablePrefix(ksPoint, tid), tablePrefix(ksDup, tid))
+}
+
+// Commit durably writes the given table commits: metadata and series first,
+// then one block per table, then the point index. It returns once
+// everything is fsynced (unless UnsafeNoSync). A commit larger than one
+// badger transaction is split into several, committed in order; a crash
+// between them leaves a prefix, which the sequence lease accounts for.
+func (db *DB) Commit(commits []TableCommit) error {
+	w := &committer{db: db, txn: db.bdb.NewTransaction(true)}
+	defer func() { w.txn.Discard() }()
+	for i := range commits {
+		if err := w.table(&commits[i]); err != nil {
+			return err
+		}
+	}
+	return w.txn.Commit()
+}
+
+type committer struct {
+	db   *DB
+	txn  *badger.Txn
+	body []byte
+	offs []uint64
+}
+
+// set writes k=v, committing and starting a new transaction when the current
+// one is full. k and v must not be modified afterwards.
+func (w *committer) set(k, v []byte) error {
+	err := w.txn.Set(k, v)
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		if err := w.txn.Commit(); err != nil {
+			return err
+		}
+		w.txn = w.db.bdb.NewTransaction(true)
+		err = w.txn.Set(k, v)
+	}
+	return err
+}
+
+func (w *committer) table(tc *TableCommit) error {
+	if tc.Meta != nil {
+		if err := w.putMeta(tc.Meta); err != nil {
+			return err
+		}
+	}
+	st := w.db.table(tc.TableID)
+	for _, s := range tc.NewSeries {
+		if err := w.set(tableKey(ksSeries, tc.TableID, s.ID), appendSeries(nil, s.Tags)); err != nil {
+			return err
+		}
+		st.maxTs[s.ID] = math.MinInt64
+	}
+	if len(tc.Fragments) == 0 {
+		return nil
+	}
+	var block []byte
+	block, w.body, w.offs = appendBlock(nil, tc.FirstSeq, tc.Fragments, w.body, w.offs)
+	var key []byte
+	blockNo := w.db.nextBlock
+	if tc.FirstSeq != 0 {
+		key = tableKey(ksSync, tc.TableID, tc.FirstSeq+uint64(len(tc.Fragments))-1)
+	} else {
+		key = tableKey(ksUnsync, tc.TableID, blockNo)
+		w.db.nextBlock++
+		if err := w.set([]byte{ksNext}, binary.AppendUvarint(nil, w.db.nextBlock)); err != nil {
+			return err
+		}
+	}
+	if err := w.set(key, block); err != nil {
+		return err
+	}
+	// One allocation holds every point key of the block.
+	keys := make([]byte, 0, 25*len(tc.Fragments))
+	for i := range tc.Fragments {
+		f := &tc.Fragments[i]
+		r := ref{block: blockNo, idx: uint64(i)}
+		if tc.FirstSeq != 0 {
+			r = ref{seq: tc.FirstSeq + uint64(i)}
+		}
+		keys = pointKey(keys, ksPoint, tc.TableID, f.Series, f.Time)
+		pk := keys[len(keys)-25 : len(keys) : len(keys)]
+		keys = keys[len(keys):]
+		old, err := w.existing(st, tc.TableID, pk, f)
+		if err != nil {
+			return err
+		}
+		if err := w.set(pk, appendRef(old, r)); err != nil {
+			return err
+		}
+		if old != nil {
+			if err := w.markDup(st, tc.TableID, f); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// putMeta writes a table's metadata and the instance id high-water.
+func (w *committer) putMeta(m *TableMeta) error {
+	v, err := json.Marshal(m)
+	if err != nil {
+		return err
+	}
+	if err := w.set(metaKey(m.Name), v); err != nil {
+		return err
+	}
+	return w.set([]byte{ksNext, 't'}, binary.AppendUvarint(nil, w.db.nextTID))
+}
+
+// existing returns the references already stored at point key pk (nil when
+// the point is new), consulting the index only when the series' high-water
+// timestamp does not prove the point new.
+func (w *committer) existing(st *tableState, tid uint64, pk []byte, f *Fragment) ([]byte, error) {
+	hi, known := st.maxTs[f.Series]
+	if !known {
+		var err error
+		if hi, err = w.seriesMaxTs(tid, f.Series); err != nil {
+			return nil, err
+		}
+	}
+	if f.Time > hi {
+		st.maxTs[f.Series] = f.Time
+		return nil, nil
+	}
+	st.maxTs[f.Series] = hi
+	item, err := w.txn.Get(pk)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return item.ValueCopy(nil)
+}
+
+// seriesMaxTs finds a series' highest stored timestamp with one reverse seek.
+func (w *committer) seriesMaxTs(tid, sid uint64) (int64, error) {
+	prefix := tableKey(ksPoint, tid, sid)
+	it := w.txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+	defer it.Close()
+	it.Seek(append(prefix, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
+	if !it.Valid() {
+		return math.MinInt64, nil
+	}
+	return pointKeyTime(it.Item().Key()), nil
+}
+
+func (w *committer) markDup(st *tableState, tid uint64, f *Fragment) error {
+	id := pointID{f.Series, f.Time}
+	st.dupMu.RLock()
+	_, ok := st.dups[id]
+	st.dupMu.RUnlock()
+	if ok {
+		return nil
+	}
+	if err := w.set(pointKey(nil, ksDup, tid, f.Series, f.Time), nil); err != nil {
+		return err
+	}
+	st.dupMu.Lock()
+	st.dups[id] = struct{}{}
+	st.dupMu.Unlock()
+	return nil
+}
+
+// sizeCollector reports badger's LSM and value-log sizes.
+type sizeCollector struct{ db *DB }
+
+var sizeDesc = prometheus.NewDesc("ingestd_store_size_bytes", "Size of the badger database on disk by part (lsm, vlog).", []string{"part"}, nil)
+
+func (c sizeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sizeDesc }
+
+func (c sizeCollector) Collect(ch chan<- prometheus.Metric) {
+	lsm, vlog := c.db.bdb.Size()
+	ch <- prometheus.MustNewConstMetric(sizeDesc, prometheus.GaugeValue, float64(lsm), "lsm")
+	ch <- prometheus.MustNewConstMetric(sizeDesc, prometheus.GaugeValue, float64(vlog), "vlog")
+}
+
+// badgerLogger routes badger's logs to slog at one level lower than badger
+// claims (badger is chatty at Info).
+type badgerLogger struct{ l *slog.Logger }
+
+func (b badgerLogger) Errorf(f string, a ...any)   { b.l.Error("badger", "msg", fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Warningf(f string, a ...any) { b.l.Warn("badger", "msg", fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Infof(f string, a ...any)    { b.l.Debug("badger", "msg", fmt.Sprintf(f, a...)) }
+func (b badgerLogger) Debugf(f string, a ...any)   {}

@@ -1,0 +1,119 @@
+package store
+
+import "math"
+
+// Kind is a column's type. Tag columns hold strings; field columns one of the
+// five ILP field types.
+type Kind uint8
+
+// The column kinds. The zero Kind is invalid.
+const (
+	KindTag Kind = iota + 1
+	KindFloat
+	KindInt
+	KindUint
+	KindString
+	KindBool
+)
+
+// String returns the kind's name as SHOW COLUMNS reports it.
+func (k Kind) String() string {
+	switch k {
+	case KindTag:
+		return "tag"
+	case KindFloat:
+		return "float"
+	case KindInt:
+		return "integer"
+	case KindUint:
+		return "unsigned"
+	case KindString:
+		return "string"
+	case KindBool:
+		return "boolean"
+	}
+	return "invalid"
+}
+
+// Value is one typed value. Num holds the bits of a number (int64 as two's
+// complement, float64 as IEEE 754 bits, bool as 0 or 1); Str holds a string
+// or tag value. The zero Value (Kind 0) means absent.
+type Value struct {
+	Kind Kind
+	Num  uint64
+	Str  string
+}
+
+// Int returns the value as int64.
+func (v Value) Int() int64 { return int64(v.Num) }
+
+// Float returns the value as float64.
+func (v Value) Float() float64 { return math.Float64frombits(v.Num) }
+
+// Bool returns the value as bool.
+func (v Value) Bool() bool { return v.Num != 0 }
+
+// Field is a value in a table column, identified by the column's position in
+// the table's schema.
+type Field struct {
+	Col   uint32
+	Value Value
+}
+
+// Column is one column of a table's schema. Position 0 is always "time" with
+// Kind 0; tags and fields follow in order of first appearance.
+type Column struct {
+	Name string `json:"name"`
+	Kind Kind   `json:"kind"`
+}
+
+// Fragment is what one ILP line carries: field values at (series, ts).
+// Fields are in any order, each column at most once.
+type Fragment struct {
+	Series uint64
+	Time   int64 // nanoseconds since the Unix epoch
+	Fields []Field
+}
+
+// Series is one entry of a table's series dictionary: the tag set (as tag
+// columns and their values, sorted by tag key) behind a series id.
+type Series struct {
+	ID   uint64
+	Tags []Field
+}
+
+// TableMeta is a table's durable metadata. A dropped table keeps a tombstone
+// (Dropped set, ID 0) so that a re-created table resumes above its epoch and
+// sequence.
+type TableMeta struct {
+	Name     string   `json:"name"`
+	ID       uint64   `json:"id"`
+	Sync     bool     `json:"sync"`
+	Epoch    uint64   `json:"epoch"`
+	SeqLease uint64   `json:"seq_lease"` // no x_seq at or below it may be handed out again
+	Columns  []Column `json:"columns"`
+	Dropped  bool     `json:"dropped,omitempty"`
+}
+
+// TableCommit is what one commit writes to one table instance.
+type TableCommit struct {
+	// TableID is the instance the fragments belong to.
+	TableID uint64
+	// Meta, when non-nil, is written first (new columns, a new table).
+	Meta *TableMeta
+	// NewSeries are dictionary entries first used by these fragments.
+	NewSeries []Series
+	// FirstSeq is the x_seq of Fragments[0], the rest following
+	// consecutively; 0 writes an unsynced block (sync OFF).
+	FirstSeq  uint64
+	Fragments []Fragment
+}
+
+// Row is one drained fragment delivered as the coalesced row at its
+// (series, ts). Fields is valid until the visit function returns.
+type Row struct {
+	Seq    uint64
+	Series uint64
+	Time   int64
+	Fields []Field
+}
