@@ -1,0 +1,71 @@
+package main
+
+import (
+	"context"
+	"io"
+	"log/slog"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/ilp"
+	"github.com/ingestd/ingestd/store"
+)
+
+// daemon is the whole ingestd running in-process on 127.0.0.1:0.
+type daemon struct {
+	URL     string // http://127.0.0.1:port
+	TCPAddr string
+	cancel  context.CancelFunc
+	done    chan error
+}
+
+// testConfig returns the defaults with loopback listeners on free ports and
+// the data in dir.
+func testConfig(dir string) config {
+	cfg := config{
+		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(),
+		httpAddr: "127.0.0.1:0", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
+	}
+	cfg.store.Dir = dir
+	cfg.ilp.TCPAddr = "127.0.0.1:0"
+	return cfg
+}
+
+// startDaemon runs serve with cfg until the test ends (or stop is called).
+func startDaemon(t testing.TB, cfg config) *daemon {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	d := &daemon{cancel: cancel, done: make(chan error, 1)}
+	addrs := make(chan [2]string, 1)
+	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
+	go func() {
+		d.done <- serve(ctx, cfg, logger, func(h, tcp string) { addrs <- [2]string{h, tcp} })
+	}()
+	select {
+	case a := <-addrs:
+		d.URL, d.TCPAddr = "http://"+a[0], a[1]
+	case err := <-d.done:
+		cancel()
+		t.Fatalf("daemon did not start: %v", err)
+	case <-time.After(30 * time.Second):
+		cancel()
+		t.Fatal("daemon did not start within 30s")
+	}
+	t.Cleanup(func() { d.stop(t) })
+	return d
+}
+
+// stop shuts the daemon down gracefully and requires a clean exit. It may
+// be called more than once.
+func (d *daemon) stop(t testing.TB) {
+	t.Helper()
+	if d.done == nil {
+		return
+	}
+	d.cancel()
+	require.NoError(t, <-d.done)
+	d.done = nil
+}

@@ -1,0 +1,62 @@
+package feed
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store"
+)
+
+// harness is a sequencer running on a real badger store in t.TempDir().
+type harness struct {
+	t      testing.TB
+	dir    string
+	db     *store.DB
+	s      *Sequencer
+	cancel context.CancelFunc
+	done   chan error
+}
+
+// openHarness opens the store in dir and starts a sequencer on it.
+func openHarness(t testing.TB, dir string, cfg Config) *harness {
+	t.Helper()
+	scfg := store.DefaultConfig()
+	scfg.Dir = dir
+	db, err := store.Open(scfg, nil, nil)
+	require.NoError(t, err)
+	s, err := New(cfg, db, nil, nil)
+	require.NoError(t, err)
+	h := &harness{t: t, dir: dir, db: db, s: s, done: make(chan error, 1)}
+	h.start()
+	return h
+}
+
+func (h *harness) start() {
+	ctx, cancel := context.WithCancel(context.Background())
+	h.cancel = cancel
+	go func() { h.done <- h.s.Run(ctx) }()
+}
+
+// close stops the sequencer cleanly and closes the store.
+func (h *harness) close() {
+	h.t.Helper()
+	h.cancel()
+	require.NoError(h.t, <-h.done)
+	require.NoError(h.t, h.db.Close())
+}
+
+// eventually polls cond every few milliseconds until it holds or the
+// deadline passes.
+func eventually(t testing.TB, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("condition not met within 10s: %s", msg)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
