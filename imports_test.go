@@ -1,0 +1,81 @@
+package ingestd
+
+import (
+	"go/build"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+const module = "github.com/ingestd/ingestd"
+
+// TestImportDirection enforces STYLE R1: imports run one way only, store ←
+// feed ← ilp, httpapi ← cmd/ingestd, and badger stays inside store. It reads
+// every package's non-test imports (tests may wire real parts together).
+func TestImportDirection(t *testing.T) {
+	allowed := map[string][]string{
+		"":            {},
+		"store":       {},
+		"feed":        {"store"},
+		"ilp":         {"feed"},
+		"httpapi":     {"feed"},
+		"cmd/ingestd": {"", "store", "feed", "ilp", "httpapi"},
+	}
+	for dir, ok := range allowed {
+		name := dir
+		if name == "" {
+			name = "root"
+		}
+		t.Run(name, func(t *testing.T) {
+			pkg, err := build.ImportDir(filepath.Join(".", dir), 0)
+			require.NoError(t, err)
+			var bad []string
+			for _, imp := range pkg.Imports {
+				if strings.HasPrefix(imp, "github.com/dgraph-io/badger") && dir != "store" {
+					bad = append(bad, imp)
+					continue
+				}
+				if imp != module && !strings.HasPrefix(imp, module+"/") {
+					continue
+				}
+				rel := strings.TrimPrefix(strings.TrimPrefix(imp, module), "/")
+				if !contains(ok, rel) {
+					bad = append(bad, imp)
+				}
+			}
+			sort.Strings(bad)
+			require.Empty(t, bad, "package %q imports what STYLE R1 forbids (allowed: %q)", dir, ok)
+		})
+	}
+}
+
+// TestEveryPackageIsChecked fails when a package is added without a rule
+// above.
+func TestEveryPackageIsChecked(t *testing.T) {
+	var dirs []string
+	for _, pattern := range []string{"*", "*/*"} {
+		matches, err := filepath.Glob(filepath.Join(pattern, "*.go"))
+		require.NoError(t, err)
+		for _, m := range matches {
+			if !strings.HasSuffix(m, "_test.go") {
+				dirs = append(dirs, filepath.ToSlash(filepath.Dir(m)))
+			}
+		}
+	}
+	known := map[string]bool{"store": true, "feed": true, "ilp": true, "httpapi": true, "cmd/ingestd": true}
+	for _, d := range dirs {
+		require.True(t, known[d], "package %s has no import-direction rule in TestImportDirection", d)
+	}
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
