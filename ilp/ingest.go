@@ -49,9 +49,9 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 
 // rateLimit lets one event through per interval and counts the rest.
 type rateLimit struct {
-	every time.Duration
-	mu    sync.Mutex // guards last and suppressed
-	last  time.Time
+	every      time.Duration
+	mu         sync.Mutex // guards last and suppressed
+	last       time.Time
 	suppressed int
 }
 

@@ -91,8 +91,8 @@ type tableState struct {
 	// maximum is known; touched by Commit only.
 	maxTs map[uint64]int64
 
-	dupMu sync.RWMutex              // guards dups
-	dups  map[pointID]struct{}      // points holding more than one fragment
+	dupMu sync.RWMutex         // guards dups
+	dups  map[pointID]struct{} // points holding more than one fragment
 }
 
 type pointID struct {
