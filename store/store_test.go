@@ -1,0 +1,229 @@
+package store
+
+import (
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+	"go.uber.org/goleak"
+)
+
+func TestMain(m *testing.M) {
+	goleak.VerifyTestMain(m)
+}
+
+// configs are the store configurations every contract test runs against
+// (STYLE R22).
+func configs(t *testing.T) map[string]Config {
+	onDisk := DefaultConfig()
+	onDisk.Dir = t.TempDir()
+	mem := DefaultConfig()
+	mem.InMemory = true
+	noSync := DefaultConfig()
+	noSync.Dir = t.TempDir()
+	noSync.UnsafeNoSync = true
+	return map[string]Config{"on-disk": onDisk, "in-memory": mem, "no-sync": noSync}
+}
+
+func forEachConfig(t *testing.T, fn func(t *testing.T, db *DB)) {
+	for name, cfg := range configs(t) {
+		t.Run(name, func(t *testing.T) {
+			db, err := Open(cfg, nil, nil)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, db.Close()) }()
+			fn(t, db)
+		})
+	}
+}
+
+func intField(col uint32, v int64) Field { return Field{Col: col, Value: Value{Kind: KindInt, Num: uint64(v)}} }
+
+// readAll drains tid after..upto with the given page size, returning rows
+// with copied fields.
+func readAll(t *testing.T, db *DB, tid, after, upto uint64, limit int) []Row {
+	t.Helper()
+	var out []Row
+	for {
+		n := 0
+		err := db.ReadSeq(tid, after, upto, limit, func(r *Row) error {
+			c := *r
+			c.Fields = append([]Field(nil), r.Fields...)
+			out = append(out, c)
+			after = r.Seq
+			n++
+			return nil
+		})
+		require.NoError(t, err)
+		if n < limit {
+			return out
+		}
+	}
+}
+
+func TestReadSeqAcrossBlocks(t *testing.T) {
+	forEachConfig(t, func(t *testing.T, db *DB) {
+		tid := db.AllocTableID()
+		series := []Series{{ID: 1, Tags: []Field{{Col: 0, Value: Value{Kind: KindTag, Str: "a"}}}}}
+		seq := uint64(0)
+		// Blocks of 1, 200 and 70 fragments: pages must cross the skip
+		// index (64) and block boundaries.
+		for i, n := range []int{1, 200, 70} {
+			frags := make([]Fragment, n)
+			for j := range frags {
+				frags[j] = Fragment{Series: 1, Time: int64(seq) + int64(j) + 1, Fields: []Field{intField(1, int64(seq)+int64(j)+1)}}
+			}
+			tc := TableCommit{TableID: tid, FirstSeq: seq + 1, Fragments: frags}
+			if i == 0 {
+				tc.NewSeries = series
+			}
+			require.NoError(t, db.Commit([]TableCommit{tc}))
+			seq += uint64(n)
+		}
+		for _, limit := range []int{1, 7, 64, 65, 1000} {
+			t.Run(fmt.Sprint("limit=", limit), func(t *testing.T) {
+				rows := readAll(t, db, tid, 0, seq, limit)
+				require.Len(t, rows, int(seq))
+				for i, r := range rows {
+					require.Equal(t, uint64(i+1), r.Seq)
+					require.Equal(t, int64(i+1), r.Time)
+					require.Equal(t, []Field{intField(1, int64(i+1))}, r.Fields)
+				}
+			})
+		}
+		t.Run("upto bounds the read", func(t *testing.T) {
+			rows := readAll(t, db, tid, 100, 150, 1000)
+			require.Len(t, rows, 50)
+			require.Equal(t, uint64(101), rows[0].Seq)
+			require.Equal(t, uint64(150), rows[49].Seq)
+		})
+	})
+}
+
+func TestCoalesceOverwrites(t *testing.T) {
+	forEachConfig(t, func(t *testing.T, db *DB) {
+		tid := db.AllocTableID()
+		// An unsynced fragment, then two synced ones at the same point (one
+		// in the same commit as a late point of another series).
+		require.NoError(t, db.Commit([]TableCommit{{TableID: tid, NewSeries: []Series{{ID: 1}, {ID: 2}},
+			Fragments: []Fragment{{Series: 1, Time: 100, Fields: []Field{intField(1, 1), intField(2, 2)}}}}}))
+		require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 1, Fragments: []Fragment{
+			{Series: 2, Time: 100, Fields: []Field{intField(1, 9)}},
+			{Series: 1, Time: 100, Fields: []Field{intField(2, 20)}},
+			{Series: 1, Time: 50, Fields: []Field{intField(3, 5)}},
+		}}}))
+		require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 4, Fragments: []Fragment{
+			{Series: 1, Time: 100, Fields: []Field{intField(3, 30)}},
+			{Series: 1, Time: 100, Fields: []Field{intField(1, 10)}},
+		}}}))
+		merged := []Field{intField(1, 10), intField(2, 20), intField(3, 30)}
+		rows := readAll(t, db, tid, 0, 5, 10)
+		require.Len(t, rows, 5)
+		require.Equal(t, []Field{intField(1, 9)}, rows[0].Fields, "another series at the same time is not merged")
+		require.ElementsMatch(t, merged, rows[1].Fields)
+		require.Equal(t, []Field{intField(3, 5)}, rows[2].Fields, "a late point of its own stays alone")
+		require.ElementsMatch(t, merged, rows[3].Fields)
+		require.ElementsMatch(t, merged, rows[4].Fields)
+	})
+}
+
+func TestValueKindsRoundTrip(t *testing.T) {
+	forEachConfig(t, func(t *testing.T, db *DB) {
+		tid := db.AllocTableID()
+		fields := []Field{
+			{Col: 1, Value: Value{Kind: KindFloat, Num: math.Float64bits(-1.5e300)}},
+			{Col: 2, Value: Value{Kind: KindInt, Num: 1 << 63}},
+			{Col: 3, Value: Value{Kind: KindUint, Num: math.MaxUint64}},
+			{Col: 4, Value: Value{Kind: KindString, Str: "héllo\n\"x\""}},
+			{Col: 5, Value: Value{Kind: KindBool, Num: 1}},
+			{Col: 6, Value: Value{Kind: KindString, Str: ""}},
+		}
+		require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []Series{{ID: 1}},
+			Fragments: []Fragment{{Series: 1, Time: math.MinInt64 + 1, Fields: fields}}}}))
+		rows := readAll(t, db, tid, 0, 1, 10)
+		require.Len(t, rows, 1)
+		require.Equal(t, int64(math.MinInt64+1), rows[0].Time)
+		require.Equal(t, fields, rows[0].Fields)
+	})
+}
+
+func TestMetaSeriesAndDrop(t *testing.T) {
+	dir := t.TempDir()
+	cfg := DefaultConfig()
+	cfg.Dir = dir
+	db, err := Open(cfg, nil, nil)
+	require.NoError(t, err)
+	tid := db.AllocTableID()
+	meta := TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1, SeqLease: 10, Columns: []Column{{"host", KindTag}, {"v", KindInt}}}
+	tags := []Field{{Col: 0, Value: Value{Kind: KindTag, Str: "a,b=c d"}}}
+	require.NoError(t, db.Commit([]TableCommit{{TableID: tid, Meta: &meta, NewSeries: []Series{{ID: 1, Tags: tags}},
+		FirstSeq: 1, Fragments: []Fragment{{Series: 1, Time: 1, Fields: []Field{intField(1, 1)}}}}}))
+	require.NoError(t, db.Close())
+
+	db, err = Open(cfg, nil, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	metas, err := db.LoadTables()
+	require.NoError(t, err)
+	require.Equal(t, []TableMeta{meta}, metas)
+	series, err := db.LoadSeries(tid)
+	require.NoError(t, err)
+	require.Equal(t, []Series{{ID: 1, Tags: tags}}, series)
+	require.Greater(t, db.AllocTableID(), tid, "table ids are not reused after a restart")
+
+	require.NoError(t, db.DropTableData(tid))
+	require.Empty(t, readAll(t, db, tid, 0, 1, 10))
+	series, err = db.LoadSeries(tid)
+	require.NoError(t, err)
+	require.Empty(t, series)
+}
+
+func TestOpenRefusals(t *testing.T) {
+	t.Run("locked", func(t *testing.T) {
+		cfg := DefaultConfig()
+		cfg.Dir = t.TempDir()
+		db, err := Open(cfg, nil, nil)
+		require.NoError(t, err)
+		defer func() { require.NoError(t, db.Close()) }()
+		_, err = Open(cfg, nil, nil)
+		require.ErrorIs(t, err, ErrLocked)
+	})
+	t.Run("unwritable", func(t *testing.T) {
+		if os.Geteuid() == 0 {
+			// root ignores permissions; use a path under a regular file.
+			f := filepath.Join(t.TempDir(), "file")
+			require.NoError(t, os.WriteFile(f, nil, 0o600))
+			cfg := DefaultConfig()
+			cfg.Dir = filepath.Join(f, "data")
+			_, err := Open(cfg, nil, nil)
+			require.ErrorContains(t, err, "create data directory")
+			return
+		}
+		dir := t.TempDir()
+		require.NoError(t, os.Chmod(dir, 0o500))
+		cfg := DefaultConfig()
+		cfg.Dir = filepath.Join(dir, "data")
+		_, err := Open(cfg, nil, nil)
+		require.ErrorContains(t, err, "create data directory")
+	})
+}
+
+func TestBlockCorruption(t *testing.T) {
+	frags := []Fragment{{Series: 1, Time: 5, Fields: []Field{intField(1, 1), {Col: 2, Value: Value{Kind: KindString, Str: "abc"}}}}}
+	var body []byte
+	var offs []uint64
+	block, _, _ := appendBlock(nil, 1, frags, body, offs)
+	for cut := range len(block) {
+		t.Run(fmt.Sprint("truncated at ", cut), func(t *testing.T) {
+			var br blockReader
+			var f Fragment
+			err := br.init(block[:cut])
+			if err == nil {
+				err = br.next(&f)
+			}
+			require.Error(t, err, "a torn block must not decode")
+		})
+	}
+}
