@@ -16,6 +16,8 @@ const (
 	DefaultMaxSeriesPerTable  = 1_000_000
 	DefaultMaxDrainLimit      = 10_000
 	DefaultSubmitTimeout      = 5 * time.Second
+	DefaultMaxConsumers       = 64
+	DefaultConsumerFlush      = time.Second
 )
 
 // seqLeaseChunk is how many x_seq numbers one durable lease reserves beyond
@@ -43,6 +45,12 @@ type Config struct {
 	// SubmitTimeout bounds how long an HTTP write waits for room in the
 	// queue before it is answered 503.
 	SubmitTimeout time.Duration
+	// MaxConsumersPerTable bounds the named consumers of one table.
+	MaxConsumersPerTable int
+	// ConsumerFlushInterval is how often changed consumer positions are
+	// written durably (and at shutdown). A crash may lose at most this much
+	// of their progress; positions only feed lag metrics and listings.
+	ConsumerFlushInterval time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -54,6 +62,9 @@ func DefaultConfig() Config {
 		MaxSeriesPerTable:  DefaultMaxSeriesPerTable,
 		MaxDrainLimit:      DefaultMaxDrainLimit,
 		SubmitTimeout:      DefaultSubmitTimeout,
+
+		MaxConsumersPerTable:  DefaultMaxConsumers,
+		ConsumerFlushInterval: DefaultConsumerFlush,
 	}
 }
 
@@ -86,6 +97,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxColumnsPerTable, "feed-max-columns-per-table", c.MaxColumnsPerTable, "most columns (tags plus fields) per table")
 	fs.IntVar(&c.MaxSeriesPerTable, "feed-max-series-per-table", c.MaxSeriesPerTable, "most series (distinct tag sets) per table")
 	fs.DurationVar(&c.SubmitTimeout, "feed-submit-timeout", c.SubmitTimeout, "how long an HTTP write waits for room in the sequencer queue before 503")
+	fs.IntVar(&c.MaxConsumersPerTable, "max-consumers-per-table", c.MaxConsumersPerTable, "most named drain consumers per table (409 too_many_consumers past it)")
+	fs.DurationVar(&c.ConsumerFlushInterval, "feed-consumer-flush-interval", c.ConsumerFlushInterval, "how often changed consumer positions are written durably")
 }
 
 // Validate reports the first invalid setting.
@@ -108,6 +121,10 @@ func (c *Config) Validate() error {
 		return errors.New("feed: --max-drain-limit must be at least 1")
 	case c.SubmitTimeout <= 0:
 		return errors.New("feed: --feed-submit-timeout must be positive")
+	case c.MaxConsumersPerTable < 1:
+		return errors.New("feed: --max-consumers-per-table must be at least 1")
+	case c.ConsumerFlushInterval <= 0:
+		return errors.New("feed: --feed-consumer-flush-interval must be positive")
 	}
 	return nil
 }

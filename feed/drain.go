@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/ingestd/ingestd/store"
 )
@@ -21,6 +22,14 @@ type DrainRequest struct {
 	// Columns selects and orders the output columns ("time", tags, fields,
 	// "x_seq"); nil means every column in schema order with x_seq last.
 	Columns []string
+	// Wait, when positive, long-polls: a page that would be empty is held
+	// until a fragment above After becomes visible or Wait passes.
+	Wait time.Duration
+	// Stop, when closed, ends a long-poll at once (server shutdown).
+	Stop <-chan struct{}
+	// Consumer, when set, records that this named consumer has applied
+	// everything up to After in the drained epoch.
+	Consumer string
 }
 
 // Page is a drain page's envelope (SPEC §6).
@@ -37,13 +46,13 @@ type Page struct {
 }
 
 // Drain reads the page of req.Table after req.After, at most req.Limit rows,
-// in ascending x_seq and never above the watermark, calling visit with each
-// row's values in Columns order (Kind 0 = absent). vals is reused between
-// calls. Refusals are *RefusalError wrapping ErrSyncOff, ErrStaleEpoch or
+// in ascending x_seq and never above the watermark, calling visit with the
+// page's columns and each row's values in that order (Kind 0 = absent).
+// cols and vals are valid only during the call. Refusals are *RefusalError wrapping ErrSyncOff, ErrStaleEpoch or
 // ErrCursorBeyondSequence (checked in that order); an unknown table is
 // ErrTableNotFound, an unknown column ErrUnknownColumn, a bad limit
 // ErrInvalidLimit. Safe for concurrent use; never blocks the sequencer.
-func (s *Sequencer) Drain(ctx context.Context, req DrainRequest, visit func(vals []Value) error) (Page, error) {
+func (s *Sequencer) Drain(ctx context.Context, req DrainRequest, visit func(cols []Column, vals []Value) error) (Page, error) {
 	pg, err := s.drain(ctx, req, visit)
 	outcome := "ok"
 	switch {
@@ -62,25 +71,58 @@ func isRefusal(err error) bool {
 	return errors.As(err, &r)
 }
 
-func (s *Sequencer) drain(ctx context.Context, req DrainRequest, visit func(vals []Value) error) (Page, error) {
+func (s *Sequencer) drain(ctx context.Context, req DrainRequest, visit func(cols []Column, vals []Value) error) (Page, error) {
 	if req.Limit < 1 || req.Limit > s.cfg.MaxDrainLimit {
 		return Page{}, fmt.Errorf("%w: %d is outside 1..%d (--max-drain-limit)", ErrInvalidLimit, req.Limit, s.cfg.MaxDrainLimit)
 	}
-	t, err := s.lookup(req.Table)
-	if err != nil {
-		return Page{}, err
+	var timeout <-chan time.Time
+	if req.Wait > 0 {
+		tm := time.NewTimer(req.Wait)
+		defer tm.Stop()
+		timeout = tm.C
 	}
-	p := t.snapshot()
-	st := p.statusLocked()
-	switch {
-	case !p.sync:
-		return Page{}, &RefusalError{Err: ErrSyncOff, Status: st}
-	case req.HasEpoch && req.Epoch != p.epoch:
-		return Page{}, &RefusalError{Err: ErrStaleEpoch, Status: st}
-	case req.After > p.seq:
-		return Page{}, &RefusalError{Err: ErrCursorBeyondSequence, Status: st}
+	recorded := false
+	for {
+		t, err := s.lookup(req.Table)
+		if err != nil {
+			return Page{}, err
+		}
+		p := t.snapshot()
+		st := p.statusLocked()
+		switch {
+		case !p.sync:
+			return Page{}, &RefusalError{Err: ErrSyncOff, Status: st}
+		case req.HasEpoch && req.Epoch != p.epoch:
+			return Page{}, &RefusalError{Err: ErrStaleEpoch, Status: st}
+		case req.After > p.seq:
+			return Page{}, &RefusalError{Err: ErrCursorBeyondSequence, Status: st}
+		}
+		if req.Consumer != "" && !recorded {
+			if err := t.consumers.record(req.Consumer, p.epoch, req.After, s.now(), s.cfg.MaxConsumersPerTable); err != nil {
+				return Page{}, err
+			}
+			recorded = true
+		}
+		if timeout == nil || p.watermark > req.After {
+			return s.readPage(ctx, req, &p, visit)
+		}
+		select {
+		case <-p.changed:
+		case <-timeout:
+			timeout = nil
+		case <-req.Stop:
+			timeout = nil
+		case <-s.stopping:
+			timeout = nil
+		case <-ctx.Done():
+			return Page{}, ctx.Err()
+		}
 	}
-	proj, cols, err := project(&p, req.Columns)
+}
+
+// readPage reads one page from the published state p.
+func (s *Sequencer) readPage(ctx context.Context, req DrainRequest, p *published, visit func(cols []Column, vals []Value) error) (Page, error) {
+	proj, cols, err := project(p, req.Columns)
 	if err != nil {
 		return Page{}, err
 	}
@@ -88,33 +130,13 @@ func (s *Sequencer) drain(ctx context.Context, req DrainRequest, visit func(vals
 	vals := make([]Value, len(cols))
 	last := req.After
 	err = s.st.ReadSeq(p.tid, req.After, p.watermark, req.Limit, func(r *store.Row) error {
-		clear(vals)
-		if proj.time >= 0 {
-			vals[proj.time] = Value{Kind: KindTime, Num: uint64(r.Time)}
-		}
-		if proj.seq >= 0 {
-			vals[proj.seq] = Value{Kind: KindSeq, Num: r.Seq}
-		}
-		if r.Series < uint64(len(p.tags)) {
-			for _, tg := range p.tags[r.Series] {
-				if i := proj.col[tg.Col]; i >= 0 {
-					vals[i] = tg.Value
-				}
-			}
-		}
-		for _, f := range r.Fields {
-			if int(f.Col) < len(proj.col) {
-				if i := proj.col[f.Col]; i >= 0 {
-					vals[i] = f.Value
-				}
-			}
-		}
+		proj.fill(vals, p, r)
 		last = r.Seq
 		pg.Rows++
 		if pg.Rows%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return visit(vals)
+		return visit(cols, vals)
 	})
 	if err != nil {
 		return Page{}, err
@@ -132,6 +154,34 @@ func (s *Sequencer) drain(ctx context.Context, req DrainRequest, visit func(vals
 type projection struct {
 	time, seq int
 	col       []int
+}
+
+// fill sets vals (in output order) from a stored row: time, x_seq, the
+// series' tags and the fields; unselected and absent columns stay zero.
+func (pr *projection) fill(vals []Value, p *published, r *store.Row) {
+	clear(vals)
+	if pr.time >= 0 {
+		vals[pr.time] = Value{Kind: KindTime, Num: uint64(r.Time)}
+	}
+	if pr.seq >= 0 {
+		vals[pr.seq] = Value{Kind: KindSeq, Num: r.Seq}
+	}
+	if r.Series < uint64(len(p.tags)) {
+		for _, tg := range p.tags[r.Series] {
+			if int(tg.Col) < len(pr.col) {
+				if i := pr.col[tg.Col]; i >= 0 {
+					vals[i] = tg.Value
+				}
+			}
+		}
+	}
+	for _, f := range r.Fields {
+		if int(f.Col) < len(pr.col) {
+			if i := pr.col[f.Col]; i >= 0 {
+				vals[i] = f.Value
+			}
+		}
+	}
 }
 
 func project(p *published, names []string) (projection, []Column, error) {

@@ -19,6 +19,11 @@ var (
 	// ErrUnknownColumn is returned by Drain for a requested column the table
 	// does not have.
 	ErrUnknownColumn = errors.New("feed: unknown column")
+	// ErrTooManyConsumers is returned by Drain when a new consumer name
+	// would exceed Config.MaxConsumersPerTable.
+	ErrTooManyConsumers = errors.New("feed: too many consumers for this table")
+	// ErrConsumerNotFound is returned by DeleteConsumer for an unknown name.
+	ErrConsumerNotFound = errors.New("feed: consumer not found")
 	// ErrInvalidLimit is returned by Drain for a limit outside
 	// 1..Config.MaxDrainLimit.
 	ErrInvalidLimit = errors.New("feed: invalid limit")

@@ -32,6 +32,8 @@ type Sequencer struct {
 	submitMu sync.RWMutex // guards closed against in-flight Submits
 	closed   bool
 
+	consumerMu sync.Mutex // serializes consumer flushes and deletes
+
 	mu         sync.RWMutex // guards tables and tombstones (written by the sequencer only)
 	tables     map[string]*table
 	tombstones map[string]store.TableMeta
@@ -108,7 +110,13 @@ func New(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Registerer)
 		if err != nil {
 			return nil, fmt.Errorf("load series of %s: %w", m.Name, err)
 		}
-		s.tables[m.Name] = newTable(m, series)
+		t := newTable(m, series)
+		cs, err := st.LoadConsumers(m.Name)
+		if err != nil {
+			return nil, fmt.Errorf("load consumers of %s: %w", m.Name, err)
+		}
+		t.consumers.load(cs)
+		s.tables[m.Name] = t
 	}
 	s.m = newMetrics(reg, s)
 	return s, nil
@@ -201,9 +209,13 @@ func validTableName(name string) error {
 // stopped it (after failing every queued operation).
 func (s *Sequencer) Run(ctx context.Context) error {
 	defer close(s.stopped)
+	flush := time.NewTicker(s.cfg.ConsumerFlushInterval)
+	defer flush.Stop()
 	var batch []*op
 	for {
 		select {
+		case <-flush.C:
+			s.flushConsumers()
 		case o := <-s.queue:
 			batch = s.collect(append(batch[:0], o))
 			if err := s.process(batch); err != nil {
@@ -220,6 +232,7 @@ func (s *Sequencer) Run(ctx context.Context) error {
 					return err
 				}
 			}
+			s.flushConsumers()
 			return s.releaseLeases()
 		}
 	}
@@ -318,7 +331,7 @@ func (s *Sequencer) commitGroup(ops []*op) error {
 	var leases []*table
 	for _, g := range s.groupTables {
 		t := g.t
-		tc := store.TableCommit{TableID: t.meta.ID, NewSeries: g.newSeries, Fragments: g.frags}
+		tc := store.TableCommit{TableID: t.meta.ID, NewSeries: g.newSeries, Fragments: g.frags, CommitTime: s.now().UnixNano()}
 		if t.meta.Sync && len(g.frags) > 0 {
 			tc.FirstSeq = t.seq + 1
 			t.seq += uint64(len(g.frags))
@@ -359,7 +372,10 @@ func (s *Sequencer) commitGroup(ops []*op) error {
 	s.m.committed.Add(float64(points))
 	for _, g := range s.groupTables {
 		g.t.mu.Lock()
-		g.t.pub.watermark = g.t.seq
+		if g.t.pub.watermark != g.t.seq {
+			g.t.pub.watermark = g.t.seq
+			g.t.notifyLocked()
+		}
 		g.t.mu.Unlock()
 		g.t.group = nil
 	}

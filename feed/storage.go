@@ -9,6 +9,7 @@ type Storage interface {
 	Loader
 	Committer
 	Reader
+	ConsumerStore
 }
 
 // Loader reads the durable state at start-up.
@@ -37,4 +38,19 @@ type Reader interface {
 	// ReadSeq visits fragments after < x_seq <= upto in order, at most
 	// limit, each as its coalesced row.
 	ReadSeq(tid, after, upto uint64, limit int, visit func(*store.Row) error) error
+	// SeqTime returns when the block holding x_seq seq (or the next stored
+	// one) was committed, in Unix nanoseconds; ok=false when there is none.
+	SeqTime(tid, seq uint64) (ts int64, ok bool, err error)
+	// ReadRows visits fragments with start <= ts < end from a cursor on,
+	// at most limit, each as its coalesced row.
+	ReadRows(tid uint64, cur store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error)
+}
+
+// ConsumerStore keeps named consumers' positions, by table name. Safe for
+// concurrent use.
+type ConsumerStore interface {
+	PutConsumers(byTable map[string][]store.Consumer) error
+	LoadConsumers(table string) ([]store.Consumer, error)
+	DeleteConsumer(table, name string) error
+	DeleteConsumers(table string) error
 }

@@ -19,6 +19,10 @@ type table struct {
 
 	mu  sync.Mutex // guards pub
 	pub published
+
+	// consumers is shared with the table that replaces this one on
+	// TRUNCATE: named consumers outlive it.
+	consumers *consumerSet
 }
 
 // published is the state readers see. The slices are append-only
@@ -31,6 +35,21 @@ type published struct {
 	tid       uint64
 	cols      []store.Column  // schema, "time" excluded
 	tags      [][]store.Field // tag set by series id (index 0 unused)
+	// changed is closed (and replaced) when the watermark, sync or epoch
+	// changes, or the table is truncated or dropped: long-polls wait on it.
+	changed chan struct{}
+}
+
+// notifyLocked wakes long-polls waiting on the table. t.mu must be held.
+func (t *table) notifyLocked() {
+	close(t.pub.changed)
+	t.pub.changed = make(chan struct{})
+}
+
+func (t *table) notify() {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	t.notifyLocked()
 }
 
 func (t *table) status() SyncStatus {
@@ -69,6 +88,7 @@ func newTable(meta store.TableMeta, series []store.Series) *table {
 		colByName: make(map[string]uint32, len(meta.Columns)),
 		series:    make(map[string]uint64, len(series)),
 		seq:       meta.SeqLease,
+		consumers: newConsumerSet(),
 	}
 	for i, c := range meta.Columns {
 		t.colByName[c.Name] = uint32(i)
@@ -85,7 +105,7 @@ func newTable(meta store.TableMeta, series []store.Series) *table {
 	}
 	t.pub = published{
 		sync: meta.Sync, epoch: meta.Epoch, seq: t.seq, watermark: t.seq, tid: meta.ID,
-		cols: meta.Columns, tags: tags,
+		cols: meta.Columns, tags: tags, changed: make(chan struct{}),
 	}
 	return t
 }

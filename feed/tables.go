@@ -110,6 +110,7 @@ func (s *Sequencer) runControl(o *op) {
 			}
 			t.mu.Lock()
 			t.pub.sync, t.pub.epoch = t.meta.Sync, t.meta.Epoch
+			t.notifyLocked()
 			t.mu.Unlock()
 		}
 	case opTruncate:
@@ -120,6 +121,7 @@ func (s *Sequencer) runControl(o *op) {
 		}, nil)
 		nt.seq = t.seq
 		nt.pub.seq, nt.pub.watermark = t.seq, t.seq
+		nt.consumers = t.consumers
 		if err := s.st.PutMeta(nt.meta); err != nil {
 			o.err = storageErr("truncate", err)
 			return
@@ -127,6 +129,7 @@ func (s *Sequencer) runControl(o *op) {
 		s.mu.Lock()
 		s.tables[t.name] = nt
 		s.mu.Unlock()
+		t.notify()
 		t = nt
 		if err := s.st.DropTableData(old); err != nil {
 			o.err = storageErr("truncate", err)
@@ -142,6 +145,11 @@ func (s *Sequencer) runControl(o *op) {
 		delete(s.tables, t.name)
 		s.tombstones[t.name] = tomb
 		s.mu.Unlock()
+		t.notify()
+		if err := t.consumers.dropAll(s.st, t.name); err != nil {
+			o.err = storageErr("drop consumers", err)
+			return
+		}
 		if err := s.st.DropTableData(t.meta.ID); err != nil {
 			o.err = storageErr("drop", err)
 		}

@@ -1,72 +1,147 @@
 package httpapi
 
 import (
+	"errors"
 	"net/http"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/ingestd/ingestd/feed"
 )
 
-// drain serves GET /drain?table=&after=&limit=[&epoch=][&columns=][&format=json][&time_format=]
-// (SPEC §6) as one JSON page.
-func (a *API) drain(w http.ResponseWriter, r *http.Request) {
+// Drain output formats (SPEC §6).
+const (
+	formatJSON   = "json"
+	formatNDJSON = "ndjson"
+	formatLP     = "lp"
+)
+
+// maxWait caps the long-poll wait (SPEC §6).
+const maxWait = 60 * time.Second
+
+// drainParams parses the drain query. It writes the 400 itself and reports
+// false on a bad parameter.
+func drainParams(w http.ResponseWriter, r *http.Request) (feed.DrainRequest, string, timeFormat, bool) {
 	q := r.URL.Query()
 	req := feed.DrainRequest{Table: q.Get("table")}
 	if req.Table == "" {
 		writeClientErr(w, CodeInvalidParameter, "table is required")
-		return
+		return req, "", 0, false
 	}
 	ls := q.Get("limit")
 	if ls == "" {
 		writeClientErr(w, CodeLimitRequired, "limit is required: the feed pages, it does not stream unbounded")
-		return
+		return req, "", 0, false
 	}
-	limit, err := strconv.Atoi(ls)
-	if err != nil {
+	var err error
+	if req.Limit, err = strconv.Atoi(ls); err != nil {
 		writeClientErr(w, CodeInvalidLimit, "limit must be an integer, got "+strconv.Quote(ls))
-		return
+		return req, "", 0, false
 	}
-	req.Limit = limit
-	if s := q.Get("after"); s != "" {
-		if req.After, err = strconv.ParseUint(s, 10, 64); err != nil {
-			writeClientErr(w, CodeInvalidParameter, "after must be a non-negative integer, got "+strconv.Quote(s))
-			return
+	for _, p := range []struct {
+		name string
+		dst  *uint64
+		set  *bool
+	}{{"after", &req.After, nil}, {"epoch", &req.Epoch, &req.HasEpoch}} {
+		s := q.Get(p.name)
+		if s == "" {
+			continue
 		}
-	}
-	if s := q.Get("epoch"); s != "" {
-		if req.Epoch, err = strconv.ParseUint(s, 10, 64); err != nil {
-			writeClientErr(w, CodeInvalidParameter, "epoch must be a non-negative integer, got "+strconv.Quote(s))
-			return
+		if *p.dst, err = strconv.ParseUint(s, 10, 64); err != nil {
+			writeClientErr(w, CodeInvalidParameter, p.name+" must be a non-negative integer, got "+strconv.Quote(s))
+			return req, "", 0, false
 		}
-		req.HasEpoch = true
+		if p.set != nil {
+			*p.set = true
+		}
 	}
 	if s := q.Get("columns"); s != "" {
 		req.Columns = strings.Split(s, ",")
 	}
-	switch f := q.Get("format"); f {
-	case "", "json":
+	if s := q.Get("wait"); s != "" {
+		d, err := time.ParseDuration(s)
+		if err != nil || d < 0 || d > maxWait {
+			writeClientErr(w, CodeInvalidParameter, "wait must be a duration from 0s to 60s (e.g. 5s), got "+strconv.Quote(s))
+			return req, "", 0, false
+		}
+		req.Wait = d
+	}
+	req.Consumer = q.Get("consumer")
+	format := q.Get("format")
+	switch format {
+	case "":
+		format = formatJSON
+	case formatJSON, formatNDJSON, formatLP:
 	default:
-		writeClientErr(w, CodeInvalidParameter, "format must be json, got "+strconv.Quote(f))
-		return
+		writeClientErr(w, CodeInvalidParameter, "format must be json, ndjson or lp, got "+strconv.Quote(format))
+		return req, "", 0, false
 	}
 	tf, ok := parseTimeFormat(q.Get("time_format"))
 	if !ok {
 		writeClientErr(w, CodeInvalidParameter, "time_format must be one of rfc3339, ns, us, ms, s, got "+strconv.Quote(q.Get("time_format")))
+		return req, "", 0, false
+	}
+	return req, format, tf, true
+}
+
+// errNoFieldForLP refuses an lp page whose selected columns hold no field.
+var errNoFieldForLP = errors.New("format=lp needs at least one field column with a value in every row: add a field to columns")
+
+// drain serves GET /drain (SPEC §6): one page as JSON (envelope and rows),
+// NDJSON (one object per row) or line protocol (one line per fragment,
+// nanosecond timestamps, no x_ keys); the last two carry the envelope in
+// Ingestd-* headers.
+func (a *API) drain(w http.ResponseWriter, r *http.Request) {
+	req, format, tf, ok := drainParams(w, r)
+	if !ok {
 		return
 	}
+	req.Stop = a.stopping
 	enc := encoder{timeFormat: tf, buf: make([]byte, 0, 64<<10)}
 	rows := 0
-	pg, err := a.opts.Feed.Drain(r.Context(), req, func(vals []feed.Value) error {
-		if rows > 0 {
-			enc.buf = append(enc.buf, ',')
+	pg, err := a.opts.Feed.Drain(r.Context(), req, func(cols []feed.Column, vals []feed.Value) error {
+		switch format {
+		case formatJSON:
+			if rows > 0 {
+				enc.buf = append(enc.buf, ',')
+			}
+			enc.row(vals)
+		case formatNDJSON:
+			enc.object(cols, vals)
+		case formatLP:
+			if !enc.line(req.Table, cols, vals) {
+				return errNoFieldForLP
+			}
 		}
 		rows++
-		enc.row(vals)
 		return nil
 	})
+	if errors.Is(err, errNoFieldForLP) {
+		writeClientErr(w, CodeInvalidParameter, err.Error())
+		return
+	}
 	if err != nil {
 		writeErr(w, err)
+		return
+	}
+	h := w.Header()
+	switch format {
+	case formatNDJSON, formatLP:
+		h.Set("Ingestd-Epoch", strconv.FormatUint(pg.Epoch, 10))
+		h.Set("Ingestd-After", strconv.FormatUint(pg.After, 10))
+		h.Set("Ingestd-Next", strconv.FormatUint(pg.Next, 10))
+		h.Set("Ingestd-Seq", strconv.FormatUint(pg.Seq, 10))
+		h.Set("Ingestd-Watermark", strconv.FormatUint(pg.Watermark, 10))
+		h.Set("Ingestd-More", strconv.FormatBool(pg.More))
+		if format == formatNDJSON {
+			h.Set("Content-Type", "application/x-ndjson")
+		} else {
+			h.Set("Content-Type", "text/plain; charset=utf-8")
+		}
+		h.Set("Content-Length", strconv.Itoa(len(enc.buf)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(enc.buf)
 		return
 	}
 	head := make([]byte, 0, 256)
@@ -84,16 +159,10 @@ func (a *API) drain(w http.ResponseWriter, r *http.Request) {
 	head = strconv.AppendUint(head, pg.Watermark, 10)
 	head = append(head, `,"more":`...)
 	head = strconv.AppendBool(head, pg.More)
-	head = append(head, `,"columns":[`...)
-	for i, c := range pg.Columns {
-		if i > 0 {
-			head = append(head, ',')
-		}
-		head = appendString(head, c.Name)
-	}
-	head = append(head, `],"rows":[`...)
-	w.Header().Set("Content-Type", "application/json")
-	w.Header().Set("Content-Length", strconv.Itoa(len(head)+len(enc.buf)+3))
+	head = appendColumns(head, pg.Columns)
+	head = append(head, `,"rows":[`...)
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(head)+len(enc.buf)+3))
 	w.WriteHeader(http.StatusOK)
 	_, _ = w.Write(head)
 	_, _ = w.Write(enc.buf)

@@ -3,6 +3,7 @@ package httpapi
 import (
 	"math"
 	"strconv"
+	"strings"
 	"time"
 	"unicode/utf8"
 
@@ -148,4 +149,107 @@ func appendString(b []byte, s string) []byte {
 	}
 	b = append(b, s[start:]...)
 	return append(b, '"')
+}
+
+// object renders a row as one NDJSON object: absent values are omitted and
+// x_seq is always present.
+func (e *encoder) object(cols []feed.Column, vals []feed.Value) {
+	e.buf = append(e.buf, '{')
+	first := true
+	for i, v := range vals {
+		if v.Kind == 0 {
+			continue
+		}
+		if !first {
+			e.buf = append(e.buf, ',')
+		}
+		first = false
+		e.buf = appendString(e.buf, cols[i].Name)
+		e.buf = append(e.buf, ':')
+		e.buf = e.value(e.buf, v)
+	}
+	e.buf = append(e.buf, '}', '\n')
+}
+
+// line renders a row as one ILP line of measurement table: tag columns as
+// tags (sorted by key, as ILP writers send them), other columns as fields,
+// time in nanoseconds; x_seq is left out. Strings escape only " and \ and
+// keep newlines raw, as Telegraf sends them. It reports false, writing
+// nothing, when the row has no field value.
+func (e *encoder) line(table string, cols []feed.Column, vals []feed.Value) bool {
+	start := len(e.buf)
+	e.buf = appendLPEscaped(e.buf, table, ", ")
+	// Tag columns are few; a selection sort keeps them in key order
+	// without allocating.
+	last := ""
+	for {
+		next := -1
+		for i, v := range vals {
+			if v.Kind == feed.KindTag && v.Str != "" && cols[i].Name > last && (next < 0 || cols[i].Name < cols[next].Name) {
+				next = i
+			}
+		}
+		if next < 0 {
+			break
+		}
+		last = cols[next].Name
+		e.buf = append(e.buf, ',')
+		e.buf = appendLPEscaped(e.buf, last, ",= ")
+		e.buf = append(e.buf, '=')
+		e.buf = appendLPEscaped(e.buf, vals[next].Str, ",= ")
+	}
+	sep := byte(' ')
+	var ts int64
+	hasTime := false
+	for i, v := range vals {
+		switch v.Kind {
+		case 0, feed.KindTag, feed.KindSeq:
+			continue
+		case feed.KindTime:
+			ts, hasTime = int64(v.Num), true
+			continue
+		}
+		e.buf = append(e.buf, sep)
+		sep = ','
+		e.buf = appendLPEscaped(e.buf, cols[i].Name, ",= ")
+		e.buf = append(e.buf, '=')
+		switch v.Kind {
+		case feed.KindFloat:
+			e.buf = appendFloat(e.buf, v.Float())
+		case feed.KindInt:
+			e.buf = strconv.AppendInt(e.buf, int64(v.Num), 10)
+			e.buf = append(e.buf, 'i')
+		case feed.KindUint:
+			e.buf = strconv.AppendUint(e.buf, v.Num, 10)
+			e.buf = append(e.buf, 'u')
+		case feed.KindBool:
+			e.buf = strconv.AppendBool(e.buf, v.Num != 0)
+		case feed.KindString:
+			e.buf = append(e.buf, '"')
+			e.buf = appendLPEscaped(e.buf, v.Str, `"\`)
+			e.buf = append(e.buf, '"')
+		}
+	}
+	if sep == ' ' {
+		e.buf = e.buf[:start]
+		return false
+	}
+	if hasTime {
+		e.buf = append(e.buf, ' ')
+		e.buf = strconv.AppendInt(e.buf, ts, 10)
+	}
+	e.buf = append(e.buf, '\n')
+	return true
+}
+
+// appendLPEscaped appends s with a backslash before each byte in special.
+func appendLPEscaped(b []byte, s, special string) []byte {
+	for i := 0; i < len(s); i++ {
+		c := s[i]
+		if strings.IndexByte(special, c) >= 0 {
+			b = append(b, '\\')
+		}
+		b = append(b, c)
+	}
+	return b
 }

@@ -18,8 +18,11 @@ const (
 	CodeInvalidLimit         = "invalid_limit"
 	CodeInvalidParameter     = "invalid_parameter"
 	CodeUnknownColumn        = "unknown_column"
+	CodeInvalidCursor        = "invalid_cursor"
 	CodeInvalidTableName     = "invalid_table_name"
 	CodeInvalidBody          = "invalid_body"
+	CodeTooManyConsumers     = "too_many_consumers"
+	CodeConsumerNotFound     = "consumer_not_found"
 	CodeUnavailable          = "unavailable"
 	CodeInternal             = "internal"
 )
@@ -52,8 +55,14 @@ func errorStatus(err error) (int, string) {
 		return http.StatusBadRequest, CodeUnknownColumn
 	case errors.Is(err, feed.ErrInvalidLimit):
 		return http.StatusBadRequest, CodeInvalidLimit
+	case errors.Is(err, feed.ErrInvalidCursor):
+		return http.StatusBadRequest, CodeInvalidCursor
 	case errors.Is(err, feed.ErrInvalidTableName):
 		return http.StatusBadRequest, CodeInvalidTableName
+	case errors.Is(err, feed.ErrTooManyConsumers):
+		return http.StatusConflict, CodeTooManyConsumers
+	case errors.Is(err, feed.ErrConsumerNotFound):
+		return http.StatusNotFound, CodeConsumerNotFound
 	case errors.Is(err, feed.ErrClosed):
 		return http.StatusServiceUnavailable, CodeUnavailable
 	}

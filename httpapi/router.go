@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -31,13 +32,21 @@ type Tables interface {
 
 // Drainer reads the feed (SPEC §6).
 type Drainer interface {
-	Drain(ctx context.Context, req feed.DrainRequest, visit func(vals []feed.Value) error) (feed.Page, error)
+	Drain(ctx context.Context, req feed.DrainRequest, visit func(cols []feed.Column, vals []feed.Value) error) (feed.Page, error)
+	Rows(ctx context.Context, req feed.RowsRequest, visit func(cols []feed.Column, vals []feed.Value) error) (feed.RowsPage, error)
+}
+
+// Consumers are the named drain consumers (SPEC §6).
+type Consumers interface {
+	Consumers(table string) ([]feed.ConsumerInfo, error)
+	DeleteConsumer(table, name string) error
 }
 
 // Feed is the sequencer as the API sees it.
 type Feed interface {
 	Tables
 	Drainer
+	Consumers
 }
 
 // Options are what New wires into the router.
@@ -52,13 +61,16 @@ type Options struct {
 	Logger  *slog.Logger
 }
 
-// API is the HTTP surface. Ready toggles /health between 200 and 503.
+// API is the HTTP surface. SetReady toggles /health between 200 and 503;
+// BeginShutdown also ends long-polls.
 type API struct {
-	opts   Options
-	logger *slog.Logger
-	ready  atomic.Bool
-	router chi.Router
-	m      *metrics
+	opts     Options
+	logger   *slog.Logger
+	ready    atomic.Bool
+	router   chi.Router
+	m        *metrics
+	stopping chan struct{}
+	stopOnce sync.Once
 }
 
 type metrics struct {
@@ -72,7 +84,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
 	f := promauto.With(reg)
-	a := &API{opts: opts, logger: opts.Logger.With("component", "httpapi"), m: &metrics{
+	a := &API{opts: opts, logger: opts.Logger.With("component", "httpapi"), stopping: make(chan struct{}), m: &metrics{
 		requests: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_http_requests_total", Help: "HTTP requests by route pattern and status code.",
 		}, []string{"route", "code"}),
@@ -107,6 +119,9 @@ func New(opts Options, reg prometheus.Registerer) *API {
 		r.Get("/sync", a.getSync)
 		r.Put("/sync", a.putSync)
 		r.Post("/truncate", a.truncate)
+		r.Get("/rows", a.rows)
+		r.Get("/consumers", a.listConsumers)
+		r.Delete("/consumers/{consumer}", a.deleteConsumer)
 	})
 	r.Get("/drain", a.drain)
 	a.router = r
@@ -121,6 +136,14 @@ func (a *API) ServeHTTP(w http.ResponseWriter, r *http.Request) { a.router.Serve
 
 // SetReady sets what /health reports: ready (200) or not (503).
 func (a *API) SetReady(ready bool) { a.ready.Store(ready) }
+
+// BeginShutdown reports not ready and ends every long-poll at once (each
+// answers with its current, possibly empty, page), so that
+// http.Server.Shutdown need not wait for them. Safe to call more than once.
+func (a *API) BeginShutdown() {
+	a.SetReady(false)
+	a.stopOnce.Do(func() { close(a.stopping) })
+}
 
 func (a *API) influxHeaders(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 
@@ -153,4 +154,32 @@ func (a *API) truncate(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	writeJSON(w, http.StatusOK, syncBody(st))
+}
+
+type consumerJSON struct {
+	Name     string `json:"name"`
+	Epoch    uint64 `json:"epoch"`
+	Position uint64 `json:"position"`
+	LastSeen string `json:"last_seen"`
+}
+
+func (a *API) listConsumers(w http.ResponseWriter, r *http.Request) {
+	cs, err := a.opts.Feed.Consumers(chi.URLParam(r, "table"))
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	out := make([]consumerJSON, len(cs))
+	for i, c := range cs {
+		out[i] = consumerJSON{Name: c.Name, Epoch: c.Epoch, Position: c.Position, LastSeen: c.LastSeen.Format(time.RFC3339Nano)}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"consumers": out})
+}
+
+func (a *API) deleteConsumer(w http.ResponseWriter, r *http.Request) {
+	if err := a.opts.Feed.DeleteConsumer(chi.URLParam(r, "table"), chi.URLParam(r, "consumer")); err != nil {
+		writeErr(w, err)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
 }

@@ -23,6 +23,10 @@
 //	'u' tid blockNo               -> unsynced block: fragments written while sync was OFF (no x_seq)
 //	'p' tid sid ts                -> point index: references to every fragment at (series, ts), in write order
 //	'd' tid sid ts                -> overwrite marker: (series, ts) holds more than one fragment
+//	'c' name 0x00 consumer        -> a named consumer's acknowledged position (JSON)
+//
+// Consumers are keyed by table name, not instance: they outlive TRUNCATE
+// (their epoch then tells them apart) and go with DROP.
 //
 // tid is a table instance id: TRUNCATE and DROP give the table a new one and
 // drop every key of the old one, so no scan ever filters dead data.
@@ -42,7 +46,9 @@
 //
 // # Block encoding
 //
-// A block is uvarint firstSeq (0 in unsynced blocks), uvarint count, a skip
+// A block is uvarint firstSeq (0 in unsynced blocks), varint commit time
+// (Unix nanoseconds: when the server committed it, for consumer lag in
+// seconds), uvarint count, a skip
 // index (uvarint n = ceil(count/64), then n uvarint byte offsets of fragments
 // 0, 64, 128, … into the body), then the body: count fragments, each uvarint sid, varint ts, uvarint nfields and nfields
 // times (uvarint column, kind byte, value) where a float is 8 bytes

@@ -9,14 +9,15 @@ import (
 
 // Keyspace tags; see doc.go.
 const (
-	ksMeta    = 'm'
-	ksNext    = 'n'
-	ksVersion = 'v'
-	ksSeries  = 's'
-	ksSync    = 'l'
-	ksUnsync  = 'u'
-	ksPoint   = 'p'
-	ksDup     = 'd'
+	ksMeta     = 'm'
+	ksNext     = 'n'
+	ksVersion  = 'v'
+	ksSeries   = 's'
+	ksSync     = 'l'
+	ksUnsync   = 'u'
+	ksPoint    = 'p'
+	ksDup      = 'd'
+	ksConsumer = 'c'
 )
 
 // layoutVersion is the on-disk layout this build writes and reads.
@@ -107,7 +108,7 @@ const skipEvery = 64
 
 // appendBlock encodes fragments as a block (see doc.go). offs is scratch
 // space for the skip index and is returned for reuse.
-func appendBlock(dst []byte, firstSeq uint64, frags []Fragment, body []byte, offs []uint64) ([]byte, []byte, []uint64) {
+func appendBlock(dst []byte, firstSeq uint64, commitTime int64, frags []Fragment, body []byte, offs []uint64) ([]byte, []byte, []uint64) {
 	body = body[:0]
 	offs = offs[:0]
 	for i := range frags {
@@ -117,6 +118,7 @@ func appendBlock(dst []byte, firstSeq uint64, frags []Fragment, body []byte, off
 		body = appendFragment(body, &frags[i])
 	}
 	dst = binary.AppendUvarint(dst, firstSeq)
+	dst = binary.AppendVarint(dst, commitTime)
 	dst = binary.AppendUvarint(dst, uint64(len(frags)))
 	dst = binary.AppendUvarint(dst, uint64(len(offs)))
 	for _, o := range offs {
@@ -156,18 +158,24 @@ func appendValue(dst []byte, v Value) []byte {
 // blockReader decodes a block in place. Strings it returns alias the block's
 // bytes, which the caller must own and never modify.
 type blockReader struct {
-	b        []byte
-	body     []byte
-	offs     []uint64
-	firstSeq uint64
-	count    uint64
-	read     uint64
-	fields   []Field
+	b          []byte
+	body       []byte
+	offs       []uint64
+	firstSeq   uint64
+	commitTime int64
+	count      uint64
+	read       uint64
+	fields     []Field
 }
 
 func (r *blockReader) init(b []byte) error {
 	var n int
 	r.firstSeq, n = binary.Uvarint(b)
+	if n <= 0 {
+		return errShort
+	}
+	b = b[n:]
+	r.commitTime, n = binary.Varint(b)
 	if n <= 0 {
 		return errShort
 	}

@@ -371,7 +371,7 @@ func (w *committer) table(tc *TableCommit) error {
 		return nil
 	}
 	var block []byte
-	block, w.body, w.offs = appendBlock(nil, tc.FirstSeq, tc.Fragments, w.body, w.offs)
+	block, w.body, w.offs = appendBlock(nil, tc.FirstSeq, tc.CommitTime, tc.Fragments, w.body, w.offs)
 	var key []byte
 	blockNo := w.db.nextBlock
 	if tc.FirstSeq != 0 {

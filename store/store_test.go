@@ -39,7 +39,9 @@ func forEachConfig(t *testing.T, fn func(t *testing.T, db *DB)) {
 	}
 }
 
-func intField(col uint32, v int64) Field { return Field{Col: col, Value: Value{Kind: KindInt, Num: uint64(v)}} }
+func intField(col uint32, v int64) Field {
+	return Field{Col: col, Value: Value{Kind: KindInt, Num: uint64(v)}}
+}
 
 // readAll drains tid after..upto with the given page size, returning rows
 // with copied fields.
@@ -214,7 +216,7 @@ func TestBlockCorruption(t *testing.T) {
 	frags := []Fragment{{Series: 1, Time: 5, Fields: []Field{intField(1, 1), {Col: 2, Value: Value{Kind: KindString, Str: "abc"}}}}}
 	var body []byte
 	var offs []uint64
-	block, _, _ := appendBlock(nil, 1, frags, body, offs)
+	block, _, _ := appendBlock(nil, 1, 42, frags, body, offs)
 	for cut := range len(block) {
 		t.Run(fmt.Sprint("truncated at ", cut), func(t *testing.T) {
 			var br blockReader

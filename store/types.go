@@ -107,6 +107,18 @@ type TableCommit struct {
 	// consecutively; 0 writes an unsynced block (sync OFF).
 	FirstSeq  uint64
 	Fragments []Fragment
+	// CommitTime is when the server commits the block (Unix nanoseconds).
+	CommitTime int64
+}
+
+// Consumer is a named consumer's acknowledged position in a table's feed:
+// it has applied everything up to Position in Epoch, as of LastSeen (Unix
+// nanoseconds).
+type Consumer struct {
+	Name     string `json:"name"`
+	Epoch    uint64 `json:"epoch"`
+	Position uint64 `json:"position"`
+	LastSeen int64  `json:"last_seen"`
 }
 
 // Row is one drained fragment delivered as the coalesced row at its

@@ -168,13 +168,12 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 
 	tcpCtx, tcpCancel := context.WithCancel(context.Background())
 	defer tcpCancel()
-	tcpDone := make(chan error, 1)
+	var tcpDone chan error // nil (never ready) when TCP is disabled
 	tcpAddr := ""
 	if tcpLn != nil {
+		tcpDone = make(chan error, 1)
 		tcpAddr = tcpLn.Addr().String()
 		go func() { tcpDone <- in.ServeTCP(tcpCtx, tcpLn) }()
-	} else {
-		tcpDone <- nil
 	}
 	api.SetReady(true)
 	if started != nil {
@@ -199,7 +198,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 			failure = errors.New("sequencer stopped")
 		}
 	}
-	api.SetReady(false)
+	api.BeginShutdown()
 	if httpRunning {
 		sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
 		if err := srv.Shutdown(sctx); err != nil {

@@ -1,0 +1,145 @@
+package feed
+
+import (
+	"context"
+	"encoding/base64"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+
+	"github.com/ingestd/ingestd/store"
+)
+
+// RowsRequest is one page of a copy by time range (SPEC §6 bootstrap).
+type RowsRequest struct {
+	Table string
+	// Start (inclusive) and End (exclusive) bound the time in Unix
+	// nanoseconds, each only when its Has flag is set.
+	Start, End       int64
+	HasStart, HasEnd bool
+	// Limit is the page size, 1..Config.MaxDrainLimit.
+	Limit int
+	// Cursor is the previous page's Cursor; "" starts the copy.
+	Cursor string
+}
+
+// RowsPage is a copy page's envelope. Epoch and Watermark were read before
+// the copy began (the first page) and every later page repeats them: every
+// fragment at or below Watermark is in the copy, so a mirror then drains
+// from (Epoch, Watermark). Cursor is "" on the last page.
+type RowsPage struct {
+	Table     string
+	Epoch     uint64
+	Watermark uint64
+	Columns   []Column
+	Cursor    string
+	Rows      int
+}
+
+// ErrInvalidCursor is returned by Rows for a cursor it did not issue.
+var ErrInvalidCursor = errors.New("feed: invalid cursor")
+
+// rowsCursor is what a RowsPage.Cursor carries.
+type rowsCursor struct {
+	epoch, watermark, tid uint64
+	pos                   store.RowCursor
+}
+
+func (c rowsCursor) encode() string {
+	b := []byte{1}
+	b = binary.AppendUvarint(b, c.epoch)
+	b = binary.AppendUvarint(b, c.watermark)
+	b = binary.AppendUvarint(b, c.tid)
+	u := uint64(0)
+	if c.pos.Unsynced {
+		u = 1
+	}
+	b = binary.AppendUvarint(b, u)
+	b = binary.AppendUvarint(b, c.pos.Block)
+	b = binary.AppendUvarint(b, c.pos.Index)
+	return base64.RawURLEncoding.EncodeToString(b)
+}
+
+func decodeRowsCursor(s string) (rowsCursor, error) {
+	var c rowsCursor
+	b, err := base64.RawURLEncoding.DecodeString(s)
+	if err != nil || len(b) == 0 || b[0] != 1 {
+		return c, fmt.Errorf("%w: %q", ErrInvalidCursor, s)
+	}
+	b = b[1:]
+	vals := make([]uint64, 6)
+	for i := range vals {
+		v, n := binary.Uvarint(b)
+		if n <= 0 {
+			return c, fmt.Errorf("%w: %q", ErrInvalidCursor, s)
+		}
+		vals[i], b = v, b[n:]
+	}
+	c = rowsCursor{epoch: vals[0], watermark: vals[1], tid: vals[2],
+		pos: store.RowCursor{Unsynced: vals[3] == 1, Block: vals[4], Index: vals[5]}}
+	return c, nil
+}
+
+// Rows reads one page of a table's rows by time range, calling visit with
+// the page's columns (time, tags, fields; never x_ columns) and each row's
+// values. A point written several times may appear more than once (the
+// copy is idempotent to apply). Errors: ErrTableNotFound, ErrInvalidLimit,
+// ErrInvalidCursor, and *RefusalError{ErrStaleEpoch} when the table was
+// truncated or re-created since the cursor's first page. Safe for
+// concurrent use.
+func (s *Sequencer) Rows(ctx context.Context, req RowsRequest, visit func(cols []Column, vals []Value) error) (RowsPage, error) {
+	if req.Limit < 1 || req.Limit > s.cfg.MaxDrainLimit {
+		return RowsPage{}, fmt.Errorf("%w: %d is outside 1..%d (--max-drain-limit)", ErrInvalidLimit, req.Limit, s.cfg.MaxDrainLimit)
+	}
+	t, err := s.lookup(req.Table)
+	if err != nil {
+		return RowsPage{}, err
+	}
+	p := t.snapshot()
+	cur := rowsCursor{epoch: p.epoch, watermark: p.watermark, tid: p.tid}
+	if req.Cursor != "" {
+		if cur, err = decodeRowsCursor(req.Cursor); err != nil {
+			return RowsPage{}, err
+		}
+		if cur.tid != p.tid || cur.epoch != p.epoch {
+			return RowsPage{}, &RefusalError{Err: ErrStaleEpoch, Status: p.statusLocked()}
+		}
+	}
+	start, end := int64(math.MinInt64), int64(math.MaxInt64)
+	if req.HasStart {
+		start = req.Start
+	}
+	if req.HasEnd {
+		end = req.End
+	}
+	// The drain projection without x_seq.
+	proj, cols, err := project(&p, nil)
+	if err != nil {
+		return RowsPage{}, err
+	}
+	cols = cols[:len(cols)-1]
+	proj.seq = -1
+	pg := RowsPage{Table: req.Table, Epoch: cur.epoch, Watermark: cur.watermark, Columns: cols}
+	vals := make([]Value, len(cols))
+	next, done, err := s.st.ReadRows(p.tid, cur.pos, start, end, req.Limit, func(r *store.Row) error {
+		if r.Series >= uint64(len(p.tags)) {
+			// A series created after the snapshot: refresh the tag sets.
+			p.tags = t.snapshot().tags
+		}
+		proj.fill(vals, &p, r)
+		pg.Rows++
+		if pg.Rows%1024 == 0 && ctx.Err() != nil {
+			return ctx.Err()
+		}
+		return visit(cols, vals)
+	})
+	if err != nil {
+		return RowsPage{}, err
+	}
+	if !done {
+		cur.pos = next
+		pg.Cursor = cur.encode()
+	}
+	return pg, nil
+}

@@ -1,0 +1,127 @@
+package httpapi
+
+import (
+	"net/http"
+	"strconv"
+	"time"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/ingestd/ingestd/feed"
+)
+
+// parseTime reads a time bound: RFC 3339 or integer nanoseconds.
+func parseTime(s string) (int64, bool) {
+	if ns, err := strconv.ParseInt(s, 10, 64); err == nil {
+		return ns, true
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil {
+		return 0, false
+	}
+	return t.UnixNano(), true
+}
+
+// rows serves GET /api/v1/tables/{table}/rows?start=&end=&limit=&cursor=
+// [&format=json|lp][&time_format=]: one page of a copy by time range
+// (SPEC §6 bootstrap), never with x_ columns.
+func (a *API) rows(w http.ResponseWriter, r *http.Request) {
+	q := r.URL.Query()
+	req := feed.RowsRequest{Table: chi.URLParam(r, "table"), Cursor: q.Get("cursor")}
+	ls := q.Get("limit")
+	if ls == "" {
+		writeClientErr(w, CodeLimitRequired, "limit is required: the copy pages, it does not stream unbounded")
+		return
+	}
+	var err error
+	if req.Limit, err = strconv.Atoi(ls); err != nil {
+		writeClientErr(w, CodeInvalidLimit, "limit must be an integer, got "+strconv.Quote(ls))
+		return
+	}
+	for _, b := range []struct {
+		name string
+		dst  *int64
+		has  *bool
+	}{{"start", &req.Start, &req.HasStart}, {"end", &req.End, &req.HasEnd}} {
+		s := q.Get(b.name)
+		if s == "" {
+			continue
+		}
+		if *b.dst, *b.has = parseTime(s); !*b.has {
+			writeClientErr(w, CodeInvalidParameter, b.name+" must be RFC 3339 or integer nanoseconds, got "+strconv.Quote(s))
+			return
+		}
+	}
+	format := q.Get("format")
+	if format != "" && format != formatJSON && format != formatLP {
+		writeClientErr(w, CodeInvalidParameter, "format must be json or lp, got "+strconv.Quote(format))
+		return
+	}
+	tf, ok := parseTimeFormat(q.Get("time_format"))
+	if !ok {
+		writeClientErr(w, CodeInvalidParameter, "time_format must be one of rfc3339, ns, us, ms, s, got "+strconv.Quote(q.Get("time_format")))
+		return
+	}
+	enc := encoder{timeFormat: tf, buf: make([]byte, 0, 64<<10)}
+	n := 0
+	pg, err := a.opts.Feed.Rows(r.Context(), req, func(cols []feed.Column, vals []feed.Value) error {
+		if format == formatLP {
+			enc.line(req.Table, cols, vals)
+			return nil
+		}
+		if n > 0 {
+			enc.buf = append(enc.buf, ',')
+		}
+		n++
+		enc.row(vals)
+		return nil
+	})
+	if err != nil {
+		writeErr(w, err)
+		return
+	}
+	h := w.Header()
+	if format == formatLP {
+		h.Set("Ingestd-Epoch", strconv.FormatUint(pg.Epoch, 10))
+		h.Set("Ingestd-Watermark", strconv.FormatUint(pg.Watermark, 10))
+		h.Set("Ingestd-Cursor", pg.Cursor)
+		h.Set("Content-Type", "text/plain; charset=utf-8")
+		h.Set("Content-Length", strconv.Itoa(len(enc.buf)))
+		w.WriteHeader(http.StatusOK)
+		_, _ = w.Write(enc.buf)
+		return
+	}
+	head := make([]byte, 0, 256)
+	head = append(head, `{"table":`...)
+	head = appendString(head, pg.Table)
+	head = append(head, `,"epoch":`...)
+	head = strconv.AppendUint(head, pg.Epoch, 10)
+	head = append(head, `,"watermark":`...)
+	head = strconv.AppendUint(head, pg.Watermark, 10)
+	head = append(head, `,"cursor":`...)
+	if pg.Cursor == "" {
+		head = append(head, "null"...)
+	} else {
+		head = appendString(head, pg.Cursor)
+	}
+	head = appendColumns(head, pg.Columns)
+	head = append(head, `,"rows":[`...)
+	h.Set("Content-Type", "application/json")
+	h.Set("Content-Length", strconv.Itoa(len(head)+len(enc.buf)+3))
+	w.WriteHeader(http.StatusOK)
+	_, _ = w.Write(head)
+	_, _ = w.Write(enc.buf)
+	_, _ = w.Write([]byte("]}\n"))
+}
+
+// appendColumns appends `,"columns":[…]`.
+func appendColumns(b []byte, cols []feed.Column) []byte {
+	b = append(b, `,"columns":[`...)
+	for i, c := range cols {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = appendString(b, c.Name)
+	}
+	return append(b, ']')
+}

@@ -1,0 +1,89 @@
+package store
+
+import (
+	"encoding/json"
+	"errors"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+func consumerPrefix(table string) []byte {
+	return append(append([]byte{ksConsumer}, table...), 0)
+}
+
+func consumerKey(table, name string) []byte { return append(consumerPrefix(table), name...) }
+
+// PutConsumers durably writes consumer positions, by table name. Safe for
+// concurrent use.
+func (db *DB) PutConsumers(byTable map[string][]Consumer) error {
+	wb := db.bdb.NewWriteBatch()
+	defer wb.Cancel()
+	for table, cs := range byTable {
+		for _, c := range cs {
+			v, err := json.Marshal(c)
+			if err != nil {
+				return err
+			}
+			if err := wb.Set(consumerKey(table, c.Name), v); err != nil {
+				return err
+			}
+		}
+	}
+	return wb.Flush()
+}
+
+// DeleteConsumer forgets one consumer of a table; it is not an error when
+// there is none. Safe for concurrent use.
+func (db *DB) DeleteConsumer(table, name string) error {
+	return db.bdb.Update(func(txn *badger.Txn) error { return txn.Delete(consumerKey(table, name)) })
+}
+
+// DeleteConsumers forgets every consumer of a table (DROP).
+func (db *DB) DeleteConsumers(table string) error {
+	return db.bdb.DropPrefix(consumerPrefix(table))
+}
+
+// LoadConsumers returns the consumers of a table, ordered by name.
+func (db *DB) LoadConsumers(table string) ([]Consumer, error) {
+	var out []Consumer
+	err := db.bdb.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: consumerPrefix(table), PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			var c Consumer
+			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &c) }); err != nil {
+				return &CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
+			}
+			out = append(out, c)
+		}
+		return nil
+	})
+	return out, err
+}
+
+// SeqTime returns when the server committed the fragment with x_seq seq of
+// table instance tid (Unix nanoseconds), or ok=false when no stored block
+// holds seq (e.g. a burned gap or a truncated range: the next stored one
+// answers). Safe for concurrent use.
+func (db *DB) SeqTime(tid, seq uint64) (ts int64, ok bool, err error) {
+	err = db.bdb.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSync, tid), PrefetchValues: false})
+		defer it.Close()
+		it.Seek(tableKey(ksSync, tid, seq))
+		if !it.Valid() {
+			return nil
+		}
+		return it.Item().Value(func(v []byte) error {
+			var br blockReader
+			if err := br.init(v); err != nil {
+				return &CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
+			}
+			ts, ok = br.commitTime, true
+			return nil
+		})
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	return ts, ok, err
+}

@@ -1,0 +1,107 @@
+package store
+
+import (
+	"encoding/binary"
+	"errors"
+
+	"github.com/dgraph-io/badger/v4"
+)
+
+// RowCursor is a position in a table instance's blocks for ReadRows: the
+// synced blocks in x_seq order, then the unsynced ones in write order. The
+// zero RowCursor is the start.
+type RowCursor struct {
+	Unsynced bool   // in the unsynced blocks
+	Block    uint64 // block key: last x_seq of a synced block, number of an unsynced one
+	Index    uint64 // next fragment within that block
+}
+
+// ReadRows visits the fragments of table instance tid with start <= ts < end
+// from cur on, at most limit of them, each as its coalesced row (a point
+// written several times is visited at each of its fragments). It returns
+// the cursor after the last visited fragment and done=true when there is
+// nothing after it. Row.Seq is 0 for fragments written while sync was OFF.
+// The Row and its Fields are valid only during visit. Safe for concurrent
+// use with Commit; blocks committed meanwhile may or may not be visited.
+func (db *DB) ReadRows(tid uint64, cur RowCursor, start, end int64, limit int, visit func(*Row) error) (RowCursor, bool, error) {
+	st := db.table(tid)
+	txn := db.bdb.NewTransaction(false)
+	defer txn.Discard()
+	var (
+		br  blockReader
+		f   Fragment
+		row Row
+		co  coalescer
+		n   int
+	)
+	for _, space := range []struct {
+		unsynced bool
+		ks       byte
+	}{{false, ksSync}, {true, ksUnsync}} {
+		if cur.Unsynced && !space.unsynced {
+			continue
+		}
+		if space.unsynced && !cur.Unsynced {
+			cur = RowCursor{Unsynced: true}
+		}
+		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 2, Prefix: tablePrefix(space.ks, tid)})
+		err := func() error {
+			defer it.Close()
+			for it.Seek(tableKey(space.ks, tid, cur.Block)); it.Valid(); it.Next() {
+				item := it.Item()
+				key := item.Key()
+				block := binary.BigEndian.Uint64(key[9:17])
+				if block != cur.Block {
+					cur = RowCursor{Unsynced: space.unsynced, Block: block}
+				}
+				val, err := item.ValueCopy(nil)
+				if err != nil {
+					return err
+				}
+				if err := br.init(val); err != nil {
+					return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+				}
+				if err := br.seek(cur.Index); err != nil {
+					return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+				}
+				for br.read < br.count {
+					idx := br.read
+					if err := br.next(&f); err != nil {
+						return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+					}
+					cur.Index = idx + 1
+					if f.Time < start || f.Time >= end {
+						continue
+					}
+					row = Row{Series: f.Series, Time: f.Time, Fields: f.Fields}
+					if !space.unsynced {
+						row.Seq = br.firstSeq + idx
+					}
+					if st.isDup(f.Series, f.Time) {
+						if row.Fields, err = co.coalesce(txn, tid, f.Series, f.Time); err != nil {
+							return err
+						}
+					}
+					if err := visit(&row); err != nil {
+						return err
+					}
+					if n++; n == limit {
+						return errPageFull
+					}
+				}
+				cur = RowCursor{Unsynced: space.unsynced, Block: block + 1}
+			}
+			return nil
+		}()
+		if errors.Is(err, errPageFull) {
+			return cur, false, nil
+		}
+		if err != nil {
+			return cur, false, err
+		}
+	}
+	return cur, true, nil
+}
+
+// errPageFull stops ReadRows' block walk once limit rows were visited.
+var errPageFull = errors.New("page full")
