@@ -1,6 +1,7 @@
 // Command ingestd takes InfluxDB line protocol over HTTP and TCP, stores
 // every line durably in badger and serves each sync table's change feed at
-// GET /drain (see README.md).
+// GET /drain (see README.md). `ingestd mirror` keeps a replica of one table
+// in any InfluxDB-compatible server.
 //
 // Exit codes: 0 after a clean shutdown (SIGINT or SIGTERM), 1 on a runtime
 // error (e.g. the data directory is locked by another process or not
@@ -76,8 +77,12 @@ func (c *config) validate() error {
 	return errors.Join(c.store.Validate(), c.feed.Validate(), c.ilp.Validate())
 }
 
-// run starts the daemon and blocks until ctx ends or a component fails.
+// run starts the daemon (or, for `ingestd mirror …`, the mirror) and
+// blocks until ctx ends or a component fails.
 func run(ctx context.Context, args []string, stderr io.Writer) int {
+	if len(args) > 0 && args[0] == "mirror" {
+		return runMirror(ctx, args[1:], stderr)
+	}
 	cfg := config{
 		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(),
 		httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
