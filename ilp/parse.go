@@ -99,12 +99,67 @@ func syntaxErr(err error) *ParseError {
 	return pe
 }
 
+// noFieldsOr returns the rejection of a line without a field set, which
+// the decoder reports as a syntax error such as "empty tag name", or err as
+// a syntax error when line has a field set.
+func noFieldsOr(line []byte, err error) *ParseError {
+	if hasFieldSet(line) {
+		return syntaxErr(err)
+	}
+	return &ParseError{Reason: ReasonNoFields, Err: errors.New("line has no fields")}
+}
+
+// hasFieldSet reports whether anything follows the first unescaped space
+// of line (the end of the measurement and tag set; a backslash always
+// escapes a space there).
+func hasFieldSet(line []byte) bool {
+	line = bytes.TrimLeft(line, " ")
+	for i, c := range line {
+		if c == ' ' && line[i-1] != '\\' {
+			return len(bytes.TrimLeft(line[i:], " ")) > 0
+		}
+	}
+	return false
+}
+
+// column returns the 1-based column of line[off], counted from the last
+// newline before it (a string field may hold raw newlines).
+func column(line []byte, off int) int {
+	return off - bytes.LastIndexByte(line[:off], '\n')
+}
+
+// columnOf returns the column of v in line when v is a part of line (the
+// decoder returns numbers and booleans in place), else 0.
+func columnOf(line, v []byte) int {
+	if len(v) == 0 || cap(v) > cap(line) {
+		return 0
+	}
+	off := cap(line) - cap(v)
+	if off+len(v) > len(line) || &line[off] != &v[0] {
+		return 0
+	}
+	return column(line, off)
+}
+
+// invalidUTF8 returns the column of the first byte of line that is not
+// valid UTF-8, or 0 when line is valid.
+func invalidUTF8(line []byte) int {
+	if utf8.Valid(line) {
+		return 0
+	}
+	for off := 0; off < len(line); {
+		r, n := utf8.DecodeRune(line[off:])
+		if r == utf8.RuneError && n == 1 {
+			return column(line, off)
+		}
+		off += n
+	}
+	return 0
+}
+
 func (p *Parser) checkKey(what string, k []byte) *ParseError {
 	if len(k) > p.lim.MaxKeyBytes {
 		return &ParseError{Reason: ReasonKeyTooLong, Err: fmt.Errorf("%s is %d bytes, longer than %d", what, len(k), p.lim.MaxKeyBytes)}
-	}
-	if !utf8.Valid(k) {
-		return &ParseError{Reason: ReasonInvalidUTF8, Err: fmt.Errorf("%s %q is not valid UTF-8", what, k)}
 	}
 	if what != "measurement" && (bytes.HasPrefix(k, []byte("x_")) || string(k) == "time") {
 		return &ParseError{Reason: ReasonReservedKey, Err: fmt.Errorf("%s %q is reserved (the x_ prefix and \"time\" are engine-owned)", what, k)}
@@ -118,6 +173,10 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 	if !dec.Next() {
 		return pt, nil // blank or comment
 	}
+	// Checked first: the decoder reports invalid UTF-8 as a syntax error.
+	if col := invalidUTF8(line); col > 0 {
+		return pt, &ParseError{Column: col, Reason: ReasonInvalidUTF8, Err: errors.New("line is not valid UTF-8")}
+	}
 	m, err := dec.Measurement()
 	if err != nil {
 		return pt, syntaxErr(err)
@@ -129,7 +188,7 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 	for {
 		k, v, err := dec.NextTag()
 		if err != nil {
-			return pt, syntaxErr(err)
+			return pt, noFieldsOr(line, err)
 		}
 		if k == nil {
 			break
@@ -139,9 +198,6 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 		}
 		if len(v) > p.lim.MaxStringBytes {
 			return pt, &ParseError{Reason: ReasonStringTooLong, Err: fmt.Errorf("value of tag %q is %d bytes, longer than %d", k, len(v), p.lim.MaxStringBytes)}
-		}
-		if !utf8.Valid(v) {
-			return pt, &ParseError{Reason: ReasonInvalidUTF8, Err: fmt.Errorf("value of tag %q is not valid UTF-8", k)}
 		}
 		// Insertion sort: tags usually arrive sorted.
 		i := len(tags)
@@ -159,6 +215,9 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 	for {
 		k, kind, v, err := dec.NextFieldBytes()
 		if err != nil {
+			if len(fields) == 0 {
+				return pt, noFieldsOr(line, err)
+			}
 			return pt, syntaxErr(err)
 		}
 		if k == nil {
@@ -169,6 +228,9 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 		}
 		val, perr := p.fieldValue(k, kind, v)
 		if perr != nil {
+			if perr.Reason == ReasonSyntax {
+				perr.Column = columnOf(line, v)
+			}
 			return pt, perr
 		}
 		dup := false
@@ -240,9 +302,6 @@ func (p *Parser) fieldValue(k []byte, kind lineprotocol.ValueKind, v []byte) (fe
 	case lineprotocol.String:
 		if len(v) > p.lim.MaxStringBytes {
 			return bad(ReasonStringTooLong, fmt.Errorf("string is %d bytes, longer than %d", len(v), p.lim.MaxStringBytes))
-		}
-		if !utf8.Valid(v) {
-			return bad(ReasonInvalidUTF8, errors.New("string is not valid UTF-8"))
 		}
 		return feed.Value{Kind: feed.KindString, Str: p.copyString(v)}, nil
 	}

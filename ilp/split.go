@@ -33,7 +33,11 @@ func (s *Splitter) Next(buf []byte) int {
 		c := buf[i]
 		if s.escaped {
 			s.escaped = false
-			if c != '\n' {
+			// A backslash escapes the next byte, except a newline and,
+			// outside strings, another backslash: there the decoder
+			// keeps the first one literal and lets the second escape
+			// what follows (`\\ ` is a backslash and an escaped space).
+			if c != '\n' && (c != '\\' || s.state == splitString) {
 				continue
 			}
 		}

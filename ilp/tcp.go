@@ -15,13 +15,18 @@ import (
 // tcpReadBytes is the size of one TCP read.
 const tcpReadBytes = 64 << 10
 
+// tcpShutdownRead is how long a connection goes on reading at shutdown, so
+// that lines its peer has already sent are committed too.
+const tcpShutdownRead = 100 * time.Millisecond
+
 // ServeTCP accepts newline-delimited ILP on ln until ctx ends (SPEC §3.2).
 // Lines are handed to the sequencer at least every TCPFlushInterval or
 // when TCPBatchLines accumulate; bad lines are dropped, counted and logged
 // (rate-limited, with peer and line number) and the connection stays open.
 // While the sequencer is saturated a connection stops reading (TCP flow
-// control). When ctx ends it closes ln, stops reading, commits every
-// complete line already read and returns once every connection is closed.
+// control). When ctx ends it closes ln, reads for tcpShutdownRead more
+// what the peers have already sent, commits every complete line read and
+// returns once every connection is closed.
 func (in *Ingest) ServeTCP(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex // guards conns
@@ -94,16 +99,31 @@ func (in *Ingest) serveConn(srvCtx context.Context, c net.Conn) {
 		scanned int  // bytes of buf already given to sp
 		skip    bool // discarding the rest of an over-long line
 		first   = true
+		drainBy time.Time // at shutdown: when to stop reading
 	)
 	for {
 		deadline := time.Time{}
-		if len(tc.batch.Points) > 0 {
+		reap := false // on timeout, wait for the batch in flight
+		switch {
+		case !drainBy.IsZero():
+			deadline = drainBy
+		case len(tc.batch.Points) > 0:
 			deadline = tc.flushAt
+		case tc.pending != nil:
+			// Idle with a batch in flight: wake to count its outcome.
+			deadline, reap = time.Now().Add(in.cfg.TCPFlushInterval), true
 		}
 		_ = c.SetReadDeadline(deadline)
 		// After setting the deadline: ServeTCP's shutdown sets it too.
 		if srvCtx.Err() != nil {
-			break
+			if drainBy.IsZero() {
+				// Shutting down: read what the peer has already sent.
+				drainBy = time.Now().Add(tcpShutdownRead)
+				continue
+			}
+			if !time.Now().Before(drainBy) {
+				break
+			}
 		}
 		if cap(buf)-len(buf) < tcpReadBytes/4 {
 			nb := make([]byte, len(buf), max(tcpReadBytes, 2*len(buf)))
@@ -135,8 +155,9 @@ func (in *Ingest) serveConn(srvCtx context.Context, c net.Conn) {
 			tc.line += 1 + countNewlines(lineBytes)
 			start, scanned = end+1, end+1
 		}
-		// Keep the partial line; drop an over-long one's bytes as they come.
-		if len(buf)-start > in.cfg.Limits.MaxLineBytes {
+		// Keep the partial line; drop an over-long one's bytes as they come
+		// (one byte more than the limit may be the \r before its \n).
+		if len(buf)-start > in.cfg.Limits.MaxLineBytes+1 {
 			if !skip {
 				tc.reject(&ParseError{Line: tc.line, Reason: ReasonLineTooLong, Err: errLineTooLong(in.cfg.Limits.MaxLineBytes)})
 				skip = true
@@ -154,6 +175,9 @@ func (in *Ingest) serveConn(srvCtx context.Context, c net.Conn) {
 		if err != nil {
 			var ne net.Error
 			if errors.As(err, &ne) && ne.Timeout() || errors.Is(err, os.ErrDeadlineExceeded) {
+				if reap && !tc.wait(ctx) {
+					return
+				}
 				continue
 			}
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {

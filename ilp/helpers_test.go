@@ -1,0 +1,261 @@
+package ilp
+
+import (
+	"context"
+	"io"
+	"net"
+	"net/http"
+	"net/http/httptest"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/store"
+)
+
+// rig is an Ingest on a real sequencer and badger store in t.TempDir(),
+// served over HTTP (srv: POST /write and /api/v2/write) and TCP (addr).
+// Everything stops at the end of the test.
+type rig struct {
+	t    testing.TB
+	db   *store.DB
+	seq  *feed.Sequencer
+	in   *Ingest
+	srv  *httptest.Server
+	addr string
+
+	tcpCancel context.CancelFunc
+	tcpDone   chan error
+	tcpOnce   sync.Once
+}
+
+// newRig starts a rig with ILP's defaults changed by mod (may be nil) and
+// creates tables with sync ON so that they can be drained.
+func newRig(t testing.TB, mod func(*Config), tables ...string) *rig {
+	t.Helper()
+	scfg := store.DefaultConfig()
+	scfg.Dir = t.TempDir()
+	db, err := store.Open(scfg, nil, nil)
+	require.NoError(t, err)
+	seq, err := feed.New(feed.DefaultConfig(), db, nil, nil)
+	if err != nil {
+		require.NoError(t, db.Close())
+		require.NoError(t, err)
+	}
+	seqCtx, seqCancel := context.WithCancel(context.Background())
+	seqDone := make(chan error, 1)
+	go func() { seqDone <- seq.Run(seqCtx) }()
+
+	r := &rig{t: t, db: db, seq: seq}
+	// Stops in reverse: HTTP, TCP, sequencer, store.
+	t.Cleanup(func() {
+		seqCancel()
+		require.NoError(t, <-seqDone, "sequencer Run")
+		require.NoError(t, db.Close(), "store Close")
+	})
+
+	cfg := DefaultConfig()
+	if mod != nil {
+		mod(&cfg)
+	}
+	r.in, err = New(cfg, seq, time.Second, nil, nil)
+	require.NoError(t, err)
+
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	r.addr = ln.Addr().String()
+	tcpCtx, tcpCancel := context.WithCancel(context.Background())
+	r.tcpCancel, r.tcpDone = tcpCancel, make(chan error, 1)
+	go func() { r.tcpDone <- r.in.ServeTCP(tcpCtx, ln) }()
+	t.Cleanup(r.stopTCP)
+
+	mux := http.NewServeMux()
+	mux.Handle("POST /write", r.in.HandlerV1())
+	mux.Handle("POST /api/v2/write", r.in.HandlerV2())
+	r.srv = httptest.NewServer(mux)
+	t.Cleanup(r.srv.Close)
+
+	for _, name := range tables {
+		_, _, err := seq.CreateTable(context.Background(), name, true)
+		require.NoError(t, err)
+	}
+	return r
+}
+
+// stopTCP cancels ServeTCP's context and waits for it to return (every
+// connection closed and its lines committed). Safe to call twice.
+func (r *rig) stopTCP() {
+	r.t.Helper()
+	r.tcpOnce.Do(func() {
+		r.tcpCancel()
+		select {
+		case err := <-r.tcpDone:
+			require.NoError(r.t, err, "ServeTCP")
+		case <-time.After(10 * time.Second):
+			r.t.Fatal("ServeTCP did not return within 10s of cancel")
+		}
+	})
+}
+
+// httpResult is an HTTP write's response.
+type httpResult struct {
+	status int
+	header http.Header
+	body   []byte
+}
+
+// post sends body to path (with its query) and returns the response.
+// hdr sets request headers.
+func (r *rig) post(path string, body io.Reader, hdr map[string]string) httpResult {
+	r.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, r.srv.URL+path, body)
+	require.NoError(r.t, err)
+	for k, v := range hdr {
+		req.Header.Set(k, v)
+	}
+	resp, err := r.srv.Client().Do(req)
+	require.NoError(r.t, err)
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	require.NoError(r.t, err)
+	return httpResult{status: resp.StatusCode, header: resp.Header, body: b}
+}
+
+// row is a drained row: column name to Go value (time int64, tags and
+// strings string, float64, int64, uint64, bool); absent columns and x_seq
+// are left out.
+type row map[string]any
+
+// drain returns every drainable row of table, in x_seq order, with the
+// columns the table has when drain starts.
+func (r *rig) drain(table string) []row {
+	r.t.Helper()
+	info, err := r.seq.Table(table)
+	require.NoError(r.t, err)
+	names := make([]string, 0, len(info.Columns))
+	for _, c := range info.Columns {
+		names = append(names, c.Name)
+	}
+	rows := []row{}
+	var after uint64
+	for {
+		pg, err := r.seq.Drain(context.Background(), feed.DrainRequest{Table: table, After: after, Limit: 1000, Columns: names},
+			func(_ []feed.Column, vals []feed.Value) error {
+				rw := row{}
+				for i, v := range vals {
+					if x, ok := goValue(v); ok {
+						rw[names[i]] = x
+					}
+				}
+				rows = append(rows, rw)
+				return nil
+			})
+		require.NoError(r.t, err)
+		if !pg.More {
+			return rows
+		}
+		after = pg.Next
+	}
+}
+
+// goValue converts a drained value; false for an absent one.
+func goValue(v feed.Value) (any, bool) {
+	switch v.Kind {
+	case feed.KindTime:
+		return v.Int(), true
+	case feed.KindTag, feed.KindString:
+		return v.Str, true
+	case feed.KindFloat:
+		return v.Float(), true
+	case feed.KindInt:
+		return v.Int(), true
+	case feed.KindUint:
+		return v.Num, true
+	case feed.KindBool:
+		return v.Bool(), true
+	}
+	return nil, false
+}
+
+// eventually polls cond until it holds, failing the test with msg once
+// timeout has passed.
+func eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(2 * time.Millisecond)
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not met within %s: %s", timeout, msg)
+		}
+		<-tick.C
+	}
+}
+
+// waitRows polls until table holds exactly want (as drain returns it).
+func (r *rig) waitRows(table string, want []row) {
+	r.t.Helper()
+	var got []row
+	eventually(r.t, 10*time.Second, func() bool {
+		got = r.drain(table)
+		return len(got) >= len(want)
+	}, "rows of "+table+" to arrive")
+	require.Equal(r.t, want, got)
+}
+
+// tcpBytes is how many bytes the TCP listener has read.
+func (r *rig) tcpBytes() int {
+	return metricValue(r.t, r.in.m.bytes.WithLabelValues(transportTCP))
+}
+
+// tcpRejected is how many TCP lines were rejected for reason.
+func (r *rig) tcpRejected(reason string) int {
+	return metricValue(r.t, r.in.m.rejected.WithLabelValues(transportTCP, reason))
+}
+
+// tcpConns is the number of open TCP connections.
+func (r *rig) tcpConns() int {
+	return metricValue(r.t, r.in.m.conns)
+}
+
+// dial opens a TCP connection to the rig, closed at the end of the test.
+func (r *rig) dial() net.Conn {
+	r.t.Helper()
+	c, err := net.Dial("tcp", r.addr)
+	require.NoError(r.t, err)
+	r.t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// send writes each piece separately and waits until the server has read it,
+// so that each piece arrives in its own read.
+func (r *rig) send(c net.Conn, pieces ...string) {
+	r.t.Helper()
+	for _, p := range pieces {
+		want := r.tcpBytes() + len(p)
+		_, err := io.WriteString(c, p)
+		require.NoError(r.t, err)
+		eventually(r.t, 10*time.Second, func() bool { return r.tcpBytes() >= want }, "server to read "+strings.TrimSpace(p))
+	}
+}
+
+// metricValue reads a counter or gauge.
+func metricValue(t testing.TB, m prometheus.Metric) int {
+	t.Helper()
+	var pb dto.Metric
+	require.NoError(t, m.Write(&pb))
+	switch {
+	case pb.Counter != nil:
+		return int(pb.Counter.GetValue())
+	case pb.Gauge != nil:
+		return int(pb.Gauge.GetValue())
+	}
+	t.Fatalf("metric %v is neither a counter nor a gauge", m.Desc())
+	return 0
+}

@@ -1,0 +1,418 @@
+package ilp
+
+import (
+	"bytes"
+	"encoding/json"
+	"io"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+	"github.com/stretchr/testify/require"
+)
+
+// gzipped returns s compressed.
+func gzipped(t testing.TB, s string) []byte {
+	t.Helper()
+	var b bytes.Buffer
+	zw := gzip.NewWriter(&b)
+	_, err := io.WriteString(zw, s)
+	require.NoError(t, err)
+	require.NoError(t, zw.Close())
+	return b.Bytes()
+}
+
+// onlyReader hides a body's length, so the client sends it chunked.
+type onlyReader struct{ io.Reader }
+
+// httpError is the JSON error body of a write.
+type httpError struct {
+	Code    string `json:"code"`
+	Message string `json:"message"`
+	Error   string `json:"error"`
+	Line    int    `json:"line"`
+}
+
+// wantHTTPError is an expected error response.
+type wantHTTPError struct {
+	code     string
+	prefix   string   // the message starts with it
+	contains []string // the message contains each
+	line     int
+}
+
+// httpRecv is the receive time the tests' HTTP writes see.
+var httpRecv = time.Unix(1_700_000_000, 5)
+
+func TestHTTPWrite(t *testing.T) {
+	const limit = 1024
+	// A body over limit that gzip squeezes under it: a gzip bomb in small.
+	bomb := strings.Repeat("cpu v=1 1\n", 1000)
+	// A gzip stream cut short.
+	truncated := gzipped(t, strings.Repeat("cpu,host=h v=1 1\ncpu,host=g v=2 2\n", 500))
+	truncated = truncated[:len(truncated)/2]
+
+	tests := []struct {
+		name    string
+		maxBody int64             // 0 means the default
+		setup   []string          // bodies posted to /write first, each must get 204
+		path    string            // with its query
+		header  map[string]string // request headers
+		body    []byte
+		chunked bool // send the body without a Content-Length
+		status  int
+		err     *wantHTTPError // nil for 204
+		rows    []row          // table cpu afterwards
+	}{
+		{
+			name: "v1 good lines", path: "/write?db=x&rp=y&consistency=any",
+			body:   []byte("cpu,host=a v=1 1\ncpu,host=b v=2,s=\"x\" 2\n"),
+			status: http.StatusNoContent,
+			rows:   []row{{"time": int64(1), "host": "a", "v": 1.0}, {"time": int64(2), "host": "b", "v": 2.0, "s": "x"}},
+		},
+		{
+			name: "v2 good lines", path: "/api/v2/write?org=o&bucket=b",
+			body:   []byte("cpu,host=a v=1 1\ncpu,host=b v=2 2\n"),
+			status: http.StatusNoContent,
+			rows:   []row{{"time": int64(1), "host": "a", "v": 1.0}, {"time": int64(2), "host": "b", "v": 2.0}},
+		},
+		{
+			name: "v1 empty body", path: "/write",
+			body: nil, status: http.StatusNoContent, rows: []row{},
+		},
+		{
+			name: "v2 empty body", path: "/api/v2/write",
+			body: []byte{}, status: http.StatusNoContent, rows: []row{},
+		},
+		{
+			name: "comments and blank lines only", path: "/write",
+			body: []byte("# nothing\n\n  \n"), status: http.StatusNoContent, rows: []row{},
+		},
+		{
+			name: "BOM, CRLF and a raw newline in a string", path: "/write",
+			body:   []byte("\xef\xbb\xbfcpu s=\"a\nb\" 1\r\ncpu v=2 2\r\n"),
+			status: http.StatusNoContent,
+			rows:   []row{{"time": int64(1), "s": "a\nb"}, {"time": int64(2), "v": 2.0}},
+		},
+		{
+			name: "missing timestamp gets the receive time", path: "/write?precision=s",
+			body:   []byte("cpu v=1\n"),
+			status: http.StatusNoContent,
+			rows:   []row{{"time": httpRecv.UnixNano(), "v": 1.0}},
+		},
+		{
+			name: "v1 partial write stores the good lines", path: "/write",
+			body:   []byte("cpu v=1 1\ncpu v= 2\ncpu v=3 3\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", prefix: "partial write:", contains: []string{"line 2", "dropped=1"}, line: 2},
+			rows:   []row{{"time": int64(1), "v": 1.0}, {"time": int64(3), "v": 3.0}},
+		},
+		{
+			name: "v1 partial write counts every dropped line and names the first", path: "/write",
+			body:   []byte("cpu s=\"a\nb\" 1\ncpu v=2 2\nbad\ncpu v=x 4\ncpu v=5 5\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", prefix: "partial write:", contains: []string{"line 4", "no fields", "dropped=2"}, line: 4},
+			rows:   []row{{"time": int64(1), "s": "a\nb"}, {"time": int64(2), "v": 2.0}, {"time": int64(5), "v": 5.0}},
+		},
+		{
+			name: "v1 nothing stored", path: "/write",
+			body:   []byte("cpu v=\ncpu\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", prefix: "partial write:", contains: []string{"dropped=2"}, line: 1},
+			rows:   []row{},
+		},
+		{
+			name: "v2 partial write is 422", path: "/api/v2/write",
+			body:   []byte("cpu v=1 1\ncpu v= 2\ncpu v=3 3\n"),
+			status: http.StatusUnprocessableEntity,
+			err:    &wantHTTPError{code: "unprocessable entity", prefix: "partial write:", contains: []string{"dropped=1"}, line: 2},
+			rows:   []row{{"time": int64(1), "v": 1.0}, {"time": int64(3), "v": 3.0}},
+		},
+		{
+			name: "v2 nothing stored is 400", path: "/api/v2/write",
+			body:   []byte("cpu v= 1\ncpu v=\"x 2\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", contains: []string{"line 1", "dropped=2"}, line: 1},
+			rows:   []row{},
+		},
+		{
+			name: "v1 field type conflict", path: "/write",
+			setup:  []string{"cpu v=1 1\n"},
+			body:   []byte("cpu v=2i 2\ncpu v=3 3\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", prefix: "partial write:", contains: []string{"field type conflict", `"v"`, "dropped=1"}, line: 1},
+			rows:   []row{{"time": int64(1), "v": 1.0}, {"time": int64(3), "v": 3.0}},
+		},
+		{
+			name: "v2 field type conflict with a stored line is 422", path: "/api/v2/write",
+			setup:  []string{"cpu v=1 1\n"},
+			body:   []byte("cpu v=3 3\ncpu v=\"s\" 2\n"),
+			status: http.StatusUnprocessableEntity,
+			err:    &wantHTTPError{code: "unprocessable entity", prefix: "partial write:", contains: []string{"field type conflict", "dropped=1"}, line: 2},
+			rows:   []row{{"time": int64(1), "v": 1.0}, {"time": int64(3), "v": 3.0}},
+		},
+		{
+			name: "v2 field type conflict only is 400", path: "/api/v2/write",
+			setup:  []string{"cpu v=1 1\n"},
+			body:   []byte("cpu v=true 2\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", contains: []string{"field type conflict", "dropped=1"}, line: 1},
+			rows:   []row{{"time": int64(1), "v": 1.0}},
+		},
+		{
+			name: "parse and schema errors: the first by line is reported", path: "/write",
+			setup:  []string{"cpu v=1 1\n"},
+			body:   []byte("cpu v=2 2\ncpu v=3i 3\ncpu v= 4\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", prefix: "partial write:", contains: []string{"field type conflict", "dropped=2"}, line: 2},
+			rows:   []row{{"time": int64(1), "v": 1.0}, {"time": int64(2), "v": 2.0}},
+		},
+		{
+			name: "x_ tag key", path: "/write",
+			body:   []byte("cpu v=1 1\ncpu,x_host=a v=2 2\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", prefix: "partial write:", contains: []string{`"x_host"`, "reserved", "dropped=1"}, line: 2},
+			rows:   []row{{"time": int64(1), "v": 1.0}},
+		},
+		{
+			name: "x_ field key", path: "/api/v2/write",
+			body:   []byte("cpu x_seq=1i 1\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", contains: []string{`"x_seq"`, "reserved"}, line: 1},
+			rows:   []row{},
+		},
+		{
+			name: "time field key", path: "/write",
+			body:   []byte("cpu time=1i 1\ncpu v=1 2\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", prefix: "partial write:", contains: []string{`"time"`, "reserved"}, line: 1},
+			rows:   []row{{"time": int64(2), "v": 1.0}},
+		},
+		{
+			name: "gzip body", path: "/write",
+			header: map[string]string{"Content-Encoding": "gzip"},
+			body:   gzipped(t, "cpu v=1 1\ncpu v=2 2\n"),
+			status: http.StatusNoContent,
+			rows:   []row{{"time": int64(1), "v": 1.0}, {"time": int64(2), "v": 2.0}},
+		},
+		{
+			name: "chunked gzip body", path: "/api/v2/write",
+			header: map[string]string{"Content-Encoding": "gzip"},
+			body:   gzipped(t, "cpu v=1 1\n"), chunked: true,
+			status: http.StatusNoContent,
+			rows:   []row{{"time": int64(1), "v": 1.0}},
+		},
+		{
+			name: "empty gzip body", path: "/write",
+			header: map[string]string{"Content-Encoding": "gzip"},
+			status: http.StatusNoContent, rows: []row{},
+		},
+		{
+			name: "gzip of nothing", path: "/write",
+			header: map[string]string{"Content-Encoding": "gzip"},
+			body:   gzipped(t, ""),
+			status: http.StatusNoContent, rows: []row{},
+		},
+		{
+			name: "corrupt gzip", path: "/write",
+			header: map[string]string{"Content-Encoding": "gzip"},
+			body:   []byte("cpu v=1 1\ncpu v=2 2\n this is not gzip"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", contains: []string{"gzip"}},
+			rows:   []row{},
+		},
+		{
+			name: "truncated gzip", path: "/api/v2/write",
+			header: map[string]string{"Content-Encoding": "gzip"},
+			body:   truncated,
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", contains: []string{"gzip", "nothing was written"}},
+			rows:   []row{},
+		},
+		{
+			name: "body at the limit", path: "/write", maxBody: limit,
+			body:   []byte(strings.Repeat("#", limit-len("cpu v=1 1\n")-1) + "\ncpu v=1 1\n"),
+			status: http.StatusNoContent,
+			rows:   []row{{"time": int64(1), "v": 1.0}},
+		},
+		{
+			name: "body over the limit", path: "/write", maxBody: limit,
+			body:   []byte(strings.Repeat("#", limit-len("cpu v=1 1\n")) + "\ncpu v=1 1\n"),
+			status: http.StatusRequestEntityTooLarge,
+			err:    &wantHTTPError{code: "request too large", contains: []string{"--max-body-bytes=1024"}},
+			rows:   []row{},
+		},
+		{
+			name: "chunked body over the limit", path: "/api/v2/write", maxBody: limit,
+			body: []byte(bomb), chunked: true,
+			status: http.StatusRequestEntityTooLarge,
+			err:    &wantHTTPError{code: "request too large", contains: []string{"--max-body-bytes=1024"}},
+			rows:   []row{},
+		},
+		{
+			name: "gzip bomb", path: "/write", maxBody: limit,
+			header: map[string]string{"Content-Encoding": "gzip"},
+			body:   gzipped(t, bomb),
+			status: http.StatusRequestEntityTooLarge,
+			err:    &wantHTTPError{code: "request too large", contains: []string{"after decompression"}},
+			rows:   []row{},
+		},
+		{
+			name: "chunked gzip bomb", path: "/api/v2/write", maxBody: limit,
+			header: map[string]string{"Content-Encoding": "gzip"},
+			body:   gzipped(t, bomb), chunked: true,
+			status: http.StatusRequestEntityTooLarge,
+			err:    &wantHTTPError{code: "request too large"},
+			rows:   []row{},
+		},
+		{
+			name: "unknown Content-Encoding", path: "/write",
+			header: map[string]string{"Content-Encoding": "br"},
+			body:   []byte("cpu v=1 1\n"),
+			status: http.StatusUnsupportedMediaType,
+			err:    &wantHTTPError{code: "unsupported media type", contains: []string{`"br"`}},
+			rows:   []row{},
+		},
+		{
+			name: "identity Content-Encoding", path: "/write",
+			header: map[string]string{"Content-Encoding": "identity"},
+			body:   []byte("cpu v=1 1\n"),
+			status: http.StatusNoContent,
+			rows:   []row{{"time": int64(1), "v": 1.0}},
+		},
+		{
+			name: "v1 unknown precision", path: "/write?precision=xs",
+			body:   []byte("cpu v=1 1\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", contains: []string{"precision", `"xs"`}},
+			rows:   []row{},
+		},
+		{
+			name: "v2 unknown precision", path: "/api/v2/write?precision=n",
+			body:   []byte("cpu v=1 1\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", contains: []string{"precision", `"n"`}},
+			rows:   []row{},
+		},
+		{
+			name: "v1 precision m", path: "/write?precision=m",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2 * time.Minute), "v": 1.0}},
+		},
+		{
+			name: "v1 precision h", path: "/write?precision=h",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2 * time.Hour), "v": 1.0}},
+		},
+		{
+			name: "v1 precision u", path: "/write?precision=u",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2 * time.Microsecond), "v": 1.0}},
+		},
+		{
+			name: "v2 precision m rejected", path: "/api/v2/write?precision=m",
+			body:   []byte("cpu v=1 2\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", contains: []string{"precision", `"m"`}},
+			rows:   []row{},
+		},
+		{
+			name: "v2 precision h rejected", path: "/api/v2/write?precision=h",
+			body:   []byte("cpu v=1 2\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", contains: []string{"precision", `"h"`}},
+			rows:   []row{},
+		},
+		{
+			name: "v2 precision s", path: "/api/v2/write?precision=s",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2 * time.Second), "v": 1.0}},
+		},
+		{
+			name: "v1 empty precision means ns", path: "/write?precision=",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2), "v": 1.0}},
+		},
+		{
+			name: "v2 empty precision means ns", path: "/api/v2/write?precision=&bucket=",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2), "v": 1.0}},
+		},
+		{
+			name: "timestamp out of range for the precision", path: "/write?precision=h",
+			body:   []byte("cpu v=1 2562048\ncpu v=2 1\n"),
+			status: http.StatusBadRequest,
+			err:    &wantHTTPError{code: "invalid", prefix: "partial write:", contains: []string{"out of range", "dropped=1"}, line: 1},
+			rows:   []row{{"time": int64(time.Hour), "v": 2.0}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, func(c *Config) {
+				if tt.maxBody > 0 {
+					c.MaxBodyBytes = tt.maxBody
+				}
+			}, "cpu")
+			r.in.now = func() time.Time { return httpRecv }
+			for _, s := range tt.setup {
+				res := r.post("/write", strings.NewReader(s), nil)
+				require.Equal(t, http.StatusNoContent, res.status, "setup: %s", res.body)
+			}
+			var body io.Reader = bytes.NewReader(tt.body)
+			if tt.chunked {
+				body = onlyReader{body}
+			}
+			res := r.post(tt.path, body, tt.header)
+			require.Equal(t, tt.status, res.status, "body: %s", res.body)
+			if tt.err == nil {
+				require.Empty(t, res.body)
+			} else {
+				require.Equal(t, "application/json", res.header.Get("Content-Type"))
+				var e httpError
+				require.NoError(t, json.Unmarshal(res.body, &e), "body: %s", res.body)
+				require.Equal(t, tt.err.code, e.Code)
+				require.Equal(t, e.Message, e.Error, "error repeats message")
+				require.True(t, strings.HasPrefix(e.Message, tt.err.prefix), "message %q starts with %q", e.Message, tt.err.prefix)
+				if tt.err.prefix == "" {
+					require.NotContains(t, e.Message, "partial write")
+				}
+				for _, s := range tt.err.contains {
+					require.Contains(t, e.Message, s)
+				}
+				require.Equal(t, tt.err.line, e.Line)
+			}
+			require.Equal(t, tt.rows, r.drain("cpu"))
+		})
+	}
+
+	t.Run("the gzip bomb is under the limit on the wire", func(t *testing.T) {
+		require.Less(t, len(gzipped(t, bomb)), limit)
+		require.Greater(t, len(bomb), limit)
+	})
+}
+
+// TestHTTPWriteTablesOnFirstWrite checks that a write creates its tables,
+// and that lines for several tables in one body land in each.
+func TestHTTPWriteTablesOnFirstWrite(t *testing.T) {
+	tests := []struct {
+		name string
+		path string
+	}{
+		{name: "v1", path: "/write"},
+		{name: "v2", path: "/api/v2/write"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, nil, "a", "b")
+			res := r.post(tt.path, strings.NewReader("a v=1 1\nb v=2 2\nc v=3 3\na v=4 4\n"), nil)
+			require.Equal(t, http.StatusNoContent, res.status, "body: %s", res.body)
+			require.Equal(t, []row{{"time": int64(1), "v": 1.0}, {"time": int64(4), "v": 4.0}}, r.drain("a"))
+			require.Equal(t, []row{{"time": int64(2), "v": 2.0}}, r.drain("b"))
+			info, err := r.seq.Table("c")
+			require.NoError(t, err, "c is created by the write")
+			require.False(t, info.Sync.Enabled)
+		})
+	}
+}
