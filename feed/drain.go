@@ -193,7 +193,7 @@ func project(p *published, names []string) (projection, []Column, error) {
 		cols := make([]Column, 0, len(p.cols)+2)
 		pr.time = 0
 		cols = append(cols, Column{Name: "time", Kind: KindTime})
-		for i, c := range p.cols {
+		for i, c := range schemaOrder(p.cols) {
 			pr.col[i] = len(cols)
 			cols = append(cols, Column(c))
 		}

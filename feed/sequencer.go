@@ -78,6 +78,10 @@ type groupTable struct {
 	frags     []store.Fragment
 	newSeries []store.Series
 	metaDirty bool
+	// created is set when a write in this group created the table; tomb is
+	// the tombstone it replaced, if any.
+	created bool
+	tomb    *store.TableMeta
 }
 
 // New loads every table from st and returns a sequencer ready to Run.
@@ -327,6 +331,7 @@ func (s *Sequencer) commitGroup(ops []*op) error {
 		s.applyBatch(o)
 		points += o.res.Accepted
 	}
+	s.forgetUnwrittenTables()
 	commits := make([]store.TableCommit, 0, len(s.groupTables))
 	var leases []*table
 	for _, g := range s.groupTables {
@@ -417,10 +422,37 @@ func (s *Sequencer) tableForWrite(name string) (*table, error) {
 	if err := validTableName(name); err != nil {
 		return nil, err
 	}
+	tomb, dropped := s.tombstones[name]
 	t := s.createTable(name, s.cfg.syncOnCreate(name))
-	t.group = &groupTable{t: t, metaDirty: true}
+	t.group = &groupTable{t: t, metaDirty: true, created: true}
+	if dropped {
+		t.group.tomb = &tomb
+	}
 	s.groupTables = append(s.groupTables, t.group)
 	return t, nil
+}
+
+// forgetUnwrittenTables undoes the creation of the tables that writes of
+// this group created but none of whose points were accepted (a rejected line
+// creates nothing), restoring the tombstone each replaced.
+func (s *Sequencer) forgetUnwrittenTables() {
+	kept := s.groupTables[:0]
+	for _, g := range s.groupTables {
+		if !g.created || len(g.frags) > 0 {
+			kept = append(kept, g)
+			continue
+		}
+		s.mu.Lock()
+		delete(s.tables, g.t.name)
+		if g.tomb != nil {
+			s.tombstones[g.t.name] = *g.tomb
+		}
+		s.mu.Unlock()
+		g.t.group = nil
+		g.t.notify()
+	}
+	clear(s.groupTables[len(kept):])
+	s.groupTables = kept
 }
 
 // createTable makes a new live table (not yet persisted), resuming above a

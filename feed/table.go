@@ -1,6 +1,7 @@
 package feed
 
 import (
+	"iter"
 	"sync"
 
 	"github.com/ingestd/ingestd/store"
@@ -74,10 +75,26 @@ func (p *published) statusLocked() SyncStatus {
 func (p *published) info(name string) TableInfo {
 	cols := make([]Column, 0, len(p.cols)+1)
 	cols = append(cols, Column{Name: "time", Kind: KindTime})
-	for _, c := range p.cols {
+	for _, c := range schemaOrder(p.cols) {
 		cols = append(cols, Column(c))
 	}
 	return TableInfo{Name: name, Sync: p.statusLocked(), Columns: cols}
+}
+
+// schemaOrder yields the positions and columns of a schema in listing order
+// (SPEC §2): every tag, then every field, each in order of first appearance.
+// Positions in cols never change (stored fragments refer to them); only the
+// listing puts the tags first.
+func schemaOrder(cols []store.Column) iter.Seq2[int, store.Column] {
+	return func(yield func(int, store.Column) bool) {
+		for _, tags := range []bool{true, false} {
+			for i, c := range cols {
+				if (c.Kind == KindTag) == tags && !yield(i, c) {
+					return
+				}
+			}
+		}
+	}
 }
 
 // newTable builds a table from its metadata and series dictionary.

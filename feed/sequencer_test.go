@@ -1,0 +1,1204 @@
+package feed
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"math"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+)
+
+// --- Test helpers shared by the feed tests ----------------------------------
+
+// tg builds a tag list from key, value pairs.
+func tg(kv ...string) []Tag {
+	tags := make([]Tag, 0, len(kv)/2)
+	for i := 0; i+1 < len(kv); i += 2 {
+		tags = append(tags, Tag{Key: kv[i], Value: kv[i+1]})
+	}
+	return tags
+}
+
+// seriesKey renders tags as the canonical Point.Series: sorted by key,
+// "k=v,k2=v2", each part escaped with AppendEscapedTag.
+func seriesKey(tags []Tag) string {
+	sorted := slices.Clone(tags)
+	slices.SortFunc(sorted, func(a, b Tag) int { return strings.Compare(a.Key, b.Key) })
+	var b []byte
+	for i, tag := range sorted {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = AppendEscapedTag(b, tag.Key)
+		b = append(b, '=')
+		b = AppendEscapedTag(b, tag.Value)
+	}
+	return string(b)
+}
+
+// pt builds a point with sorted tags and its canonical Series.
+func pt(table string, ts int64, tags []Tag, fields ...PointField) Point {
+	sorted := slices.Clone(tags)
+	slices.SortFunc(sorted, func(a, b Tag) int { return strings.Compare(a.Key, b.Key) })
+	return Point{Table: table, Series: seriesKey(sorted), Tags: sorted, Fields: fields, Time: ts}
+}
+
+func iv(x int64) Value    { return Value{Kind: KindInt, Num: uint64(x)} }
+func uv(x uint64) Value   { return Value{Kind: KindUint, Num: x} }
+func fv(x float64) Value  { return Value{Kind: KindFloat, Num: math.Float64bits(x)} }
+func sv(x string) Value   { return Value{Kind: KindString, Str: x} }
+func tagv(x string) Value { return Value{Kind: KindTag, Str: x} }
+func tmv(ts int64) Value  { return Value{Kind: KindTime, Num: uint64(ts)} }
+
+func bv(x bool) Value {
+	if x {
+		return Value{Kind: KindBool, Num: 1}
+	}
+	return Value{Kind: KindBool}
+}
+
+func fld(key string, v Value) PointField { return PointField{Key: key, Value: v} }
+
+// appendBatch appends pts as one batch (numbering lines from 1 where Line is
+// unset) and returns the result.
+func appendBatch(t testing.TB, s *Sequencer, pts ...Point) Result {
+	t.Helper()
+	pts = slices.Clone(pts)
+	for i := range pts {
+		if pts[i].Line == 0 {
+			pts[i].Line = i + 1
+		}
+	}
+	res, err := s.Append(context.Background(), &Batch{Points: pts})
+	require.NoError(t, err)
+	return res
+}
+
+// mustAppend appends pts as one batch and requires every point accepted.
+func mustAppend(t testing.TB, s *Sequencer, pts ...Point) {
+	t.Helper()
+	res := appendBatch(t, s, pts...)
+	require.Empty(t, res.Rejected)
+	require.Equal(t, len(pts), res.Accepted)
+}
+
+// row is one drained row: its x_seq and its present values by column name
+// (x_seq excluded).
+type row struct {
+	Seq  uint64
+	Vals map[string]Value
+}
+
+// page is a drained page with its rows copied out.
+type page struct {
+	Page
+	vals [][]Value
+}
+
+// rows returns the page's rows by column name; the page must hold x_seq.
+func (p page) rows() []row {
+	out := make([]row, 0, len(p.vals))
+	for _, vs := range p.vals {
+		r := row{Vals: map[string]Value{}}
+		for i, c := range p.Columns {
+			switch {
+			case c.Name == "x_seq":
+				r.Seq = vs[i].Num
+			case vs[i].Kind != 0:
+				r.Vals[c.Name] = vs[i]
+			}
+		}
+		out = append(out, r)
+	}
+	return out
+}
+
+func (p page) seqs() []uint64 {
+	var out []uint64
+	for _, r := range p.rows() {
+		out = append(out, r.Seq)
+	}
+	return out
+}
+
+// tryDrain runs one drain and copies its rows.
+func tryDrain(s *Sequencer, req DrainRequest) (page, error) {
+	var p page
+	pg, err := s.Drain(context.Background(), req, func(_ []Column, v []Value) error {
+		p.vals = append(p.vals, slices.Clone(v))
+		return nil
+	})
+	p.Page = pg
+	return p, err
+}
+
+// pageProblem checks the page invariants of SPEC §6 for a page read after
+// after with limit limit, and returns the first violation. Without an x_seq
+// column only the envelope is checked.
+func pageProblem(p page, after uint64, limit int) error {
+	if p.Rows != len(p.vals) {
+		return fmt.Errorf("Rows=%d but %d rows visited", p.Rows, len(p.vals))
+	}
+	if p.Rows > limit {
+		return fmt.Errorf("%d rows exceed limit %d", p.Rows, limit)
+	}
+	if p.Watermark > p.Seq {
+		return fmt.Errorf("watermark %d above seq %d", p.Watermark, p.Seq)
+	}
+	if p.More != (p.Next < p.Watermark) {
+		return fmt.Errorf("more=%v with next=%d watermark=%d", p.More, p.Next, p.Watermark)
+	}
+	if p.Rows < limit && p.Next != p.Watermark {
+		return fmt.Errorf("next=%d on a page of %d rows (limit %d), want the watermark %d", p.Next, p.Rows, limit, p.Watermark)
+	}
+	if !slices.ContainsFunc(p.Columns, func(c Column) bool { return c.Name == "x_seq" }) {
+		return nil
+	}
+	seqs := p.seqs()
+	prev := after
+	for _, q := range seqs {
+		if q <= prev {
+			return fmt.Errorf("x_seq %d not above %d (after=%d): %v", q, prev, after, seqs)
+		}
+		if q > p.Watermark {
+			return fmt.Errorf("x_seq %d above watermark %d", q, p.Watermark)
+		}
+		prev = q
+	}
+	if len(seqs) == limit && p.Next != seqs[len(seqs)-1] {
+		return fmt.Errorf("next=%d on a full page, want its last x_seq %d", p.Next, seqs[len(seqs)-1])
+	}
+	return nil
+}
+
+// drainPage drains one page and checks its invariants.
+func drainPage(t testing.TB, s *Sequencer, req DrainRequest) page {
+	t.Helper()
+	p, err := tryDrain(s, req)
+	require.NoError(t, err)
+	require.NoError(t, pageProblem(p, req.After, req.Limit))
+	return p
+}
+
+// drainAll drains table from after to the watermark, page by page, and
+// returns every row.
+func drainAll(t testing.TB, s *Sequencer, table string, after uint64, limit int) []row {
+	t.Helper()
+	var out []row
+	for range 100_000 {
+		p := drainPage(t, s, DrainRequest{Table: table, After: after, Limit: limit})
+		out = append(out, p.rows()...)
+		if !p.More {
+			return out
+		}
+		after = p.Next
+	}
+	t.Fatal("drain did not reach the watermark")
+	return nil
+}
+
+// status returns a table's status.
+func status(t testing.TB, s *Sequencer, table string) SyncStatus {
+	t.Helper()
+	st, err := s.Status(table)
+	require.NoError(t, err)
+	return st
+}
+
+// columns returns a table's columns.
+func columns(t testing.TB, s *Sequencer, table string) []Column {
+	t.Helper()
+	info, err := s.Table(table)
+	require.NoError(t, err)
+	return info.Columns
+}
+
+// waitClosed waits for ch to be closed, failing after 10 s.
+func waitClosed(t testing.TB, ch <-chan struct{}, msg string) {
+	t.Helper()
+	eventually(t, func() bool {
+		select {
+		case <-ch:
+			return true
+		default:
+			return false
+		}
+	}, msg)
+}
+
+// stallHook installs a commit hook on h that blocks exactly one commit, the
+// first one after arm is called, until release is called. It must be
+// installed before the first write.
+type stallHook struct {
+	armed    atomic.Bool
+	entered  chan struct{}
+	released chan struct{}
+	once     sync.Once
+}
+
+func installStall(h *harness) *stallHook {
+	st := &stallHook{entered: make(chan struct{}), released: make(chan struct{})}
+	h.s.testHookBeforeCommit = func() {
+		if st.armed.CompareAndSwap(true, false) {
+			close(st.entered)
+			<-st.released
+		}
+	}
+	return st
+}
+
+func (st *stallHook) arm()     { st.armed.Store(true) }
+func (st *stallHook) release() { st.once.Do(func() { close(st.released) }) }
+
+// copyDir copies the regular files under src to dst, keeping holes (badger
+// preallocates sparse files of hundreds of MiB).
+func copyDir(t testing.TB, src, dst string) {
+	t.Helper()
+	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(src, path)
+		if err != nil {
+			return err
+		}
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o750)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		return copySparse(path, target)
+	})
+	require.NoError(t, err)
+}
+
+// lseek(2) whence values on Linux; other systems reject them and get a
+// plain copy.
+const (
+	seekData = 3
+	seekHole = 4
+)
+
+func copySparse(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	info, err := in.Stat()
+	if err != nil {
+		return err
+	}
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, info.Mode().Perm())
+	if err != nil {
+		return err
+	}
+	size := info.Size()
+	for off := int64(0); off < size; {
+		data, err := in.Seek(off, seekData)
+		if errors.Is(err, syscall.ENXIO) {
+			break // only a hole is left
+		}
+		if err != nil { // no SEEK_DATA: copy the rest as is
+			data, err = off, nil
+		}
+		hole, err := in.Seek(data, seekHole)
+		if err != nil {
+			hole = size
+		}
+		if _, err := io.Copy(io.NewOffsetWriter(out, data), io.NewSectionReader(in, data, hole-data)); err != nil {
+			_ = out.Close()
+			return err
+		}
+		off = hole
+	}
+	if err := out.Truncate(size); err != nil {
+		_ = out.Close()
+		return err
+	}
+	return out.Close()
+}
+
+func TestSeriesKey(t *testing.T) {
+	cases := []struct {
+		name string
+		tags []Tag
+		want string
+	}{
+		{"no tags", nil, ""},
+		{"one tag", tg("host", "a"), "host=a"},
+		{"sorted by key", tg("z", "1", "a", "2", "m", "3"), "a=2,m=3,z=1"},
+		{"escaped", tg("ho st", "a,b=c d"), `ho\ st=a\,b\=c\ d`},
+		{"quotes and backslashes stay", tg("k", `a"b\c`), `k=a"b\c`},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.Equal(t, tc.want, seriesKey(tc.tags))
+			require.Equal(t, tc.want, pt("t", 1, tc.tags).Series)
+		})
+	}
+}
+
+// --- Epochs, SET SYNC and TRUNCATE (SPEC §4) ----------------------------------
+
+// tableStep is one operation on table "t" followed by the status it must
+// leave.
+type tableStep struct {
+	op   string // create_on, create_off, sync_on, sync_off, truncate, write
+	n    int    // rows for write
+	want SyncStatus
+}
+
+func TestEpochs(t *testing.T) {
+	on := func(epoch, seq uint64) SyncStatus {
+		return SyncStatus{Enabled: true, Epoch: epoch, Seq: seq, Watermark: seq}
+	}
+	off := func(epoch, seq uint64) SyncStatus {
+		return SyncStatus{Epoch: epoch, Seq: seq, Watermark: seq}
+	}
+	cases := []struct {
+		name  string
+		steps []tableStep
+	}{
+		{"created with sync starts at epoch 1", []tableStep{
+			{op: "create_on", want: on(1, 0)},
+			{op: "write", n: 3, want: on(1, 3)},
+		}},
+		{"created without sync stays at epoch 0", []tableStep{
+			{op: "create_off", want: off(0, 0)},
+			{op: "write", n: 3, want: off(0, 0)},
+			{op: "sync_off", want: off(0, 0)},
+		}},
+		{"enabling sync bumps the epoch", []tableStep{
+			{op: "create_off", want: off(0, 0)},
+			{op: "write", n: 2, want: off(0, 0)},
+			{op: "sync_on", want: on(1, 0)},
+			{op: "write", n: 3, want: on(1, 3)},
+		}},
+		{"disabling sync keeps the epoch", []tableStep{
+			{op: "create_on", want: on(1, 0)},
+			{op: "write", n: 2, want: on(1, 2)},
+			{op: "sync_off", want: off(1, 2)},
+			{op: "write", n: 2, want: off(1, 2)},
+			{op: "sync_off", want: off(1, 2)},
+			{op: "sync_on", want: on(2, 2)},
+			{op: "write", n: 1, want: on(2, 3)},
+		}},
+		{"enabling twice is a no-op", []tableStep{
+			{op: "create_off", want: off(0, 0)},
+			{op: "sync_on", want: on(1, 0)},
+			{op: "write", n: 2, want: on(1, 2)},
+			{op: "sync_on", want: on(1, 2)},
+			{op: "create_on", want: on(1, 2)},
+		}},
+		{"truncate bumps the epoch and keeps seq", []tableStep{
+			{op: "create_on", want: on(1, 0)},
+			{op: "write", n: 4, want: on(1, 4)},
+			{op: "truncate", want: on(2, 4)},
+			{op: "write", n: 2, want: on(2, 6)},
+			{op: "truncate", want: on(3, 6)},
+			{op: "truncate", want: on(4, 6)},
+			{op: "write", n: 1, want: on(4, 7)},
+		}},
+		{"truncate after set sync off then on", []tableStep{
+			{op: "create_on", want: on(1, 0)},
+			{op: "write", n: 2, want: on(1, 2)},
+			{op: "sync_off", want: off(1, 2)},
+			{op: "sync_on", want: on(2, 2)},
+			{op: "truncate", want: on(3, 2)},
+			{op: "write", n: 2, want: on(3, 4)},
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := openHarness(t, t.TempDir(), DefaultConfig())
+			defer h.close()
+			ctx := context.Background()
+			ts := int64(0)
+			for i, step := range tc.steps {
+				before, _ := h.s.Status("t")
+				var got SyncStatus
+				var err error
+				switch step.op {
+				case "create_on", "create_off":
+					var created bool
+					created, got, err = h.s.CreateTable(ctx, "t", step.op == "create_on")
+					require.NoError(t, err)
+					require.Equal(t, i == 0, created, "step %d: created", i)
+				case "sync_on", "sync_off":
+					got, err = h.s.SetSync(ctx, "t", step.op == "sync_on")
+					require.NoError(t, err)
+				case "truncate":
+					got, err = h.s.Truncate(ctx, "t")
+					require.NoError(t, err)
+					// The table is empty: a drain from 0 returns nothing and
+					// steps straight to the watermark.
+					p := drainPage(t, h.s, DrainRequest{Table: "t", Limit: 10})
+					require.Zero(t, p.Rows, "step %d: rows after truncate", i)
+					require.Equal(t, got.Watermark, p.Next, "step %d: next after truncate", i)
+					require.Equal(t, []Column{{Name: "time", Kind: KindTime}}, columns(t, h.s, "t"), "step %d: columns after truncate", i)
+				case "write":
+					var pts []Point
+					for range step.n {
+						ts++
+						pts = append(pts, pt("t", ts, tg("host", "a"), fld("v", iv(ts))))
+					}
+					mustAppend(t, h.s, pts...)
+					got = status(t, h.s, "t")
+					if got.Enabled {
+						// The new rows carry the numbers right above the
+						// old seq, also after a truncate.
+						rows := drainAll(t, h.s, "t", before.Seq, 100)
+						require.Len(t, rows, step.n, "step %d", i)
+						for j, r := range rows {
+							require.Equal(t, before.Seq+uint64(j)+1, r.Seq, "step %d row %d", i, j)
+							require.Equal(t, iv(ts-int64(step.n)+int64(j)+1), r.Vals["v"], "step %d row %d", i, j)
+						}
+					}
+				default:
+					t.Fatalf("unknown op %q", step.op)
+				}
+				require.Equal(t, step.want, got, "step %d (%s): returned status", i, step.op)
+				require.Equal(t, step.want, status(t, h.s, "t"), "step %d (%s): Status", i, step.op)
+				if got.Enabled {
+					// The current epoch is accepted; any other is stale.
+					_, err := tryDrain(h.s, DrainRequest{Table: "t", Limit: 1, Epoch: got.Epoch, HasEpoch: true})
+					require.NoError(t, err, "step %d", i)
+					_, err = tryDrain(h.s, DrainRequest{Table: "t", Limit: 1, Epoch: got.Epoch - 1, HasEpoch: true})
+					require.ErrorIs(t, err, ErrStaleEpoch, "step %d", i)
+				}
+			}
+		})
+	}
+}
+
+func TestTableOperationsOnUnknownTable(t *testing.T) {
+	h := openHarness(t, t.TempDir(), DefaultConfig())
+	defer h.close()
+	ctx := context.Background()
+	cases := []struct {
+		name string
+		run  func() error
+	}{
+		{"set sync", func() error { _, err := h.s.SetSync(ctx, "nope", true); return err }},
+		{"truncate", func() error { _, err := h.s.Truncate(ctx, "nope"); return err }},
+		{"drop", func() error { return h.s.Drop(ctx, "nope") }},
+		{"status", func() error { _, err := h.s.Status("nope"); return err }},
+		{"table", func() error { _, err := h.s.Table("nope"); return err }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			require.ErrorIs(t, tc.run(), ErrTableNotFound)
+		})
+	}
+	require.Empty(t, h.s.Tables(), "no operation created the table")
+}
+
+// --- Crash and restart (SPEC §4: x_seq never runs backwards) ------------------
+
+// crashSetup brings a harness into the state a crash test copies. The
+// returned function, when not nil, runs after the copy (before the original
+// harness is closed).
+type crashSetup func(t *testing.T, dir string, cfg Config) (*harness, func())
+
+func TestCrashKeepsSequence(t *testing.T) {
+	ctx := context.Background()
+	write := func(t testing.TB, h *harness, table string, from, n int) {
+		t.Helper()
+		var pts []Point
+		for i := from; i < from+n; i++ {
+			pts = append(pts, pt(table, int64(i), tg("host", fmt.Sprint("h", i%3)), fld("v", iv(int64(i))), fld("s", sv(fmt.Sprint("s", i)))))
+		}
+		mustAppend(t, h.s, pts...)
+	}
+	cases := []struct {
+		name  string
+		cfg   func(*Config)
+		setup crashSetup
+	}{
+		{name: "sync table with rows", setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
+			h := openHarness(t, dir, cfg)
+			_, _, err := h.s.CreateTable(ctx, "a", true)
+			require.NoError(t, err)
+			write(t, h, "a", 1, 3)
+			write(t, h, "a", 4, 70)
+			write(t, h, "a", 74, 1)
+			return h, nil
+		}},
+		{name: "coalesced rows", setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
+			h := openHarness(t, dir, cfg)
+			_, _, err := h.s.CreateTable(ctx, "a", false)
+			require.NoError(t, err)
+			mustAppend(t, h.s, pt("a", 5, tg("host", "x"), fld("v", iv(1)), fld("s", sv("off"))))
+			_, err = h.s.SetSync(ctx, "a", true)
+			require.NoError(t, err)
+			mustAppend(t, h.s, pt("a", 5, tg("host", "x"), fld("v", iv(2))), pt("a", 6, tg("host", "x"), fld("v", iv(3))))
+			mustAppend(t, h.s, pt("a", 6, tg("host", "x"), fld("s", sv("on"))))
+			return h, nil
+		}},
+		{name: "after a clean restart", setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
+			h := openHarness(t, dir, cfg)
+			_, _, err := h.s.CreateTable(ctx, "a", true)
+			require.NoError(t, err)
+			write(t, h, "a", 1, 5)
+			h.close()
+			h = openHarness(t, dir, cfg)
+			write(t, h, "a", 6, 5)
+			return h, nil
+		}},
+		{name: "after truncate", setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
+			h := openHarness(t, dir, cfg)
+			_, _, err := h.s.CreateTable(ctx, "a", true)
+			require.NoError(t, err)
+			write(t, h, "a", 1, 5)
+			_, err = h.s.Truncate(ctx, "a")
+			require.NoError(t, err)
+			write(t, h, "a", 6, 2)
+			return h, nil
+		}},
+		{name: "after drop and re-create", setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
+			h := openHarness(t, dir, cfg)
+			_, _, err := h.s.CreateTable(ctx, "a", true)
+			require.NoError(t, err)
+			write(t, h, "a", 1, 5)
+			require.NoError(t, h.s.Drop(ctx, "a"))
+			_, _, err = h.s.CreateTable(ctx, "a", true)
+			require.NoError(t, err)
+			write(t, h, "a", 6, 2)
+			return h, nil
+		}},
+		{name: "tables auto-created by writes", cfg: func(c *Config) { c.SyncTables = []string{"cpu*"} }, setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
+			h := openHarness(t, dir, cfg)
+			write(t, h, "cpu_1", 1, 3)
+			write(t, h, "mem", 1, 3)
+			write(t, h, "cpu_2", 1, 1)
+			return h, nil
+		}},
+		{name: "sync enabled on an existing table", setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
+			h := openHarness(t, dir, cfg)
+			write(t, h, "a", 1, 3)
+			_, err := h.s.SetSync(ctx, "a", true)
+			require.NoError(t, err)
+			write(t, h, "a", 4, 3)
+			return h, nil
+		}},
+		{name: "commit in flight", setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
+			h := openHarness(t, dir, cfg)
+			stall := installStall(h)
+			_, _, err := h.s.CreateTable(ctx, "a", true)
+			require.NoError(t, err)
+			write(t, h, "a", 1, 4)
+			stall.arm()
+			p, err := h.s.Submit(ctx, &Batch{Points: []Point{
+				pt("a", 100, tg("host", "x"), fld("v", iv(100))),
+				pt("a", 101, tg("host", "x"), fld("v", iv(101))),
+			}})
+			require.NoError(t, err)
+			waitClosed(t, stall.entered, "the second commit reaches the hook")
+			st := status(t, h.s, "a")
+			require.Equal(t, uint64(6), st.Seq, "the stalled numbers are handed out")
+			require.Equal(t, uint64(4), st.Watermark)
+			return h, func() {
+				stall.release()
+				res, err := p.Wait(ctx)
+				require.NoError(t, err)
+				require.Equal(t, 2, res.Accepted)
+			}
+		}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			h, after := tc.setup(t, t.TempDir(), cfg)
+			type tableState struct {
+				info TableInfo
+				rows []row
+			}
+			before := map[string]tableState{}
+			for _, info := range h.s.Tables() {
+				ts := tableState{info: info}
+				if info.Sync.Enabled {
+					ts.rows = drainAll(t, h.s, info.Name, 0, 7)
+					for _, r := range ts.rows {
+						require.LessOrEqual(t, r.Seq, info.Sync.Seq)
+					}
+				}
+				before[info.Name] = ts
+			}
+			require.NotEmpty(t, before)
+
+			// Crash: copy the directory of the live store and never close
+			// the copied store.
+			copied := t.TempDir()
+			copyDir(t, h.dir, copied)
+			defer func() {
+				if after != nil {
+					after()
+				}
+				h.close()
+			}()
+
+			c := openHarness(t, copied, cfg)
+			defer c.close()
+			require.Len(t, c.s.Tables(), len(before))
+			for name, old := range before {
+				st := status(t, c.s, name)
+				require.Equal(t, old.info.Sync.Enabled, st.Enabled, "%s: sync", name)
+				require.Equal(t, old.info.Sync.Epoch, st.Epoch, "%s: epoch", name)
+				require.GreaterOrEqual(t, st.Seq, old.info.Sync.Seq, "%s: seq ran backwards", name)
+				require.Equal(t, st.Seq, st.Watermark, "%s: nothing in flight after the crash", name)
+				require.Equal(t, old.info.Columns, columns(t, c.s, name), "%s: columns", name)
+				if !st.Enabled {
+					continue
+				}
+				require.Equal(t, old.rows, drainAll(t, c.s, name, 0, 7), "%s: every committed row survives", name)
+
+				mustAppend(t, c.s, pt(name, 1_000_000, tg("host", "new"), fld("v", iv(-1))))
+				rows := drainAll(t, c.s, name, old.info.Sync.Seq, 10)
+				require.Len(t, rows, 1, "%s: only the new row lies above the old seq", name)
+				require.Greater(t, rows[0].Seq, old.info.Sync.Seq, "%s: x_seq handed out twice", name)
+				require.Greater(t, rows[0].Seq, st.Seq, "%s: new x_seq not above the recovered seq", name)
+				require.Equal(t, iv(-1), rows[0].Vals["v"])
+			}
+		})
+	}
+}
+
+func TestCleanRestart(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name  string
+		cfg   func(*Config)
+		setup func(t testing.TB, s *Sequencer)
+		// Table "t" gets one more row after the restart.
+		extra Point
+	}{
+		{
+			name: "sync table",
+			setup: func(t testing.TB, s *Sequencer) {
+				_, _, err := s.CreateTable(ctx, "t", true)
+				require.NoError(t, err)
+				mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(1))), pt("t", 2, tg("host", "b"), fld("f", fv(2.5))))
+				mustAppend(t, s, pt("t", 3, nil, fld("v", iv(3)), fld("ok", bv(true)), fld("u", uv(7))))
+			},
+			extra: pt("t", 4, tg("host", "a"), fld("v", iv(4))),
+		},
+		{
+			name: "sync off table",
+			setup: func(t testing.TB, s *Sequencer) {
+				mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
+			},
+			extra: pt("t", 2, tg("host", "a"), fld("v", iv(2))),
+		},
+		{
+			name: "sync turned off",
+			setup: func(t testing.TB, s *Sequencer) {
+				_, _, err := s.CreateTable(ctx, "t", true)
+				require.NoError(t, err)
+				mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
+				_, err = s.SetSync(ctx, "t", false)
+				require.NoError(t, err)
+			},
+			extra: pt("t", 2, tg("host", "a"), fld("v", iv(2))),
+		},
+		{
+			name: "after truncate",
+			setup: func(t testing.TB, s *Sequencer) {
+				_, _, err := s.CreateTable(ctx, "t", true)
+				require.NoError(t, err)
+				mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(1))), pt("t", 2, tg("host", "a"), fld("v", iv(2))))
+				_, err = s.Truncate(ctx, "t")
+				require.NoError(t, err)
+				mustAppend(t, s, pt("t", 3, tg("dc", "x"), fld("w", sv("three"))))
+			},
+			extra: pt("t", 4, tg("dc", "x"), fld("w", sv("four"))),
+		},
+		{
+			name: "coalesced rows",
+			setup: func(t testing.TB, s *Sequencer) {
+				_, _, err := s.CreateTable(ctx, "t", false)
+				require.NoError(t, err)
+				mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(1)), fld("w", sv("off"))))
+				_, err = s.SetSync(ctx, "t", true)
+				require.NoError(t, err)
+				mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(2))))
+				mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(3))))
+			},
+			extra: pt("t", 1, tg("host", "a"), fld("v", iv(4))),
+		},
+		{
+			// The series dictionary is rebuilt from disk: with a limit of
+			// one series, the same (escaped) tag set must map to the same
+			// series after the restart.
+			name: "escaped tag set keeps its series",
+			cfg:  func(c *Config) { c.MaxSeriesPerTable = 1 },
+			setup: func(t testing.TB, s *Sequencer) {
+				_, _, err := s.CreateTable(ctx, "t", true)
+				require.NoError(t, err)
+				mustAppend(t, s, pt("t", 1, tg("host", "a b,c=d", "z k", "=,"), fld("v", iv(1))))
+			},
+			extra: pt("t", 2, tg("host", "a b,c=d", "z k", "=,"), fld("v", iv(2))),
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			dir := t.TempDir()
+			h := openHarness(t, dir, cfg)
+			tc.setup(t, h.s)
+			old := status(t, h.s, "t")
+			oldCols := columns(t, h.s, "t")
+			var oldRows []row
+			if old.Enabled {
+				oldRows = drainAll(t, h.s, "t", 0, 10)
+			}
+			h.close()
+
+			h = openHarness(t, dir, cfg)
+			defer h.close()
+			require.Equal(t, old, status(t, h.s, "t"), "status survives a clean restart")
+			require.Equal(t, oldCols, columns(t, h.s, "t"))
+			if old.Enabled {
+				require.Equal(t, oldRows, drainAll(t, h.s, "t", 0, 10))
+			}
+			mustAppend(t, h.s, tc.extra)
+			st := status(t, h.s, "t")
+			if !old.Enabled {
+				require.Equal(t, old.Seq, st.Seq, "sync off: no x_seq")
+				return
+			}
+			// The lease was released on the clean stop: no number is burnt.
+			require.Equal(t, old.Seq+1, st.Seq)
+			rows := drainAll(t, h.s, "t", old.Seq, 10)
+			require.Len(t, rows, 1)
+			require.Equal(t, old.Seq+1, rows[0].Seq)
+			require.Equal(t, tc.extra.Fields[0].Value, rows[0].Vals[tc.extra.Fields[0].Key])
+		})
+	}
+}
+
+// --- DROP + re-create ----------------------------------------------------------
+
+func TestDropAndRecreate(t *testing.T) {
+	ctx := context.Background()
+	cases := []struct {
+		name    string
+		cfg     func(*Config)
+		restart bool // restart between drop and re-create
+		byWrite bool // re-create by a write to a sync glob
+		reject  bool // a rejected write precedes the re-create
+		rounds  int
+	}{
+		{name: "re-create", rounds: 1},
+		{name: "restart between drop and re-create", restart: true, rounds: 1},
+		{name: "re-created by a write", cfg: func(c *Config) { c.SyncTables = []string{"t"} }, byWrite: true, rounds: 1},
+		{name: "re-created by a write after a restart", cfg: func(c *Config) { c.SyncTables = []string{"t"} }, byWrite: true, restart: true, rounds: 1},
+		{name: "rejected write before re-create", cfg: func(c *Config) { c.SyncTables = []string{"t"} }, reject: true, rounds: 1},
+		{name: "rejected write before re-create by a write", cfg: func(c *Config) { c.SyncTables = []string{"t"} }, reject: true, byWrite: true, restart: true, rounds: 1},
+		{name: "three rounds", rounds: 3},
+		{name: "three rounds with restarts", restart: true, rounds: 3},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			dir := t.TempDir()
+			h := openHarness(t, dir, cfg)
+			defer func() { h.close() }()
+			_, _, err := h.s.CreateTable(ctx, "t", true)
+			require.NoError(t, err)
+			mustAppend(t, h.s, pt("t", 1, tg("host", "old"), fld("old", iv(1))), pt("t", 2, tg("host", "old"), fld("old", iv(2))))
+			mustAppend(t, h.s, pt("other", 1, nil, fld("v", iv(1))))
+			ts := int64(10)
+			for round := range tc.rounds {
+				old := status(t, h.s, "t")
+				require.NoError(t, h.s.Drop(ctx, "t"))
+
+				_, err := h.s.Status("t")
+				require.ErrorIs(t, err, ErrTableNotFound, "round %d", round)
+				_, err = tryDrain(h.s, DrainRequest{Table: "t", Limit: 10})
+				require.ErrorIs(t, err, ErrTableNotFound, "round %d", round)
+				require.ErrorIs(t, h.s.Drop(ctx, "t"), ErrTableNotFound, "round %d", round)
+				require.Len(t, h.s.Tables(), 1, "round %d", round)
+				require.Equal(t, "other", h.s.Tables()[0].Name)
+
+				if tc.restart {
+					h.close()
+					h = openHarness(t, dir, cfg)
+					_, err := h.s.Status("t")
+					require.ErrorIs(t, err, ErrTableNotFound, "round %d: dropped after restart", round)
+				}
+
+				if tc.reject {
+					res := appendBatch(t, h.s, pt("t", 1, tg("k", "x"), fld("k", iv(1))))
+					require.Len(t, res.Rejected, 1)
+					_, err := h.s.Status("t")
+					require.ErrorIs(t, err, ErrTableNotFound, "round %d: a rejected line creates no table", round)
+				}
+
+				ts++
+				newRow := pt("t", ts, tg("dc", "new"), fld("new", sv(fmt.Sprint("r", round))))
+				if tc.byWrite {
+					mustAppend(t, h.s, newRow)
+				} else {
+					created, st, err := h.s.CreateTable(ctx, "t", true)
+					require.NoError(t, err)
+					require.True(t, created, "round %d", round)
+					require.True(t, st.Enabled)
+					require.Greater(t, st.Epoch, old.Epoch, "round %d: epoch", round)
+					require.GreaterOrEqual(t, st.Seq, old.Seq, "round %d: seq", round)
+					require.Equal(t, st.Seq, st.Watermark)
+					// The old rows and columns are gone.
+					p := drainPage(t, h.s, DrainRequest{Table: "t", Limit: 10, Epoch: st.Epoch, HasEpoch: true})
+					require.Zero(t, p.Rows, "round %d", round)
+					require.Equal(t, st.Watermark, p.Next)
+					require.Equal(t, []Column{{Name: "time", Kind: KindTime}}, columns(t, h.s, "t"))
+					mustAppend(t, h.s, newRow)
+				}
+				st := status(t, h.s, "t")
+				require.True(t, st.Enabled)
+				require.Greater(t, st.Epoch, old.Epoch, "round %d: epoch", round)
+				require.Greater(t, st.Seq, old.Seq, "round %d: seq", round)
+				rows := drainAll(t, h.s, "t", 0, 10)
+				require.Len(t, rows, 1, "round %d: only the new row", round)
+				require.Greater(t, rows[0].Seq, old.Seq, "round %d: x_seq reused", round)
+				require.Equal(t, map[string]Value{
+					"time": tmv(ts), "dc": tagv("new"), "new": sv(fmt.Sprint("r", round)),
+				}, rows[0].Vals)
+				require.Equal(t, []Column{
+					{Name: "time", Kind: KindTime}, {Name: "dc", Kind: KindTag}, {Name: "new", Kind: KindString},
+				}, columns(t, h.s, "t"))
+				// The old schema is gone too: "old" may now be a string.
+				mustAppend(t, h.s, pt("t", ts, tg("dc", "new"), fld("old", sv("x"))))
+			}
+			require.Equal(t, SyncStatus{}, status(t, h.s, "other"), "the other table is untouched")
+		})
+	}
+}
+
+// --- Schema rules (SPEC §2) ---------------------------------------------------------
+
+func TestSchemaRejects(t *testing.T) {
+	type reject struct {
+		line int
+		key  string
+		err  error
+	}
+	cases := []struct {
+		name     string
+		cfg      func(*Config)
+		setup    []Point // accepted, one batch
+		batch    []Point // Line set by the case
+		rejects  []reject
+		accepted int
+		columns  []Column
+	}{
+		{
+			name:  "field type conflict",
+			setup: []Point{pt("t", 1, tg("host", "a"), fld("v", iv(1)))},
+			batch: []Point{
+				withLine(7, pt("t", 2, tg("host", "a"), fld("v", fv(2)), fld("extra", iv(1)))),
+				withLine(8, pt("t", 3, tg("host", "a"), fld("v", iv(3)))),
+				withLine(9, pt("t", 4, tg("host", "b"), fld("v", sv("x")))),
+				withLine(10, pt("t", 5, tg("host", "a"), fld("w", fv(5)))),
+			},
+			rejects:  []reject{{7, "v", ErrFieldTypeConflict}, {9, "v", ErrFieldTypeConflict}},
+			accepted: 2,
+			columns:  []Column{{"time", KindTime}, {"host", KindTag}, {"v", KindInt}, {"w", KindFloat}},
+		},
+		{
+			name: "field type conflict within one batch",
+			batch: []Point{
+				withLine(1, pt("t", 1, nil, fld("v", bv(true)))),
+				withLine(2, pt("t", 2, nil, fld("v", uv(2)))),
+				withLine(3, pt("t", 3, nil, fld("v", bv(false)))),
+			},
+			rejects:  []reject{{2, "v", ErrFieldTypeConflict}},
+			accepted: 2,
+			columns:  []Column{{"time", KindTime}, {"v", KindBool}},
+		},
+		{
+			name:  "tag then field",
+			setup: []Point{pt("t", 1, tg("host", "a"), fld("v", iv(1)))},
+			batch: []Point{
+				withLine(3, pt("t", 2, tg("dc", "x"), fld("host", sv("b")), fld("new", iv(1)))),
+				withLine(4, pt("t", 3, tg("host", "a"), fld("v", iv(3)))),
+			},
+			rejects:  []reject{{3, "host", ErrTagFieldConflict}},
+			accepted: 1,
+			columns:  []Column{{"time", KindTime}, {"host", KindTag}, {"v", KindInt}},
+		},
+		{
+			name:  "field then tag",
+			setup: []Point{pt("t", 1, tg("host", "a"), fld("v", iv(1)))},
+			batch: []Point{
+				withLine(5, pt("t", 2, tg("host", "b", "v", "x", "dc", "y"), fld("w", iv(1)))),
+				withLine(6, pt("t", 3, tg("host", "b"), fld("v", iv(3)))),
+			},
+			rejects:  []reject{{5, "v", ErrTagFieldConflict}},
+			accepted: 1,
+			columns:  []Column{{"time", KindTime}, {"host", KindTag}, {"v", KindInt}},
+		},
+		{
+			name: "tag and field in one line",
+			batch: []Point{
+				withLine(1, pt("t", 1, tg("k", "x"), fld("k", iv(1)))),
+				withLine(2, pt("t", 2, tg("host", "a"), fld("v", iv(2)))),
+			},
+			rejects:  []reject{{1, "k", ErrTagFieldConflict}},
+			accepted: 1,
+			columns:  []Column{{"time", KindTime}, {"host", KindTag}, {"v", KindInt}},
+		},
+		{
+			name: "tag and field in one batch",
+			batch: []Point{
+				withLine(1, pt("t", 1, tg("k", "x"), fld("v", iv(1)))),
+				withLine(2, pt("t", 2, nil, fld("k", iv(2)))),
+				withLine(3, pt("t", 3, nil, fld("j", iv(3)))),
+				withLine(4, pt("t", 4, tg("j", "y"), fld("v", iv(4)))),
+			},
+			rejects:  []reject{{2, "k", ErrTagFieldConflict}, {4, "j", ErrTagFieldConflict}},
+			accepted: 2,
+			columns:  []Column{{"time", KindTime}, {"k", KindTag}, {"v", KindInt}, {"j", KindInt}},
+		},
+		{
+			name:  "column limit",
+			cfg:   func(c *Config) { c.MaxColumnsPerTable = 3 },
+			setup: []Point{pt("t", 1, tg("host", "a"), fld("v", iv(1)))},
+			batch: []Point{
+				withLine(1, pt("t", 2, tg("host", "a"), fld("a", iv(1)), fld("b", iv(1)))),
+				withLine(2, pt("t", 3, tg("host", "a", "dc", "x"), fld("v", iv(1)), fld("a", iv(2)))),
+				withLine(3, pt("t", 4, tg("host", "a"), fld("a", iv(3)))),
+				withLine(4, pt("t", 5, tg("host", "a"), fld("b", iv(4)))),
+				withLine(5, pt("t", 6, tg("host", "b"), fld("v", iv(5)), fld("a", iv(5)))),
+			},
+			rejects:  []reject{{1, "", ErrColumnLimit}, {2, "", ErrColumnLimit}, {4, "", ErrColumnLimit}},
+			accepted: 2,
+			columns:  []Column{{"time", KindTime}, {"host", KindTag}, {"v", KindInt}, {"a", KindInt}},
+		},
+		{
+			name:  "series limit",
+			cfg:   func(c *Config) { c.MaxSeriesPerTable = 2 },
+			setup: []Point{pt("t", 1, tg("host", "a"), fld("v", iv(1))), pt("t", 1, tg("host", "b"), fld("v", iv(1)))},
+			batch: []Point{
+				withLine(1, pt("t", 2, tg("host", "c"), fld("v", iv(2)))),
+				withLine(2, pt("t", 2, tg("host", "a", "dc", "x"), fld("w", iv(2)))),
+				withLine(3, pt("t", 2, nil, fld("v", iv(2)))),
+				withLine(4, pt("t", 2, tg("host", "b"), fld("v", iv(2)), fld("w", fv(2)))),
+			},
+			rejects:  []reject{{1, "", ErrSeriesLimit}, {2, "", ErrSeriesLimit}, {3, "", ErrSeriesLimit}},
+			accepted: 1,
+			columns:  []Column{{"time", KindTime}, {"host", KindTag}, {"v", KindInt}, {"w", KindFloat}},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if tc.cfg != nil {
+				tc.cfg(&cfg)
+			}
+			h := openHarness(t, t.TempDir(), cfg)
+			defer h.close()
+			_, _, err := h.s.CreateTable(context.Background(), "t", true)
+			require.NoError(t, err)
+			if len(tc.setup) > 0 {
+				mustAppend(t, h.s, tc.setup...)
+			}
+			seq := status(t, h.s, "t").Seq
+
+			res := appendBatch(t, h.s, tc.batch...)
+			require.Equal(t, tc.accepted, res.Accepted)
+			require.Len(t, res.Rejected, len(tc.rejects))
+			for i, want := range tc.rejects {
+				got := res.Rejected[i]
+				require.ErrorIs(t, got, want.err, "reject %d: %v", i, got)
+				require.Equal(t, want.line, got.Line, "reject %d: %v", i, got)
+				if want.key != "" {
+					require.Equal(t, want.key, got.Key, "reject %d", i)
+				}
+				require.Contains(t, got.Error(), fmt.Sprintf("line %d", want.line))
+			}
+			require.Equal(t, tc.columns, columns(t, h.s, "t"), "rejected points add no column")
+
+			// Exactly the accepted lines of the batch were stamped, in line
+			// order, and carry their own values.
+			rejected := map[int]bool{}
+			for _, r := range tc.rejects {
+				rejected[r.line] = true
+			}
+			var want []Point
+			for _, p := range tc.batch {
+				if !rejected[p.Line] {
+					want = append(want, p)
+				}
+			}
+			require.Equal(t, seq+uint64(tc.accepted), status(t, h.s, "t").Seq)
+			rows := drainAll(t, h.s, "t", seq, 100)
+			require.Len(t, rows, len(want))
+			for i, r := range rows {
+				require.Equal(t, seq+uint64(i)+1, r.Seq)
+				require.Equal(t, tmv(want[i].Time), r.Vals["time"])
+				for _, f := range want[i].Fields {
+					require.Equal(t, f.Value, r.Vals[f.Key], "row %d field %s", i, f.Key)
+				}
+				for _, tag := range want[i].Tags {
+					require.Equal(t, tagv(tag.Value), r.Vals[tag.Key], "row %d tag %s", i, tag.Key)
+				}
+			}
+		})
+	}
+}
+
+// TestColumnOrder checks SPEC §2: columns are time, then every tag, then
+// every field, each in order of first appearance, in SHOW COLUMNS and in a
+// drain's default columns, also after a restart.
+func TestColumnOrder(t *testing.T) {
+	cases := []struct {
+		name    string
+		batches [][]Point
+		want    []Column
+	}{
+		{
+			name:    "one line",
+			batches: [][]Point{{pt("t", 1, tg("host", "a", "dc", "x"), fld("v", iv(1)), fld("a", sv("s")))}},
+			want:    []Column{{"time", KindTime}, {"dc", KindTag}, {"host", KindTag}, {"v", KindInt}, {"a", KindString}},
+		},
+		{
+			name: "tag first seen after fields",
+			batches: [][]Point{{
+				pt("t", 1, tg("host", "a"), fld("v", iv(1))),
+				pt("t", 2, tg("host", "a", "zone", "z"), fld("w", fv(2))),
+			}},
+			want: []Column{{"time", KindTime}, {"host", KindTag}, {"zone", KindTag}, {"v", KindInt}, {"w", KindFloat}},
+		},
+		{
+			name: "tags first seen in later batches",
+			batches: [][]Point{
+				{pt("t", 1, nil, fld("v", iv(1)), fld("b", bv(true)))},
+				{pt("t", 2, tg("zone", "z"), fld("v", iv(2)))},
+				{pt("t", 3, tg("host", "h", "zone", "z"), fld("c", uv(3)))},
+			},
+			want: []Column{{"time", KindTime}, {"zone", KindTag}, {"host", KindTag}, {"v", KindInt}, {"b", KindBool}, {"c", KindUint}},
+		},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			h := openHarness(t, t.TempDir(), DefaultConfig())
+			defer func() { h.close() }()
+			_, _, err := h.s.CreateTable(context.Background(), "t", true)
+			require.NoError(t, err)
+			var written []Point
+			for _, b := range tc.batches {
+				mustAppend(t, h.s, b...)
+				written = append(written, b...)
+			}
+			check := func(h *harness) {
+				t.Helper()
+				require.Equal(t, tc.want, columns(t, h.s, "t"))
+				p := drainPage(t, h.s, DrainRequest{Table: "t", Limit: 100})
+				require.Equal(t, append(slices.Clone(tc.want), Column{"x_seq", KindSeq}), p.Columns)
+				require.Len(t, p.vals, len(written))
+				for i, w := range written {
+					want := pointVals(w)
+					want["x_seq"] = Value{Kind: KindSeq, Num: uint64(i + 1)}
+					for j, c := range p.Columns {
+						require.Equal(t, want[c.Name], p.vals[i][j], "row %d column %s", i, c.Name)
+					}
+				}
+			}
+			check(h)
+			h.close()
+			h = openHarness(t, h.dir, DefaultConfig())
+			check(h)
+		})
+	}
+}
+
+func withLine(line int, p Point) Point {
+	p.Line = line
+	return p
+}
+
+// --- Auto-create (SPEC §2, §5 --sync-tables) --------------------------------------
+
+func TestAutoCreate(t *testing.T) {
+	cases := []struct {
+		name      string
+		globs     []string
+		table     string
+		tags      []Tag // default host=a
+		rejectErr error // the write is rejected and creates nothing
+		want      SyncStatus
+	}{
+		{name: "no globs", table: "cpu_1", want: SyncStatus{}},
+		{name: "matching glob", globs: []string{"cpu*"}, table: "cpu_1", want: SyncStatus{Enabled: true, Epoch: 1, Seq: 1, Watermark: 1}},
+		{name: "other glob", globs: []string{"cpu*"}, table: "mem", want: SyncStatus{}},
+		{name: "second glob", globs: []string{"cpu*", "disk"}, table: "disk", want: SyncStatus{Enabled: true, Epoch: 1, Seq: 1, Watermark: 1}},
+		{name: "glob matches the whole name", globs: []string{"disk"}, table: "disk2", want: SyncStatus{}},
+		{name: "reserved name", globs: []string{"*"}, table: "x_sys", rejectErr: ErrInvalidTableName},
+		{name: "rejected first line", globs: []string{"cpu*"}, table: "cpu_1", tags: tg("v", "x"), rejectErr: ErrTagFieldConflict},
+		{name: "rejected first line without sync", table: "mem", tags: tg("v", "x"), rejectErr: ErrTagFieldConflict},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.SyncTables = tc.globs
+			h := openHarness(t, t.TempDir(), cfg)
+			defer func() { h.close() }()
+			tags := tc.tags
+			if tags == nil {
+				tags = tg("host", "a")
+			}
+			p := pt(tc.table, 42, tags, fld("v", fv(1.5)))
+			res := appendBatch(t, h.s, p, pt("known", 1, nil, fld("v", iv(1))))
+			if tc.rejectErr != nil {
+				require.Equal(t, 1, res.Accepted)
+				require.Len(t, res.Rejected, 1)
+				require.ErrorIs(t, res.Rejected[0], tc.rejectErr)
+				require.Equal(t, 1, res.Rejected[0].Line)
+				_, err := h.s.Status(tc.table)
+				require.ErrorIs(t, err, ErrTableNotFound)
+				require.Len(t, h.s.Tables(), 1, "only the accepted line's table exists")
+				// Nor does it come back after a restart.
+				h.close()
+				h = openHarness(t, h.dir, cfg)
+				_, err = h.s.Status(tc.table)
+				require.ErrorIs(t, err, ErrTableNotFound, "after a restart")
+				return
+			}
+			require.Equal(t, 2, res.Accepted)
+			require.Empty(t, res.Rejected)
+			require.Equal(t, tc.want, status(t, h.s, tc.table))
+			require.Equal(t, []Column{{"time", KindTime}, {"host", KindTag}, {"v", KindFloat}}, columns(t, h.s, tc.table))
+			if !tc.want.Enabled {
+				_, err := tryDrain(h.s, DrainRequest{Table: tc.table, Limit: 10})
+				require.ErrorIs(t, err, ErrSyncOff)
+				return
+			}
+			// The feed is complete from the first line.
+			rows := drainAll(t, h.s, tc.table, 0, 10)
+			require.Equal(t, []row{{Seq: 1, Vals: map[string]Value{"time": tmv(42), "host": tagv("a"), "v": fv(1.5)}}}, rows)
+		})
+	}
+}
