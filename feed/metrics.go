@@ -54,6 +54,9 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 	m.queueDepth = f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ingestd_feed_queue_depth", Help: "Batches waiting for the sequencer.",
 	}, func() float64 { return float64(len(s.queue)) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ingestd_feed_queue_capacity", Help: "Batches the sequencer queue holds (--feed-queue-length).",
+	}, func() float64 { return float64(cap(s.queue)) })
 	for _, r := range []string{reasonFieldType, reasonTagField, reasonColumnLimit, reasonSeriesLimit} {
 		m.rejected.WithLabelValues(r)
 	}

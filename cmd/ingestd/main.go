@@ -1,7 +1,8 @@
 // Command ingestd takes InfluxDB line protocol over HTTP and TCP, stores
 // every line durably in badger and serves each sync table's change feed at
 // GET /drain (see README.md). `ingestd mirror` keeps a replica of one table
-// in any InfluxDB-compatible server.
+// in any InfluxDB-compatible server; `ingestd health` probes a running
+// ingestd (exit 0 when ready), for container health checks.
 //
 // Exit codes: 0 after a clean shutdown (SIGINT or SIGTERM), 1 on a runtime
 // error (e.g. the data directory is locked by another process or not
@@ -80,8 +81,13 @@ func (c *config) validate() error {
 // run starts the daemon (or, for `ingestd mirror …`, the mirror) and
 // blocks until ctx ends or a component fails.
 func run(ctx context.Context, args []string, stderr io.Writer) int {
-	if len(args) > 0 && args[0] == "mirror" {
-		return runMirror(ctx, args[1:], stderr)
+	if len(args) > 0 {
+		switch args[0] {
+		case "mirror":
+			return runMirror(ctx, args[1:], stderr)
+		case "health":
+			return runHealth(ctx, args[1:], stderr)
+		}
 	}
 	cfg := config{
 		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(),
