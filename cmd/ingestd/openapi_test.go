@@ -1,0 +1,134 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"net/http"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/getkin/kin-openapi/openapi3"
+	"github.com/getkin/kin-openapi/openapi3filter"
+	"github.com/getkin/kin-openapi/routers/gorillamux"
+	"github.com/stretchr/testify/require"
+)
+
+// TestResponsesMatchAPISpec sends requests covering every route and its
+// error codes to a running daemon and validates each real request and
+// response against api.yaml (STYLE R23).
+func TestResponsesMatchAPISpec(t *testing.T) {
+	openapi3filter.RegisterBodyDecoder("application/x-ndjson", openapi3filter.FileBodyDecoder)
+	defer openapi3filter.UnregisterBodyDecoder("application/x-ndjson")
+	raw, err := os.ReadFile("../../api.yaml")
+	require.NoError(t, err)
+	loader := openapi3.NewLoader()
+	doc, err := loader.LoadFromData(raw)
+	require.NoError(t, err)
+	require.NoError(t, doc.Validate(context.Background()))
+
+	cfg := testConfig(t.TempDir())
+	cfg.feed.MaxConsumersPerTable = 1
+	cfg.ilp.MaxBodyBytes = 1 << 10
+	d := startDaemon(t, cfg)
+	doc.Servers = openapi3.Servers{{URL: d.URL}}
+	router, err := gorillamux.NewRouter(doc)
+	require.NoError(t, err)
+
+	type call struct {
+		method, path, body string
+		header             map[string]string
+		status             int
+	}
+	big := strings.Repeat("m v=1 1\n", 200)
+	calls := []call{
+		{"GET", "/ping", "", nil, 204},
+		{"HEAD", "/ping", "", nil, 204},
+		{"GET", "/health", "", nil, 200},
+		{"GET", "/query?q=SHOW+DATABASES", "", nil, 200},
+		{"POST", "/query", "q=CREATE+DATABASE+telegraf", map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, 200},
+		{"POST", "/query?q=SELECT+1", "", nil, 400},
+		{"PUT", "/api/v1/tables/cpu", `{"sync":true}`, nil, 201},
+		{"PUT", "/api/v1/tables/cpu", `{"sync":true}`, nil, 200},
+		{"PUT", "/api/v1/tables/cpu", `{"bogus":1}`, nil, 400},
+		{"PUT", "/api/v1/tables/x_bad", `{"sync":true}`, nil, 400},
+		{"POST", "/write?db=x&precision=s", "cpu,host=a v=1 1\ncpu,host=a v=2 2", nil, 204},
+		{"POST", "/write", "", nil, 204},
+		{"POST", "/write?precision=d", "cpu v=1", nil, 400},
+		{"POST", "/write", "cpu,host=a v=\"s\" 3\ncpu,host=a v=3 4", nil, 400},
+		{"POST", "/write", big, nil, 413},
+		{"POST", "/write", "cpu v=1", map[string]string{"Content-Encoding": "br"}, 415},
+		{"POST", "/write", "garbage", map[string]string{"Content-Encoding": "gzip"}, 400},
+		{"POST", "/api/v2/write?org=o&bucket=b&precision=ms", "cpu,host=b v=4 5", nil, 204},
+		{"POST", "/api/v2/write", "cpu,host=b v=\"s\" 6\ncpu,host=b v=5 7", nil, 422},
+		{"POST", "/api/v2/write", "cpu,host=b v=\"s\" 6", nil, 400},
+		{"POST", "/api/v2/write?precision=h", "cpu v=1", nil, 400},
+		{"GET", "/metrics", "", nil, 200},
+		{"GET", "/api.yaml", "", nil, 200},
+		{"GET", "/api/v1/tables", "", nil, 200},
+		{"GET", "/api/v1/tables/cpu", "", nil, 200},
+		{"GET", "/api/v1/tables/nosuch", "", nil, 404},
+		{"GET", "/api/v1/tables/cpu/sync", "", nil, 200},
+		{"GET", "/api/v1/tables/nosuch/sync", "", nil, 404},
+		{"PUT", "/api/v1/tables/cpu/sync", `{"enabled":true}`, nil, 200},
+		{"PUT", "/api/v1/tables/cpu/sync", `{}`, nil, 400},
+		{"PUT", "/api/v1/tables/nosuch/sync", `{"enabled":true}`, nil, 404},
+		{"GET", "/drain?table=cpu&after=0&limit=10", "", nil, 200},
+		{"GET", "/drain?table=cpu&after=0&limit=10&format=ndjson&consumer=m1", "", nil, 200},
+		{"GET", "/drain?table=cpu&after=0&limit=10&format=lp&time_format=ns", "", nil, 200},
+		{"GET", "/drain?table=cpu&after=0&limit=10&consumer=m2", "", nil, 409},
+		{"GET", "/drain?table=cpu&after=0&limit=10&wait=10ms&columns=time,host,v,x_seq", "", nil, 200},
+		{"GET", "/drain?table=cpu&after=0", "", nil, 400},
+		{"GET", "/drain?table=cpu&after=0&limit=0", "", nil, 400},
+		{"GET", "/drain?table=cpu&after=0&limit=1&columns=nope", "", nil, 400},
+		{"GET", "/drain?table=cpu&after=0&limit=1&epoch=9", "", nil, 409},
+		{"GET", "/drain?table=cpu&after=999&limit=1", "", nil, 409},
+		{"GET", "/drain?table=nosuch&after=0&limit=1", "", nil, 404},
+		{"GET", "/api/v1/tables/cpu/consumers", "", nil, 200},
+		{"GET", "/api/v1/tables/nosuch/consumers", "", nil, 404},
+		{"DELETE", "/api/v1/tables/cpu/consumers/nobody", "", nil, 404},
+		{"DELETE", "/api/v1/tables/cpu/consumers/m1", "", nil, 204},
+		{"GET", "/api/v1/tables/cpu/rows?limit=1", "", nil, 200},
+		{"GET", "/api/v1/tables/cpu/rows?limit=10&start=1970-01-01T00:00:00Z&end=3000000000&format=lp", "", nil, 200},
+		{"GET", "/api/v1/tables/cpu/rows?limit=1&cursor=%21%21", "", nil, 400},
+		{"GET", "/api/v1/tables/cpu/rows", "", nil, 400},
+		{"GET", "/api/v1/tables/nosuch/rows?limit=1", "", nil, 404},
+		{"PUT", "/api/v1/tables/cpu/sync", `{"enabled":false}`, nil, 200},
+		{"GET", "/drain?table=cpu&after=0&limit=1", "", nil, 409},
+		{"POST", "/api/v1/tables/cpu/truncate", "", nil, 200},
+		{"POST", "/api/v1/tables/nosuch/truncate", "", nil, 404},
+		{"DELETE", "/api/v1/tables/cpu", "", nil, 204},
+		{"DELETE", "/api/v1/tables/cpu", "", nil, 404},
+	}
+	for _, c := range calls {
+		t.Run(c.method+" "+c.path, func(t *testing.T) {
+			req, err := http.NewRequest(c.method, d.URL+c.path, strings.NewReader(c.body))
+			require.NoError(t, err)
+			for k, v := range c.header {
+				req.Header.Set(k, v)
+			}
+			resp, err := http.DefaultClient.Do(req)
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, resp.Body.Close())
+			require.NoError(t, err)
+			require.Equal(t, c.status, resp.StatusCode, "body: %s", body)
+			require.NotEmpty(t, resp.Header.Get("X-Influxdb-Version"))
+			require.NotEmpty(t, resp.Header.Get("X-Influxdb-Build"))
+
+			route, params, err := router.FindRoute(req)
+			require.NoError(t, err, "api.yaml has no operation for %s %s", c.method, c.path)
+			in := &openapi3filter.RequestValidationInput{
+				Request: req, PathParams: params, Route: route,
+				Options: &openapi3filter.Options{ExcludeRequestBody: true, AuthenticationFunc: openapi3filter.NoopAuthenticationFunc},
+			}
+			out := &openapi3filter.ResponseValidationInput{
+				RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
+				Body: io.NopCloser(bytes.NewReader(body)),
+				Options: &openapi3filter.Options{IncludeResponseStatus: true},
+			}
+			require.NoError(t, openapi3filter.ValidateResponse(context.Background(), out), "body: %s", body)
+		})
+	}
+}
