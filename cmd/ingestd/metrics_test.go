@@ -15,22 +15,23 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// scrape reads the daemon's /metrics and parses the text exposition.
-func scrape(t testing.TB, d *daemon) map[string]*dto.MetricFamily {
+// scrapeMetrics reads the daemon's /metrics and parses the text exposition.
+func scrapeMetrics(t testing.TB, d *daemon) map[string]*dto.MetricFamily {
 	t.Helper()
 	resp, err := http.Get(d.URL + "/metrics")
 	require.NoError(t, err)
 	defer func() { require.NoError(t, resp.Body.Close()) }()
 	require.Equal(t, http.StatusOK, resp.StatusCode)
-	fams, err := expfmt.NewTextParser(model.UTF8Validation).TextToMetricFamilies(resp.Body)
+	parser := expfmt.NewTextParser(model.UTF8Validation)
+	fams, err := parser.TextToMetricFamilies(resp.Body)
 	require.NoError(t, err)
 	return fams
 }
 
-// metricValue returns the value of the sample of family name whose labels
+// sampleValue returns the value of the sample of family name whose labels
 // include want (counter, gauge, or a histogram's sample count), and whether
 // there is one.
-func metricValue(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
+func sampleValue(fams map[string]*dto.MetricFamily, name string, want map[string]string) (float64, bool) {
 	f, ok := fams[name]
 	if !ok {
 		return 0, false
@@ -58,7 +59,7 @@ next:
 	return 0, false
 }
 
-func post(t testing.TB, url, body string) int {
+func postBody(t testing.TB, url, body string) int {
 	t.Helper()
 	resp, err := http.Post(url, "text/plain", strings.NewReader(body))
 	require.NoError(t, err)
@@ -83,8 +84,8 @@ func TestMetricsAfterKnownActions(t *testing.T) {
 	for i := 1; i <= 100; i++ {
 		fmt.Fprintf(&lines, "cpu,host=h%d usage=%di %d\n", i%3, i, i)
 	}
-	require.Equal(t, http.StatusNoContent, post(t, d.URL+"/write", lines.String()))
-	require.Equal(t, http.StatusBadRequest, post(t, d.URL+"/write", "cpu usage=1i 101\nnot a line\n"))
+	require.Equal(t, http.StatusNoContent, postBody(t, d.URL+"/write", lines.String()))
+	require.Equal(t, http.StatusBadRequest, postBody(t, d.URL+"/write", "cpu usage=1i 101\nnot a line\n"))
 
 	conn, err := net.Dial("tcp", d.TCPAddr)
 	require.NoError(t, err)
@@ -102,8 +103,8 @@ func TestMetricsAfterKnownActions(t *testing.T) {
 	deadline := time.Now().Add(10 * time.Second)
 	var fams map[string]*dto.MetricFamily
 	for {
-		fams = scrape(t, d)
-		v, _ := metricValue(fams, "ingestd_ilp_lines_total", map[string]string{"transport": "tcp"})
+		fams = scrapeMetrics(t, d)
+		v, _ := sampleValue(fams, "ingestd_ilp_lines_total", map[string]string{"transport": "tcp"})
 		if v == 2 || time.Now().After(deadline) {
 			break
 		}
@@ -136,7 +137,7 @@ func TestMetricsAfterKnownActions(t *testing.T) {
 	}
 	for _, c := range checks {
 		t.Run(c.name+fmt.Sprint(c.labels), func(t *testing.T) {
-			v, ok := metricValue(fams, c.name, c.labels)
+			v, ok := sampleValue(fams, c.name, c.labels)
 			require.True(t, ok, "no sample")
 			require.Equal(t, c.want, v)
 		})
@@ -148,7 +149,7 @@ func TestMetricsAfterKnownActions(t *testing.T) {
 		} {
 			require.Contains(t, fams, name)
 		}
-		commits, _ := metricValue(fams, "ingestd_feed_commit_duration_seconds", nil)
+		commits, _ := sampleValue(fams, "ingestd_feed_commit_duration_seconds", nil)
 		require.Positive(t, commits)
 	})
 	t.Run("bounded labels", func(t *testing.T) {
