@@ -18,6 +18,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/http/pprof"
 	"os"
 	"os/signal"
 	"strings"
@@ -52,6 +53,7 @@ type config struct {
 	logLevel        string
 	logFormat       string
 	shutdownTimeout time.Duration
+	pprofAddr       string
 }
 
 func (c *config) registerFlags(fs *flag.FlagSet) {
@@ -62,6 +64,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", c.logFormat, "log format: text or json")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight HTTP requests may finish on shutdown")
+	fs.StringVar(&c.pprofAddr, "pprof-addr", c.pprofAddr, "serve Go's net/http/pprof profiles on this separate address (empty: off; keep it on loopback)")
 }
 
 func (c *config) validate() error {
@@ -168,6 +171,18 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 		}
 	}
 
+	if cfg.pprofAddr != "" {
+		stop, err := servePprof(cfg.pprofAddr, logger)
+		if err != nil {
+			_ = httpLn.Close()
+			if tcpLn != nil {
+				_ = tcpLn.Close()
+			}
+			return err
+		}
+		defer stop()
+	}
+
 	seqCtx, seqCancel := context.WithCancel(context.Background())
 	defer seqCancel()
 	seqDone := make(chan error, 1)
@@ -234,4 +249,22 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 		logger.Info("ingestd stopped cleanly")
 	}
 	return failure
+}
+
+// servePprof serves net/http/pprof on its own listener, apart from the API.
+func servePprof(addr string, logger *slog.Logger) (func(), error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("listen on --pprof-addr: %w", err)
+	}
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	go func() { _ = srv.Serve(ln) }()
+	logger.Info("pprof listening", "pprof_addr", ln.Addr().String())
+	return func() { _ = srv.Close() }, nil
 }
