@@ -125,7 +125,7 @@ func TestResponsesMatchAPISpec(t *testing.T) {
 			}
 			out := &openapi3filter.ResponseValidationInput{
 				RequestValidationInput: in, Status: resp.StatusCode, Header: resp.Header,
-				Body: io.NopCloser(bytes.NewReader(body)),
+				Body:    io.NopCloser(bytes.NewReader(body)),
 				Options: &openapi3filter.Options{IncludeResponseStatus: true},
 			}
 			require.NoError(t, openapi3filter.ValidateResponse(context.Background(), out), "body: %s", body)
