@@ -254,8 +254,7 @@ func (s *Sequencer) failQueued(err error) {
 	for {
 		select {
 		case o := <-s.queue:
-			o.err = err
-			close(o.done)
+			failOps([]*op{o}, err)
 		default:
 			return
 		}
@@ -286,14 +285,16 @@ func (s *Sequencer) collect(batch []*op) []*op {
 }
 
 // process runs ops in order: runs of writes become one group commit, a
-// table operation runs alone between them.
+// table operation runs alone between them. After a storage failure it fails
+// the ops not yet run with the same error and returns it.
 func (s *Sequencer) process(ops []*op) error {
 	for len(ops) > 0 {
 		if ops[0].kind != opWrite {
 			s.runControl(ops[0])
 			close(ops[0].done)
-			if ops[0].err != nil && errors.Is(ops[0].err, errStorage) {
-				return ops[0].err
+			if err := ops[0].err; err != nil && errors.Is(err, errStorage) {
+				failOps(ops[1:], err)
+				return err
 			}
 			ops = ops[1:]
 			continue
@@ -303,16 +304,22 @@ func (s *Sequencer) process(ops []*op) error {
 			n++
 		}
 		err := s.commitGroup(ops[:n])
-		for _, o := range ops[:n] {
-			o.err = err
-			close(o.done)
-		}
+		failOps(ops[:n], err)
 		if err != nil {
+			failOps(ops[n:], err)
 			return err
 		}
 		ops = ops[n:]
 	}
 	return nil
+}
+
+// failOps completes ops with err (nil: success).
+func failOps(ops []*op, err error) {
+	for _, o := range ops {
+		o.err = err
+		close(o.done)
+	}
 }
 
 // errStorage marks errors that stop the sequencer.
