@@ -14,6 +14,7 @@ const (
 	DefaultMaxGroupPoints     = 100_000
 	DefaultMaxColumnsPerTable = 1024
 	DefaultMaxSeriesPerTable  = 1_000_000
+	DefaultMaxTables          = 10_000
 	DefaultMaxDrainLimit      = 10_000
 	DefaultSubmitTimeout      = 5 * time.Second
 	DefaultMaxConsumers       = 64
@@ -37,6 +38,9 @@ type Config struct {
 	// MaxColumnsPerTable caps a table's columns (tags plus fields, time
 	// excluded); a line that would add more is rejected.
 	MaxColumnsPerTable int
+	// MaxTables caps the number of tables; a line or CREATE TABLE that
+	// would add one more is rejected (ErrTableLimit).
+	MaxTables int
 	// MaxSeriesPerTable caps a table's series (distinct tag sets); a line
 	// that would add more is rejected.
 	MaxSeriesPerTable int
@@ -60,6 +64,7 @@ func DefaultConfig() Config {
 		MaxGroupPoints:     DefaultMaxGroupPoints,
 		MaxColumnsPerTable: DefaultMaxColumnsPerTable,
 		MaxSeriesPerTable:  DefaultMaxSeriesPerTable,
+		MaxTables:          DefaultMaxTables,
 		MaxDrainLimit:      DefaultMaxDrainLimit,
 		SubmitTimeout:      DefaultSubmitTimeout,
 
@@ -96,6 +101,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxGroupPoints, "feed-max-group-points", c.MaxGroupPoints, "most points in one group commit")
 	fs.IntVar(&c.MaxColumnsPerTable, "feed-max-columns-per-table", c.MaxColumnsPerTable, "most columns (tags plus fields) per table")
 	fs.IntVar(&c.MaxSeriesPerTable, "feed-max-series-per-table", c.MaxSeriesPerTable, "most series (distinct tag sets) per table")
+	fs.IntVar(&c.MaxTables, "feed-max-tables", c.MaxTables, "most tables; a write or CREATE TABLE that would add one more is rejected")
 	fs.DurationVar(&c.SubmitTimeout, "feed-submit-timeout", c.SubmitTimeout, "how long an HTTP write waits for room in the sequencer queue before 503")
 	fs.IntVar(&c.MaxConsumersPerTable, "max-consumers-per-table", c.MaxConsumersPerTable, "most named drain consumers per table (409 too_many_consumers past it)")
 	fs.DurationVar(&c.ConsumerFlushInterval, "feed-consumer-flush-interval", c.ConsumerFlushInterval, "how often changed consumer positions are written durably")
@@ -115,6 +121,8 @@ func (c *Config) Validate() error {
 		return errors.New("feed: --feed-max-group-points must be at least 1")
 	case c.MaxColumnsPerTable < 1:
 		return errors.New("feed: --feed-max-columns-per-table must be at least 1")
+	case c.MaxTables < 1:
+		return errors.New("feed: --feed-max-tables must be at least 1")
 	case c.MaxSeriesPerTable < 1:
 		return errors.New("feed: --feed-max-series-per-table must be at least 1")
 	case c.MaxDrainLimit < 1:

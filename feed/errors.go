@@ -40,6 +40,9 @@ var (
 	// ErrColumnLimit rejects a line that would add a column past
 	// Config.MaxColumnsPerTable.
 	ErrColumnLimit = errors.New("column limit exceeded")
+	// ErrTableLimit rejects a line or CREATE TABLE that would add a table
+	// past Config.MaxTables.
+	ErrTableLimit = errors.New("feed: table limit exceeded")
 	// ErrSeriesLimit rejects a line that would add a series past
 	// Config.MaxSeriesPerTable.
 	ErrSeriesLimit = errors.New("series limit exceeded")
@@ -61,7 +64,7 @@ func (e *RefusalError) Unwrap() error { return e.Err }
 type RejectError struct {
 	Line int    // the point's line number in its request (1-based)
 	Key  string // the column at fault
-	Err  error  // ErrFieldTypeConflict, ErrTagFieldConflict, ErrColumnLimit, ErrSeriesLimit
+	Err  error  // ErrFieldTypeConflict, ErrTagFieldConflict, ErrColumnLimit, ErrSeriesLimit, ErrTableLimit, ErrInvalidTableName
 	Msg  string // detail
 }
 

@@ -429,6 +429,9 @@ func (s *Sequencer) tableForWrite(name string) (*table, error) {
 	if err := validTableName(name); err != nil {
 		return nil, err
 	}
+	if err := s.checkTableLimit(); err != nil {
+		return nil, err
+	}
 	tomb, dropped := s.tombstones[name]
 	t := s.createTable(name, s.cfg.syncOnCreate(name))
 	t.group = &groupTable{t: t, metaDirty: true, created: true}
@@ -460,6 +463,14 @@ func (s *Sequencer) forgetUnwrittenTables() {
 	}
 	clear(s.groupTables[len(kept):])
 	s.groupTables = kept
+}
+
+// checkTableLimit refuses a new table past Config.MaxTables.
+func (s *Sequencer) checkTableLimit() error {
+	if len(s.tables) >= s.cfg.MaxTables {
+		return fmt.Errorf("%w: %d tables already (--feed-max-tables)", ErrTableLimit, s.cfg.MaxTables)
+	}
+	return nil
 }
 
 // createTable makes a new live table (not yet persisted), resuming above a

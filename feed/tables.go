@@ -84,6 +84,9 @@ func (s *Sequencer) Tables() []TableInfo {
 func (s *Sequencer) runControl(o *op) {
 	t, ok := s.tables[o.name]
 	if o.kind == opCreate && !ok {
+		if o.err = s.checkTableLimit(); o.err != nil {
+			return
+		}
 		t = s.createTable(o.name, o.flag)
 		o.created = true
 		if err := s.st.PutMeta(t.meta); err != nil {

@@ -22,6 +22,7 @@ const (
 	CodeInvalidTableName     = "invalid_table_name"
 	CodeInvalidBody          = "invalid_body"
 	CodeTooManyConsumers     = "too_many_consumers"
+	CodeTableLimit           = "table_limit"
 	CodeConsumerNotFound     = "consumer_not_found"
 	CodeUnavailable          = "unavailable"
 	CodeInternal             = "internal"
@@ -59,6 +60,8 @@ func errorStatus(err error) (int, string) {
 		return http.StatusBadRequest, CodeInvalidCursor
 	case errors.Is(err, feed.ErrInvalidTableName):
 		return http.StatusBadRequest, CodeInvalidTableName
+	case errors.Is(err, feed.ErrTableLimit):
+		return http.StatusConflict, CodeTableLimit
 	case errors.Is(err, feed.ErrTooManyConsumers):
 		return http.StatusConflict, CodeTooManyConsumers
 	case errors.Is(err, feed.ErrConsumerNotFound):

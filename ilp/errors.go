@@ -22,12 +22,13 @@ const (
 	ReasonColumnLimit   = "column_limit"
 	ReasonSeriesLimit   = "series_limit"
 	ReasonInvalidTable  = "invalid_table"
+	ReasonTableLimit    = "table_limit"
 )
 
 var reasons = []string{
 	ReasonSyntax, ReasonLineTooLong, ReasonKeyTooLong, ReasonStringTooLong, ReasonReservedKey,
 	ReasonDuplicateTag, ReasonFieldType, ReasonTagField, ReasonTimestamp, ReasonInvalidUTF8,
-	ReasonNoFields, ReasonColumnLimit, ReasonSeriesLimit, ReasonInvalidTable,
+	ReasonNoFields, ReasonColumnLimit, ReasonSeriesLimit, ReasonInvalidTable, ReasonTableLimit,
 }
 
 var (

@@ -59,6 +59,8 @@ func rejectReason(r *feed.RejectError) string {
 		return ReasonColumnLimit
 	case errors.Is(r.Err, feed.ErrSeriesLimit):
 		return ReasonSeriesLimit
+	case errors.Is(r.Err, feed.ErrTableLimit):
+		return ReasonTableLimit
 	}
 	return ReasonInvalidTable
 }
