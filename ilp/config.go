@@ -12,6 +12,7 @@ const (
 	DefaultTCPAddr          = ":9009"
 	DefaultTCPFlushInterval = 100 * time.Millisecond
 	DefaultTCPBatchLines    = 10_000
+	DefaultTCPBatchBytes    = 4 << 20
 	DefaultTCPMaxConns      = 1024
 )
 
@@ -29,6 +30,10 @@ type Config struct {
 	// TCPBatchLines hands a TCP batch to the sequencer once it holds this
 	// many lines.
 	TCPBatchLines int
+	// TCPBatchBytes hands a TCP batch to the sequencer once its lines hold
+	// this many bytes. With TCPBatchLines it bounds what one connection
+	// buffers while the sequencer is saturated (it then stops reading).
+	TCPBatchBytes int
 	// TCPMaxConns caps concurrent TCP connections; more are closed at once.
 	TCPMaxConns int
 }
@@ -41,6 +46,7 @@ func DefaultConfig() Config {
 		TCPAddr:          DefaultTCPAddr,
 		TCPFlushInterval: DefaultTCPFlushInterval,
 		TCPBatchLines:    DefaultTCPBatchLines,
+		TCPBatchBytes:    DefaultTCPBatchBytes,
 		TCPMaxConns:      DefaultTCPMaxConns,
 	}
 }
@@ -54,6 +60,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.TCPAddr, "tcp-addr", c.TCPAddr, "ILP TCP listen address (empty disables TCP)")
 	fs.DurationVar(&c.TCPFlushInterval, "tcp-flush-interval", c.TCPFlushInterval, "longest a TCP line waits before it is committed")
 	fs.IntVar(&c.TCPBatchLines, "ilp-tcp-batch-lines", c.TCPBatchLines, "TCP lines per batch handed to the sequencer")
+	fs.IntVar(&c.TCPBatchBytes, "ilp-tcp-batch-bytes", c.TCPBatchBytes, "bytes of TCP lines per batch handed to the sequencer (bounds a connection's buffer)")
 	fs.IntVar(&c.TCPMaxConns, "ilp-tcp-max-conns", c.TCPMaxConns, "most concurrent TCP connections")
 }
 
@@ -72,6 +79,8 @@ func (c *Config) Validate() error {
 		return errors.New("ilp: --tcp-flush-interval must be positive")
 	case c.TCPBatchLines < 1:
 		return errors.New("ilp: --ilp-tcp-batch-lines must be positive")
+	case c.TCPBatchBytes < 1:
+		return errors.New("ilp: --ilp-tcp-batch-bytes must be positive")
 	case c.TCPMaxConns < 1:
 		return errors.New("ilp: --ilp-tcp-max-conns must be positive")
 	}

@@ -11,10 +11,22 @@
 // is decoded by github.com/influxdata/line-protocol/v2 with the stricter
 // rules of SPEC §3.1 on top: every part of every line is read; duplicate tag
 // keys are rejected and tags sorted; duplicate field keys keep the last
-// value unless their types clash; hex floats, NaN and ±Inf are rejected;
+// value unless their types clash; hex floats, NaN, ±Inf and digits
+// separated by underscores are rejected;
 // timestamps must lie within ±9223372036854775806 ns; keys are at most
 // Limits.MaxKeyBytes; invalid UTF-8 is rejected; one leading byte-order mark
-// and a \r before \n are stripped.
+// and a \r before \n are stripped; lines of only spaces and tabs are blank,
+// and so are comments indented by them.
+//
+// Over TCP a lineReader assembles lines from the reads: it keeps only the
+// partial line, drops an over-long line's bytes as they arrive, and gives
+// the same lines, numbered the same way, whatever the read boundaries. A
+// connection buffers at most one batch (TCPBatchLines or TCPBatchBytes) and
+// one in flight; while the sequencer cannot take the next it stops reading.
+//
+// testdata/corpus holds the golden corpus (input, precision, expected
+// points or line:column errors; regenerate with go test ./ilp -update) and
+// FuzzParse checks whole against split input and re-encoding round trips.
 //
 // String field escapes follow line-protocol/v2: \\, \", \n, \t and \r
 // decode to the character and any other backslash stays literal. InfluxDB

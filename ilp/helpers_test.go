@@ -1,8 +1,11 @@
 package ilp
 
 import (
+	"bytes"
 	"context"
+	"encoding/json"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -35,10 +38,27 @@ type rig struct {
 	tcpOnce   sync.Once
 }
 
+// rigOptions change a rig before it starts. Every field may be zero.
+type rigOptions struct {
+	mod    func(*Config)               // changes ILP's defaults
+	wrap   func(app Appender) Appender // stands between the listeners and the sequencer
+	logger *slog.Logger                // the Ingest's logger; nil discards
+	// logEvery is the least time between two rejection logs; 0 keeps the
+	// default, negative logs every rejection.
+	logEvery time.Duration
+}
+
 // newRig starts a rig with ILP's defaults changed by mod (may be nil) and
 // creates tables with sync ON so that they can be drained.
 func newRig(t testing.TB, mod func(*Config), tables ...string) *rig {
 	t.Helper()
+	return newRigOpts(t, rigOptions{mod: mod}, tables...)
+}
+
+// newRigOpts is newRig with more options.
+func newRigOpts(t testing.TB, opts rigOptions, tables ...string) *rig {
+	t.Helper()
+	mod := opts.mod
 	scfg := store.DefaultConfig()
 	scfg.Dir = t.TempDir()
 	db, err := store.Open(scfg, nil, nil)
@@ -64,8 +84,15 @@ func newRig(t testing.TB, mod func(*Config), tables ...string) *rig {
 	if mod != nil {
 		mod(&cfg)
 	}
-	r.in, err = New(cfg, seq, time.Second, nil, nil)
+	var app Appender = seq
+	if opts.wrap != nil {
+		app = opts.wrap(seq)
+	}
+	r.in, err = New(cfg, app, time.Second, opts.logger, nil)
 	require.NoError(t, err)
+	if opts.logEvery != 0 {
+		r.in.logLimit.every = max(0, opts.logEvery)
+	}
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
@@ -258,4 +285,42 @@ func metricValue(t testing.TB, m prometheus.Metric) int {
 	}
 	t.Fatalf("metric %v is neither a counter nor a gauge", m.Desc())
 	return 0
+}
+
+// logRecorder collects the records of a JSON slog logger.
+type logRecorder struct {
+	mu  sync.Mutex // guards buf
+	buf bytes.Buffer
+}
+
+// newLogRecorder returns a recorder and a debug-level logger writing to it.
+func newLogRecorder() (*logRecorder, *slog.Logger) {
+	lr := &logRecorder{}
+	return lr, slog.New(slog.NewJSONHandler(lr, &slog.HandlerOptions{Level: slog.LevelDebug}))
+}
+
+func (lr *logRecorder) Write(p []byte) (int, error) {
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	return lr.buf.Write(p)
+}
+
+// records returns the records logged so far with message msg, each as
+// its JSON object.
+func (lr *logRecorder) records(t testing.TB, msg string) []map[string]any {
+	t.Helper()
+	lr.mu.Lock()
+	defer lr.mu.Unlock()
+	var out []map[string]any
+	for _, l := range bytes.Split(bytes.TrimSpace(lr.buf.Bytes()), []byte("\n")) {
+		if len(l) == 0 {
+			continue
+		}
+		var rec map[string]any
+		require.NoError(t, json.Unmarshal(l, &rec), "log line %s", l)
+		if rec["msg"] == msg {
+			out = append(out, rec)
+		}
+	}
+	return out
 }

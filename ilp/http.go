@@ -9,6 +9,7 @@ import (
 	"io"
 	"net/http"
 	"strconv"
+	"time"
 
 	"github.com/klauspost/compress/gzip"
 
@@ -166,7 +167,7 @@ func (in *Ingest) append(ctx context.Context, b *feed.Batch) (feed.Result, error
 func (in *Ingest) writeAppendError(w http.ResponseWriter, err error) {
 	switch {
 	case errors.Is(err, errBusy):
-		w.Header().Set("Retry-After", strconv.Itoa(max(1, int(in.submitTimeout.Seconds()))))
+		w.Header().Set("Retry-After", retryAfter(in.submitTimeout))
 		writeError(w, http.StatusServiceUnavailable, codeUnavailable,
 			fmt.Sprintf("write queue full for %s (--feed-submit-timeout); retry later", in.submitTimeout), 0)
 	case errors.Is(err, feed.ErrClosed):
@@ -178,6 +179,12 @@ func (in *Ingest) writeAppendError(w http.ResponseWriter, err error) {
 		in.logger.Error("write failed", "err", err)
 		writeError(w, http.StatusInternalServerError, codeInternal, "storage error: "+err.Error(), 0)
 	}
+}
+
+// retryAfter is the Retry-After of a 503 after waiting d for queue room:
+// d in whole seconds, rounded up, at least 1.
+func retryAfter(d time.Duration) string {
+	return strconv.FormatInt(max(1, int64((d+time.Second-1)/time.Second)), 10)
 }
 
 // firstError counts every rejection by reason and returns the first one's

@@ -2,15 +2,20 @@ package ilp
 
 import (
 	"bytes"
+	"context"
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/feed"
 )
 
 // gzipped returns s compressed.
@@ -307,6 +312,66 @@ func TestHTTPWrite(t *testing.T) {
 			rows: []row{{"time": int64(2 * time.Hour), "v": 1.0}},
 		},
 		{
+			name: "v1 precision n", path: "/write?precision=n",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2), "v": 1.0}},
+		},
+		{
+			name: "v1 precision ns", path: "/write?precision=ns",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2), "v": 1.0}},
+		},
+		{
+			name: "v1 precision us", path: "/write?precision=us",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2 * time.Microsecond), "v": 1.0}},
+		},
+		{
+			name: "v1 precision ms", path: "/write?precision=ms",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2 * time.Millisecond), "v": 1.0}},
+		},
+		{
+			name: "v1 precision s", path: "/write?precision=s",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2 * time.Second), "v": 1.0}},
+		},
+		{
+			name: "v2 precision ns", path: "/api/v2/write?precision=ns",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2), "v": 1.0}},
+		},
+		{
+			name: "v2 precision us", path: "/api/v2/write?precision=us",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2 * time.Microsecond), "v": 1.0}},
+		},
+		{
+			name: "v2 precision ms", path: "/api/v2/write?precision=ms",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2 * time.Millisecond), "v": 1.0}},
+		},
+		{
+			name: "v1 every parameter empty", path: "/write?db=&rp=&precision=&u=&p=&consistency=",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2), "v": 1.0}},
+		},
+		{
+			name: "v2 every parameter empty", path: "/api/v2/write?org=&orgID=&bucket=&precision=",
+			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
+			rows: []row{{"time": int64(2), "v": 1.0}},
+		},
+		{
+			name: "one receive time for every line without a timestamp", path: "/write",
+			body:   []byte("cpu,h=a v=1\ncpu,h=b v=2\ncpu,h=c v=3 7\n"),
+			status: http.StatusNoContent,
+			rows: []row{
+				{"time": httpRecv.UnixNano(), "h": "a", "v": 1.0},
+				{"time": httpRecv.UnixNano(), "h": "b", "v": 2.0},
+				{"time": int64(7), "h": "c", "v": 3.0},
+			},
+		},
+		{
 			name: "v1 precision u", path: "/write?precision=u",
 			body: []byte("cpu v=1 2\n"), status: http.StatusNoContent,
 			rows: []row{{"time": int64(2 * time.Microsecond), "v": 1.0}},
@@ -413,6 +478,116 @@ func TestHTTPWriteTablesOnFirstWrite(t *testing.T) {
 			info, err := r.seq.Table("c")
 			require.NoError(t, err, "c is created by the write")
 			require.False(t, info.Sync.Enabled)
+		})
+	}
+}
+
+// stuckAppender is a sequencer whose queue never has room: Submit blocks
+// until ctx ends. With err set, Submit fails with it at once instead.
+type stuckAppender struct {
+	err   error
+	calls atomic.Int32
+}
+
+func (s *stuckAppender) Submit(ctx context.Context, _ *feed.Batch) (*feed.Pending, error) {
+	s.calls.Add(1)
+	if s.err != nil {
+		return nil, s.err
+	}
+	<-ctx.Done()
+	return nil, ctx.Err()
+}
+
+// TestHTTPWriteUnavailable checks back-pressure over HTTP: a write that
+// finds no room in the sequencer queue within the submit timeout gets 503
+// with Retry-After in whole seconds, and a closed sequencer gets 503 too.
+func TestHTTPWriteUnavailable(t *testing.T) {
+	tests := []struct {
+		name       string
+		path       string
+		body       string
+		err        error // what Submit fails with; nil blocks until the timeout
+		timeout    time.Duration
+		status     int
+		retryAfter string
+		contains   string
+		submits    int32
+	}{
+		{
+			name: "v1 queue stays full", path: "/write", body: "cpu v=1 1\n",
+			timeout: 20 * time.Millisecond, status: http.StatusServiceUnavailable, retryAfter: "1",
+			contains: "--feed-submit-timeout", submits: 1,
+		},
+		{
+			name: "v2 queue stays full", path: "/api/v2/write?bucket=b&org=o", body: "cpu v=1 1\ncpu v=2 2\n",
+			timeout: 20 * time.Millisecond, status: http.StatusServiceUnavailable, retryAfter: "1",
+			contains: "--feed-submit-timeout", submits: 1,
+		},
+		{
+			name: "sequencer closed", path: "/write", body: "cpu v=1 1\n", err: feed.ErrClosed,
+			timeout: time.Minute, status: http.StatusServiceUnavailable, retryAfter: "1",
+			contains: "shutting down", submits: 1,
+		},
+		{
+			name: "an empty body needs no queue room", path: "/write", body: "",
+			timeout: time.Minute, status: http.StatusNoContent, submits: 0,
+		},
+		{
+			name: "a body of bad lines needs no queue room", path: "/api/v2/write", body: "cpu v=\n",
+			timeout: time.Minute, status: http.StatusBadRequest, contains: "dropped=1", submits: 0,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			app := &stuckAppender{err: tt.err}
+			in, err := New(DefaultConfig(), app, tt.timeout, nil, nil)
+			require.NoError(t, err)
+			mux := http.NewServeMux()
+			mux.Handle("POST /write", in.HandlerV1())
+			mux.Handle("POST /api/v2/write", in.HandlerV2())
+			srv := httptest.NewServer(mux)
+			t.Cleanup(srv.Close)
+
+			resp, err := srv.Client().Post(srv.URL+tt.path, "text/plain", strings.NewReader(tt.body))
+			require.NoError(t, err)
+			body, err := io.ReadAll(resp.Body)
+			require.NoError(t, err)
+			require.NoError(t, resp.Body.Close())
+			require.Equal(t, tt.status, resp.StatusCode, "body: %s", body)
+			require.Equal(t, tt.retryAfter, resp.Header.Get("Retry-After"))
+			require.Equal(t, tt.submits, app.calls.Load())
+			if tt.status == http.StatusNoContent {
+				require.Empty(t, body)
+				return
+			}
+			require.Equal(t, "application/json", resp.Header.Get("Content-Type"))
+			var e httpError
+			require.NoError(t, json.Unmarshal(body, &e), "body: %s", body)
+			require.Contains(t, e.Message, tt.contains)
+			require.Equal(t, e.Message, e.Error)
+			if tt.status == http.StatusServiceUnavailable {
+				require.Equal(t, "unavailable", e.Code)
+			}
+		})
+	}
+}
+
+func TestRetryAfter(t *testing.T) {
+	tests := []struct {
+		name string
+		d    time.Duration
+		want string
+	}{
+		{name: "zero", d: 0, want: "1"},
+		{name: "under a second", d: 20 * time.Millisecond, want: "1"},
+		{name: "one second", d: time.Second, want: "1"},
+		{name: "rounded up", d: 1500 * time.Millisecond, want: "2"},
+		{name: "just over", d: 5*time.Second + time.Nanosecond, want: "6"},
+		{name: "the default submit timeout", d: 5 * time.Second, want: "5"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			require.Equal(t, tt.want, retryAfter(tt.d))
 		})
 	}
 }

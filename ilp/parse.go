@@ -78,6 +78,9 @@ func (p *Parser) Parse(b *feed.Batch, line []byte, lineNo int, prec Precision, n
 		return &ParseError{Line: lineNo, Reason: ReasonLineTooLong,
 			Err: fmt.Errorf("line is %d bytes, longer than --max-line-bytes=%d", len(line), p.lim.MaxLineBytes)}
 	}
+	if isBlank(line) {
+		return nil
+	}
 	pt, perr := p.parse(line, prec, now)
 	if perr != nil {
 		perr.Line = lineNo
@@ -88,6 +91,14 @@ func (p *Parser) Parse(b *feed.Batch, line []byte, lineNo int, prec Precision, n
 		b.Points = append(b.Points, pt)
 	}
 	return nil
+}
+
+// isBlank reports whether line holds only spaces and tabs or is a comment
+// (its first other byte is '#'), as InfluxDB skips them. The decoder alone
+// would reject a tab there.
+func isBlank(line []byte) bool {
+	line = bytes.TrimLeft(line, " \t")
+	return len(line) == 0 || line[0] == '#'
 }
 
 func syntaxErr(err error) *ParseError {
@@ -264,6 +275,7 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 	if tb != nil {
 		var perr *ParseError
 		if ts, perr = parseTime(tb, prec); perr != nil {
+			perr.Column = columnOf(line, tb)
 			return pt, perr
 		}
 	}
@@ -296,8 +308,10 @@ func (p *Parser) fieldValue(k []byte, kind lineprotocol.ValueKind, v []byte) (fe
 	}
 	switch kind {
 	case lineprotocol.Float:
-		if bytes.ContainsAny(v, "xXnN") { // hex floats, NaN, Inf/infinity
-			return bad(ReasonSyntax, fmt.Errorf("invalid float %q (hex floats, NaN and Inf are not allowed)", v))
+		// strconv.ParseFloat, under the decoder, also takes hex floats,
+		// NaN, Inf/infinity and digits separated by underscores.
+		if bytes.ContainsAny(v, "xXnN_") {
+			return bad(ReasonSyntax, fmt.Errorf("invalid float %q (hex floats, NaN, Inf and underscores are not allowed)", v))
 		}
 	case lineprotocol.String:
 		if len(v) > p.lim.MaxStringBytes {
@@ -327,8 +341,11 @@ func (p *Parser) fieldValue(k []byte, kind lineprotocol.ValueKind, v []byte) (fe
 
 func parseTime(b []byte, prec Precision) (int64, *ParseError) {
 	x, err := strconv.ParseInt(unsafe.String(&b[0], len(b)), 10, 64)
+	if errors.Is(err, strconv.ErrRange) {
+		return 0, &ParseError{Reason: ReasonTimestamp, Err: fmt.Errorf("timestamp %s is out of range ±%d ns", b, int64(maxAbsTimestamp))}
+	}
 	if err != nil {
-		return 0, &ParseError{Reason: ReasonTimestamp, Err: fmt.Errorf("invalid timestamp %q", b)}
+		return 0, &ParseError{Reason: ReasonSyntax, Err: fmt.Errorf("invalid timestamp %q", b)}
 	}
 	if prec != Nanosecond {
 		if x > maxAbsTimestamp/int64(prec) || x < -maxAbsTimestamp/int64(prec) {

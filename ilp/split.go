@@ -1,5 +1,7 @@
 package ilp
 
+import "bytes"
+
 // Splitter finds where ILP lines end. A newline ends a line except inside a
 // quoted string field value, where it belongs to the string (Telegraf sends
 // newlines in strings raw). It keeps its state between calls, so bytes may
@@ -103,3 +105,99 @@ func (s *Splitter) reset() {
 
 // Reset forgets any partial line.
 func (s *Splitter) Reset() { s.reset() }
+
+// lineReader assembles lines from bytes that arrive in pieces (TCP reads):
+// read into spare(), then hand the count to add, which yields every line
+// completed so far. It keeps only the partial line, so its memory is
+// bounded by the longest line allowed: the bytes of a line longer than
+// maxLineBytes are dropped as they arrive and the line is reported once
+// as too long. One leading byte-order mark is stripped, even when it
+// arrives split across reads. Not safe for concurrent use.
+type lineReader struct {
+	sp       Splitter
+	buf      []byte
+	scanned  int  // bytes of buf already given to sp
+	skip     bool // discarding the rest of an over-long line
+	bomSeen  bool // the stream is past where a byte-order mark may be
+	line     int  // number of the line being assembled (1-based)
+	maxBytes int
+}
+
+// lineReadBytes is the least room spare offers.
+const lineReadBytes = 64 << 10
+
+func newLineReader(maxLineBytes int) *lineReader {
+	return &lineReader{buf: make([]byte, 0, lineReadBytes), line: 1, maxBytes: maxLineBytes}
+}
+
+// spare returns room for the next read, at least lineReadBytes/4 bytes.
+// It is valid until the next call of add.
+func (lr *lineReader) spare() []byte {
+	if cap(lr.buf)-len(lr.buf) < lineReadBytes/4 {
+		nb := make([]byte, len(lr.buf), max(lineReadBytes, 2*len(lr.buf)))
+		copy(nb, lr.buf)
+		lr.buf = nb
+	}
+	return lr.buf[len(lr.buf):cap(lr.buf)]
+}
+
+// add takes the n bytes just read into spare() and calls line for each
+// complete line (without its newline; valid only during the call) with
+// its number, and tooLong once for each line longer than maxBytes (whose
+// bytes are dropped). Lines are numbered by the newlines seen, raw
+// newlines inside strings included.
+func (lr *lineReader) add(n int, line func(b []byte, no int), tooLong func(no int)) {
+	lr.buf = lr.buf[:len(lr.buf)+n]
+	if !lr.bomSeen {
+		if len(lr.buf) < len(bom) && bytes.HasPrefix(bom, lr.buf) {
+			return // maybe the start of a byte-order mark: wait for more
+		}
+		lr.buf, lr.bomSeen = TrimBOM(lr.buf), true
+	}
+	start := 0
+	for {
+		end := lr.sp.Next(lr.buf[lr.scanned:])
+		if end < 0 {
+			lr.scanned = len(lr.buf)
+			break
+		}
+		end += lr.scanned
+		b := lr.buf[start:end]
+		if lr.skip {
+			lr.skip = false
+		} else {
+			line(b, lr.line)
+		}
+		lr.line += 1 + bytes.Count(b, newline)
+		start, lr.scanned = end+1, end+1
+	}
+	// Keep the partial line; drop an over-long one's bytes as they come
+	// (one byte more than the limit may be the \r before its \n), still
+	// counting their newlines.
+	if len(lr.buf)-start > lr.maxBytes+1 {
+		if !lr.skip {
+			tooLong(lr.line)
+			lr.skip = true
+		}
+		lr.line += bytes.Count(lr.buf[start:], newline)
+		start = len(lr.buf)
+	}
+	// Only when a line ended: moving the partial line on every read would
+	// cost a long line's length per read (quadratic when it trickles in).
+	if start > 0 {
+		rest := copy(lr.buf, lr.buf[start:])
+		lr.buf = lr.buf[:rest]
+		lr.scanned -= start
+	}
+}
+
+// partial returns the bytes of the line being assembled (nil while an
+// over-long line is being dropped) and its number.
+func (lr *lineReader) partial() ([]byte, int) {
+	if lr.skip {
+		return nil, lr.line
+	}
+	return lr.buf, lr.line
+}
+
+var newline = []byte{'\n'}

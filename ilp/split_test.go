@@ -1,6 +1,7 @@
 package ilp
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -172,4 +173,120 @@ func TestSplitterReset(t *testing.T) {
 			require.Equal(t, tt.want, sp.Next([]byte(tt.data)))
 		})
 	}
+}
+
+// TestLineReader checks how the TCP path assembles lines from reads: what
+// it yields, how it numbers lines, byte-order marks split across reads and
+// over-long lines dropped as they arrive.
+func TestLineReader(t *testing.T) {
+	long := "m s=\"" + strings.Repeat("a", 20) + "\n" + strings.Repeat("b", 20) + "\" 1"
+	tests := []struct {
+		name    string
+		max     int
+		pieces  []string
+		events  []string // "N: line" or "N: too long"
+		partial string
+		next    int // number of the line being assembled at the end
+	}{
+		{
+			name:   "lines in one piece",
+			max:    100,
+			pieces: []string{"a v=1\nb v=2\n\nc v=3"},
+			events: []string{"1: a v=1", "2: b v=2", "3: "}, partial: "c v=3", next: 4,
+		},
+		{
+			name:   "a line across reads and a raw newline in a string",
+			max:    100,
+			pieces: []string{"a s=\"x", "\ny\"", " 1\nb", " v=2\n"},
+			events: []string{"1: a s=\"x\ny\" 1", "3: b v=2"}, next: 4,
+		},
+		{
+			name:   "a byte-order mark split across reads",
+			max:    100,
+			pieces: []string{"\xef", "\xbb", "\xbfa v=1\n"},
+			events: []string{"1: a v=1"}, next: 2,
+		},
+		{
+			name:   "a byte-order mark only at the start",
+			max:    100,
+			pieces: []string{"\xef\xbb\xbfa v=1\n\xef\xbb\xbfb v=2\n"},
+			events: []string{"1: a v=1", "2: \xef\xbb\xbfb v=2"}, next: 3,
+		},
+		{
+			name:    "the start of a byte-order mark, then the end",
+			max:     100,
+			pieces:  []string{"\xef\xbb"},
+			partial: "\xef\xbb", next: 1,
+		},
+		{
+			name:   "not a byte-order mark after all",
+			max:    100,
+			pieces: []string{"\xef", "a v=1\n"},
+			events: []string{"1: \xefa v=1"}, next: 2,
+		},
+		{
+			name:   "an over-long line is reported once and its newlines counted",
+			max:    16,
+			pieces: []string{"a v=1\n", long[:10], long[10:30], long[30:] + "\nb v=2\n"},
+			events: []string{"1: a v=1", "2: too long", "4: b v=2"}, next: 5,
+		},
+		{
+			name:   "an over-long line in one read is the parser's to reject",
+			max:    16,
+			pieces: []string{long + "\nb v=2\n"},
+			events: []string{"1: " + long, "3: b v=2"}, next: 4,
+		},
+		{
+			name:   "a line of the limit and its CR across reads",
+			max:    5,
+			pieces: []string{"a v=1", "\r", "\nb v=2\n"},
+			events: []string{"1: a v=1\r", "2: b v=2"}, next: 3,
+		},
+		{
+			name:   "an over-long partial line at the end",
+			max:    4,
+			pieces: []string{"a v=1", "2345"},
+			events: []string{"1: too long"}, next: 1,
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			lr := newLineReader(tt.max)
+			events := []string{}
+			for _, p := range tt.pieces {
+				for len(p) > 0 {
+					n := copy(lr.spare(), p)
+					lr.add(n,
+						func(b []byte, no int) { events = append(events, itoa(no)+": "+string(b)) },
+						func(no int) { events = append(events, itoa(no)+": too long") })
+					p = p[n:]
+				}
+			}
+			if tt.events == nil {
+				tt.events = []string{}
+			}
+			require.Equal(t, tt.events, events)
+			partial, next := lr.partial()
+			require.Equal(t, tt.partial, string(partial))
+			require.Equal(t, tt.next, next)
+		})
+	}
+
+	t.Run("a long line trickling in: the buffer grows by doubling", func(t *testing.T) {
+		lr := newLineReader(DefaultMaxLineBytes)
+		line := strings.Repeat("x", 200_000)
+		var first *byte
+		moved := 0
+		for i := range len(line) {
+			sp := lr.spare()
+			sp[0] = line[i]
+			lr.add(1, func([]byte, int) {}, func(int) {})
+			if b, _ := lr.partial(); &b[0] != first {
+				first, moved = &b[0], moved+1
+			}
+		}
+		partial, _ := lr.partial()
+		require.Equal(t, line, string(partial))
+		require.Less(t, moved, 20, "the buffer was reallocated on %d reads", moved)
+	})
 }

@@ -12,16 +12,13 @@ import (
 	"github.com/ingestd/ingestd/feed"
 )
 
-// tcpReadBytes is the size of one TCP read.
-const tcpReadBytes = 64 << 10
-
 // tcpShutdownRead is how long a connection goes on reading at shutdown, so
 // that lines its peer has already sent are committed too.
 const tcpShutdownRead = 100 * time.Millisecond
 
 // ServeTCP accepts newline-delimited ILP on ln until ctx ends (SPEC §3.2).
 // Lines are handed to the sequencer at least every TCPFlushInterval or
-// when TCPBatchLines accumulate; bad lines are dropped, counted and logged
+// when TCPBatchLines or TCPBatchBytes accumulate; bad lines are dropped, counted and logged
 // (rate-limited, with peer and line number) and the connection stays open.
 // While the sequencer is saturated a connection stops reading (TCP flow
 // control). When ctx ends it closes ln, reads for tcpShutdownRead more
@@ -75,14 +72,15 @@ func (in *Ingest) ServeTCP(ctx context.Context, ln net.Listener) error {
 
 // tcpConn is one connection's reader state.
 type tcpConn struct {
-	in      *Ingest
-	c       net.Conn
-	peer    string
-	parser  *Parser
-	batch   *feed.Batch
-	pending *feed.Pending
-	line    int
-	flushAt time.Time
+	in     *Ingest
+	c      net.Conn
+	peer   string
+	parser *Parser
+	batch  *feed.Batch
+	// batchBytes counts the bytes of the lines parsed into batch.
+	batchBytes int
+	pending    *feed.Pending
+	flushAt    time.Time
 }
 
 func (in *Ingest) serveConn(srvCtx context.Context, c net.Conn) {
@@ -92,15 +90,14 @@ func (in *Ingest) serveConn(srvCtx context.Context, c net.Conn) {
 	// Submits outlive ctx: shutdown commits what was read, and the
 	// sequencer stops only after every connection has returned.
 	ctx := context.WithoutCancel(srvCtx)
-	tc := &tcpConn{in: in, c: c, peer: c.RemoteAddr().String(), parser: NewParser(in.cfg.Limits), batch: &feed.Batch{}, line: 1}
+	tc := &tcpConn{in: in, c: c, peer: c.RemoteAddr().String(), parser: NewParser(in.cfg.Limits), batch: &feed.Batch{}}
 	var (
-		sp      Splitter
-		buf     = make([]byte, 0, tcpReadBytes)
-		scanned int  // bytes of buf already given to sp
-		skip    bool // discarding the rest of an over-long line
-		first   = true
+		lr      = newLineReader(in.cfg.Limits.MaxLineBytes)
 		drainBy time.Time // at shutdown: when to stop reading
 	)
+	tooLong := func(no int) {
+		tc.reject(&ParseError{Line: no, Reason: ReasonLineTooLong, Err: errLineTooLong(in.cfg.Limits.MaxLineBytes)})
+	}
 	for {
 		deadline := time.Time{}
 		reap := false // on timeout, wait for the batch in flight
@@ -125,49 +122,13 @@ func (in *Ingest) serveConn(srvCtx context.Context, c net.Conn) {
 				break
 			}
 		}
-		if cap(buf)-len(buf) < tcpReadBytes/4 {
-			nb := make([]byte, len(buf), max(tcpReadBytes, 2*len(buf)))
-			copy(nb, buf)
-			buf = nb
-		}
-		n, err := c.Read(buf[len(buf):cap(buf)])
+		n, err := c.Read(lr.spare())
 		in.m.bytes.WithLabelValues(transportTCP).Add(float64(n))
-		buf = buf[:len(buf)+n]
-		if first {
-			buf, first = TrimBOM(buf), false
-		}
 		now := in.now()
-		// Hand every complete line to the parser.
-		start := 0
-		for {
-			end := sp.Next(buf[scanned:])
-			if end < 0 {
-				scanned = len(buf)
-				break
-			}
-			end += scanned
-			lineBytes := buf[start:end]
-			if skip {
-				skip = false
-			} else {
-				tc.parse(lineBytes, now)
-			}
-			tc.line += 1 + countNewlines(lineBytes)
-			start, scanned = end+1, end+1
-		}
-		// Keep the partial line; drop an over-long one's bytes as they come
-		// (one byte more than the limit may be the \r before its \n).
-		if len(buf)-start > in.cfg.Limits.MaxLineBytes+1 {
-			if !skip {
-				tc.reject(&ParseError{Line: tc.line, Reason: ReasonLineTooLong, Err: errLineTooLong(in.cfg.Limits.MaxLineBytes)})
-				skip = true
-			}
-			start = len(buf)
-		}
-		rest := copy(buf, buf[start:])
-		buf = buf[:rest]
-		scanned -= start
-		if len(tc.batch.Points) >= in.cfg.TCPBatchLines || (len(tc.batch.Points) > 0 && !now.Before(tc.flushAt)) {
+		// Hand every complete line to the parser; keep the partial one.
+		lr.add(n, func(b []byte, no int) { tc.parse(b, no, now) }, tooLong)
+		if len(tc.batch.Points) >= in.cfg.TCPBatchLines || tc.batchBytes >= in.cfg.TCPBatchBytes ||
+			(len(tc.batch.Points) > 0 && !now.Before(tc.flushAt)) {
 			if !tc.flush(ctx) {
 				return
 			}
@@ -214,21 +175,12 @@ func itoa(n int) string {
 	return string(b[i:])
 }
 
-func countNewlines(b []byte) int {
-	n := 0
-	for _, c := range b {
-		if c == '\n' {
-			n++
-		}
-	}
-	return n
-}
-
-func (tc *tcpConn) parse(line []byte, now time.Time) {
+func (tc *tcpConn) parse(line []byte, lineNo int, now time.Time) {
 	if len(tc.batch.Points) == 0 {
 		tc.flushAt = now.Add(tc.in.cfg.TCPFlushInterval)
 	}
-	if perr := tc.parser.Parse(tc.batch, line, tc.line, Nanosecond, now.UnixNano()); perr != nil {
+	tc.batchBytes += len(line) + 1
+	if perr := tc.parser.Parse(tc.batch, line, lineNo, Nanosecond, now.UnixNano()); perr != nil {
 		tc.reject(perr)
 	}
 }
@@ -253,6 +205,7 @@ func (tc *tcpConn) flush(ctx context.Context) bool {
 		return false
 	}
 	if len(tc.batch.Points) == 0 {
+		tc.batchBytes = 0 // only bad lines, blank lines and comments
 		return true
 	}
 	p, err := tc.in.app.Submit(ctx, tc.batch)
@@ -261,7 +214,7 @@ func (tc *tcpConn) flush(ctx context.Context) bool {
 		return false
 	}
 	tc.pending = p
-	tc.batch = &feed.Batch{}
+	tc.batch, tc.batchBytes = &feed.Batch{}, 0
 	return true
 }
 

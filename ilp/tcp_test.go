@@ -1,13 +1,19 @@
 package ilp
 
 import (
+	"context"
 	"io"
 	"net"
+	"os"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/feed"
 )
 
 // tcpLine is line n of table cpu ("cpu v=<n> <n>") and its drained row.
@@ -206,6 +212,16 @@ func TestTCP(t *testing.T) {
 			},
 		},
 		{
+			name: "a BOM split across the first reads is skipped",
+			run: func(t *testing.T, r *rig) {
+				c := r.dial()
+				r.send(c, "\xef", "\xbb", "\xbf"+tcpLine(1))
+				r.waitRows("cpu", tcpRows(1))
+				require.Equal(t, 0, r.tcpRejected(ReasonInvalidUTF8))
+				require.Equal(t, 0, r.tcpRejected(ReasonSyntax))
+			},
+		},
+		{
 			name: "several connections",
 			run: func(t *testing.T, r *rig) {
 				a, b := r.dial(), r.dial()
@@ -249,4 +265,202 @@ func TestTCPMaxConns(t *testing.T) {
 			require.Equal(t, tt.max, r.tcpConns())
 		})
 	}
+}
+
+// gatedAppender holds every Submit until open is closed (or ctx ends),
+// then hands the batch on: a sequencer that cannot keep up until the test
+// lets it.
+type gatedAppender struct {
+	next    Appender
+	open    chan struct{}
+	once    sync.Once
+	waiting atomic.Int32 // Submits being held now
+}
+
+func (g *gatedAppender) Submit(ctx context.Context, b *feed.Batch) (*feed.Pending, error) {
+	g.waiting.Add(1)
+	defer g.waiting.Add(-1)
+	select {
+	case <-g.open:
+	case <-ctx.Done():
+		return nil, ctx.Err()
+	}
+	return g.next.Submit(ctx, b)
+}
+
+// release lets every Submit through from now on. Safe to call twice.
+func (g *gatedAppender) release() { g.once.Do(func() { close(g.open) }) }
+
+// TestTCPBackPressure checks SPEC §3.2: while the sequencer cannot take a
+// batch, the connection stops reading the socket, so a client writing
+// faster than commits keep up is held back by TCP flow control (its
+// writes block) and the server's memory stays bounded; once the sequencer
+// takes batches again every line written arrives, once.
+func TestTCPBackPressure(t *testing.T) {
+	const (
+		padBytes   = 1000
+		chunkLines = 512     // about 0.5 MB per write
+		maxWritten = 1 << 30 // give up: the server never pushed back
+	)
+	pad := strings.Repeat("x", padBytes)
+	line := func(n int) string { return "cpu s=\"" + pad + "\",v=" + itoa(n) + "i " + itoa(n) + "\n" }
+	// Each case's bound is the most the server may read while the
+	// sequencer is held: one batch, plus one read and one partial line.
+	slack := 2*lineReadBytes + len(line(1))
+	tests := []struct {
+		name       string
+		batchLines int
+		batchBytes int
+		bound      int
+	}{
+		{name: "batches of a few lines", batchLines: 16, batchBytes: DefaultTCPBatchBytes, bound: 16*len(line(1)) + slack},
+		{name: "batches of a few bytes", batchLines: DefaultTCPBatchLines, batchBytes: 32 << 10, bound: 32<<10 + slack},
+		{name: "the defaults", batchLines: DefaultTCPBatchLines, batchBytes: DefaultTCPBatchBytes, bound: DefaultTCPBatchBytes + slack},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			var gate *gatedAppender
+			r := newRigOpts(t, rigOptions{
+				mod: func(c *Config) {
+					c.TCPBatchLines, c.TCPBatchBytes = tt.batchLines, tt.batchBytes
+				},
+				wrap: func(app Appender) Appender {
+					gate = &gatedAppender{next: app, open: make(chan struct{})}
+					return gate
+				},
+			}, "cpu")
+			t.Cleanup(gate.release) // runs before the rig stops, even on failure
+			c := r.dial()
+
+			// Write until a write blocks: the server has stopped reading.
+			written, lines := 0, 0
+			var rest []byte // the unwritten part of the chunk that blocked
+			for rest == nil {
+				require.Less(t, written, maxWritten, "the server never pushed back")
+				var chunk strings.Builder
+				for range chunkLines {
+					lines++
+					chunk.WriteString(line(lines))
+				}
+				require.NoError(t, c.SetWriteDeadline(time.Now().Add(time.Second)))
+				n, err := io.WriteString(c, chunk.String())
+				written += n
+				if err != nil {
+					require.ErrorIs(t, err, os.ErrDeadlineExceeded)
+					rest = []byte(chunk.String()[n:])
+				}
+			}
+			require.NoError(t, c.SetWriteDeadline(time.Time{}))
+			eventually(t, 10*time.Second, func() bool { return gate.waiting.Load() == 1 }, "the connection to wait for the sequencer")
+			read := r.tcpBytes()
+			require.LessOrEqual(t, read, tt.bound, "bytes the server read while the sequencer was held")
+			require.Greater(t, written, read, "the client got further than the server read: the rest waits in the kernel")
+			t.Logf("client wrote %d bytes (%d lines) before blocking; the server read %d", written, lines, read)
+
+			// The rest of the blocked chunk goes once the server reads again.
+			done := make(chan error, 1)
+			go func() {
+				_, err := c.Write(rest)
+				done <- err
+			}()
+			gate.release()
+			require.NoError(t, <-done)
+			want := make([]int64, lines)
+			for i := range want {
+				want[i] = int64(i + 1)
+			}
+			var got []int64
+			eventually(t, 30*time.Second, func() bool {
+				got = got[:0]
+				for _, rw := range r.drain("cpu") {
+					got = append(got, rw["v"].(int64))
+				}
+				return len(got) >= lines
+			}, "every line written to arrive")
+			require.Equal(t, want, got, "every line once, in order")
+			require.Equal(t, written+len(rest), r.tcpBytes())
+		})
+	}
+}
+
+// TestTCPRejectLog checks that a bad line is logged with the peer's
+// address, its line number and the reason, and counted, while the
+// connection goes on.
+func TestTCPRejectLog(t *testing.T) {
+	long := "cpu s=\"" + strings.Repeat("a", 40) + "\n" + strings.Repeat("b", 40) + "\" 9\n"
+	tests := []struct {
+		name   string
+		max    int      // --max-line-bytes; 0 keeps the default
+		pieces []string // written one after another
+		want   []row    // rows of cpu afterwards
+		logged []wantLog
+	}{
+		{
+			name:   "a syntax error",
+			pieces: []string{tcpLine(1) + "cpu v= 2\n" + tcpLine(3)},
+			want:   tcpRows(1, 3),
+			logged: []wantLog{{line: 2, reason: ReasonSyntax}},
+		},
+		{
+			name:   "numbers count raw newlines in strings",
+			pieces: []string{"cpu s=\"a\nb\" 1\n\ncpu,x_k=1 v=2 2\n" + tcpLine(4)},
+			want:   []row{{"time": int64(1), "s": "a\nb"}, tcpRow(4)},
+			logged: []wantLog{{line: 4, reason: ReasonReservedKey}},
+		},
+		{
+			name:   "a schema rejection by the sequencer",
+			pieces: []string{tcpLine(1) + "cpu v=\"s\" 2\n" + tcpLine(3)},
+			want:   tcpRows(1, 3),
+			logged: []wantLog{{line: 2, reason: ReasonFieldType}},
+		},
+		{
+			name: "numbers count the raw newlines of an over-long line",
+			max:  32,
+			// The over-long line (lines 2 and 3) is dropped as it arrives.
+			pieces: []string{tcpLine(1), long[:45], long[45:60], long[60:] + "cpu v= 4\n" + tcpLine(5)},
+			want:   tcpRows(1, 5),
+			logged: []wantLog{{line: 2, reason: ReasonLineTooLong}, {line: 4, reason: ReasonSyntax}},
+		},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			logs, logger := newLogRecorder()
+			r := newRigOpts(t, rigOptions{
+				mod: func(c *Config) {
+					if tt.max > 0 {
+						c.Limits.MaxLineBytes = tt.max
+					}
+				},
+				logger: logger, logEvery: -1,
+			}, "cpu")
+			_, err := r.seq.Append(context.Background(), &feed.Batch{Points: []feed.Point{
+				{Table: "cpu", Fields: []feed.PointField{{Key: "v", Value: fl(0)}}, Time: -1},
+			}})
+			require.NoError(t, err)
+			c := r.dial()
+			r.send(c, tt.pieces...)
+			r.waitRows("cpu", append([]row{{"time": int64(-1), "v": 0.0}}, tt.want...))
+			var recs []map[string]any
+			eventually(t, 10*time.Second, func() bool {
+				recs = logs.records(t, "ilp line rejected")
+				return len(recs) >= len(tt.logged)
+			}, "rejections to be logged")
+			require.Len(t, recs, len(tt.logged))
+			for i, want := range tt.logged {
+				require.Equal(t, c.LocalAddr().String(), recs[i]["peer"], "record %d: %v", i, recs[i])
+				require.Equal(t, float64(want.line), recs[i]["line"], "record %d: %v", i, recs[i])
+				require.Equal(t, want.reason, recs[i]["reason"], "record %d: %v", i, recs[i])
+				require.Equal(t, "ilp", recs[i]["component"])
+				require.NotEmpty(t, recs[i]["err"])
+				require.Equal(t, 1, r.tcpRejected(want.reason))
+			}
+			require.Equal(t, 1, r.tcpConns(), "the connection stays open")
+		})
+	}
+}
+
+// wantLog is an expected rejection log record.
+type wantLog struct {
+	line   int
+	reason string
 }
