@@ -113,19 +113,20 @@ func (s *Sequencer) Rows(ctx context.Context, req RowsRequest, visit func(cols [
 	if req.HasEnd {
 		end = req.End
 	}
-	// The drain projection without x_seq.
-	proj, cols, err := project(&p, nil)
-	if err != nil {
-		return RowsPage{}, err
-	}
-	cols = cols[:len(cols)-1]
-	proj.seq = -1
+	proj, cols := rowsProjection(&p)
 	pg := RowsPage{Table: req.Table, Epoch: cur.epoch, Watermark: cur.watermark, Columns: cols}
-	vals := make([]Value, len(cols))
+	var vals []Value
 	next, done, err := s.st.ReadRows(p.tid, cur.pos, start, end, req.Limit, func(r *store.Row) error {
-		if r.Series >= uint64(len(p.tags)) {
-			// A series created after the snapshot: refresh the tag sets.
-			p.tags = t.snapshot().tags
+		if pg.Rows == 0 {
+			// The store's read view is open now: every row it visits was
+			// committed before, so its series and columns are in this
+			// snapshot. The one taken before the read may miss a tag key
+			// or field first written in between, which would put the row
+			// in another series.
+			p = t.snapshot()
+			proj, cols = rowsProjection(&p)
+			pg.Columns = cols
+			vals = make([]Value, len(cols))
 		}
 		proj.fill(vals, &p, r)
 		pg.Rows++
@@ -142,4 +143,11 @@ func (s *Sequencer) Rows(ctx context.Context, req RowsRequest, visit func(cols [
 		pg.Cursor = cur.encode()
 	}
 	return pg, nil
+}
+
+// rowsProjection is the drain projection of p without x_seq.
+func rowsProjection(p *published) (projection, []Column) {
+	proj, cols, _ := project(p, nil) // no names: cannot fail
+	proj.seq = -1
+	return proj, cols[:len(cols)-1]
 }

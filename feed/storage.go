@@ -42,7 +42,9 @@ type Reader interface {
 	// one) was committed, in Unix nanoseconds; ok=false when there is none.
 	SeqTime(tid, seq uint64) (ts int64, ok bool, err error)
 	// ReadRows visits fragments with start <= ts < end from a cursor on,
-	// at most limit, each as its coalesced row.
+	// at most limit, each as its coalesced row, from one read view taken
+	// before the first visit (Rows relies on it: a visited row was
+	// committed before visit first ran).
 	ReadRows(tid uint64, cur store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error)
 }
 

@@ -4,6 +4,7 @@ import (
 	"context"
 	"log/slog"
 	"net/http"
+	"net/url"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -126,6 +127,22 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	r.Get("/drain", a.drain)
 	a.router = r
 	return a
+}
+
+// pathParam returns the path parameter key, unescaped. chi routes on the
+// escaped path when the request has one (r.URL.RawPath, set when the
+// client's escaping differs from Go's default, e.g. %2F or %2C in a name)
+// and then hands out the parameters still escaped: a table or consumer
+// whose name needs such escaping would otherwise never be found.
+func pathParam(r *http.Request, key string) string {
+	v := chi.URLParam(r, key)
+	if r.URL.RawPath == "" {
+		return v
+	}
+	if u, err := url.PathUnescape(v); err == nil {
+		return u
+	}
+	return v
 }
 
 // Router returns the chi router (for route walks in tests).

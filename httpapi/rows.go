@@ -5,8 +5,6 @@ import (
 	"strconv"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/ingestd/ingestd/feed"
 )
 
@@ -27,7 +25,7 @@ func parseTime(s string) (int64, bool) {
 // (SPEC §6 bootstrap), never with x_ columns.
 func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
-	req := feed.RowsRequest{Table: chi.URLParam(r, "table"), Cursor: q.Get("cursor")}
+	req := feed.RowsRequest{Table: pathParam(r, "table"), Cursor: q.Get("cursor")}
 	ls := q.Get("limit")
 	if ls == "" {
 		writeClientErr(w, CodeLimitRequired, "limit is required: the copy pages, it does not stream unbounded")

@@ -8,8 +8,6 @@ import (
 	"net/http"
 	"time"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/ingestd/ingestd/feed"
 )
 
@@ -81,7 +79,7 @@ func (a *API) listTables(w http.ResponseWriter, _ *http.Request) {
 }
 
 func (a *API) getTable(w http.ResponseWriter, r *http.Request) {
-	t, err := a.opts.Feed.Table(chi.URLParam(r, "table"))
+	t, err := a.opts.Feed.Table(pathParam(r, "table"))
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -97,7 +95,7 @@ func (a *API) putTable(w http.ResponseWriter, r *http.Request) {
 		writeClientErr(w, CodeInvalidBody, err.Error())
 		return
 	}
-	name := chi.URLParam(r, "table")
+	name := pathParam(r, "table")
 	created, st, err := a.opts.Feed.CreateTable(r.Context(), name, body.Sync)
 	if err != nil {
 		writeErr(w, err)
@@ -111,7 +109,7 @@ func (a *API) putTable(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) deleteTable(w http.ResponseWriter, r *http.Request) {
-	if err := a.opts.Feed.Drop(r.Context(), chi.URLParam(r, "table")); err != nil {
+	if err := a.opts.Feed.Drop(r.Context(), pathParam(r, "table")); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -119,7 +117,7 @@ func (a *API) deleteTable(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) getSync(w http.ResponseWriter, r *http.Request) {
-	st, err := a.opts.Feed.Status(chi.URLParam(r, "table"))
+	st, err := a.opts.Feed.Status(pathParam(r, "table"))
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -139,7 +137,7 @@ func (a *API) putSync(w http.ResponseWriter, r *http.Request) {
 		writeClientErr(w, CodeInvalidBody, `body must be {"enabled": true|false}`)
 		return
 	}
-	st, err := a.opts.Feed.SetSync(r.Context(), chi.URLParam(r, "table"), *body.Enabled)
+	st, err := a.opts.Feed.SetSync(r.Context(), pathParam(r, "table"), *body.Enabled)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -148,7 +146,7 @@ func (a *API) putSync(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) truncate(w http.ResponseWriter, r *http.Request) {
-	st, err := a.opts.Feed.Truncate(r.Context(), chi.URLParam(r, "table"))
+	st, err := a.opts.Feed.Truncate(r.Context(), pathParam(r, "table"))
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -164,7 +162,7 @@ type consumerJSON struct {
 }
 
 func (a *API) listConsumers(w http.ResponseWriter, r *http.Request) {
-	cs, err := a.opts.Feed.Consumers(chi.URLParam(r, "table"))
+	cs, err := a.opts.Feed.Consumers(pathParam(r, "table"))
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -177,7 +175,7 @@ func (a *API) listConsumers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) deleteConsumer(w http.ResponseWriter, r *http.Request) {
-	if err := a.opts.Feed.DeleteConsumer(chi.URLParam(r, "table"), chi.URLParam(r, "consumer")); err != nil {
+	if err := a.opts.Feed.DeleteConsumer(pathParam(r, "table"), pathParam(r, "consumer")); err != nil {
 		writeErr(w, err)
 		return
 	}

@@ -22,7 +22,8 @@ type RowCursor struct {
 // the cursor after the last visited fragment and done=true when there is
 // nothing after it. Row.Seq is 0 for fragments written while sync was OFF.
 // The Row and its Fields are valid only during visit. Safe for concurrent
-// use with Commit; blocks committed meanwhile may or may not be visited.
+// use with Commit: it reads one consistent view, taken before the first
+// call to visit, so blocks committed meanwhile are not visited.
 func (db *DB) ReadRows(tid uint64, cur RowCursor, start, end int64, limit int, visit func(*Row) error) (RowCursor, bool, error) {
 	st := db.table(tid)
 	txn := db.bdb.NewTransaction(false)

@@ -151,14 +151,11 @@ type mirrorMetrics struct {
 }
 
 type mirror struct {
-	cfg    mirrorConfig
-	logger *slog.Logger
-	client *http.Client
-	m      mirrorMetrics
-	// targetIngestd: the target answers ingestd's table API, so a resync
-	// truncates the target table first.
-	targetIngestd bool
-	lastProgress  time.Time
+	cfg          mirrorConfig
+	logger       *slog.Logger
+	client       *http.Client
+	m            mirrorMetrics
+	lastProgress time.Time
 }
 
 func newMirror(cfg mirrorConfig, logger *slog.Logger, reg prometheus.Registerer) *mirror {
@@ -185,7 +182,6 @@ func newMirror(cfg mirrorConfig, logger *slog.Logger, reg prometheus.Registerer)
 var errResync = errors.New("resync in full")
 
 func (mr *mirror) run(ctx context.Context) error {
-	mr.targetIngestd = mr.probeTargetIngestd(ctx)
 	cur, err := mr.loadCursor()
 	if err != nil {
 		return err
@@ -228,7 +224,13 @@ func (mr *mirror) bootstrap(ctx context.Context) (*mirrorCursor, error) {
 		return nil, fmt.Errorf("sync is OFF for table %q on the source: enable it first (PUT %s/api/v1/tables/%s/sync {\"enabled\":true})",
 			mr.cfg.table, mr.cfg.source, mr.cfg.table)
 	}
-	if mr.targetIngestd {
+	// The target answers ingestd's table API: truncate the target table
+	// first, so that rows deleted at the source go too.
+	targetIngestd, err := mr.probeTargetIngestd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if targetIngestd {
 		if err := mr.truncateTarget(ctx); err != nil {
 			return nil, err
 		}
@@ -404,7 +406,7 @@ func (mr *mirror) write(ctx context.Context, body []byte) error {
 // pausing with jittered exponential backoff between attempts. A source
 // table that is gone or has sync OFF is retried too: an operator may fix it.
 func (mr *mirror) retry(ctx context.Context, side string, fn func() error) error {
-	backoff := 100 * time.Millisecond
+	backoff := min(100*time.Millisecond, mr.cfg.maxBackoff)
 	for {
 		err := fn()
 		if err == nil || errors.Is(err, errResync) || ctx.Err() != nil {
@@ -446,9 +448,25 @@ func (mr *mirror) targetBase() string {
 }
 
 // probeTargetIngestd reports whether the target serves ingestd's table API.
-func (mr *mirror) probeTargetIngestd(ctx context.Context) bool {
-	_, _, err := mr.get(ctx, mr.targetBase()+"/api/v1/tables")
-	return err == nil
+// It asks until the target answers (below 500): a target that is down must
+// not pass for another kind of server, or the resync would skip its
+// truncation.
+func (mr *mirror) probeTargetIngestd(ctx context.Context) (bool, error) {
+	ingestd := false
+	err := mr.retry(ctx, "target", func() error {
+		_, _, err := mr.get(ctx, mr.targetBase()+"/api/v1/tables")
+		var se *httpStatusError
+		switch {
+		case err == nil:
+			ingestd = true
+		case errors.As(err, &se) && se.status < 500:
+			ingestd = false
+		default:
+			return err
+		}
+		return nil
+	})
+	return ingestd, err
 }
 
 // truncateTarget empties the target table (target is an ingestd); a table
