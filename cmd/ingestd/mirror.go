@@ -99,6 +99,7 @@ func runMirror(ctx context.Context, args []string, stderr io.Writer) int {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		fmt.Fprintln(stderr, "ingestd mirror:", err)
 		return 2
 	}
 	if err := cfg.validate(); err != nil {
