@@ -98,7 +98,8 @@ func (a *API) drain(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	req.Stop = a.stopping
-	enc := encoder{timeFormat: tf, buf: make([]byte, 0, 64<<10)}
+	enc := encoder{timeFormat: tf, buf: a.pageBuf()}
+	defer func() { a.releasePageBuf(enc.buf) }()
 	rows := 0
 	pg, err := a.opts.Feed.Drain(r.Context(), req, func(cols []feed.Column, vals []feed.Value) error {
 		switch format {

@@ -10,6 +10,24 @@ import (
 	"github.com/ingestd/ingestd/feed"
 )
 
+// maxPooledPage is the largest page buffer kept for reuse, in bytes.
+const maxPooledPage = 16 << 20
+
+// pageBuf returns an empty buffer for a page, recycled when one is free.
+func (a *API) pageBuf() []byte {
+	if p, ok := a.pageBufs.Get().(*[]byte); ok {
+		return (*p)[:0]
+	}
+	return make([]byte, 0, 64<<10)
+}
+
+// releasePageBuf hands b back for reuse once the page has been written.
+func (a *API) releasePageBuf(b []byte) {
+	if cap(b) <= maxPooledPage {
+		a.pageBufs.Put(&b)
+	}
+}
+
 // timeFormat is how the time column is rendered: RFC 3339 with nanoseconds,
 // or an integer count of a unit (ns integers exceed JavaScript's safe range,
 // hence the default).
@@ -38,6 +56,17 @@ func parseTimeFormat(s string) (timeFormat, bool) {
 type encoder struct {
 	timeFormat timeFormat
 	buf        []byte
+	// secs caches RFC 3339 renderings of whole seconds (UTC, without
+	// fraction and zone), direct-mapped by the second: the rows of a page
+	// mostly share a few seconds, and formatting a date costs more than
+	// the rest of a row.
+	secs [16]secText
+}
+
+type secText struct {
+	sec  int64
+	n    uint8 // length of text; 0: empty slot
+	text [32]byte
 }
 
 func (e *encoder) row(vals []feed.Value) {
@@ -57,7 +86,7 @@ func (e *encoder) value(b []byte, v feed.Value) []byte {
 		ns := int64(v.Num)
 		if e.timeFormat == timeRFC3339 {
 			b = append(b, '"')
-			b = time.Unix(0, ns).UTC().AppendFormat(b, time.RFC3339Nano)
+			b = e.appendRFC3339Nano(b, ns)
 			return append(b, '"')
 		}
 		d := int64(e.timeFormat)
@@ -67,9 +96,12 @@ func (e *encoder) value(b []byte, v feed.Value) []byte {
 		}
 		return strconv.AppendInt(b, q, 10)
 	case feed.KindSeq, feed.KindUint:
-		return strconv.AppendUint(b, v.Num, 10)
+		return appendUint(b, v.Num)
 	case feed.KindInt:
-		return strconv.AppendInt(b, int64(v.Num), 10)
+		if i := int64(v.Num); i < 0 {
+			return appendUint(append(b, '-'), uint64(^i)+1)
+		}
+		return appendUint(b, v.Num)
 	case feed.KindFloat:
 		return appendFloat(b, v.Float())
 	case feed.KindBool:
@@ -78,6 +110,53 @@ func (e *encoder) value(b []byte, v feed.Value) []byte {
 		return appendString(b, v.Str)
 	}
 	return append(b, "null"...)
+}
+
+// appendRFC3339Nano appends ns as time.RFC3339Nano renders it in UTC (the
+// fraction without trailing zeros, none when zero), reusing the rendering of
+// the whole second when it repeats.
+func (e *encoder) appendRFC3339Nano(b []byte, ns int64) []byte {
+	sec, frac := ns/1e9, ns%1e9
+	if frac < 0 {
+		sec, frac = sec-1, frac+1e9
+	}
+	c := &e.secs[uint64(sec)%uint64(len(e.secs))]
+	if c.n == 0 || c.sec != sec {
+		start := len(b)
+		b = time.Unix(sec, 0).UTC().AppendFormat(b, "2006-01-02T15:04:05")
+		if n := len(b) - start; n <= len(c.text) {
+			c.sec, c.n = sec, uint8(n)
+			copy(c.text[:], b[start:])
+		}
+	} else {
+		b = append(b, c.text[:c.n]...)
+	}
+	if frac != 0 {
+		var digits [10]byte
+		digits[0] = '.'
+		for i := 9; i >= 1; i-- {
+			digits[i] = byte('0' + frac%10)
+			frac /= 10
+		}
+		n := 10
+		for digits[n-1] == '0' {
+			n--
+		}
+		b = append(b, digits[:n]...)
+	}
+	return append(b, 'Z')
+}
+
+// appendUint appends v in decimal, the one- and two-digit values (most
+// metrics) without strconv's copy through a scratch buffer.
+func appendUint(b []byte, v uint64) []byte {
+	switch {
+	case v < 10:
+		return append(b, byte('0'+v))
+	case v < 100:
+		return append(b, byte('0'+v/10), byte('0'+v%10))
+	}
+	return strconv.AppendUint(b, v, 10)
 }
 
 // appendFloat formats f as encoding/json does.
@@ -101,12 +180,30 @@ func appendFloat(b []byte, f float64) []byte {
 
 const hexDigits = "0123456789abcdef"
 
+// jsonPlain holds the bytes appendString copies as they are: printable
+// ASCII but '"' and '\\'.
+var jsonPlain = func() (t [256]bool) {
+	for c := 0x20; c < utf8.RuneSelf; c++ {
+		t[c] = c != '"' && c != '\\'
+	}
+	return t
+}()
+
 // appendString appends s as a JSON string, escaping as encoding/json does
 // (without HTML escaping); invalid UTF-8 becomes U+FFFD.
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
+	// Most strings (tag values, column names) need no escaping.
+	i := 0
+	for i < len(s) && jsonPlain[s[i]] {
+		i++
+	}
+	if i == len(s) {
+		b = append(b, s...)
+		return append(b, '"')
+	}
 	start := 0
-	for i := 0; i < len(s); {
+	for i < len(s) {
 		c := s[i]
 		if c < utf8.RuneSelf {
 			if c >= 0x20 && c != '"' && c != '\\' {

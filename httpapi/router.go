@@ -72,6 +72,10 @@ type API struct {
 	m        *metrics
 	stopping chan struct{}
 	stopOnce sync.Once
+	// pageBufs recycles drain and rows page buffers (*[]byte): a JSON page
+	// of 10,000 rows is a few MB, which growing anew for every request
+	// would copy about twice.
+	pageBufs sync.Pool
 }
 
 type metrics struct {

@@ -60,7 +60,8 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 		writeClientErr(w, CodeInvalidParameter, "time_format must be one of rfc3339, ns, us, ms, s, got "+strconv.Quote(q.Get("time_format")))
 		return
 	}
-	enc := encoder{timeFormat: tf, buf: make([]byte, 0, 64<<10)}
+	enc := encoder{timeFormat: tf, buf: a.pageBuf()}
+	defer func() { a.releasePageBuf(enc.buf) }()
 	n := 0
 	pg, err := a.opts.Feed.Rows(r.Context(), req, func(cols []feed.Column, vals []feed.Value) error {
 		if format == formatLP {

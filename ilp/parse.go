@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"unicode/utf8"
@@ -52,10 +53,12 @@ func TrimBOM(b []byte) []byte { return bytes.TrimPrefix(b, bom) }
 type Parser struct {
 	lim    Limits
 	intern map[string]string
-	arena  []byte
-	tags   []feed.Tag
-	fields []feed.PointField
-	key    []byte
+	// lastKeys are the interned keys of the previous line by position.
+	lastKeys [64]string
+	arena    []byte
+	tags     []feed.Tag
+	fields   []feed.PointField
+	key      []byte
 }
 
 // maxInterned bounds the measurement and key intern table of one Parser.
@@ -220,7 +223,7 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 		if i > 0 && tags[i-1].Key == string(k) {
 			return pt, &ParseError{Reason: ReasonDuplicateTag, Err: fmt.Errorf("duplicate tag key %q", k)}
 		}
-		tags[i] = feed.Tag{Key: p.internBytes(k), Value: p.copyString(v)}
+		tags[i] = feed.Tag{Key: p.internAt(1+len(tags), k), Value: p.copyString(v)}
 	}
 	fields := p.fields[len(p.fields):]
 	for {
@@ -254,7 +257,7 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 			}
 		}
 		if !dup {
-			fields = append(fields, feed.PointField{Key: p.internBytes(k), Value: val})
+			fields = append(fields, feed.PointField{Key: p.internAt(1+len(tags)+len(fields), k), Value: val})
 		}
 	}
 	if len(fields) == 0 {
@@ -285,7 +288,7 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 	// Commit the slabs only now: a rejected line leaves nothing behind.
 	p.tags = p.growTags(tags)
 	p.fields = p.growFields(fields)
-	pt.Table = p.internBytes(m)
+	pt.Table = p.internAt(0, m)
 	pt.Tags = tags[:len(tags):len(tags)]
 	pt.Fields = fields[:len(fields):len(fields)]
 	pt.Time = ts
@@ -359,6 +362,22 @@ func parseTime(b []byte, prec Precision) (int64, *ParseError) {
 	return x, nil
 }
 
+// internAt returns b interned, comparing it first with the key found at the
+// same position (0 the measurement, then tags and fields in line order) of
+// the previous line: consecutive lines mostly repeat their keys, and a
+// comparison costs less than hashing.
+func (p *Parser) internAt(pos int, b []byte) string {
+	if pos >= len(p.lastKeys) {
+		return p.internBytes(b)
+	}
+	if s := p.lastKeys[pos]; s == string(b) && s != "" {
+		return s
+	}
+	s := p.internBytes(b)
+	p.lastKeys[pos] = s
+	return s
+}
+
 // internBytes returns b as a string shared by equal keys.
 func (p *Parser) internBytes(b []byte) string {
 	if s, ok := p.intern[string(b)]; ok {
@@ -410,6 +429,9 @@ func (p *Parser) ParseAll(b *feed.Batch, data []byte, firstLine int, prec Precis
 	var errs []*ParseError
 	var sp Splitter
 	line := firstLine
+	// Room for every line at once instead of growing by doubling, bounded
+	// for bodies of tiny lines (a TSBS line is about 400 bytes).
+	b.Points = slices.Grow(b.Points, min(bytes.Count(data, []byte{'\n'})+1, len(data)/64+1))
 	for len(data) > 0 {
 		end := sp.Next(data)
 		l := data

@@ -31,6 +31,15 @@ func (s *Splitter) Next(buf []byte) int {
 	if !s.started {
 		s.reset()
 	}
+	// Fast path: outside a quoted string, a line holding no double quote
+	// ends at its first newline whatever else it holds (escapes, comments,
+	// state left by earlier pieces), so two vectorised scans decide it.
+	if s.state != splitString {
+		if nl := bytes.IndexByte(buf, '\n'); nl >= 0 && bytes.IndexByte(buf[:nl], '"') < 0 {
+			s.reset()
+			return nl
+		}
+	}
 	for i := 0; i < len(buf); i++ {
 		c := buf[i]
 		if s.escaped {

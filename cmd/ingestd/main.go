@@ -81,17 +81,20 @@ func (c *config) validate() error {
 	return errors.Join(c.store.Validate(), c.feed.Validate(), c.ilp.Validate())
 }
 
-// run starts the daemon (or, for `ingestd mirror …`, the mirror) and
-// blocks until ctx ends or a component fails.
+// usage heads `ingestd --help`.
+const usage = `Usage:
+  ingestd [flags]              run the daemon (ILP over HTTP and TCP, the change feed)
+  ingestd mirror [flags]       keep a replica of one table in an InfluxDB-compatible server
+  ingestd bench [flags]        load harness: send TSBS data, wait, drain, report
+  ingestd health [--url URL]   probe a running ingestd's /health (exit 0 when ready)
+Each subcommand has its own --help. Every flag can also be set as an environment
+variable: INGESTD_ + the flag name in upper case with - as _ (INGESTD_DATA_DIR);
+for the mirror INGESTD_MIRROR_*. Flags of the daemon:
+`
+
+// run starts the daemon (or a subcommand) and blocks until ctx ends or a
+// component fails.
 func run(ctx context.Context, args []string, stderr io.Writer) int {
-	if len(args) > 0 {
-		switch args[0] {
-		case "mirror":
-			return runMirror(ctx, args[1:], stderr)
-		case "health":
-			return runHealth(ctx, args[1:], stderr)
-		}
-	}
 	cfg := config{
 		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(),
 		httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
@@ -99,10 +102,32 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ingestd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	cfg.registerFlags(fs)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, usage)
+		fs.PrintDefaults()
+	}
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		switch args[0] {
+		case "mirror":
+			return runMirror(ctx, args[1:], stderr)
+		case "health":
+			return runHealth(ctx, args[1:], stderr)
+		case "bench":
+			return runBench(ctx, args[1:], os.Stdout, stderr)
+		case "help":
+			fs.Usage()
+			return 0
+		}
+		fmt.Fprintf(stderr, "ingestd: unknown command %q (commands: mirror, bench, health, help; flags start with -)\n", args[0])
+		return 2
+	}
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("INGESTD")); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
 			return 0
 		}
+		// The flag package reports bad flags itself; environment values
+		// are reported here.
+		fmt.Fprintln(stderr, "ingestd:", err)
 		return 2
 	}
 	if err := cfg.validate(); err != nil {

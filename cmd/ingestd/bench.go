@@ -1,0 +1,585 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/klauspost/compress/gzip"
+
+	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/ilp"
+)
+
+// Bench modes.
+const (
+	benchModeHTTP    = "http"    // ingest the load over HTTP as fast as it goes
+	benchModeTCP     = "tcp"     // ingest the load over TCP connections
+	benchModeLatency = "latency" // fixed-rate HTTP writes, open loop
+	benchModeDecode  = "decode"  // ingestd's parser alone, one goroutine
+)
+
+// benchConfig is `ingestd bench`'s configuration.
+type benchConfig struct {
+	mode        string
+	target      string
+	url         string
+	tcpAddr     string
+	db          string
+	file        string
+	scale       int
+	duration    time.Duration
+	interval    time.Duration
+	start       string
+	seed        uint64
+	batchLines  int
+	concurrency int
+	gzip        bool
+	bySeries    bool
+	connections int
+	rate        float64
+	latLines    int
+	latDuration time.Duration
+	drain       bool
+	drainLimit  int
+	serverPID   int
+	rssEvery    time.Duration
+	verifyWait  time.Duration
+	timeout     time.Duration
+	passes      int
+}
+
+func (c *benchConfig) registerFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.mode, "mode", benchModeHTTP, "http (ingest as fast as it goes), tcp (ingestd: ILP over --connections TCP connections), latency (--latency-lines bodies at --rate, open loop) or decode (ingestd's parser on one goroutine, no server)")
+	fs.StringVar(&c.target, "target", benchIngestd, "the server at --url: ingestd, influxdb or victoriametrics")
+	fs.StringVar(&c.url, "url", "http://127.0.0.1:8086", "the server's HTTP base URL")
+	fs.StringVar(&c.tcpAddr, "tcp-addr", "127.0.0.1:9009", "ingestd's ILP-over-TCP address (--mode tcp)")
+	fs.StringVar(&c.db, "db", "bench", "InfluxDB database to create and write")
+	fs.StringVar(&c.file, "file", "", "ILP file to send (.gz is decompressed); empty: generate TSBS-devops-shaped data (--scale, --duration, --interval)")
+	fs.IntVar(&c.scale, "scale", 10, "generated data: hosts (each sends 9 measurements)")
+	fs.DurationVar(&c.duration, "duration", 6*time.Hour, "generated data: time span (latency mode generates what it sends instead)")
+	fs.DurationVar(&c.interval, "interval", 10*time.Second, "generated data: time between two lines of a series")
+	fs.StringVar(&c.start, "start", "2026-01-01T00:00:00Z", "generated data: first timestamp (RFC 3339)")
+	fs.Uint64Var(&c.seed, "seed", 42, "generated data: random seed")
+	fs.IntVar(&c.batchLines, "batch-lines", 5000, "lines per HTTP request (http mode)")
+	fs.IntVar(&c.concurrency, "concurrency", 4, "concurrent HTTP writers (http mode)")
+	fs.BoolVar(&c.gzip, "gzip", true, "send HTTP bodies with Content-Encoding: gzip (compressed before the clock starts)")
+	fs.BoolVar(&c.bySeries, "partition-series", true, "give each writer (HTTP writer, TCP connection) its own series, so each series arrives in time order; false deals consecutive batches to the writers in turn, as TSBS's loader does")
+	fs.IntVar(&c.connections, "connections", 1, "TCP connections (tcp mode)")
+	fs.Float64Var(&c.rate, "rate", 0, "latency mode: offered load in lines per second (required)")
+	fs.IntVar(&c.latLines, "latency-lines", 1000, "latency mode: lines per request")
+	fs.DurationVar(&c.latDuration, "latency-duration", 10*time.Second, "latency mode: how long to send")
+	fs.BoolVar(&c.drain, "drain", true, "ingestd, http and tcp modes: drain every table after the ingest and time it")
+	fs.IntVar(&c.drainLimit, "drain-limit", 10000, "rows per drain page (JSON)")
+	fs.IntVar(&c.serverPID, "server-pid", 0, "the server's process id, for its resident memory (/proc/PID/status VmRSS sampled, VmHWM); 0: not reported")
+	fs.DurationVar(&c.rssEvery, "rss-interval", 100*time.Millisecond, "how often to sample the server's VmRSS")
+	fs.DurationVar(&c.verifyWait, "verify-wait", 60*time.Second, "how long the counts may take to appear (VictoriaMetrics makes samples searchable about a second after acknowledging them)")
+	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
+	fs.IntVar(&c.passes, "passes", 3, "decode mode: passes over the data (the median is reported)")
+}
+
+func (c *benchConfig) validate() error {
+	switch c.mode {
+	case benchModeHTTP, benchModeTCP, benchModeLatency, benchModeDecode:
+	default:
+		return fmt.Errorf("--mode must be http, tcp, latency or decode, got %q", c.mode)
+	}
+	switch c.target {
+	case benchIngestd, benchInfluxDB, benchVM:
+	default:
+		return fmt.Errorf("--target must be ingestd, influxdb or victoriametrics, got %q", c.target)
+	}
+	if c.mode == benchModeTCP && c.target == benchInfluxDB {
+		return errors.New("--mode tcp: InfluxDB 1.x has no line-protocol TCP listener")
+	}
+	if c.mode == benchModeLatency && c.rate <= 0 {
+		return errors.New("--mode latency needs --rate (lines per second)")
+	}
+	if c.batchLines < 1 || c.concurrency < 1 || c.connections < 1 || c.latLines < 1 || c.drainLimit < 1 || c.passes < 1 {
+		return errors.New("--batch-lines, --concurrency, --connections, --latency-lines, --drain-limit and --passes must be positive")
+	}
+	return nil
+}
+
+// runBench is `ingestd bench`: the load harness (see README "Performance").
+// It prints a readable report and one "RESULT key=value …" line to stdout.
+// Exit codes: 0 when the load was stored and verified, 1 otherwise, 2 on
+// bad flags.
+func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg := benchConfig{}
+	fs := flag.NewFlagSet("ingestd bench", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	cfg.registerFlags(fs)
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintln(stderr, "ingestd bench:", err)
+		return 2
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
+	defer cancel()
+	res, err := runBenchMode(ctx, &cfg, stdout)
+	fmt.Fprintln(stdout, res.line())
+	if err != nil {
+		fmt.Fprintln(stderr, "ingestd bench:", err)
+		return 1
+	}
+	return 0
+}
+
+// benchResult is the RESULT line: ordered key=value pairs.
+type benchResult struct{ kv []string }
+
+func (r *benchResult) set(k string, v any) {
+	var s string
+	switch v := v.(type) {
+	case float64:
+		s = strconv.FormatFloat(v, 'f', 3, 64)
+	case time.Duration:
+		s = strconv.FormatFloat(v.Seconds()*1000, 'f', 3, 64) // milliseconds
+	default:
+		s = fmt.Sprint(v)
+	}
+	r.kv = append(r.kv, k+"="+s)
+}
+
+func (r *benchResult) line() string { return "RESULT " + strings.Join(r.kv, " ") }
+
+func runBenchMode(ctx context.Context, cfg *benchConfig, out io.Writer) (res benchResult, err error) {
+	res.set("target", cfg.target)
+	res.set("mode", cfg.mode)
+	defer func() {
+		if err != nil {
+			res.set("verified", "FAILED")
+		}
+	}()
+	d, err := benchLoad(cfg)
+	if err != nil {
+		return res, err
+	}
+	fmt.Fprintf(out, "data: %s: %d lines, %.2f MB, %d tables\n", d.name, d.lines(), float64(len(d.text))/1e6, len(d.stats))
+	res.set("lines", d.lines())
+	res.set("mb", float64(len(d.text))/1e6)
+	if cfg.mode == benchModeDecode {
+		return res, benchDecode(cfg, d, out, &res)
+	}
+
+	t := &benchTarget{kind: cfg.target, base: strings.TrimSuffix(cfg.url, "/"), db: cfg.db, client: &http.Client{
+		Timeout: 2 * time.Minute,
+		Transport: &http.Transport{
+			MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute,
+			DisableCompression: true,
+		},
+	}}
+	if err := t.waitReady(ctx, 30*time.Second); err != nil {
+		return res, err
+	}
+	if err := t.prepare(ctx, d.tables()); err != nil {
+		return res, err
+	}
+	rss := startRSS(cfg.serverPID, cfg.rssEvery)
+	defer func() {
+		peak, hwm := rss.finish()
+		res.set("rss_max_mib", mib(peak))
+		res.set("rss_hwm_mib", mib(hwm))
+		fmt.Fprintf(out, "server memory: VmRSS at most %.1f MiB (sampled every %s), VmHWM %.1f MiB\n", mib(peak), cfg.rssEvery, mib(hwm))
+	}()
+
+	switch cfg.mode {
+	case benchModeHTTP:
+		err = benchHTTP(ctx, cfg, t, d, out, &res)
+	case benchModeTCP:
+		err = benchTCP(ctx, cfg, t, d, out, &res)
+	case benchModeLatency:
+		err = benchLatency(ctx, cfg, t, d, out, &res)
+	}
+	if err != nil {
+		return res, err
+	}
+	if err := t.verify(ctx, d, cfg.verifyWait); err != nil {
+		return res, fmt.Errorf("verify: %w", err)
+	}
+	what := "lines per table"
+	if t.kind == benchVM {
+		what = "samples per metric prefix"
+	}
+	fmt.Fprintf(out, "verified: every table holds exactly the %s sent\n", what)
+	res.set("verified", "ok")
+
+	if t.kind == benchIngestd && cfg.drain && cfg.mode != benchModeLatency {
+		dr, err := t.drainAll(ctx, d, cfg.drainLimit)
+		if err != nil {
+			return res, err
+		}
+		rate := float64(dr.rows) / dr.dur.Seconds()
+		fmt.Fprintf(out, "drain: %d rows in %d JSON pages of up to %d (%.1f MB) in %s: %.0f rows/s, %.1f MB/s\n",
+			dr.rows, dr.pages, cfg.drainLimit, float64(dr.bytes)/1e6, dr.dur.Round(time.Millisecond), rate, float64(dr.bytes)/1e6/dr.dur.Seconds())
+		res.set("drain_rows", dr.rows)
+		res.set("drain_secs", dr.dur.Seconds())
+		res.set("drain_rows_per_s", rate)
+	} else {
+		res.set("drain_rows_per_s", "na")
+	}
+	return res, nil
+}
+
+func mib(b int64) float64 {
+	if b < 0 {
+		return -1
+	}
+	return float64(b) / (1 << 20)
+}
+
+// benchLoad reads --file or generates the data. Latency mode generates at
+// least rate × duration lines.
+func benchLoad(cfg *benchConfig) (*benchData, error) {
+	// Latency mode sends exactly this many lines.
+	need := 0
+	if cfg.mode == benchModeLatency {
+		need = max(1, int(cfg.rate*cfg.latDuration.Seconds())/cfg.latLines) * cfg.latLines
+	}
+	if cfg.file != "" {
+		d, err := loadBenchFile(cfg.file)
+		if err != nil || need == 0 {
+			return d, err
+		}
+		if need > d.lines() {
+			return nil, fmt.Errorf("latency mode needs %d lines, %s has %d", need, cfg.file, d.lines())
+		}
+		return indexBenchData(d.name, d.text[:d.offs[need]])
+	}
+	start, err := time.Parse(time.RFC3339, cfg.start)
+	if err != nil {
+		return nil, fmt.Errorf("--start: %w", err)
+	}
+	dur := cfg.duration
+	if need > 0 {
+		// The time span the run needs (--duration is ignored).
+		perStep := cfg.scale * len(benchDevopsMeasurements)
+		dur = time.Duration((need+perStep-1)/perStep) * cfg.interval
+	}
+	return generateDevops(cfg.scale, start, dur, cfg.interval, cfg.seed, need)
+}
+
+// benchBody is one prepared request.
+type benchBody struct {
+	wire  []byte
+	lines int
+	raw   int
+}
+
+func prepareBodies(batches [][]byte, gz bool) ([]benchBody, error) {
+	out := make([]benchBody, len(batches))
+	var zw *gzip.Writer
+	for i, b := range batches {
+		out[i] = benchBody{wire: b, lines: bytes.Count(b, []byte{'\n'}), raw: len(b)}
+		if !gz {
+			continue
+		}
+		var buf bytes.Buffer
+		if zw == nil {
+			zw = gzip.NewWriter(&buf)
+		} else {
+			zw.Reset(&buf)
+		}
+		if _, err := zw.Write(b); err != nil {
+			return nil, err
+		}
+		if err := zw.Close(); err != nil {
+			return nil, err
+		}
+		out[i].wire = buf.Bytes()
+	}
+	return out, nil
+}
+
+// post sends one body and returns once the server answered. 503 and 429
+// (back-pressure: nothing was written) are retried after Retry-After (at
+// most 1 s); any other status but 204 is an error.
+func (t *benchTarget) post(ctx context.Context, b benchBody, gz bool, retries *atomic.Int64) error {
+	for {
+		req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.writeURL(), bytes.NewReader(b.wire))
+		if err != nil {
+			return err
+		}
+		req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+		if gz {
+			req.Header.Set("Content-Encoding", "gzip")
+		}
+		resp, err := t.client.Do(req)
+		if err != nil {
+			return err
+		}
+		body, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		switch resp.StatusCode {
+		case http.StatusNoContent:
+			return nil
+		case http.StatusServiceUnavailable, http.StatusTooManyRequests:
+			retries.Add(1)
+			wait := time.Second
+			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s == 0 {
+				wait = 100 * time.Millisecond
+			}
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(wait):
+			}
+		default:
+			return fmt.Errorf("write: %d %s", resp.StatusCode, clipBytes(body))
+		}
+	}
+}
+
+// latencies summarises request latencies.
+type latencies []time.Duration
+
+func (l latencies) pct(p float64) time.Duration {
+	if len(l) == 0 {
+		return 0
+	}
+	i := int(float64(len(l))*p+0.999999) - 1 // nearest rank
+	return l[min(max(i, 0), len(l)-1)]
+}
+
+func (l latencies) report(res *benchResult, out io.Writer, what string) {
+	slices.Sort(l)
+	fmt.Fprintf(out, "%s latency over %d requests: p50 %s, p90 %s, p99 %s, p99.9 %s, max %s\n", what, len(l),
+		l.pct(0.5).Round(10*time.Microsecond), l.pct(0.9).Round(10*time.Microsecond), l.pct(0.99).Round(10*time.Microsecond),
+		l.pct(0.999).Round(10*time.Microsecond), l.pct(1).Round(10*time.Microsecond))
+	res.set("requests", len(l))
+	res.set("p50_ms", l.pct(0.5))
+	res.set("p90_ms", l.pct(0.9))
+	res.set("p99_ms", l.pct(0.99))
+	res.set("p999_ms", l.pct(0.999))
+	res.set("max_ms", l.pct(1))
+}
+
+// benchHTTP sends the whole load over --concurrency writers, each its own
+// stream in batches of --batch-lines, each waiting for its answer before
+// the next (as Telegraf's outputs do).
+func benchHTTP(ctx context.Context, cfg *benchConfig, t *benchTarget, d *benchData, out io.Writer, res *benchResult) error {
+	streams := d.partition(cfg.concurrency, cfg.bySeries, cfg.batchLines)
+	bodies := make([][]benchBody, len(streams))
+	wire := 0
+	for i, s := range streams {
+		var err error
+		if bodies[i], err = prepareBodies(s.batches(cfg.batchLines), cfg.gzip); err != nil {
+			return err
+		}
+		for _, b := range bodies[i] {
+			wire += len(b.wire)
+		}
+	}
+	var (
+		mu      sync.Mutex // guards lat
+		lat     latencies
+		retries atomic.Int64
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+	)
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	start := time.Now()
+	for _, bs := range bodies {
+		wg.Go(func() {
+			mine := make(latencies, 0, len(bs))
+			for _, b := range bs {
+				t0 := time.Now()
+				if err := t.post(ctx, b, cfg.gzip, &retries); err != nil {
+					errOnce.Do(func() { first = err; cancel() })
+					return
+				}
+				mine = append(mine, time.Since(t0))
+			}
+			mu.Lock()
+			lat = append(lat, mine...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	dur := time.Since(start)
+	if first != nil {
+		return first
+	}
+	rate := float64(d.lines()) / dur.Seconds()
+	fmt.Fprintf(out, "http ingest (%s, %d writers, %d-line bodies, gzip %t, partition by series %t): %d lines in %s: %.0f lines/s, %.1f MB/s (%.1f MB/s on the wire), %d retried\n",
+		cfg.target, cfg.concurrency, cfg.batchLines, cfg.gzip, cfg.bySeries, d.lines(), dur.Round(time.Millisecond), rate,
+		float64(len(d.text))/1e6/dur.Seconds(), float64(wire)/1e6/dur.Seconds(), retries.Load())
+	res.set("secs", dur.Seconds())
+	res.set("lines_per_s", rate)
+	res.set("mb_per_s", float64(len(d.text))/1e6/dur.Seconds())
+	res.set("retries", retries.Load())
+	lat.report(res, out, "write (204)")
+	return nil
+}
+
+// benchLatency offers --rate lines/s in bodies of --latency-lines for
+// --latency-duration, open loop: request i is due at start + i/rate
+// whether or not earlier ones were answered, and its latency runs from when
+// it was due (so a stalled server is not hidden by a waiting client).
+func benchLatency(ctx context.Context, cfg *benchConfig, t *benchTarget, d *benchData, out io.Writer, res *benchResult) error {
+	bodies, err := prepareBodies(benchStream{text: d.text, lines: d.lines()}.batches(cfg.latLines), cfg.gzip)
+	if err != nil {
+		return err
+	}
+	every := time.Duration(float64(time.Second) * float64(cfg.latLines) / cfg.rate)
+	var (
+		lat     = make(latencies, len(bodies))
+		retries atomic.Int64
+		wg      sync.WaitGroup
+		failed  atomic.Int64
+		errOnce sync.Once
+		first   error
+		late    time.Duration // worst lateness of the pacer itself
+	)
+	start := time.Now().Add(10 * time.Millisecond)
+	for i, b := range bodies {
+		due := start.Add(time.Duration(i) * every)
+		if w := time.Until(due); w > 0 {
+			select {
+			case <-ctx.Done():
+				return ctx.Err()
+			case <-time.After(w):
+			}
+		}
+		late = max(late, time.Since(due))
+		wg.Go(func() {
+			if err := t.post(ctx, b, cfg.gzip, &retries); err != nil {
+				failed.Add(1)
+				errOnce.Do(func() { first = err })
+			}
+			lat[i] = time.Since(due)
+		})
+	}
+	wg.Wait()
+	dur := time.Since(start)
+	fmt.Fprintf(out, "latency run (%s): %d requests of %d lines offered at %.0f lines/s (one every %s) for %s; achieved %.0f lines/s; pacer at most %s late; %d retried; %d failed\n",
+		cfg.target, len(bodies), cfg.latLines, cfg.rate, every, dur.Round(time.Millisecond), float64(d.lines())/dur.Seconds(), late.Round(time.Microsecond), retries.Load(), failed.Load())
+	res.set("rate", cfg.rate)
+	res.set("secs", dur.Seconds())
+	res.set("retries", retries.Load())
+	res.set("failed", failed.Load())
+	// The pacer's own lateness: how long this process went without CPU
+	// when a request was due; latencies below it say little.
+	res.set("pacer_late_ms", late)
+	// A failed request counts with the time its error took.
+	lat.report(res, out, "write (204, or the error)")
+	if first != nil {
+		return fmt.Errorf("%d of %d requests failed, first: %w", failed.Load(), len(bodies), first)
+	}
+	return nil
+}
+
+// benchTCP streams the load over --connections TCP connections (each its
+// own series), closes them, and waits until every table's watermark covers
+// what was sent: the rate counts from the first byte to that moment.
+func benchTCP(ctx context.Context, cfg *benchConfig, t *benchTarget, d *benchData, out io.Writer, res *benchResult) error {
+	streams := d.partition(cfg.connections, cfg.bySeries, 10_000)
+	conns := make([]net.Conn, len(streams))
+	var dialer net.Dialer
+	for i := range conns {
+		c, err := dialer.DialContext(ctx, "tcp", cfg.tcpAddr)
+		if err != nil {
+			return fmt.Errorf("dial --tcp-addr: %w", err)
+		}
+		defer func() { _ = c.Close() }()
+		conns[i] = c
+	}
+	var (
+		wg      sync.WaitGroup
+		errOnce sync.Once
+		first   error
+	)
+	start := time.Now()
+	for i, c := range conns {
+		wg.Go(func() {
+			// A plain reader, so the bytes go out in 256 KiB writes.
+			_, err := io.CopyBuffer(c, struct{ io.Reader }{bytes.NewReader(streams[i].text)}, make([]byte, 256<<10))
+			if err == nil {
+				err = c.(*net.TCPConn).CloseWrite()
+			}
+			if err != nil {
+				errOnce.Do(func() { first = err })
+			}
+		})
+	}
+	wg.Wait()
+	sentIn := time.Since(start)
+	if first != nil {
+		return fmt.Errorf("send: %w", first)
+	}
+	switch t.kind {
+	case benchIngestd:
+		if err := t.waitCovered(ctx, d, cfg.verifyWait); err != nil {
+			return err
+		}
+	case benchVM:
+		if err := t.verify(ctx, d, cfg.verifyWait); err != nil {
+			return err
+		}
+	}
+	dur := time.Since(start)
+	rate := float64(d.lines()) / dur.Seconds()
+	fmt.Fprintf(out, "tcp ingest (%s, %d connections): %d lines sent in %s, covered by every watermark after %s: %.0f lines/s, %.1f MB/s\n",
+		cfg.target, cfg.connections, d.lines(), sentIn.Round(time.Millisecond), dur.Round(time.Millisecond), rate, float64(len(d.text))/1e6/dur.Seconds())
+	res.set("secs", dur.Seconds())
+	res.set("lines_per_s", rate)
+	res.set("mb_per_s", float64(len(d.text))/1e6/dur.Seconds())
+	return nil
+}
+
+// benchDecode parses the load with ingestd's parser on this goroutine, in
+// batches of 10,000 lines as a TCP connection hands them on, and reports
+// the median of --passes passes: the single-core full-decode baseline.
+func benchDecode(cfg *benchConfig, d *benchData, out io.Writer, res *benchResult) error {
+	const batch = 10_000
+	var durs []time.Duration
+	for range cfg.passes {
+		p := ilp.NewParser(ilp.DefaultLimits())
+		now := time.Now().UnixNano()
+		points := 0
+		start := time.Now()
+		for i := 0; i < d.lines(); i += batch {
+			j := min(i+batch, d.lines())
+			b := &feed.Batch{}
+			perrs, _ := p.ParseAll(b, d.text[d.offs[i]:d.offs[j]], i+1, ilp.Nanosecond, now)
+			if len(perrs) > 0 {
+				return perrs[0]
+			}
+			points += len(b.Points)
+		}
+		durs = append(durs, time.Since(start))
+		if points != d.lines() {
+			return fmt.Errorf("decoded %d points from %d lines", points, d.lines())
+		}
+	}
+	sort.Slice(durs, func(i, j int) bool { return durs[i] < durs[j] })
+	med := durs[len(durs)/2]
+	rate := float64(d.lines()) / med.Seconds()
+	fmt.Fprintf(out, "decode (ingestd parser, one goroutine, median of %d passes): %d lines in %s: %.0f lines/s, %.1f MB/s\n",
+		cfg.passes, d.lines(), med.Round(time.Millisecond), rate, float64(len(d.text))/1e6/med.Seconds())
+	res.set("secs", med.Seconds())
+	res.set("lines_per_s", rate)
+	res.set("mb_per_s", float64(len(d.text))/1e6/med.Seconds())
+	res.set("verified", "ok")
+	return nil
+}

@@ -1,0 +1,211 @@
+#!/usr/bin/env bash
+# Side-by-side load comparison: ingestd against InfluxDB 1.6.7 and
+# VictoriaMetrics (Debian's packages), in alternation, with `ingestd bench`.
+#
+#   deploy/bench/compare.sh            # 3 rounds on ../shared/data/tsbs-devops-s10-6h.lp.gz
+#   ROUNDS=5 DATA=/path/to/file.lp.gz deploy/bench/compare.sh
+#
+# Not run by CI (it takes several minutes and installs packages). Needs root
+# for apt-get (skipped when influxd and victoria-metrics are on PATH).
+#
+# Each round, every system gets a fresh temporary data directory for each
+# measurement, on loopback:
+#   1. HTTP ingest of the data (gzip bodies of $BATCH lines, $CONCURRENCY
+#      writers, each owning its series): ingestd, InfluxDB, VictoriaMetrics.
+#      ingestd is then drained in full (JSON pages of 10,000 rows).
+#   2. ingestd over TCP ($CONNECTIONS connections), then the single-core
+#      decode of the same data with ingestd's parser (no server).
+#   3. Latency: 1,000-line bodies at half of each system's peak HTTP rate of
+#      this round (open loop), and ingestd also at InfluxDB's rate.
+# Durability as shipped: ingestd fsyncs before its 204 (default), InfluxDB
+# 1.6.7 fsyncs its WAL on every write (wal-fsync-delay 0, the default),
+# VictoriaMetrics acknowledges before its data reaches the disk.
+# Every figure is printed, then the median per system and the ratios.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+ROUNDS=${ROUNDS:-3}
+DATA=${DATA:-../shared/data/tsbs-devops-s10-6h.lp.gz}
+CONCURRENCY=${CONCURRENCY:-4}
+BATCH=${BATCH:-5000}
+CONNECTIONS=${CONNECTIONS:-1}
+LATENCY_SECONDS=${LATENCY_SECONDS:-10}
+PORT=${PORT_BASE:-18600} # below the ephemeral range, where clients' ports never collide
+WORK=$(mktemp -d /tmp/ingestd-compare.XXXXXX)
+OUT=${OUT:-$WORK/results.txt}
+PIDS=()
+
+cleanup() {
+  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+  rm -rf "$WORK"/run.*
+}
+trap cleanup EXIT
+
+[ -r "$DATA" ] || { echo "data file $DATA not found (set DATA=)" >&2; exit 1; }
+
+# InfluxDB 1.6.7 and VictoriaMetrics from Debian. The packages enable and
+# start services: a policy-rc.d keeps them from starting, and they are
+# stopped and disabled in case a service manager started them anyway.
+if ! command -v influxd >/dev/null || ! command -v victoria-metrics >/dev/null; then
+  apt-get update -qq
+  had_policy=0; [ -e /usr/sbin/policy-rc.d ] && had_policy=1
+  [ $had_policy = 1 ] || { printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
+  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq influxdb victoria-metrics >/dev/null
+  [ $had_policy = 1 ] || rm -f /usr/sbin/policy-rc.d
+fi
+for svc in influxdb victoria-metrics; do
+  systemctl stop "$svc" 2>/dev/null || true
+  systemctl disable "$svc" 2>/dev/null || true
+done
+
+go build -o "$WORK/ingestd" ./cmd/ingestd
+BENCH=("$WORK/ingestd" bench)
+
+# port N: a loopback port from the base, checked free.
+port() {
+  local p=$((PORT + $1))
+  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
+    echo "port $p is in use (set PORT_BASE=)" >&2; exit 1
+  fi
+  echo "$p"
+}
+
+# start SYSTEM DIR: starts a server on a fresh DIR; sets SPID and SURL.
+start() {
+  local sys=$1 dir=$2
+  mkdir -p "$dir"
+  case $sys in
+    ingestd)
+      SURL="http://127.0.0.1:$(port 1)"
+      "$WORK/ingestd" --data-dir "$dir/data" --http-addr "127.0.0.1:$(port 1)" --tcp-addr "127.0.0.1:$(port 2)" \
+        --log-level warn >"$dir/log" 2>&1 &
+      ;;
+    influxdb)
+      SURL="http://127.0.0.1:$(port 3)"
+      cat >"$dir/influxdb.conf" <<EOF
+reporting-disabled = true
+bind-address = "127.0.0.1:$(port 4)"
+[meta]
+  dir = "$dir/meta"
+  logging-enabled = false
+[data]
+  dir = "$dir/data"
+  wal-dir = "$dir/wal"
+  wal-fsync-delay = "0s"
+  query-log-enabled = false
+  max-series-per-database = 0
+  max-values-per-tag = 0
+[monitor]
+  store-enabled = false
+[http]
+  enabled = true
+  bind-address = "127.0.0.1:$(port 3)"
+  log-enabled = false
+[logging]
+  level = "warn"
+[continuous_queries]
+  enabled = false
+EOF
+      influxd run -config "$dir/influxdb.conf" >"$dir/log" 2>&1 &
+      ;;
+    victoriametrics)
+      SURL="http://127.0.0.1:$(port 5)"
+      victoria-metrics -storageDataPath "$dir/data" -retentionPeriod 100y -httpListenAddr "127.0.0.1:$(port 5)" \
+        -loggerLevel WARN >"$dir/log" 2>&1 &
+      ;;
+  esac
+  SPID=$!
+  PIDS+=("$SPID")
+}
+
+stop() {
+  kill "$SPID" 2>/dev/null || true
+  wait "$SPID" 2>/dev/null || true
+}
+
+# bench LABEL ROUND SYSTEM ARGS…: one measurement against a fresh server
+# (SYSTEM "none": no server); appends its RESULT line to $OUT.
+bench() {
+  local label=$1 round=$2 sys=$3; shift 3
+  local dir="$WORK/run.$label.$round"
+  echo "== round $round: $label"
+  local extra=()
+  if [ "$sys" != none ]; then
+    start "$sys" "$dir"
+    extra=(--target "$sys" --url "$SURL" --tcp-addr "127.0.0.1:$(port 2)" --server-pid "$SPID")
+  fi
+  local out rc=0
+  out=$("${BENCH[@]}" "${extra[@]}" "$@" 2>&1) || rc=$?
+  [ "$sys" != none ] && stop
+  echo "$out" | sed 's/^/   /'
+  if [ $rc != 0 ]; then
+    echo "   $label failed; server log:"; tail -20 "$dir/log" 2>/dev/null | sed 's/^/   | /'
+  fi
+  echo "$label round=$round $(echo "$out" | grep '^RESULT' | sed 's/^RESULT //')" >>"$OUT"
+  rm -rf "$dir"
+}
+
+# get LABEL KEY [ROUND]: the values of KEY in LABEL's results.
+get() {
+  grep "^$1 round=${3:-[0-9]*} " "$OUT" | tr ' ' '\n' | grep "^$2=" | cut -d= -f2
+}
+
+median() {
+  sort -g | awk '{ v[NR] = $1 } END { if (NR == 0) print "na"; else if (NR % 2) print v[(NR + 1) / 2]; else print (v[NR / 2] + v[NR / 2 + 1]) / 2 }'
+}
+
+med() { get "$1" "$2" | median; }
+
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "na" || b == "na" || b == 0) print "na"; else printf "%.2f", a / b }'; }
+
+half() { awk -v r="$1" 'BEGIN { printf "%.0f", r / 2 }'; }
+
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/Mem:/ { print $2 }') GiB"
+echo "versions: $(influxd version 2>/dev/null | head -1); VictoriaMetrics $(dpkg-query -W -f '${Version}' victoria-metrics 2>/dev/null); $(go version | cut -d' ' -f3)"
+echo "data: $DATA; load average: $(cut -d' ' -f1-3 /proc/loadavg); results: $OUT"
+
+for r in $(seq 1 "$ROUNDS"); do
+  for sys in ingestd influxdb victoriametrics; do
+    bench "http:$sys" "$r" "$sys" --file "$DATA" --mode http --concurrency "$CONCURRENCY" --batch-lines "$BATCH"
+  done
+  bench tcp:ingestd "$r" ingestd --file "$DATA" --mode tcp --connections "$CONNECTIONS"
+  bench decode "$r" none --file "$DATA" --mode decode
+  ri=$(get http:ingestd lines_per_s "$r" | head -1)
+  rx=$(get http:influxdb lines_per_s "$r" | head -1)
+  rv=$(get http:victoriametrics lines_per_s "$r" | head -1)
+  # Generated TSBS-shaped data, 10 hosts as in the file (too short for it).
+  lat=(--mode latency --latency-lines 1000 --latency-duration "${LATENCY_SECONDS}s" --scale 10)
+  bench latency:ingestd "$r" ingestd "${lat[@]}" --rate "$(half "${ri:-0}")"
+  bench latency:influxdb "$r" influxdb "${lat[@]}" --rate "$(half "${rx:-0}")"
+  bench latency:ingestd@influx "$r" ingestd "${lat[@]}" --rate "$(half "${rx:-0}")"
+  bench latency:victoriametrics "$r" victoriametrics "${lat[@]}" --rate "$(half "${rv:-0}")"
+done
+
+echo
+echo "== medians over $ROUNDS rounds"
+printf '%-28s %14s %10s %10s %10s %12s %12s\n' run lines/s MB/s p50_ms p99_ms rss_max_MiB verified
+# (latency runs: lines/s is the offered rate)
+for label in http:ingestd http:influxdb http:victoriametrics tcp:ingestd decode \
+  latency:ingestd latency:influxdb latency:ingestd@influx latency:victoriametrics; do
+  v=$(get "$label" verified | sort | uniq -c | tr -s ' ' | tr '\n' ' ')
+  if [[ $label == latency:* ]]; then lps=$(med "$label" rate); else lps=$(med "$label" lines_per_s); fi
+  printf '%-28s %14s %10s %10s %10s %12s %12s\n' "$label" "$lps" "$(med "$label" mb_per_s)" \
+    "$(med "$label" p50_ms)" "$(med "$label" p99_ms)" "$(med "$label" rss_max_mib)" "$v"
+done
+echo "drain (ingestd, JSON pages of 10,000): $(med http:ingestd drain_rows_per_s) rows/s"
+max_rss=$(cat <(get http:ingestd rss_max_mib) <(get tcp:ingestd rss_max_mib) <(get latency:ingestd rss_max_mib) \
+  <(get latency:ingestd@influx rss_max_mib) <(get http:ingestd rss_hwm_mib) <(get tcp:ingestd rss_hwm_mib) | sort -g | tail -1)
+
+echo
+echo "== targets (medians; each ratio from figures of the same run)"
+hi=$(med http:ingestd lines_per_s); hx=$(med http:influxdb lines_per_s); hv=$(med http:victoriametrics lines_per_s)
+echo "HTTP ingest ingestd / InfluxDB 1.6.7:     $(ratio "$hi" "$hx")x  (target >= 3)"
+echo "HTTP ingest ingestd / VictoriaMetrics:    $(ratio "$hi" "$hv")x  (stretch >= 1)"
+echo "TCP ingest / single-core decode:          $(ratio "$(med tcp:ingestd lines_per_s)" "$(med decode lines_per_s)")  (target >= 0.60)"
+echo "drain rows/s:                             $(med http:ingestd drain_rows_per_s)  (target >= 1000000)"
+echo "204 p99 at half peak, ingestd:            $(med latency:ingestd p99_ms) ms  (target <= 10)"
+echo "204 p99 at half peak, InfluxDB:           $(med latency:influxdb p99_ms) ms  (ingestd <= this)"
+echo "204 p99 at InfluxDB's rate, ingestd:      $(med latency:ingestd@influx p99_ms) ms"
+echo "latency runs' pacer lateness (harness without CPU), median of maxima: ingestd $(med latency:ingestd pacer_late_ms) ms, InfluxDB $(med latency:influxdb pacer_late_ms) ms"
+echo "ingestd peak RSS (VmRSS sampled, VmHWM):  $max_rss MiB  (target <= 512)"

@@ -1,0 +1,74 @@
+package httpapi
+
+import (
+	"math"
+	"strconv"
+	"testing"
+
+	"github.com/ingestd/ingestd/feed"
+)
+
+// benchRows returns n drain rows shaped like TSBS devops rows: time, 10
+// tags, 10 integer fields (cpu) or 6 integers and 3 floats (mem), x_seq.
+func benchRows(n int, floats bool) [][]feed.Value {
+	tags := []string{"x64", "eu-central-1a", "", "Ubuntu16.10", "30", "eu-central-1", "19", "staging", "1", "NYC"}
+	rows := make([][]feed.Value, n)
+	ts := int64(1767225600000000000)
+	for i := range rows {
+		r := make([]feed.Value, 0, 22)
+		r = append(r, feed.Value{Kind: feed.KindTime, Num: uint64(ts + int64(i/100)*10e9)})
+		for j, t := range tags {
+			if j == 2 {
+				t = "host_" + strconv.Itoa(i%100)
+			}
+			r = append(r, feed.Value{Kind: feed.KindTag, Str: t})
+		}
+		for j := range 10 {
+			switch {
+			case floats && j >= 7:
+				r = append(r, feed.Value{Kind: feed.KindFloat, Num: math.Float64bits(float64(i%1000)/7 + float64(j))})
+			case floats && j == 6:
+				r = append(r, feed.Value{}) // absent
+			default:
+				r = append(r, feed.Value{Kind: feed.KindInt, Num: uint64((i*31 + j*7) % 100)})
+			}
+		}
+		r = append(r, feed.Value{Kind: feed.KindSeq, Num: uint64(i + 1)})
+		rows[i] = r
+	}
+	return rows
+}
+
+// BenchmarkEncodeRows renders a JSON drain page of 10,000 rows (the
+// rows array, as drain builds it) per op. Bytes are the page's.
+func BenchmarkEncodeRows(b *testing.B) {
+	for _, bc := range []struct {
+		name   string
+		floats bool
+		tf     timeFormat
+	}{{"cpu/rfc3339", false, timeRFC3339}, {"mem/rfc3339", true, timeRFC3339}, {"cpu/ns", false, timeFormat(1)}} {
+		b.Run(bc.name, func(b *testing.B) {
+			rows := benchRows(10_000, bc.floats)
+			enc := encoder{timeFormat: bc.tf, buf: make([]byte, 0, 64<<10)}
+			page := func() {
+				enc.buf = enc.buf[:0]
+				for i, r := range rows {
+					if i > 0 {
+						enc.buf = append(enc.buf, ',')
+					}
+					enc.row(r)
+				}
+			}
+			page()
+			b.SetBytes(int64(len(enc.buf)))
+			b.ReportAllocs()
+			for b.Loop() {
+				// As each drain request starts: a fresh encoder with a
+				// recycled page buffer.
+				enc = encoder{timeFormat: bc.tf, buf: enc.buf[:0]}
+				page()
+			}
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/10_000, "ns/row")
+		})
+	}
+}

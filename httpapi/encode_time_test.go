@@ -1,0 +1,61 @@
+package httpapi
+
+import (
+	"math"
+	"math/rand/v2"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/feed"
+)
+
+// TestAppendRFC3339Nano checks the drain's cached time rendering against
+// time.Format(RFC3339Nano) in UTC, across second boundaries, negative
+// times, trailing-zero fractions and the int64 extremes.
+func TestAppendRFC3339Nano(t *testing.T) {
+	vals := []int64{0, 1, -1, 999_999_999, -999_999_999, 1e9, -1e9, 1_500_000_000, 1767225600000000000,
+		1767225600100000000, 1767225600000000010, math.MaxInt64, math.MinInt64, math.MinInt64 + 1, -62135596800000000000 / 10}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for range 20_000 {
+		vals = append(vals, rng.Int64(), rng.Int64N(4e18)-2e18, 1767225600000000000+rng.Int64N(3)*1e9+rng.Int64N(2)*rng.Int64N(1e9))
+	}
+	var e encoder
+	for _, ns := range vals {
+		want := time.Unix(0, ns).UTC().Format(time.RFC3339Nano)
+		require.Equal(t, want, string(e.appendRFC3339Nano(nil, ns)), "ns=%d", ns)
+	}
+}
+
+// TestAppendStringPlainPrefix checks that strings with a plain prefix and
+// something to escape after it render as encoding/json renders them.
+func TestAppendStringPlainPrefix(t *testing.T) {
+	for in, want := range map[string]string{
+		"":                   `""`,
+		"host_1":             `"host_1"`,
+		`a"b`:                `"a\"b"`,
+		"abc\n":              `"abc\n"`,
+		"tab\there\\":        `"tab\there\\"`,
+		"caf\u00e9\u2028x":   `"café\u2028x"`,
+		"bad\xffutf8":        `"bad\ufffdutf8"`,
+		"ctl\x01":            `"ctl\u0001"`,
+		"<html>&amp;</html>": `"<html>&amp;</html>"`,
+	} {
+		require.Equal(t, want, string(appendString(nil, in)), "%q", in)
+	}
+}
+
+// TestAppendIntegers checks the drain's integer rendering against strconv
+// around the fast paths' bounds and at the extremes.
+func TestAppendIntegers(t *testing.T) {
+	e := encoder{}
+	for _, i := range []int64{0, 1, 9, 10, 11, 99, 100, 101, -1, -9, -10, -99, -100, math.MaxInt64, math.MinInt64, math.MinInt64 + 1} {
+		require.Equal(t, strconv.FormatInt(i, 10), string(e.value(nil, feed.Value{Kind: feed.KindInt, Num: uint64(i)})))
+	}
+	for _, u := range []uint64{0, 9, 10, 99, 100, math.MaxUint64, 1 << 63} {
+		require.Equal(t, strconv.FormatUint(u, 10), string(e.value(nil, feed.Value{Kind: feed.KindUint, Num: u})))
+		require.Equal(t, strconv.FormatUint(u, 10), string(e.value(nil, feed.Value{Kind: feed.KindSeq, Num: u})))
+	}
+}
