@@ -16,6 +16,9 @@ func consumerKey(table, name string) []byte { return append(consumerPrefix(table
 // PutConsumers durably writes consumer positions, by table name. Safe for
 // concurrent use.
 func (db *DB) PutConsumers(byTable map[string][]Consumer) error {
+	if err := db.checkSpace(); err != nil {
+		return err
+	}
 	wb := db.bdb.NewWriteBatch()
 	defer wb.Cancel()
 	for table, cs := range byTable {

@@ -12,6 +12,10 @@ var (
 	// ErrVersion is returned by Open when the data directory holds a layout
 	// version this build does not read.
 	ErrVersion = errors.New("store: unsupported layout version")
+	// ErrDiskFull is returned by Open and by every write when the data
+	// directory's file system has less free space than
+	// Config.MinFreeBytes; nothing is written.
+	ErrDiskFull = errors.New("store: data directory is full")
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("store: closed")
 )

@@ -100,8 +100,12 @@ func (c *coalescer) coalesce(txn *badger.Txn, tid, sid uint64, ts int64) ([]Fiel
 	c.merged = c.merged[:0]
 	var f Fragment
 	for _, r := range refs {
-		if err := c.fetch(txn, tid, r, &f); err != nil {
+		found, err := c.fetch(txn, tid, r, &f)
+		if err != nil {
 			return nil, err
+		}
+		if !found {
+			continue // its block was never stored (a crash split its commit)
 		}
 	next:
 		for _, fl := range f.Fields {
@@ -117,11 +121,11 @@ func (c *coalescer) coalesce(txn *badger.Txn, tid, sid uint64, ts int64) ([]Fiel
 	return c.merged, nil
 }
 
-var errDangling = errors.New("point index names a missing fragment")
-
-// fetch decodes the fragment r names into f.
-func (c *coalescer) fetch(txn *badger.Txn, tid uint64, r ref, f *Fragment) error {
-	var key []byte
+// fetch decodes the fragment r names into f. It reports found=false when
+// r's block does not exist: Commit writes the point index before the block,
+// so a crash between the transactions of a split commit, or a commit in
+// progress, leaves references to a block not (yet) stored.
+func (c *coalescer) fetch(txn *badger.Txn, tid uint64, r ref, f *Fragment) (found bool, err error) {
 	var idx uint64
 	var item *badger.Item
 	if r.seq != 0 {
@@ -129,37 +133,39 @@ func (c *coalescer) fetch(txn *badger.Txn, tid uint64, r ref, f *Fragment) error
 		defer it.Close()
 		it.Seek(tableKey(ksSync, tid, r.seq))
 		if !it.Valid() {
-			return &CorruptionError{Key: c.key, Err: errDangling}
+			return false, nil
 		}
 		item = it.Item()
 	} else {
-		key = tableKey(ksUnsync, tid, r.block)
-		var err error
-		if item, err = txn.Get(key); err != nil {
-			return &CorruptionError{Key: c.key, Err: fmt.Errorf("%w: %w", errDangling, err)}
+		item, err = txn.Get(tableKey(ksUnsync, tid, r.block))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return false, nil
+		}
+		if err != nil {
+			return false, err
 		}
 		idx = r.idx
 	}
 	val, err := item.ValueCopy(nil)
 	if err != nil {
-		return err
+		return false, err
 	}
 	if err := c.br.init(val); err != nil {
-		return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+		return false, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
 	}
 	if r.seq != 0 {
 		if r.seq < c.br.firstSeq {
-			return &CorruptionError{Key: c.key, Err: errDangling}
+			return false, nil // the next stored block starts above it
 		}
 		idx = r.seq - c.br.firstSeq
 	}
 	if err := c.br.seek(idx); err != nil {
-		return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+		return false, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
 	}
 	if err := c.br.next(f); err != nil {
-		return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+		return false, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
 	}
 	// f.Fields aliases the reader's scratch, reused by the next fetch.
 	f.Fields = append([]Field(nil), f.Fields...)
-	return nil
+	return true, nil
 }

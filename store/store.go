@@ -22,6 +22,7 @@ const (
 	DefaultDir             = "./data"
 	DefaultBlockCacheBytes = 64 << 20
 	DefaultMemTableBytes   = 64 << 20
+	DefaultMinFreeBytes    = 256 << 20
 )
 
 // Config configures the store.
@@ -39,11 +40,18 @@ type Config struct {
 	// MemTableBytes is badger's memtable size in bytes; one commit
 	// transaction holds at most about 15 % of it (larger commits are split).
 	MemTableBytes int64
+	// MinFreeBytes is the free space the data directory's file system must
+	// keep: Open and every write refuse with ErrDiskFull below it. badger
+	// writes through memory-mapped files, and a write to a full disk would
+	// kill the process (SIGBUS) instead of returning an error, so the store
+	// stops before: badger's background flushes and compactions need room
+	// too. 0 disables the check.
+	MinFreeBytes int64
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Dir: DefaultDir, BlockCacheBytes: DefaultBlockCacheBytes, MemTableBytes: DefaultMemTableBytes}
+	return Config{Dir: DefaultDir, BlockCacheBytes: DefaultBlockCacheBytes, MemTableBytes: DefaultMemTableBytes, MinFreeBytes: DefaultMinFreeBytes}
 }
 
 // RegisterFlags registers the store's flags on fs.
@@ -52,6 +60,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.UnsafeNoSync, "store-unsafe-no-sync", c.UnsafeNoSync, "do not fsync commits: a crash may lose acknowledged writes")
 	fs.Int64Var(&c.BlockCacheBytes, "store-block-cache-bytes", c.BlockCacheBytes, "badger block cache size in bytes")
 	fs.Int64Var(&c.MemTableBytes, "store-memtable-bytes", c.MemTableBytes, "badger memtable size in bytes")
+	fs.Int64Var(&c.MinFreeBytes, "store-min-free-bytes", c.MinFreeBytes, "free space the data directory must keep: below it writes fail and ingestd stops (0: no check)")
 }
 
 // Validate reports the first invalid setting.
@@ -65,6 +74,9 @@ func (c *Config) Validate() error {
 	if c.MemTableBytes < 1<<20 {
 		return errors.New("store: --store-memtable-bytes must be at least 1 MiB")
 	}
+	if c.MinFreeBytes < 0 {
+		return errors.New("store: --store-min-free-bytes must not be negative")
+	}
 	return nil
 }
 
@@ -75,6 +87,11 @@ type DB struct {
 	bdb    *badger.DB
 	lock   *os.File
 	logger *slog.Logger
+	dir    string
+	// minFree is Config.MinFreeBytes (0: no check); freeBytes reports the
+	// free space of dir's file system (replaced by tests).
+	minFree   int64
+	freeBytes func(dir string) (uint64, error)
 
 	// nextBlock is the next unsynced block number and nextTID the next
 	// table instance id; touched by the sequencer's calls only.
@@ -101,13 +118,14 @@ type pointID struct {
 }
 
 // Open opens (creating if needed) the store in cfg.Dir. It returns ErrLocked
-// when another process holds the directory and ErrVersion for a foreign
-// layout. logger may be nil (discard); reg may be nil (no metrics).
+// when another process holds the directory, ErrDiskFull when its file system
+// has less than cfg.MinFreeBytes free and ErrVersion for a foreign layout.
+// logger may be nil (discard); reg may be nil (no metrics).
 func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, err error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	db := &DB{logger: logger.With("component", "store"), tables: map[uint64]*tableState{}}
+	db := &DB{logger: logger.With("component", "store"), tables: map[uint64]*tableState{}, dir: cfg.Dir, freeBytes: freeBytes}
 	opts := badger.DefaultOptions(cfg.Dir)
 	if cfg.InMemory {
 		opts = badger.DefaultOptions("").WithInMemory(true)
@@ -123,6 +141,13 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 				_ = db.lock.Close()
 			}
 		}()
+		db.minFree = cfg.MinFreeBytes
+		if err := db.checkSpace(); err != nil {
+			return nil, err
+		}
+		if err := removeEmptyLogs(cfg.Dir, db.logger); err != nil {
+			return nil, err
+		}
 	}
 	opts = opts.
 		WithSyncWrites(!cfg.UnsafeNoSync).
@@ -163,6 +188,63 @@ func lockDir(dir string) (*os.File, error) {
 		return nil, fmt.Errorf("lock data directory: %w", err)
 	}
 	return f, nil
+}
+
+// removeEmptyLogs deletes the empty badger write-ahead (.mem) and value log
+// (.vlog) files in dir. A crash between badger creating such a file and
+// sizing it leaves it empty, and badger.Open then fails with "Create a new
+// file" (dgraph-io/badger#2207). An empty log holds no entry, so deleting it
+// loses nothing; badger creates a fresh one.
+func removeEmptyLogs(dir string, logger *slog.Logger) error {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return fmt.Errorf("read data directory: %w", err)
+	}
+	for _, e := range entries {
+		name := e.Name()
+		if !e.Type().IsRegular() || (filepath.Ext(name) != ".mem" && filepath.Ext(name) != ".vlog") {
+			continue
+		}
+		info, err := e.Info()
+		if err != nil {
+			return fmt.Errorf("read data directory: %w", err)
+		}
+		if info.Size() != 0 {
+			continue
+		}
+		if err := os.Remove(filepath.Join(dir, name)); err != nil {
+			return fmt.Errorf("remove empty log file left by a crash: %w", err)
+		}
+		logger.Warn("removed an empty badger log file left by a crash", "file", name)
+	}
+	return nil
+}
+
+// freeBytes returns the space available to this process on dir's file
+// system.
+func freeBytes(dir string) (uint64, error) {
+	var st syscall.Statfs_t
+	if err := syscall.Statfs(dir, &st); err != nil {
+		return 0, err
+	}
+	return st.Bavail * uint64(st.Bsize), nil
+}
+
+// checkSpace returns ErrDiskFull when the data directory's file system has
+// less than MinFreeBytes free. Every write calls it first.
+func (db *DB) checkSpace() error {
+	if db.minFree <= 0 {
+		return nil
+	}
+	free, err := db.freeBytes(db.dir)
+	if err != nil {
+		return fmt.Errorf("store: free space of %s: %w", db.dir, err)
+	}
+	if free < uint64(db.minFree) {
+		return fmt.Errorf("%w: %s has %d bytes free, less than --store-min-free-bytes=%d (free some space, then restart)",
+			ErrDiskFull, db.dir, free, db.minFree)
+	}
+	return nil
 }
 
 // load checks the layout version and reads the counters and the overwrite
@@ -299,6 +381,9 @@ func (db *DB) LoadSeries(tid uint64) ([]Series, error) {
 // PutMeta durably writes one table's metadata (and the instance id
 // high-water) in its own transaction.
 func (db *DB) PutMeta(m TableMeta) error {
+	if err := db.checkSpace(); err != nil {
+		return err
+	}
 	w := &committer{db: db, txn: db.bdb.NewTransaction(true)}
 	defer func() { w.txn.Discard() }()
 	if err := w.putMeta(&m); err != nil {
@@ -317,12 +402,19 @@ func (db *DB) DropTableData(tid uint64) error {
 		tablePrefix(ksUnsync, tid), tablePrefix(ksPoint, tid), tablePrefix(ksDup, tid))
 }
 
-// Commit durably writes the given table commits: metadata and series first,
-// then one block per table, then the point index. It returns once
-// everything is fsynced (unless UnsafeNoSync). A commit larger than one
-// badger transaction is split into several, committed in order; a crash
-// between them leaves a prefix, which the sequence lease accounts for.
+// Commit durably writes the given table commits: per table, metadata and
+// series first, then the point index, then the table's block. It returns
+// once everything is fsynced (unless UnsafeNoSync). A commit larger than
+// one badger transaction is split into several, committed in order; a
+// crash between them leaves a prefix: whole blocks, each with its index,
+// and perhaps index references to a block never stored, which readers
+// skip (the sequence lease accounts for the lost numbers).
+// It returns ErrDiskFull, having written nothing, when the data directory's
+// file system has less than Config.MinFreeBytes free.
 func (db *DB) Commit(commits []TableCommit) error {
+	if err := db.checkSpace(); err != nil {
+		return err
+	}
 	w := &committer{db: db, txn: db.bdb.NewTransaction(true)}
 	defer func() { w.txn.Discard() }()
 	for i := range commits {
@@ -377,15 +469,20 @@ func (w *committer) table(tc *TableCommit) error {
 	if tc.FirstSeq != 0 {
 		key = tableKey(ksSync, tc.TableID, tc.FirstSeq+uint64(len(tc.Fragments))-1)
 	} else {
+		// The block number is durable before anything refers to it.
 		key = tableKey(ksUnsync, tc.TableID, blockNo)
 		w.db.nextBlock++
 		if err := w.set([]byte{ksNext}, binary.AppendUvarint(nil, w.db.nextBlock)); err != nil {
 			return err
 		}
 	}
-	if err := w.set(key, block); err != nil {
-		return err
-	}
+	// The point index first, the block last: when a crash separates the
+	// transactions of a split commit, the fragments of a block that is
+	// stored always have their references and overwrite markers (else a
+	// drain would deliver such a fragment without the columns written
+	// before it at its point); references to a block that was never
+	// stored are skipped by readers.
+	//
 	// One allocation holds every point key of the block.
 	keys := make([]byte, 0, 25*len(tc.Fragments))
 	for i := range tc.Fragments {
@@ -410,7 +507,7 @@ func (w *committer) table(tc *TableCommit) error {
 			}
 		}
 	}
-	return nil
+	return w.set(key, block)
 }
 
 // putMeta writes a table's metadata and the instance id high-water.

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
+	"github.com/dgraph-io/badger/v4"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 )
@@ -210,6 +211,59 @@ func TestOpenRefusals(t *testing.T) {
 		_, err := Open(cfg, nil, nil)
 		require.ErrorContains(t, err, "create data directory")
 	})
+	t.Run("disk full", func(t *testing.T) {
+		cfg := DefaultConfig()
+		cfg.Dir = t.TempDir()
+		cfg.MinFreeBytes = math.MaxInt64
+		_, err := Open(cfg, nil, nil)
+		require.ErrorIs(t, err, ErrDiskFull)
+		require.ErrorContains(t, err, cfg.Dir, "the error names the directory")
+		cfg.MinFreeBytes = 0
+		db, err := Open(cfg, nil, nil)
+		require.NoError(t, err, "a refused Open leaves the directory unlocked")
+		require.NoError(t, db.Close())
+	})
+}
+
+// TestDiskFull checks that every write refuses, writing nothing, while the
+// file system has less than MinFreeBytes free, and works again once it has
+// more.
+func TestDiskFull(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Dir = t.TempDir()
+	cfg.MinFreeBytes = 1 << 20
+	db, err := Open(cfg, nil, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	var free uint64 = 1<<20 - 1
+	db.freeBytes = func(dir string) (uint64, error) {
+		require.Equal(t, cfg.Dir, dir)
+		return free, nil
+	}
+	tid := db.AllocTableID()
+	meta := TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1, SeqLease: 10}
+	commit := []TableCommit{{TableID: tid, Meta: &meta, NewSeries: []Series{{ID: 1}},
+		FirstSeq: 1, Fragments: []Fragment{{Series: 1, Time: 1, Fields: []Field{intField(1, 1)}}}}}
+	writes := map[string]func() error{
+		"commit":    func() error { return db.Commit(commit) },
+		"meta":      func() error { return db.PutMeta(meta) },
+		"consumers": func() error { return db.PutConsumers(map[string][]Consumer{"t": {{Name: "c", Epoch: 1, Position: 1}}}) },
+	}
+	for name, write := range writes {
+		err := write()
+		require.ErrorIs(t, err, ErrDiskFull, name)
+		require.ErrorContains(t, err, "1048575 bytes free", name)
+	}
+	metas, err := db.LoadTables()
+	require.NoError(t, err)
+	require.Empty(t, metas, "a refused write writes nothing")
+	require.Empty(t, readAll(t, db, tid, 0, 1, 10))
+
+	free = 1 << 20
+	for name, write := range writes {
+		require.NoError(t, write(), name)
+	}
+	require.Len(t, readAll(t, db, tid, 0, 1, 10), 1)
 }
 
 func TestBlockCorruption(t *testing.T) {
@@ -226,6 +280,99 @@ func TestBlockCorruption(t *testing.T) {
 				err = br.next(&f)
 			}
 			require.Error(t, err, "a torn block must not decode")
+		})
+	}
+}
+
+// TestOpenWithEmptyLogs checks that Open survives the empty write-ahead and
+// value log files a crash leaves when it hits badger between creating such
+// a file and sizing it (dgraph-io/badger#2207), and that no data is lost.
+func TestOpenWithEmptyLogs(t *testing.T) {
+	for _, files := range [][]string{{"00099.mem"}, {"000099.vlog"}, {"00099.mem", "000099.vlog"}} {
+		t.Run(fmt.Sprint(files), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Dir = t.TempDir()
+			db, err := Open(cfg, nil, nil)
+			require.NoError(t, err)
+			tid := db.AllocTableID()
+			require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []Series{{ID: 1}},
+				Fragments: []Fragment{{Series: 1, Time: 1, Fields: []Field{intField(1, 7)}}}}}))
+			require.NoError(t, db.Close())
+			for _, f := range files {
+				require.NoError(t, os.WriteFile(filepath.Join(cfg.Dir, f), nil, 0o644))
+			}
+			db, err = Open(cfg, nil, nil)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, db.Close()) }()
+			rows := readAll(t, db, tid, 0, 1, 10)
+			require.Len(t, rows, 1)
+			require.Equal(t, []Field{intField(1, 7)}, rows[0].Fields)
+		})
+	}
+}
+
+// TestTornSplitCommit checks what a crash between the transactions of a
+// split commit leaves: Commit writes the point index before the block, so
+// the index may name fragments of a block that was never stored. Readers
+// skip them; the stored fragments of the point still coalesce.
+func TestTornSplitCommit(t *testing.T) {
+	cases := []struct {
+		name     string
+		firstSeq uint64 // of the commits; 0: unsynced blocks
+	}{{"sync blocks", 1}, {"unsynced blocks", 0}}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Dir = t.TempDir()
+			db, err := Open(cfg, nil, nil)
+			require.NoError(t, err)
+			tid := db.AllocTableID()
+			seq := func(n uint64) uint64 {
+				if tc.firstSeq == 0 {
+					return 0
+				}
+				return n
+			}
+			// Two fragments at point (1, 100), then a third whose block is lost.
+			require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: seq(1), NewSeries: []Series{{ID: 1}},
+				Fragments: []Fragment{{Series: 1, Time: 100, Fields: []Field{intField(1, 1)}}}}}))
+			require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: seq(2),
+				Fragments: []Fragment{{Series: 1, Time: 100, Fields: []Field{intField(2, 2)}}}}}))
+			require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: seq(3),
+				Fragments: []Fragment{{Series: 1, Time: 100, Fields: []Field{intField(1, 9), intField(3, 3)}}}}}))
+			lost := tableKey(ksUnsync, tid, 2)
+			if tc.firstSeq != 0 {
+				lost = tableKey(ksSync, tid, 3)
+			}
+			require.NoError(t, db.bdb.Update(func(txn *badger.Txn) error { return txn.Delete(lost) }))
+			require.NoError(t, db.Close())
+
+			db, err = Open(cfg, nil, nil)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, db.Close()) }()
+			want := []Field{intField(1, 1), intField(2, 2)}
+			var got [][]Field
+			_, done, err := db.ReadRows(tid, RowCursor{}, math.MinInt64, math.MaxInt64, 10, func(r *Row) error {
+				got = append(got, append([]Field(nil), r.Fields...))
+				return nil
+			})
+			require.NoError(t, err)
+			require.True(t, done)
+			require.Len(t, got, 2, "the lost block's fragment is not visited")
+			for _, g := range got {
+				require.ElementsMatch(t, want, g, "the stored fragments coalesce; the lost one is skipped")
+			}
+			if tc.firstSeq != 0 {
+				rows := readAll(t, db, tid, 0, 3, 10)
+				require.Len(t, rows, 2)
+				require.ElementsMatch(t, want, rows[1].Fields)
+				// A later block does not make the lost reference resolve.
+				require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 70000,
+					Fragments: []Fragment{{Series: 1, Time: 100, Fields: []Field{intField(4, 4)}}}}}))
+				rows = readAll(t, db, tid, 0, 70000, 10)
+				require.Len(t, rows, 3)
+				require.ElementsMatch(t, append(want, intField(4, 4)), rows[2].Fields)
+			}
 		})
 	}
 }

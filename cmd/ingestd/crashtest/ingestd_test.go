@@ -1,0 +1,501 @@
+package crashtest
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// ---- the binary ----
+
+// binary is the ingestd binary built once for the whole package.
+var binary struct {
+	once sync.Once
+	dir  string
+	path string
+	err  error
+}
+
+// ingestdBinary builds cmd/ingestd once (without -race: the child's speed
+// and memory are part of what is measured) and returns its path.
+func ingestdBinary(t testing.TB) string {
+	t.Helper()
+	binary.once.Do(func() {
+		goBin, err := exec.LookPath("go")
+		if err != nil {
+			binary.err = fmt.Errorf("the go tool is needed to build ingestd: %w", err)
+			return
+		}
+		if binary.dir, binary.err = os.MkdirTemp("", "ingestd-crashtest-"); binary.err != nil {
+			return
+		}
+		binary.path = filepath.Join(binary.dir, "ingestd")
+		cmd := exec.Command(goBin, "build", "-o", binary.path, "github.com/ingestd/ingestd/cmd/ingestd")
+		if out, err := cmd.CombinedOutput(); err != nil {
+			binary.err = fmt.Errorf("go build: %w\n%s", err, out)
+		}
+	})
+	require.NoError(t, binary.err)
+	return binary.path
+}
+
+// removeBinary deletes the built binary (TestMain, after every test).
+func removeBinary() {
+	if binary.dir != "" {
+		_ = os.RemoveAll(binary.dir)
+	}
+}
+
+// ---- one ingestd process ----
+
+// proc is one ingestd child process. Its stderr (the log, text format) and
+// stdout go to a file.
+type proc struct {
+	cmd     *exec.Cmd
+	logPath string
+	done    chan struct{} // closed when the process has exited
+	state   *os.ProcessState
+	URL     string // http://127.0.0.1:port, once started
+	TCPAddr string // "" when TCP is disabled
+}
+
+// startedRE matches the log line that names the bound addresses.
+var startedRE = regexp.MustCompile(`msg="ingestd started" http_addr=(\S+) tcp_addr=(\S+)`)
+
+// launch starts `ingestd args…` with its output in logPath and returns at
+// once. The process is killed when the test ends, if it still runs.
+func launch(t testing.TB, logPath string, args ...string) *proc {
+	t.Helper()
+	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
+	require.NoError(t, err)
+	defer func() { _ = f.Close() }() // the child has its own descriptor
+	cmd := exec.Command(ingestdBinary(t), args...)
+	cmd.Stdout, cmd.Stderr = f, f // files: no copying goroutines
+	for _, kv := range os.Environ() {
+		if !strings.HasPrefix(kv, "INGESTD_") {
+			cmd.Env = append(cmd.Env, kv)
+		}
+	}
+	require.NoError(t, cmd.Start())
+	p := &proc{cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		p.state = cmd.ProcessState
+		close(p.done)
+	}()
+	t.Cleanup(func() { p.kill(t) })
+	return p
+}
+
+// daemonArgs are the flags every test passes: loopback listeners on free
+// ports and the data directory.
+func daemonArgs(dataDir string, extra ...string) []string {
+	return append([]string{"--data-dir", dataDir, "--http-addr", "127.0.0.1:0", "--tcp-addr", "127.0.0.1:0"}, extra...)
+}
+
+// startIngestd launches ingestd and waits until it serves (its "ingestd
+// started" log line), failing the test if it exits first.
+func startIngestd(t testing.TB, logPath string, args ...string) *proc {
+	t.Helper()
+	p := launch(t, logPath, args...)
+	deadline := time.Now().Add(60 * time.Second)
+	for {
+		if m := startedRE.FindStringSubmatch(p.log(t)); m != nil {
+			p.URL = "http://" + m[1]
+			if m[2] != `""` {
+				p.TCPAddr = m[2]
+			}
+			return p
+		}
+		select {
+		case <-p.done:
+			t.Fatalf("ingestd exited (%s) before it started:\n%s", p.state, p.log(t))
+		case <-time.After(5 * time.Millisecond):
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("ingestd did not start within 60s:\n%s", p.log(t))
+		}
+	}
+}
+
+// log returns what the process has logged so far.
+func (p *proc) log(t testing.TB) string {
+	t.Helper()
+	b, err := os.ReadFile(p.logPath)
+	require.NoError(t, err)
+	return string(b)
+}
+
+// exited reports whether the process has exited.
+func (p *proc) exited() bool {
+	select {
+	case <-p.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// kill SIGKILLs the process (if it still runs) and waits for it.
+func (p *proc) kill(t testing.TB) {
+	t.Helper()
+	_ = p.cmd.Process.Kill() // fails only when it has exited already
+	p.wait(t, 30*time.Second)
+}
+
+// terminate sends SIGTERM and returns the exit code.
+func (p *proc) terminate(t testing.TB, timeout time.Duration) int {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(syscall.SIGTERM))
+	return p.wait(t, timeout)
+}
+
+// wait waits for the process to exit and returns its exit code (-1 when a
+// signal killed it).
+func (p *proc) wait(t testing.TB, timeout time.Duration) int {
+	t.Helper()
+	select {
+	case <-p.done:
+	case <-time.After(timeout):
+		_ = p.cmd.Process.Kill()
+		<-p.done
+		t.Fatalf("ingestd did not exit within %s:\n%s", timeout, p.log(t))
+	}
+	return p.state.ExitCode()
+}
+
+// requireCleanLog fails when the log shows a Go panic or fatal error.
+func requireCleanLog(t testing.TB, log string) {
+	t.Helper()
+	for _, bad := range []string{"panic:", "fatal error:", "goroutine ", "SIGBUS", "SIGSEGV"} {
+		require.NotContains(t, log, bad, "the log shows a crash:\n%s", log)
+	}
+}
+
+// ---- HTTP ----
+
+// newHTTPClient returns a client for the daemon; its idle connections are
+// closed when the test ends (goleak).
+func newHTTPClient(t testing.TB, conns int) *http.Client {
+	tr := &http.Transport{
+		DialContext:         (&net.Dialer{Timeout: 5 * time.Second}).DialContext,
+		MaxIdleConns:        conns,
+		MaxIdleConnsPerHost: conns,
+		IdleConnTimeout:     30 * time.Second,
+		DisableCompression:  true,
+	}
+	t.Cleanup(tr.CloseIdleConnections)
+	return &http.Client{Transport: tr, Timeout: 2 * time.Minute}
+}
+
+// response is a read HTTP response.
+type response struct {
+	Status int
+	Header http.Header
+	Body   []byte
+}
+
+// do sends one request and reads the whole answer; err is a transport
+// error (e.g. the daemon was killed).
+func do(ctx context.Context, hc *http.Client, method, u string, hdr http.Header, body []byte) (response, error) {
+	var rd io.Reader
+	if body != nil {
+		rd = bytes.NewReader(body)
+	}
+	req, err := http.NewRequestWithContext(ctx, method, u, rd)
+	if err != nil {
+		return response{}, err
+	}
+	for k, v := range hdr {
+		req.Header[k] = v
+	}
+	resp, err := hc.Do(req)
+	if err != nil {
+		return response{}, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	b, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return response{}, err
+	}
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
+}
+
+// mustDo is do for requests that must reach the daemon.
+func mustDo(t testing.TB, hc *http.Client, method, u string, body []byte) response {
+	t.Helper()
+	r, err := do(context.Background(), hc, method, u, nil, body)
+	require.NoError(t, err, "%s %s", method, u)
+	return r
+}
+
+// syncStatus is SHOW SYNC.
+type syncStatus struct {
+	Enabled   bool   `json:"enabled"`
+	Epoch     uint64 `json:"epoch"`
+	Seq       uint64 `json:"seq"`
+	Watermark uint64 `json:"watermark"`
+}
+
+func getSync(t testing.TB, hc *http.Client, base, table string) syncStatus {
+	t.Helper()
+	r := mustDo(t, hc, http.MethodGet, base+"/api/v1/tables/"+table+"/sync", nil)
+	require.Equal(t, http.StatusOK, r.Status, "SHOW SYNC %s: %s", table, r.Body)
+	var st syncStatus
+	require.NoError(t, json.Unmarshal(r.Body, &st))
+	return st
+}
+
+func createSyncTable(t testing.TB, hc *http.Client, base, table string) {
+	t.Helper()
+	r := mustDo(t, hc, http.MethodPut, base+"/api/v1/tables/"+table, []byte(`{"sync": true}`))
+	require.Contains(t, []int{http.StatusCreated, http.StatusOK}, r.Status, "create %s: %s", table, r.Body)
+}
+
+// drainPage is a JSON drain page (SPEC §6).
+type drainPage struct {
+	Table     string   `json:"table"`
+	Epoch     uint64   `json:"epoch"`
+	After     uint64   `json:"after"`
+	Next      uint64   `json:"next"`
+	Seq       uint64   `json:"seq"`
+	Watermark uint64   `json:"watermark"`
+	More      bool     `json:"more"`
+	Columns   []string `json:"columns"`
+	Rows      jsonRows `json:"rows"`
+}
+
+// jsonRows are the rows of a page, each a list of raw JSON cells. It is
+// decoded by hand (the tests read millions of cells under -race): rows are
+// arrays of scalars.
+type jsonRows [][][]byte
+
+// UnmarshalJSON splits an array of arrays of scalars into cells.
+func (r *jsonRows) UnmarshalJSON(data []byte) error {
+	b := bytes.Clone(data) // data is only valid during the call
+	var (
+		rows  jsonRows
+		row   [][]byte
+		depth int
+		start = -1 // start of the current cell
+	)
+	cell := func(end int) error {
+		if start < 0 {
+			return fmt.Errorf("empty cell at %d in %.100s", end, b)
+		}
+		row = append(row, bytes.TrimSpace(b[start:end]))
+		start = -1
+		return nil
+	}
+	for i := 0; i < len(b); i++ {
+		switch c := b[i]; {
+		case c == '"':
+			if start < 0 {
+				start = i
+			}
+			for i++; i < len(b) && b[i] != '"'; i++ {
+				if b[i] == '\\' {
+					i++
+				}
+			}
+		case c == '[':
+			if depth++; depth > 2 {
+				return fmt.Errorf("nested array at %d", i)
+			}
+			row = nil
+		case c == ']' && depth == 2:
+			if start >= 0 || len(row) > 0 {
+				if err := cell(i); err != nil {
+					return err
+				}
+			}
+			rows = append(rows, row)
+			depth--
+		case c == ']':
+			depth--
+		case c == ',' && depth == 2:
+			if err := cell(i); err != nil {
+				return err
+			}
+		case c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == ',':
+		default:
+			if start < 0 {
+				start = i
+			}
+		}
+	}
+	*r = rows
+	return nil
+}
+
+// check returns the first violation of the page invariants for a page read
+// after after with limit limit, or nil; seqs are its rows' x_seq.
+func (p *drainPage) check(after uint64, limit int, seqs []uint64) error {
+	switch {
+	case len(p.Rows) > limit:
+		return fmt.Errorf("%d rows exceed limit %d", len(p.Rows), limit)
+	case p.After != after:
+		return fmt.Errorf("after=%d, asked %d", p.After, after)
+	case p.Watermark > p.Seq:
+		return fmt.Errorf("watermark %d above seq %d", p.Watermark, p.Seq)
+	case p.More != (p.Next < p.Watermark):
+		return fmt.Errorf("more=%v with next=%d watermark=%d", p.More, p.Next, p.Watermark)
+	case len(p.Rows) < limit && p.Next != p.Watermark:
+		return fmt.Errorf("next=%d on a page of %d rows (limit %d), want the watermark %d", p.Next, len(p.Rows), limit, p.Watermark)
+	case len(p.Rows) == limit && p.Next != seqs[len(seqs)-1]:
+		return fmt.Errorf("next=%d on a full page, want its last x_seq %d", p.Next, seqs[len(seqs)-1])
+	}
+	prev := after
+	for _, q := range seqs {
+		if q <= prev || q > p.Watermark {
+			return fmt.Errorf("x_seq %d out of order or above the watermark %d (after=%d): %v", q, p.Watermark, after, seqs)
+		}
+		prev = q
+	}
+	return nil
+}
+
+// drainURL is the drain request of one page, times as integer ns.
+func drainURL(base, table string, epoch, after uint64, limit int, extra url.Values) string {
+	q := url.Values{"table": {table}, "epoch": {strconv.FormatUint(epoch, 10)}, "after": {strconv.FormatUint(after, 10)},
+		"limit": {strconv.Itoa(limit)}, "time_format": {"ns"}}
+	for k, v := range extra {
+		q[k] = v
+	}
+	return base + "/drain?" + q.Encode()
+}
+
+// rowsPage is a page of GET /api/v1/tables/{t}/rows.
+type rowsPage struct {
+	Epoch     uint64   `json:"epoch"`
+	Watermark uint64   `json:"watermark"`
+	Cursor    *string  `json:"cursor"`
+	Columns   []string `json:"columns"`
+	Rows      jsonRows `json:"rows"`
+}
+
+// copyRows reads every row of a table through the time-range copy (times
+// as integer ns), calling visit with each page's columns and rows (a point
+// written several times is visited once per fragment).
+func copyRows(t testing.TB, hc *http.Client, base, table string, visit func(cols []string, rows jsonRows)) {
+	t.Helper()
+	cursor := ""
+	for {
+		q := url.Values{"limit": {"10000"}, "time_format": {"ns"}}
+		if cursor != "" {
+			q.Set("cursor", cursor)
+		}
+		r := mustDo(t, hc, http.MethodGet, base+"/api/v1/tables/"+table+"/rows?"+q.Encode(), nil)
+		require.Equal(t, http.StatusOK, r.Status, "rows of %s: %s", table, r.Body)
+		var pg rowsPage
+		require.NoError(t, json.Unmarshal(r.Body, &pg))
+		visit(pg.Columns, pg.Rows)
+		if pg.Cursor == nil {
+			return
+		}
+		cursor = *pg.Cursor
+	}
+}
+
+// intColumn returns the integer values of one column of a table's rows
+// (every fragment's row; absent values skipped).
+func intColumn(t testing.TB, hc *http.Client, base, table, col string) []int64 {
+	t.Helper()
+	var out []int64
+	copyRows(t, hc, base, table, func(cols []string, rows jsonRows) {
+		i := slices.Index(cols, col)
+		require.GreaterOrEqual(t, i, 0, "%s has no column %s: %v", table, col, cols)
+		for _, row := range rows {
+			if string(row[i]) == "null" {
+				continue
+			}
+			v, err := strconv.ParseInt(string(row[i]), 10, 64)
+			require.NoError(t, err)
+			out = append(out, v)
+		}
+	})
+	return out
+}
+
+// metric returns the value of one sample of the daemon's /metrics, by its
+// exact name and labels as exposed (e.g. `x_total{transport="tcp"}`);
+// ok=false when absent.
+func metric(t testing.TB, hc *http.Client, base, sample string) (float64, bool) {
+	t.Helper()
+	r := mustDo(t, hc, http.MethodGet, base+"/metrics", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	sc := bufio.NewScanner(bytes.NewReader(r.Body))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), sample+" "); ok {
+			f, err := strconv.ParseFloat(v, 64)
+			require.NoError(t, err, "%q", sc.Text())
+			return f, true
+		}
+	}
+	return 0, false
+}
+
+// poll calls cond until it holds, failing the test after timeout.
+func poll(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	tick := time.NewTicker(min(max(timeout/200, 5*time.Millisecond), 100*time.Millisecond))
+	defer tick.Stop()
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not within %s: "+format, append([]any{timeout}, args...)...)
+		}
+		<-tick.C
+	}
+}
+
+// isConnErr reports whether err is a transport failure (refused, reset,
+// EOF), as when the daemon was killed.
+func isConnErr(err error) bool {
+	var ne net.Error
+	return err != nil && (errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
+}
+
+// TestJSONRows checks the hand-written row splitter against encoding/json.
+func TestJSONRows(t *testing.T) {
+	for _, in := range []string{
+		`[]`,
+		`[[]]`,
+		`[[1,"a",null],[2, "b,]\"[" ,true],[-3.5e2,""]]`,
+		` [ [ 1 ] , [ null , "x" ] ] `,
+	} {
+		var want [][]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(in), &want), in)
+		var got jsonRows
+		require.NoError(t, json.Unmarshal([]byte(in), &got), in)
+		require.Len(t, got, len(want), in)
+		for i := range want {
+			require.Len(t, got[i], len(want[i]), in)
+			for j := range want[i] {
+				require.Equal(t, string(bytes.TrimSpace(want[i][j])), string(got[i][j]), in)
+			}
+		}
+	}
+}
