@@ -21,7 +21,9 @@
 //	's' tid sid                   -> series: the tag set as (column, value) pairs
 //	'l' tid lastSeq               -> sync block: the fragments a commit wrote to the table, x_seq firstSeq..lastSeq
 //	'u' tid blockNo               -> unsynced block: fragments written while sync was OFF (no x_seq)
-//	'p' tid sid ts                -> point index: references to every fragment at (series, ts), in write order
+//	'r' tid sid firstTs           -> series run: the series' in-order fragments of one block (times and block indexes)
+//	'p' tid sid ts                -> point index: references to every fragment at (series, ts), in write order,
+//	                                 for points not proven new by their series' high-water time
 //	'd' tid sid ts                -> overwrite marker: (series, ts) holds more than one fragment
 //	'c' name 0x00 consumer        -> a named consumer's acknowledged position (JSON)
 //
@@ -35,14 +37,23 @@
 //
 // One commit writes one block per table, not one entry per line: a block is
 // a single large value that badger appends to its value log, so the LSM tree
-// only sees one small key per block plus one small point-index key per
-// fragment (21 key bytes, a few value bytes). A drain is a forward seek to
-// the block holding after+1 followed by sequential decoding of whole blocks:
-// no per-row lookups. Overwrites are the exception: a fragment whose
-// (series, ts) already holds data is found through the in-memory per-series
-// high-water timestamp (new points in time order never touch the index) and,
-// for late or repeated timestamps, one point lookup; the marker it leaves
-// makes a drain merge that point's fragments and nothing else.
+// only sees one small key per block, one series run per series in the block
+// and, only for points that are late or repeated, one point-index entry
+// each. A point whose time is above its series' highest stored time (kept in
+// memory, looked up once per series and process) is new by construction: it
+// joins its series' run and costs no index entry and no lookup. Runs of a
+// series are disjoint and ascending, so a late write finds whether its point
+// exists with one point-index lookup and, failing that, one reverse seek to
+// the run that could hold its time. An existing point gets a point-index
+// entry listing all its fragments and an overwrite marker, which makes a
+// drain merge that point's fragments and nothing else. A drain is a forward
+// seek to the block holding after+1 followed by sequential decoding of whole
+// blocks: no per-row lookups.
+//
+// A run value is a kind byte ('L': synced, then uvarint first x_seq of the
+// block; 'U': unsynced, then uvarint block number), uvarint count, and count
+// pairs of uvarint time delta (the first from the key's firstTs) and uvarint
+// block-index delta.
 //
 // # Block encoding
 //
@@ -57,7 +68,9 @@
 //
 // # Version rule
 //
-// The layout is version 1, recorded under 'v'. A database with another
+// The layout is version 2, recorded under 'v'. Version 1 (no series runs:
+// every point had a point-index entry) is read as is, version 2's rules
+// finding every point through its entry, and its mark is upgraded. A newer
 // version is refused with ErrVersion; a change to the layout bumps the
 // version and ships a migration.
 package store

@@ -18,10 +18,13 @@ const (
 	ksPoint    = 'p'
 	ksDup      = 'd'
 	ksConsumer = 'c'
+	ksRun      = 'r'
 )
 
-// layoutVersion is the on-disk layout this build writes and reads.
-const layoutVersion = 1
+// layoutVersion is the on-disk layout this build writes; it also reads
+// version 1 (no series runs: every point had a point-index entry, which
+// version 2 still reads correctly) and upgrades its version mark.
+const layoutVersion = 2
 
 var errShort = errors.New("truncated encoding")
 
@@ -336,4 +339,115 @@ func decodeSeries(b []byte) ([]Field, error) {
 		b = b[k+int(l):]
 	}
 	return tags, nil
+}
+
+// runBuilder collects one series' in-order fragments of one block: strictly
+// ascending times and their indexes in the block.
+type runBuilder struct {
+	firstTs int64
+	ts      []int64
+	idx     []uint64
+}
+
+func (rb *runBuilder) add(ts int64, idx uint64) {
+	rb.ts = append(rb.ts, ts)
+	rb.idx = append(rb.idx, idx)
+}
+
+// find returns the block index of the fragment at ts.
+func (rb *runBuilder) find(ts int64) (uint64, bool) {
+	for i, t := range rb.ts {
+		if t == ts {
+			return rb.idx[i], true
+		}
+	}
+	return 0, false
+}
+
+// encode renders the run value: kind ('L' synced, base = the block's first
+// x_seq; 'U' unsynced, base = the block number), uvarint count, then per
+// fragment uvarint time delta (from the previous time, the first from the
+// key's first time) and uvarint index delta (from the previous index).
+func (rb *runBuilder) encode(kind byte, base uint64) []byte {
+	b := make([]byte, 0, 12+4*len(rb.ts))
+	b = append(b, kind)
+	b = binary.AppendUvarint(b, base)
+	b = binary.AppendUvarint(b, uint64(len(rb.ts)))
+	prevTs, prevIdx := rb.firstTs, uint64(0)
+	for i, t := range rb.ts {
+		b = binary.AppendUvarint(b, uint64(t-prevTs))
+		b = binary.AppendUvarint(b, rb.idx[i]-prevIdx)
+		prevTs, prevIdx = t, rb.idx[i]
+	}
+	return b
+}
+
+// runScan walks a run value, calling fn with each fragment's time and
+// block index until fn returns false.
+func runScan(v []byte, firstTs int64, fn func(ts int64, idx uint64) bool) (kind byte, base uint64, err error) {
+	if len(v) < 1 {
+		return 0, 0, errShort
+	}
+	kind = v[0]
+	if kind != 'L' && kind != 'U' {
+		return 0, 0, fmt.Errorf("unknown run kind %q", kind)
+	}
+	v = v[1:]
+	base, n := binary.Uvarint(v)
+	if n <= 0 {
+		return 0, 0, errShort
+	}
+	v = v[n:]
+	count, n := binary.Uvarint(v)
+	if n <= 0 || count > uint64(len(v)) {
+		return 0, 0, errShort
+	}
+	v = v[n:]
+	ts, idx := firstTs, uint64(0)
+	for range count {
+		dt, n := binary.Uvarint(v)
+		if n <= 0 {
+			return 0, 0, errShort
+		}
+		v = v[n:]
+		di, n := binary.Uvarint(v)
+		if n <= 0 {
+			return 0, 0, errShort
+		}
+		v = v[n:]
+		ts, idx = ts+int64(dt), idx+di
+		if !fn(ts, idx) {
+			break
+		}
+	}
+	return kind, base, nil
+}
+
+// runLookup finds the fragment at ts in a run value.
+func runLookup(v []byte, firstTs, ts int64) (ref, bool, error) {
+	var idx uint64
+	found := false
+	kind, base, err := runScan(v, firstTs, func(t int64, i uint64) bool {
+		if t == ts {
+			idx, found = i, true
+		}
+		return t < ts
+	})
+	if err != nil || !found {
+		return ref{}, false, err
+	}
+	if kind == 'L' {
+		return ref{seq: base + idx}, true, nil
+	}
+	return ref{block: base, idx: idx}, true, nil
+}
+
+// runLastTs returns the last time of a run value.
+func runLastTs(v []byte, firstTs int64) (int64, error) {
+	last := firstTs
+	_, _, err := runScan(v, firstTs, func(t int64, _ uint64) bool {
+		last = t
+		return true
+	})
+	return last, err
 }

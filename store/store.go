@@ -264,8 +264,15 @@ func (db *DB) load() error {
 			if err != nil {
 				return err
 			}
-			if ver, n := binary.Uvarint(v); n <= 0 || ver != layoutVersion {
-				return fmt.Errorf("%w: %d (this build reads %d)", ErrVersion, ver, layoutVersion)
+			ver, n := binary.Uvarint(v)
+			if n <= 0 || ver < 1 || ver > layoutVersion {
+				return fmt.Errorf("%w: %d (this build reads 1..%d)", ErrVersion, ver, layoutVersion)
+			}
+			if ver < layoutVersion {
+				if err := txn.Set([]byte{ksVersion}, binary.AppendUvarint(nil, layoutVersion)); err != nil {
+					return err
+				}
+				db.logger.Info("layout upgraded", "from", ver, "to", layoutVersion)
 			}
 		}
 		for _, c := range []struct {
@@ -399,7 +406,7 @@ func (db *DB) DropTableData(tid uint64) error {
 	delete(db.tables, tid)
 	db.mu.Unlock()
 	return db.bdb.DropPrefix(tablePrefix(ksSeries, tid), tablePrefix(ksSync, tid),
-		tablePrefix(ksUnsync, tid), tablePrefix(ksPoint, tid), tablePrefix(ksDup, tid))
+		tablePrefix(ksUnsync, tid), tablePrefix(ksPoint, tid), tablePrefix(ksDup, tid), tablePrefix(ksRun, tid))
 }
 
 // Commit durably writes the given table commits: per table, metadata and
@@ -476,32 +483,83 @@ func (w *committer) table(tc *TableCommit) error {
 			return err
 		}
 	}
-	// The point index first, the block last: when a crash separates the
-	// transactions of a split commit, the fragments of a block that is
-	// stored always have their references and overwrite markers (else a
-	// drain would deliver such a fragment without the columns written
-	// before it at its point); references to a block that was never
-	// stored are skipped by readers.
-	//
-	// One allocation holds every point key of the block.
-	keys := make([]byte, 0, 25*len(tc.Fragments))
+	return w.index(st, tc, blockNo, key, block)
+}
+
+// index writes the block's series runs and point index (see doc.go), then
+// the block itself: a fragment whose time is above its series' highest
+// stored time is new and joins the series' run for this block; any other is
+// looked up and gets a point-index entry listing every fragment at its
+// point, marked as an overwrite when there is more than one. The block comes
+// last: when a crash separates the transactions of a split commit, a stored
+// block's fragments always have their runs, references and overwrite
+// markers (else a drain would deliver such a fragment without the columns
+// written before it at its point); references to a block that was never
+// stored are skipped by readers.
+func (w *committer) index(st *tableState, tc *TableCommit, blockNo uint64, key, block []byte) error {
+	refOf := func(i int) ref {
+		if tc.FirstSeq != 0 {
+			return ref{seq: tc.FirstSeq + uint64(i)}
+		}
+		return ref{block: blockNo, idx: uint64(i)}
+	}
+	runs := map[uint64]*runBuilder{}
+	var order []uint64 // series with a run, in first-seen order
+	type late struct {
+		i   int
+		old []byte // references already at the point, nil when new
+	}
+	var lates []late
+	pending := map[pointID][]byte{} // late points of this block so far
 	for i := range tc.Fragments {
 		f := &tc.Fragments[i]
-		r := ref{block: blockNo, idx: uint64(i)}
-		if tc.FirstSeq != 0 {
-			r = ref{seq: tc.FirstSeq + uint64(i)}
-		}
-		keys = pointKey(keys, ksPoint, tc.TableID, f.Series, f.Time)
-		pk := keys[len(keys)-25 : len(keys) : len(keys)]
-		keys = keys[len(keys):]
-		old, err := w.existing(st, tc.TableID, pk, f)
+		hi, err := w.maxTs(st, tc.TableID, f.Series)
 		if err != nil {
 			return err
 		}
-		if err := w.set(pk, appendRef(old, r)); err != nil {
+		if f.Time > hi {
+			st.maxTs[f.Series] = f.Time
+			rb := runs[f.Series]
+			if rb == nil {
+				rb = &runBuilder{firstTs: f.Time}
+				runs[f.Series] = rb
+				order = append(order, f.Series)
+			}
+			rb.add(f.Time, uint64(i))
+			continue
+		}
+		id := pointID{f.Series, f.Time}
+		old, ok := pending[id]
+		if !ok {
+			if old, err = w.existing(tc.TableID, f, runs[f.Series], refOf); err != nil {
+				return err
+			}
+		}
+		lates = append(lates, late{i, old})
+		pending[id] = appendRef(append([]byte(nil), old...), refOf(i))
+	}
+	base := tc.FirstSeq
+	kind := byte('L')
+	if tc.FirstSeq == 0 {
+		base, kind = blockNo, 'U'
+	}
+	for _, sid := range order {
+		rb := runs[sid]
+		if err := w.set(pointKey(nil, ksRun, tc.TableID, sid, rb.firstTs), rb.encode(kind, base)); err != nil {
 			return err
 		}
-		if old != nil {
+	}
+	// One allocation holds every point key of the block.
+	keys := make([]byte, 0, 25*len(lates))
+	for _, l := range lates {
+		f := &tc.Fragments[l.i]
+		keys = pointKey(keys, ksPoint, tc.TableID, f.Series, f.Time)
+		pk := keys[len(keys)-25 : len(keys) : len(keys)]
+		keys = keys[len(keys):]
+		if err := w.set(pk, appendRef(l.old, refOf(l.i))); err != nil {
+			return err
+		}
+		if l.old != nil {
 			if err := w.markDup(st, tc.TableID, f); err != nil {
 				return err
 			}
@@ -522,42 +580,96 @@ func (w *committer) putMeta(m *TableMeta) error {
 	return w.set([]byte{ksNext, 't'}, binary.AppendUvarint(nil, w.db.nextTID))
 }
 
-// existing returns the references already stored at point key pk (nil when
-// the point is new), consulting the index only when the series' high-water
-// timestamp does not prove the point new.
-func (w *committer) existing(st *tableState, tid uint64, pk []byte, f *Fragment) ([]byte, error) {
-	hi, known := st.maxTs[f.Series]
-	if !known {
-		var err error
-		if hi, err = w.seriesMaxTs(tid, f.Series); err != nil {
-			return nil, err
-		}
+// maxTs returns a series' highest stored time, looking it up once per
+// process.
+func (w *committer) maxTs(st *tableState, tid, sid uint64) (int64, error) {
+	if hi, ok := st.maxTs[sid]; ok {
+		return hi, nil
 	}
-	if f.Time > hi {
-		st.maxTs[f.Series] = f.Time
-		return nil, nil
-	}
-	st.maxTs[f.Series] = hi
-	item, err := w.txn.Get(pk)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return nil, nil
-	}
+	hi, err := w.seriesMaxTs(tid, sid)
 	if err != nil {
-		return nil, err
+		return 0, err
 	}
-	return item.ValueCopy(nil)
+	st.maxTs[sid] = hi
+	return hi, nil
 }
 
-// seriesMaxTs finds a series' highest stored timestamp with one reverse seek.
-func (w *committer) seriesMaxTs(tid, sid uint64) (int64, error) {
-	prefix := tableKey(ksPoint, tid, sid)
+// existing returns the references of the fragments already stored at f's
+// point (nil when there are none): the point-index entry when there is one,
+// else the fragment of a series run holding f's time (cur is the series' run
+// in the block being written).
+func (w *committer) existing(tid uint64, f *Fragment, cur *runBuilder, refOf func(int) ref) ([]byte, error) {
+	item, err := w.txn.Get(pointKey(nil, ksPoint, tid, f.Series, f.Time))
+	switch {
+	case err == nil:
+		return item.ValueCopy(nil)
+	case !errors.Is(err, badger.ErrKeyNotFound):
+		return nil, err
+	}
+	if cur != nil {
+		if i, ok := cur.find(f.Time); ok {
+			return appendRef(nil, refOf(int(i))), nil
+		}
+	}
+	r, ok, err := w.runRef(tid, f.Series, f.Time)
+	if err != nil || !ok {
+		return nil, err
+	}
+	return appendRef(nil, r), nil
+}
+
+// runRef finds the stored fragment of series sid at time ts in the series'
+// runs: the run with the greatest first time at or below ts is the only one
+// that can hold it, runs being disjoint and ascending.
+func (w *committer) runRef(tid, sid uint64, ts int64) (ref, bool, error) {
+	prefix := tableKey(ksRun, tid, sid)
 	it := w.txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
 	defer it.Close()
-	it.Seek(append(prefix, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
+	it.Seek(pointKey(nil, ksRun, tid, sid, ts))
 	if !it.Valid() {
-		return math.MinInt64, nil
+		return ref{}, false, nil
 	}
-	return pointKeyTime(it.Item().Key()), nil
+	item := it.Item()
+	var r ref
+	var found bool
+	err := item.Value(func(v []byte) error {
+		var err error
+		r, found, err = runLookup(v, pointKeyTime(item.Key()), ts)
+		return err
+	})
+	if err != nil {
+		return ref{}, false, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+	}
+	return r, found, nil
+}
+
+// seriesMaxTs finds a series' highest stored time: the greater of its last
+// point-index entry and the last time of its last run (two reverse seeks).
+func (w *committer) seriesMaxTs(tid, sid uint64) (int64, error) {
+	hi := int64(math.MinInt64)
+	for _, ks := range []byte{ksPoint, ksRun} {
+		prefix := tableKey(ks, tid, sid)
+		it := w.txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
+		it.Seek(append(prefix, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
+		if it.Valid() {
+			item := it.Item()
+			ts := pointKeyTime(item.Key())
+			if ks == ksRun {
+				err := item.Value(func(v []byte) error {
+					var err error
+					ts, err = runLastTs(v, ts)
+					return err
+				})
+				if err != nil {
+					it.Close()
+					return 0, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+				}
+			}
+			hi = max(hi, ts)
+		}
+		it.Close()
+	}
+	return hi, nil
 }
 
 func (w *committer) markDup(st *tableState, tid uint64, f *Fragment) error {

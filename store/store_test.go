@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"os"
@@ -375,4 +376,87 @@ func TestTornSplitCommit(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestSeriesRuns checks the in-order fast path: points above their series'
+// high-water time get no point-index entry, yet a later write at one of
+// them (in the same block, a later block, or after a restart) is found and
+// coalesced.
+func TestSeriesRuns(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Dir = t.TempDir()
+	db, err := Open(cfg, nil, nil)
+	require.NoError(t, err)
+	tid := db.AllocTableID()
+	require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []Series{{ID: 1}, {ID: 2}}, Fragments: []Fragment{
+		{Series: 1, Time: 10, Fields: []Field{intField(1, 1)}},
+		{Series: 2, Time: 10, Fields: []Field{intField(1, 2)}},
+		{Series: 1, Time: 20, Fields: []Field{intField(1, 3)}},
+		{Series: 1, Time: 10, Fields: []Field{intField(2, 4)}}, // repeat within the block
+	}}}))
+	require.NoError(t, db.Close())
+
+	db, err = Open(cfg, nil, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 5, Fragments: []Fragment{
+		{Series: 1, Time: 20, Fields: []Field{intField(2, 5)}}, // repeat of a run point, after a restart
+		{Series: 2, Time: 5, Fields: []Field{intField(1, 6)}},  // late and new
+		{Series: 1, Time: 30, Fields: []Field{intField(1, 7)}}, // in order again
+	}}}))
+	rows := readAll(t, db, tid, 0, 7, 100)
+	require.Len(t, rows, 7)
+	want := [][]Field{
+		{intField(1, 1), intField(2, 4)},
+		{intField(1, 2)},
+		{intField(1, 3), intField(2, 5)},
+		{intField(1, 1), intField(2, 4)},
+		{intField(1, 3), intField(2, 5)},
+		{intField(1, 6)},
+		{intField(1, 7)},
+	}
+	for i, r := range rows {
+		require.ElementsMatch(t, want[i], r.Fields, "x_seq %d", r.Seq)
+	}
+	n := 0
+	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksPoint, tid)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	}))
+	require.Equal(t, 3, n, "only the repeated and late points have point-index entries")
+}
+
+// TestLayoutVersions checks that a version 1 database is read and upgraded
+// and that a newer one is refused.
+func TestLayoutVersions(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Dir = t.TempDir()
+	setVersion := func(v uint64) {
+		db, err := Open(cfg, nil, nil)
+		require.NoError(t, err)
+		require.NoError(t, db.bdb.Update(func(txn *badger.Txn) error {
+			return txn.Set([]byte{ksVersion}, binary.AppendUvarint(nil, v))
+		}))
+		require.NoError(t, db.Close())
+	}
+	setVersion(1)
+	db, err := Open(cfg, nil, nil)
+	require.NoError(t, err, "version 1 is read")
+	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {
+		item, err := txn.Get([]byte{ksVersion})
+		require.NoError(t, err)
+		v, err := item.ValueCopy(nil)
+		require.NoError(t, err)
+		got, _ := binary.Uvarint(v)
+		require.Equal(t, uint64(layoutVersion), got, "and upgraded")
+		return nil
+	}))
+	require.NoError(t, db.Close())
+	setVersion(layoutVersion + 1)
+	_, err = Open(cfg, nil, nil)
+	require.ErrorIs(t, err, ErrVersion)
 }
