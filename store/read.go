@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -29,6 +30,7 @@ func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*Row) error
 		co  coalescer
 		n   int
 	)
+	defer co.close()
 	for it.Seek(tableKey(ksSync, tid, after+1)); it.Valid(); it.Next() {
 		item := it.Item()
 		val, err := item.ValueCopy(nil) // owned: strings alias it
@@ -76,11 +78,36 @@ func (st *tableState) isDup(sid uint64, ts int64) bool {
 	return ok
 }
 
-// coalescer merges the fragments of one point.
+// coalescer merges the fragments of one point. It keeps the last few
+// blocks it read, because the fragments of overwritten points cluster in
+// a few blocks and a block is large: reading one per reference made a drain
+// of an overwrite-heavy table quadratic.
 type coalescer struct {
 	key    []byte
 	br     blockReader
 	merged []Field
+	it     *badger.Iterator // over the synced blocks, opened on first use
+	cache  []cachedBlock    // most recent last, at most coalescerCache
+}
+
+// coalescerCache is how many blocks a coalescer keeps.
+const coalescerCache = 8
+
+// cachedBlock is a block value a coalescer read: a synced block holding
+// x_seq lo..hi, or unsynced block number lo (= hi).
+type cachedBlock struct {
+	unsynced bool
+	lo, hi   uint64
+	val      []byte
+}
+
+// close releases the iterator; the transaction it belongs to must still be
+// open.
+func (c *coalescer) close() {
+	if c.it != nil {
+		c.it.Close()
+		c.it = nil
+	}
 }
 
 func (c *coalescer) coalesce(txn *badger.Txn, tid, sid uint64, ts int64) ([]Field, error) {
@@ -126,46 +153,74 @@ func (c *coalescer) coalesce(txn *badger.Txn, tid, sid uint64, ts int64) ([]Fiel
 // so a crash between the transactions of a split commit, or a commit in
 // progress, leaves references to a block not (yet) stored.
 func (c *coalescer) fetch(txn *badger.Txn, tid uint64, r ref, f *Fragment) (found bool, err error) {
-	var idx uint64
-	var item *badger.Item
-	if r.seq != 0 {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSync, tid)})
-		defer it.Close()
-		it.Seek(tableKey(ksSync, tid, r.seq))
-		if !it.Valid() {
-			return false, nil
-		}
-		item = it.Item()
-	} else {
-		item, err = txn.Get(tableKey(ksUnsync, tid, r.block))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return false, nil
-		}
-		if err != nil {
-			return false, err
-		}
-		idx = r.idx
-	}
-	val, err := item.ValueCopy(nil)
-	if err != nil {
+	val, idx, found, err := c.block(txn, tid, r)
+	if err != nil || !found {
 		return false, err
 	}
 	if err := c.br.init(val); err != nil {
-		return false, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+		return false, &CorruptionError{Key: c.key, Err: err}
 	}
 	if r.seq != 0 {
-		if r.seq < c.br.firstSeq {
-			return false, nil // the next stored block starts above it
-		}
 		idx = r.seq - c.br.firstSeq
 	}
 	if err := c.br.seek(idx); err != nil {
-		return false, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+		return false, &CorruptionError{Key: c.key, Err: err}
 	}
 	if err := c.br.next(f); err != nil {
-		return false, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+		return false, &CorruptionError{Key: c.key, Err: err}
 	}
 	// f.Fields aliases the reader's scratch, reused by the next fetch.
 	f.Fields = append([]Field(nil), f.Fields...)
 	return true, nil
+}
+
+// block returns the value of the block holding r (from the cache when it
+// is there) and, for an unsynced reference, the fragment's index in it.
+func (c *coalescer) block(txn *badger.Txn, tid uint64, r ref) (val []byte, idx uint64, found bool, err error) {
+	for _, b := range c.cache {
+		if r.seq != 0 && !b.unsynced && b.lo <= r.seq && r.seq <= b.hi {
+			return b.val, 0, true, nil
+		}
+		if r.seq == 0 && b.unsynced && b.lo == r.block {
+			return b.val, r.idx, true, nil
+		}
+	}
+	var item *badger.Item
+	if r.seq != 0 {
+		if c.it == nil {
+			c.it = txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSync, tid)})
+		}
+		c.it.Seek(tableKey(ksSync, tid, r.seq))
+		if !c.it.Valid() {
+			return nil, 0, false, nil
+		}
+		item = c.it.Item()
+	} else {
+		item, err = txn.Get(tableKey(ksUnsync, tid, r.block))
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil, 0, false, nil
+		}
+		if err != nil {
+			return nil, 0, false, err
+		}
+		idx = r.idx
+	}
+	if val, err = item.ValueCopy(nil); err != nil {
+		return nil, 0, false, err
+	}
+	if err := c.br.init(val); err != nil {
+		return nil, 0, false, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+	}
+	b := cachedBlock{unsynced: r.seq == 0, lo: r.block, hi: r.block, val: val}
+	if r.seq != 0 {
+		b.lo, b.hi = c.br.firstSeq, binary.BigEndian.Uint64(item.Key()[9:17])
+		if r.seq < b.lo {
+			return nil, 0, false, nil // the next stored block starts above it
+		}
+	}
+	if len(c.cache) == coalescerCache {
+		c.cache = append(c.cache[:0], c.cache[1:]...)
+	}
+	c.cache = append(c.cache, b)
+	return val, idx, true, nil
 }

@@ -35,6 +35,7 @@ func (db *DB) ReadRows(tid uint64, cur RowCursor, start, end int64, limit int, v
 		co  coalescer
 		n   int
 	)
+	defer co.close()
 	for _, space := range []struct {
 		unsynced bool
 		ks       byte
