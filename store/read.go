@@ -56,8 +56,12 @@ func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*Row) error
 			}
 			row = Row{Seq: seq, Series: f.Series, Time: f.Time, Fields: f.Fields}
 			if st.isDup(f.Series, f.Time) {
-				if row.Fields, err = co.coalesce(txn, tid, f.Series, f.Time); err != nil {
+				merged, err := co.coalesce(txn, tid, f.Series, f.Time)
+				if err != nil {
 					return err
+				}
+				if len(merged) > 0 {
+					row.Fields = merged
 				}
 			}
 			if err := visit(&row); err != nil {
@@ -110,9 +114,19 @@ func (c *coalescer) close() {
 	}
 }
 
+// coalesce returns the union of the fragments at (sid, ts), the later
+// write winning per column, or nothing when no fragment of the point is
+// visible yet (the caller keeps the fragment it has). The fields are valid
+// until the next call.
 func (c *coalescer) coalesce(txn *badger.Txn, tid, sid uint64, ts int64) ([]Field, error) {
 	c.key = pointKey(c.key, ksPoint, tid, sid, ts)
 	item, err := txn.Get(c.key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		// The overwrite marker is set while its commit is in flight, before
+		// the point's first entry is visible: the point is not (yet) an
+		// overwrite in this read's view.
+		return nil, nil
+	}
 	if err != nil {
 		return nil, fmt.Errorf("read point index: %w", err)
 	}

@@ -80,8 +80,12 @@ func (db *DB) ReadRows(tid uint64, cur RowCursor, start, end int64, limit int, v
 						row.Seq = br.firstSeq + idx
 					}
 					if st.isDup(f.Series, f.Time) {
-						if row.Fields, err = co.coalesce(txn, tid, f.Series, f.Time); err != nil {
+						merged, err := co.coalesce(txn, tid, f.Series, f.Time)
+						if err != nil {
 							return err
+						}
+						if len(merged) > 0 {
+							row.Fields = merged
 						}
 					}
 					if err := visit(&row); err != nil {
