@@ -34,7 +34,11 @@ const (
 	bpHTTPWriters   = 16
 	bpBodyBytes     = 1 * mib // each HTTP write's body
 	bpTCPConns      = 4
-	bpGroupPoints   = 100_000 // --feed-max-group-points (the default)
+	// The test process's load: bodies per HTTP writer, lines per TCP
+	// connection (sent over and over).
+	bpBodiesPerWriter = 3
+	bpTCPBytes        = 8 * mib
+	bpGroupPoints     = 100_000 // --feed-max-group-points (the default)
 )
 
 // memoryBound is README.md's bound on ingestd's memory: twice (Go's heap
@@ -115,36 +119,50 @@ func TestBackPressure(t *testing.T) {
 	var wg sync.WaitGroup
 	errs := make(chan error, bpHTTPWriters+bpTCPConns+1)
 
-	// HTTP writers: 1 MiB bodies, each answered 204 or 503.
+	// The load is generated before it is sent: under -race this process
+	// could not otherwise outpace the daemon. Each HTTP writer sends its
+	// bodies of 1 MiB in turn, over and over (a body sent again overwrites
+	// its points identically, as a client's retry does), until the test has
+	// seen enough: each is answered 204 or 503.
 	type busy struct {
 		retryAfter string
 		waited     time.Duration
 		body       []byte
 	}
-	writers := make([]*ackedWriter, bpHTTPWriters)
 	var (
 		busyMu sync.Mutex
 		busies []busy
 		nBusy  atomic.Int32
 	)
-	for w := range writers {
-		aw := &ackedWriter{}
-		writers[w] = aw
+	type httpBody struct {
+		body    []byte
+		ids     []int64
+		acked   bool // answered 204 at least once
+		refused bool // answered 503 at least once
+		unknown bool // sent last when the load ended
+	}
+	bodies := make([][]*httpBody, bpHTTPWriters)
+	for w := range bodies {
+		for i := range int64(bpBodiesPerWriter) {
+			b := &httpBody{}
+			for len(b.body) < bpBodyBytes-64 {
+				id := int64(w)<<40 | i<<20 | int64(len(b.ids))
+				b.ids = append(b.ids, id)
+				b.body = appendIDLine(b.body, "bp_http", w, id)
+			}
+			bodies[w] = append(bodies[w], b)
+		}
+	}
+	for w := range bodies {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			var body []byte
-			for i := int64(0); ctx.Err() == nil; i++ {
-				body = body[:0]
-				var ids []int64
-				for len(body) < bpBodyBytes-64 {
-					id := int64(w)<<40 | i<<20 | int64(len(ids))
-					ids = append(ids, id)
-					body = idLine(body, "bp_http", w, id)
-				}
+			for i := 0; ctx.Err() == nil; i++ {
+				b := bodies[w][i%len(bodies[w])]
 				began := time.Now()
-				r, err := do(ctx, hc, http.MethodPost, p.URL+"/write", nil, body)
+				r, err := do(ctx, hc, http.MethodPost, p.URL+"/write", nil, b.body)
 				if ctx.Err() != nil {
+					b.unknown = true // cut off by the end of the load: stored or not
 					return
 				}
 				if err != nil {
@@ -154,13 +172,9 @@ func TestBackPressure(t *testing.T) {
 				waited := time.Since(began)
 				switch r.Status {
 				case http.StatusNoContent:
-					aw.mu.Lock()
-					aw.acked = append(aw.acked, ids...)
-					aw.mu.Unlock()
+					b.acked = true
 				case http.StatusServiceUnavailable:
-					aw.mu.Lock()
-					aw.refused = append(aw.refused, ids...)
-					aw.mu.Unlock()
+					b.refused = true
 					busyMu.Lock()
 					busies = append(busies, busy{r.Header.Get("Retry-After"), waited, r.Body})
 					busyMu.Unlock()
@@ -173,11 +187,18 @@ func TestBackPressure(t *testing.T) {
 		}()
 	}
 
-	// TCP writers: write continuously; a write that cannot complete within
-	// its deadline shows that ingestd stopped reading (the rest is written
-	// again, so nothing is lost).
+	// TCP writers: write their lines over and over; a write that cannot
+	// complete within its deadline shows that ingestd stopped reading (the
+	// rest is written again, so nothing is lost).
 	var paused atomic.Int32
-	tcpLines := make([]int64, bpTCPConns)
+	tcpWritten := make([]int64, bpTCPConns) // bytes
+	tcpData := make([][]byte, bpTCPConns)
+	tcpIDs := make([]int64, bpTCPConns) // lines per connection
+	for c := range tcpData {
+		for ; len(tcpData[c]) < bpTCPBytes; tcpIDs[c]++ {
+			tcpData[c] = appendIDLine(tcpData[c], "bp_tcp", c, int64(c)<<32|tcpIDs[c])
+		}
+	}
 	for c := range bpTCPConns {
 		conn, err := net.DialTimeout("tcp", p.TCPAddr, 5*time.Second)
 		require.NoError(t, err)
@@ -185,17 +206,12 @@ func TestBackPressure(t *testing.T) {
 		go func() {
 			defer wg.Done()
 			defer func() { _ = conn.Close() }()
-			var buf []byte
-			for i := int64(0); ctx.Err() == nil; {
-				buf = buf[:0]
-				for range 2000 {
-					buf = idLine(buf, "bp_tcp", c, int64(c)<<32|i)
-					i++
-				}
-				for rest := buf; len(rest) > 0; {
-					_ = conn.SetWriteDeadline(time.Now().Add(500 * time.Millisecond))
-					n, err := conn.Write(rest)
+			for ctx.Err() == nil {
+				for rest := tcpData[c]; len(rest) > 0; {
+					_ = conn.SetWriteDeadline(time.Now().Add(200 * time.Millisecond))
+					n, err := conn.Write(rest[:min(len(rest), 256<<10)])
 					rest = rest[n:]
+					tcpWritten[c] += int64(n)
 					if errors.Is(err, os.ErrDeadlineExceeded) {
 						paused.Add(1)
 						continue
@@ -205,7 +221,6 @@ func TestBackPressure(t *testing.T) {
 						return
 					}
 				}
-				tcpLines[c] = i
 			}
 		}()
 	}
@@ -259,10 +274,8 @@ func TestBackPressure(t *testing.T) {
 
 	// Every TCP byte written is read; then SIGTERM commits it.
 	var tcpBytes int64
-	for c, n := range tcpLines {
-		for i := range n {
-			tcpBytes += int64(len(idLine(nil, "bp_tcp", c, int64(c)<<32|i)))
-		}
+	for _, n := range tcpWritten {
+		tcpBytes += n
 	}
 	poll(t, 60*time.Second, func() bool {
 		v, _ := metric(t, hc, p.URL, `ingestd_ilp_wire_bytes_total{transport="tcp"}`)
@@ -279,30 +292,49 @@ func TestBackPressure(t *testing.T) {
 	for _, id := range stored {
 		storedSet[id] = struct{}{}
 	}
-	for w, aw := range writers {
-		requireStored(t, stored, aw.acked, fmt.Sprintf("HTTP writer %d", w))
-		for _, id := range aw.refused {
-			_, ok := storedSet[id]
-			require.False(t, ok, "id %d of a write answered 503 is stored", id)
+	for w := range bodies {
+		for _, b := range bodies[w] {
+			switch {
+			case b.acked:
+				requireStored(t, stored, b.ids, fmt.Sprintf("HTTP writer %d", w))
+				acked++
+			case b.refused && !b.unknown:
+				for _, id := range b.ids {
+					_, ok := storedSet[id]
+					require.False(t, ok, "id %d of a body only ever answered 503 is stored", id)
+				}
+				refused++
+			}
 		}
-		acked, refused = acked+len(aw.acked), refused+len(aw.refused)
 	}
-	storedTCP := intColumn(t, hc, p.URL, "bp_tcp", "id")
+	require.Positive(t, acked, "some HTTP writes were acknowledged")
+	storedTCP := slices.Compact(slices.Sorted(slices.Values(intColumn(t, hc, p.URL, "bp_tcp", "id"))))
 	var wantTCP []int64
-	for c, n := range tcpLines {
+	for c, n := range tcpIDs {
 		for i := range n {
 			wantTCP = append(wantTCP, int64(c)<<32|i)
 		}
 	}
-	slices.Sort(storedTCP)
-	slices.Sort(wantTCP)
-	require.Equal(t, wantTCP, storedTCP, "every TCP line written is stored once")
+	require.Equal(t, wantTCP, storedTCP, "every TCP line written is stored")
 
 	bound := memoryBound()
 	require.LessOrEqual(t, bound, int64(1<<30), "README's bound for this test's flags")
 	require.Less(t, mem.peakAnon.Load(), bound, "peak anonymous RSS above README's bound")
-	t.Logf("%d HTTP writes answered 503 (Retry-After 1) after waiting %s; TCP writes blocked %d times; %d HTTP lines acknowledged, %d refused; %d TCP lines",
-		len(busies), bpSubmitTimeout, paused.Load(), acked, refused, len(wantTCP))
+	t.Logf("%d HTTP writes answered 503 (Retry-After 1) after waiting %s; TCP writes blocked %d times; of %d bodies of 1 MiB, %d acknowledged, %d only ever refused; %d TCP lines, %d MiB",
+		len(busies), bpSubmitTimeout, paused.Load(), bpHTTPWriters*bpBodiesPerWriter, acked, refused, len(wantTCP), tcpBytes>>20)
 	t.Logf("memory: peak anonymous RSS %d MiB, VmHWM %d MiB (peak file-backed %d MiB: badger's mapped files); README's bound for these flags %d MiB",
 		mem.peakAnon.Load()>>20, mem.hwm.Load()>>20, mem.file.Load()>>20, bound>>20)
+}
+
+// appendIDLine is idLine without fmt (the test generates megabytes of
+// lines under -race).
+func appendIDLine(b []byte, table string, w int, id int64) []byte {
+	b = append(b, table...)
+	b = append(b, ",w="...)
+	b = strconv.AppendInt(b, int64(w), 10)
+	b = append(b, " id="...)
+	b = strconv.AppendInt(b, id, 10)
+	b = append(b, "i "...)
+	b = strconv.AppendInt(b, crashBaseTS+id, 10)
+	return append(b, '\n')
 }

@@ -736,7 +736,7 @@ func TestCrashCycles(t *testing.T) {
 		seqs = append(seqs, fmt.Sprintf("%s=%d", tb, r.c.maxSeq[ti]))
 	}
 	t.Logf("%d kill cycles (%d during startup) in %s, seed %d", r.kills, r.bootKills, time.Since(began).Round(time.Millisecond), seed)
-	t.Logf("lines: %d sent (%d over TCP), %d HTTP requests, %d lines acknowledged (204), %d refused (503), %d in flight at a kill",
+	t.Logf("lines: %d sent (%d over TCP), %d HTTP requests, %d lines acknowledged (204), %d refused (503), %d without an answer (in flight at a kill, or sent while the daemon was down)",
 		sent, tcpLines, requests, acked, refused, unknown)
 	t.Logf("TCP lines in flight at a kill and not stored: %d; x_seq burned by crashes: %d; highest seq: %s",
 		r.lostTCP, r.burned, seqs)
