@@ -135,14 +135,11 @@ func (a *API) drain(w http.ResponseWriter, r *http.Request) {
 		h.Set("Ingestd-Seq", strconv.FormatUint(pg.Seq, 10))
 		h.Set("Ingestd-Watermark", strconv.FormatUint(pg.Watermark, 10))
 		h.Set("Ingestd-More", strconv.FormatBool(pg.More))
+		ctype := "text/plain; charset=utf-8"
 		if format == formatNDJSON {
-			h.Set("Content-Type", "application/x-ndjson")
-		} else {
-			h.Set("Content-Type", "text/plain; charset=utf-8")
+			ctype = "application/x-ndjson"
 		}
-		h.Set("Content-Length", strconv.Itoa(len(enc.buf)))
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(enc.buf)
+		writePage(w, ctype, enc.buf)
 		return
 	}
 	head := make([]byte, 0, 256)
@@ -162,10 +159,23 @@ func (a *API) drain(w http.ResponseWriter, r *http.Request) {
 	head = strconv.AppendBool(head, pg.More)
 	head = appendColumns(head, pg.Columns)
 	head = append(head, `,"rows":[`...)
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(head)+len(enc.buf)+3))
+	writePage(w, "application/json", head, enc.buf, []byte(jsonPageEnd))
+}
+
+// jsonPageEnd closes a JSON page's rows and object.
+const jsonPageEnd = "]}\n"
+
+// writePage answers 200 with the concatenated parts as the body.
+func writePage(w http.ResponseWriter, contentType string, parts ...[]byte) {
+	n := 0
+	for _, p := range parts {
+		n += len(p)
+	}
+	h := w.Header()
+	h.Set("Content-Type", contentType)
+	h.Set("Content-Length", strconv.Itoa(n))
 	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(head)
-	_, _ = w.Write(enc.buf)
-	_, _ = w.Write([]byte("]}\n"))
+	for _, p := range parts {
+		_, _ = w.Write(p)
+	}
 }

@@ -84,10 +84,7 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 		h.Set("Ingestd-Epoch", strconv.FormatUint(pg.Epoch, 10))
 		h.Set("Ingestd-Watermark", strconv.FormatUint(pg.Watermark, 10))
 		h.Set("Ingestd-Cursor", pg.Cursor)
-		h.Set("Content-Type", "text/plain; charset=utf-8")
-		h.Set("Content-Length", strconv.Itoa(len(enc.buf)))
-		w.WriteHeader(http.StatusOK)
-		_, _ = w.Write(enc.buf)
+		writePage(w, "text/plain; charset=utf-8", enc.buf)
 		return
 	}
 	head := make([]byte, 0, 256)
@@ -105,12 +102,7 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 	}
 	head = appendColumns(head, pg.Columns)
 	head = append(head, `,"rows":[`...)
-	h.Set("Content-Type", "application/json")
-	h.Set("Content-Length", strconv.Itoa(len(head)+len(enc.buf)+3))
-	w.WriteHeader(http.StatusOK)
-	_, _ = w.Write(head)
-	_, _ = w.Write(enc.buf)
-	_, _ = w.Write([]byte("]}\n"))
+	writePage(w, "application/json", head, enc.buf, []byte(jsonPageEnd))
 }
 
 // appendColumns appends `,"columns":[…]`.

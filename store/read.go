@@ -55,14 +55,8 @@ func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*Row) error
 				return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
 			}
 			row = Row{Seq: seq, Series: f.Series, Time: f.Time, Fields: f.Fields}
-			if st.isDup(f.Series, f.Time) {
-				merged, err := co.coalesce(txn, tid, f.Series, f.Time)
-				if err != nil {
-					return err
-				}
-				if len(merged) > 0 {
-					row.Fields = merged
-				}
+			if row.Fields, err = co.rowFields(st, txn, tid, &f); err != nil {
+				return err
 			}
 			if err := visit(&row); err != nil {
 				return err
@@ -112,6 +106,19 @@ func (c *coalescer) close() {
 		c.it.Close()
 		c.it = nil
 	}
+}
+
+// rowFields returns f's fields, or its point's coalesced row when the point
+// holds more than one fragment.
+func (c *coalescer) rowFields(st *tableState, txn *badger.Txn, tid uint64, f *Fragment) ([]Field, error) {
+	if !st.isDup(f.Series, f.Time) {
+		return f.Fields, nil
+	}
+	merged, err := c.coalesce(txn, tid, f.Series, f.Time)
+	if err != nil || len(merged) == 0 {
+		return f.Fields, err
+	}
+	return merged, nil
 }
 
 // coalesce returns the union of the fragments at (sid, ts), the later

@@ -79,14 +79,8 @@ func (db *DB) ReadRows(tid uint64, cur RowCursor, start, end int64, limit int, v
 					if !space.unsynced {
 						row.Seq = br.firstSeq + idx
 					}
-					if st.isDup(f.Series, f.Time) {
-						merged, err := co.coalesce(txn, tid, f.Series, f.Time)
-						if err != nil {
-							return err
-						}
-						if len(merged) > 0 {
-							row.Fields = merged
-						}
+					if row.Fields, err = co.rowFields(st, txn, tid, &f); err != nil {
+						return err
 					}
 					if err := visit(&row); err != nil {
 						return err
