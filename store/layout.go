@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"sort"
 )
 
 // Keyspace tags; see doc.go.
@@ -354,12 +355,12 @@ func (rb *runBuilder) add(ts int64, idx uint64) {
 	rb.idx = append(rb.idx, idx)
 }
 
-// find returns the block index of the fragment at ts.
+// find returns the block index of the fragment at ts (binary search: the
+// times are strictly ascending).
 func (rb *runBuilder) find(ts int64) (uint64, bool) {
-	for i, t := range rb.ts {
-		if t == ts {
-			return rb.idx[i], true
-		}
+	i := sort.Search(len(rb.ts), func(i int) bool { return rb.ts[i] >= ts })
+	if i < len(rb.ts) && rb.ts[i] == ts {
+		return rb.idx[i], true
 	}
 	return 0, false
 }
@@ -380,6 +381,22 @@ func (rb *runBuilder) encode(kind byte, base uint64) []byte {
 		prevTs, prevIdx = t, rb.idx[i]
 	}
 	return b
+}
+
+// runCount returns the count of a run value (0 when it does not decode).
+func runCount(v []byte) int {
+	if len(v) < 1 {
+		return 0
+	}
+	_, n := binary.Uvarint(v[1:])
+	if n <= 0 {
+		return 0
+	}
+	count, m := binary.Uvarint(v[1+n:])
+	if m <= 0 || count > uint64(len(v)) {
+		return 0
+	}
+	return int(count)
 }
 
 // runScan walks a run value, calling fn with each fragment's time and
@@ -421,25 +438,6 @@ func runScan(v []byte, firstTs int64, fn func(ts int64, idx uint64) bool) (kind 
 		}
 	}
 	return kind, base, nil
-}
-
-// runLookup finds the fragment at ts in a run value.
-func runLookup(v []byte, firstTs, ts int64) (ref, bool, error) {
-	var idx uint64
-	found := false
-	kind, base, err := runScan(v, firstTs, func(t int64, i uint64) bool {
-		if t == ts {
-			idx, found = i, true
-		}
-		return t < ts
-	})
-	if err != nil || !found {
-		return ref{}, false, err
-	}
-	if kind == 'L' {
-		return ref{seq: base + idx}, true, nil
-	}
-	return ref{block: base, idx: idx}, true, nil
 }
 
 // runLastTs returns the last time of a run value.

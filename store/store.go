@@ -100,6 +100,8 @@ type DB struct {
 
 	mu     sync.Mutex             // guards tables
 	tables map[uint64]*tableState // by table instance id
+
+	stats lookupStats
 }
 
 // tableState is the store's in-memory state of one table instance.
@@ -169,7 +171,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		return nil, errors.Join(err, db.bdb.Close())
 	}
 	if reg != nil {
-		reg.MustRegister(sizeCollector{db})
+		reg.MustRegister(sizeCollector{db}, statsCollector{db})
 	}
 	return db, nil
 }
@@ -422,8 +424,11 @@ func (db *DB) Commit(commits []TableCommit) error {
 	if err := db.checkSpace(); err != nil {
 		return err
 	}
-	w := &committer{db: db, txn: db.bdb.NewTransaction(true)}
-	defer func() { w.txn.Discard() }()
+	w := &committer{db: db, txn: db.bdb.NewTransaction(true), look: lookup{db: db}}
+	defer func() {
+		w.look.close()
+		w.txn.Discard()
+	}()
 	for i := range commits {
 		if err := w.table(&commits[i]); err != nil {
 			return err
@@ -437,6 +442,7 @@ type committer struct {
 	txn  *badger.Txn
 	body []byte
 	offs []uint64
+	look lookup // reads of what earlier commits stored (lookup.go)
 }
 
 // set writes k=v, committing and starting a new transaction when the current
@@ -460,6 +466,7 @@ func (w *committer) table(tc *TableCommit) error {
 		}
 	}
 	st := w.db.table(tc.TableID)
+	w.look.table(tc.TableID)
 	for _, s := range tc.NewSeries {
 		if err := w.set(tableKey(ksSeries, tc.TableID, s.ID), appendSeries(nil, s.Tags)); err != nil {
 			return err
@@ -513,7 +520,7 @@ func (w *committer) index(st *tableState, tc *TableCommit, blockNo uint64, key, 
 	pending := map[pointID][]byte{} // late points of this block so far
 	for i := range tc.Fragments {
 		f := &tc.Fragments[i]
-		hi, err := w.maxTs(st, tc.TableID, f.Series)
+		hi, err := w.maxTs(st, f.Series)
 		if err != nil {
 			return err
 		}
@@ -531,7 +538,7 @@ func (w *committer) index(st *tableState, tc *TableCommit, blockNo uint64, key, 
 		id := pointID{f.Series, f.Time}
 		old, ok := pending[id]
 		if !ok {
-			if old, err = w.existing(tc.TableID, f, runs[f.Series], refOf); err != nil {
+			if old, err = w.existing(f, runs[f.Series], refOf); err != nil {
 				return err
 			}
 		}
@@ -582,11 +589,11 @@ func (w *committer) putMeta(m *TableMeta) error {
 
 // maxTs returns a series' highest stored time, looking it up once per
 // process.
-func (w *committer) maxTs(st *tableState, tid, sid uint64) (int64, error) {
+func (w *committer) maxTs(st *tableState, sid uint64) (int64, error) {
 	if hi, ok := st.maxTs[sid]; ok {
 		return hi, nil
 	}
-	hi, err := w.seriesMaxTs(tid, sid)
+	hi, err := w.look.maxTs(sid)
 	if err != nil {
 		return 0, err
 	}
@@ -595,81 +602,25 @@ func (w *committer) maxTs(st *tableState, tid, sid uint64) (int64, error) {
 }
 
 // existing returns the references of the fragments already stored at f's
-// point (nil when there are none): the point-index entry when there is one,
-// else the fragment of a series run holding f's time (cur is the series' run
-// in the block being written).
-func (w *committer) existing(tid uint64, f *Fragment, cur *runBuilder, refOf func(int) ref) ([]byte, error) {
-	item, err := w.txn.Get(pointKey(nil, ksPoint, tid, f.Series, f.Time))
-	switch {
-	case err == nil:
-		return item.ValueCopy(nil)
-	case !errors.Is(err, badger.ErrKeyNotFound):
-		return nil, err
+// point by earlier commits (nil when there are none): the point-index entry
+// when there is one, else the fragment of a series run holding f's time
+// (cur is the series' run in the block being written). At most one get
+// and one seek (lookup.go).
+func (w *committer) existing(f *Fragment, cur *runBuilder, refOf func(int) ref) ([]byte, error) {
+	old, err := w.look.point(f.Series, f.Time)
+	if err != nil || old != nil {
+		return old, err
 	}
 	if cur != nil {
 		if i, ok := cur.find(f.Time); ok {
 			return appendRef(nil, refOf(int(i))), nil
 		}
 	}
-	r, ok, err := w.runRef(tid, f.Series, f.Time)
+	r, ok, err := w.look.run(f.Series, f.Time)
 	if err != nil || !ok {
 		return nil, err
 	}
 	return appendRef(nil, r), nil
-}
-
-// runRef finds the stored fragment of series sid at time ts in the series'
-// runs: the run with the greatest first time at or below ts is the only one
-// that can hold it, runs being disjoint and ascending.
-func (w *committer) runRef(tid, sid uint64, ts int64) (ref, bool, error) {
-	prefix := tableKey(ksRun, tid, sid)
-	it := w.txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
-	defer it.Close()
-	it.Seek(pointKey(nil, ksRun, tid, sid, ts))
-	if !it.Valid() {
-		return ref{}, false, nil
-	}
-	item := it.Item()
-	var r ref
-	var found bool
-	err := item.Value(func(v []byte) error {
-		var err error
-		r, found, err = runLookup(v, pointKeyTime(item.Key()), ts)
-		return err
-	})
-	if err != nil {
-		return ref{}, false, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
-	}
-	return r, found, nil
-}
-
-// seriesMaxTs finds a series' highest stored time: the greater of its last
-// point-index entry and the last time of its last run (two reverse seeks).
-func (w *committer) seriesMaxTs(tid, sid uint64) (int64, error) {
-	hi := int64(math.MinInt64)
-	for _, ks := range []byte{ksPoint, ksRun} {
-		prefix := tableKey(ks, tid, sid)
-		it := w.txn.NewIterator(badger.IteratorOptions{Prefix: prefix, Reverse: true})
-		it.Seek(append(prefix, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff, 0xff))
-		if it.Valid() {
-			item := it.Item()
-			ts := pointKeyTime(item.Key())
-			if ks == ksRun {
-				err := item.Value(func(v []byte) error {
-					var err error
-					ts, err = runLastTs(v, ts)
-					return err
-				})
-				if err != nil {
-					it.Close()
-					return 0, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
-				}
-			}
-			hi = max(hi, ts)
-		}
-		it.Close()
-	}
-	return hi, nil
 }
 
 func (w *committer) markDup(st *tableState, tid uint64, f *Fragment) error {

@@ -1,0 +1,216 @@
+package store
+
+import (
+	"bytes"
+	"errors"
+	"math"
+	"sort"
+	"sync/atomic"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// lookupStats counts the reads Commit makes to place late points (see
+// doc.go, "Late points"): point-index gets, reverse seeks among series runs
+// and among point-index entries, and the iterators opened for them.
+type lookupStats struct {
+	pointGets atomic.Uint64
+	runSeeks  atomic.Uint64
+	maxSeeks  atomic.Uint64
+	iterators atomic.Uint64
+}
+
+// lookupCounts is a snapshot of lookupStats.
+type lookupCounts struct{ pointGets, runSeeks, maxSeeks, iterators uint64 }
+
+func (s *lookupStats) load() lookupCounts {
+	return lookupCounts{s.pointGets.Load(), s.runSeeks.Load(), s.maxSeeks.Load(), s.iterators.Load()}
+}
+
+// lookup places the late points of one commit. It reads a read-only view
+// of what earlier commits stored, never the commit's own write
+// transaction: a badger iterator over a write transaction sorts all its
+// pending writes when created, so a per-point iterator there made a late
+// point cost O(size of the commit). What the commit itself writes is
+// known to the committer in memory (its runs and pending point entries),
+// so the view lacks nothing a lookup needs: one commit holds at most one
+// block per table.
+//
+// The view and its two reverse iterators (over series runs and over point
+// entries) are opened on first use and reused, with fresh seeks, for every
+// lookup of the commit; the last stored run read for each series is kept
+// decoded, so the late points of a resent or backfilled batch, which fall
+// in the same few runs, mostly cost one binary search.
+type lookup struct {
+	db    *DB
+	view  *badger.Txn
+	runIt *badger.Iterator // reverse over ksRun
+	ptIt  *badger.Iterator // reverse over ksPoint
+	key   []byte
+	runs  map[uint64]storedRun // by series id, for the current table
+	tid   uint64
+}
+
+// storedRun is a stored series run, decoded: the fragments it names in
+// strictly ascending time.
+type storedRun []runEntry
+
+type runEntry struct {
+	ts int64
+	r  ref
+}
+
+func (r storedRun) covers(ts int64) bool {
+	return len(r) > 0 && r[0].ts <= ts && ts <= r[len(r)-1].ts
+}
+
+func (r storedRun) find(ts int64) (ref, bool) {
+	i := sort.Search(len(r), func(i int) bool { return r[i].ts >= ts })
+	if i < len(r) && r[i].ts == ts {
+		return r[i].r, true
+	}
+	return ref{}, false
+}
+
+func (l *lookup) open() {
+	if l.view != nil {
+		return
+	}
+	l.view = l.db.bdb.NewTransaction(false)
+	l.runIt = l.view.NewIterator(badger.IteratorOptions{Prefix: []byte{ksRun}, Reverse: true})
+	l.ptIt = l.view.NewIterator(badger.IteratorOptions{Prefix: []byte{ksPoint}, Reverse: true})
+	l.db.stats.iterators.Add(2)
+}
+
+// close releases the view; the lookup may be opened again.
+func (l *lookup) close() {
+	if l.view == nil {
+		return
+	}
+	l.runIt.Close()
+	l.ptIt.Close()
+	l.view.Discard()
+	l.view, l.runIt, l.ptIt, l.runs = nil, nil, nil, nil
+}
+
+// table starts the lookups of table instance tid (the decoded runs of the
+// previous table are dropped).
+func (l *lookup) table(tid uint64) {
+	if l.tid != tid || l.runs == nil {
+		l.tid, l.runs = tid, map[uint64]storedRun{}
+	}
+}
+
+// point returns the point-index entry at (sid, ts) as stored by earlier
+// commits (a copy), nil when there is none. One get.
+func (l *lookup) point(sid uint64, ts int64) ([]byte, error) {
+	l.open()
+	l.db.stats.pointGets.Add(1)
+	l.key = pointKey(l.key, ksPoint, l.tid, sid, ts)
+	item, err := l.view.Get(l.key)
+	switch {
+	case errors.Is(err, badger.ErrKeyNotFound):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	}
+	return item.ValueCopy(nil)
+}
+
+// run finds the stored fragment of series sid at time ts in the series'
+// runs: the run with the greatest first time at or below ts is the only
+// one that can hold it, runs being disjoint and ascending. At most one
+// reverse seek; none when the series' last decoded run covers ts.
+func (l *lookup) run(sid uint64, ts int64) (ref, bool, error) {
+	if r := l.runs[sid]; r.covers(ts) {
+		f, ok := r.find(ts)
+		return f, ok, nil
+	}
+	l.open()
+	l.db.stats.runSeeks.Add(1)
+	prefix := tableKey(ksRun, l.tid, sid)
+	l.key = pointKey(l.key, ksRun, l.tid, sid, ts)
+	l.runIt.Seek(l.key)
+	if !l.runIt.Valid() || !bytes.HasPrefix(l.runIt.Item().Key(), prefix) {
+		return ref{}, false, nil
+	}
+	item := l.runIt.Item()
+	var r storedRun
+	err := item.Value(func(v []byte) error {
+		var err error
+		r, err = decodeRun(v, pointKeyTime(item.Key()))
+		return err
+	})
+	if err != nil {
+		return ref{}, false, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+	}
+	l.runs[sid] = r
+	f, ok := r.find(ts)
+	return f, ok, nil
+}
+
+// decodeRun decodes a run value (see doc.go) whose key holds firstTs.
+func decodeRun(v []byte, firstTs int64) (storedRun, error) {
+	var r storedRun
+	kind, base, err := runScan(v, firstTs, func(t int64, idx uint64) bool {
+		if r == nil {
+			r = make(storedRun, 0, runCount(v))
+		}
+		r = append(r, runEntry{ts: t, r: ref{idx: idx}})
+		return true
+	})
+	for i := range r {
+		if kind == 'L' {
+			r[i].r = ref{seq: base + r[i].r.idx}
+		} else {
+			r[i].r.block = base
+		}
+	}
+	return r, err
+}
+
+// maxTs returns the highest time stored for series sid by earlier commits
+// (math.MinInt64 when none): the greater of its last point-index entry
+// and the last time of its last run. Two reverse seeks.
+func (l *lookup) maxTs(sid uint64) (int64, error) {
+	l.open()
+	l.db.stats.maxSeeks.Add(2)
+	hi := int64(math.MinInt64)
+	last := pointKey(nil, ksPoint, l.tid, sid, math.MaxInt64)
+	if l.ptIt.Seek(last); l.ptIt.Valid() && bytes.HasPrefix(l.ptIt.Item().Key(), last[:17]) {
+		hi = pointKeyTime(l.ptIt.Item().Key())
+	}
+	last[0] = ksRun
+	if l.runIt.Seek(last); l.runIt.Valid() && bytes.HasPrefix(l.runIt.Item().Key(), last[:17]) {
+		item := l.runIt.Item()
+		err := item.Value(func(v []byte) error {
+			ts, err := runLastTs(v, pointKeyTime(item.Key()))
+			hi = max(hi, ts)
+			return err
+		})
+		if err != nil {
+			return 0, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+		}
+	}
+	return hi, nil
+}
+
+// statsCollector reports lookupStats.
+type statsCollector struct{ db *DB }
+
+var lookupDesc = prometheus.NewDesc("ingestd_store_index_reads_total",
+	"Reads the commit path made to place late or repeated points, by kind: point (point-index get), run (reverse seek among series runs), max (reverse seek for a series' highest stored time), iterator (iterators opened for them).",
+	[]string{"kind"}, nil)
+
+func (c statsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lookupDesc }
+
+func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
+	s := c.db.stats.load()
+	for _, k := range []struct {
+		kind string
+		v    uint64
+	}{{"point", s.pointGets}, {"run", s.runSeeks}, {"max", s.maxSeeks}, {"iterator", s.iterators}} {
+		ch <- prometheus.MustNewConstMetric(lookupDesc, prometheus.CounterValue, float64(k.v), k.kind)
+	}
+}
