@@ -31,9 +31,18 @@ const (
 	benchModeDecode  = "decode"  // ingestd's parser alone, one goroutine
 )
 
+// Bench patterns: the order in which http mode sends the load.
+const (
+	benchPatternInOrder    = "inorder"    // each writer its own part of the load (--partition-series), once
+	benchPatternConcurrent = "concurrent" // consecutive batches dealt to the writers in turn: writers share series
+	benchPatternResend     = "resend"     // the whole load, then all of it again (the second pass is measured)
+	benchPatternBackfill   = "backfill"   // the load's batches newest first
+)
+
 // benchConfig is `ingestd bench`'s configuration.
 type benchConfig struct {
 	mode        string
+	pattern     string
 	target      string
 	url         string
 	tcpAddr     string
@@ -63,6 +72,7 @@ type benchConfig struct {
 
 func (c *benchConfig) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.mode, "mode", benchModeHTTP, "http (ingest as fast as it goes), tcp (ingestd: ILP over --connections TCP connections), latency (--latency-lines bodies at --rate, open loop) or decode (ingestd's parser on one goroutine, no server)")
+	fs.StringVar(&c.pattern, "pattern", benchPatternInOrder, "http mode: inorder (each writer its part of the load, see --partition-series), concurrent (consecutive batches dealt to the writers in turn, so they share series, as TSBS's loader does), resend (the whole load, then all of it again: every line of the second pass, which is measured, overwrites a stored point) or backfill (the load's batches newest first, dealt to the writers in turn)")
 	fs.StringVar(&c.target, "target", benchIngestd, "the server at --url: ingestd, influxdb or victoriametrics")
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8086", "the server's HTTP base URL")
 	fs.StringVar(&c.tcpAddr, "tcp-addr", "127.0.0.1:9009", "ingestd's ILP-over-TCP address (--mode tcp)")
@@ -83,7 +93,7 @@ func (c *benchConfig) registerFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.latDuration, "latency-duration", 10*time.Second, "latency mode: how long to send")
 	fs.BoolVar(&c.drain, "drain", true, "ingestd, http and tcp modes: drain every table after the ingest and time it")
 	fs.IntVar(&c.drainLimit, "drain-limit", 10000, "rows per drain page (JSON)")
-	fs.IntVar(&c.serverPID, "server-pid", 0, "the server's process id, for its resident memory (/proc/PID/status VmRSS sampled, VmHWM); 0: not reported")
+	fs.IntVar(&c.serverPID, "server-pid", 0, "the server's process id, for its resident memory (/proc/PID/status VmRSS sampled, VmHWM) and the CPU time it spent on the measured ingest (/proc/PID/stat utime+stime); 0: not reported")
 	fs.DurationVar(&c.rssEvery, "rss-interval", 100*time.Millisecond, "how often to sample the server's VmRSS")
 	fs.DurationVar(&c.verifyWait, "verify-wait", 60*time.Second, "how long the counts may take to appear (VictoriaMetrics makes samples searchable about a second after acknowledging them)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
@@ -95,6 +105,15 @@ func (c *benchConfig) validate() error {
 	case benchModeHTTP, benchModeTCP, benchModeLatency, benchModeDecode:
 	default:
 		return fmt.Errorf("--mode must be http, tcp, latency or decode, got %q", c.mode)
+	}
+	switch c.pattern {
+	case benchPatternInOrder:
+	case benchPatternConcurrent, benchPatternResend, benchPatternBackfill:
+		if c.mode != benchModeHTTP {
+			return fmt.Errorf("--pattern %s needs --mode http", c.pattern)
+		}
+	default:
+		return fmt.Errorf("--pattern must be inorder, concurrent, resend or backfill, got %q", c.pattern)
 	}
 	switch c.target {
 	case benchIngestd, benchInfluxDB, benchVM:
@@ -164,6 +183,7 @@ func (r *benchResult) line() string { return "RESULT " + strings.Join(r.kv, " ")
 func runBenchMode(ctx context.Context, cfg *benchConfig, out io.Writer) (res benchResult, err error) {
 	res.set("target", cfg.target)
 	res.set("mode", cfg.mode)
+	res.set("pattern", cfg.pattern)
 	defer func() {
 		if err != nil {
 			res.set("verified", "FAILED")
@@ -212,18 +232,25 @@ func runBenchMode(ctx context.Context, cfg *benchConfig, out io.Writer) (res ben
 	if err != nil {
 		return res, err
 	}
-	if err := t.verify(ctx, d, cfg.verifyWait); err != nil {
+	sends := 1 // how many times every line was sent
+	if cfg.pattern == benchPatternResend {
+		sends = 2
+	}
+	if err := t.verify(ctx, d, sends, cfg.verifyWait); err != nil {
 		return res, fmt.Errorf("verify: %w", err)
 	}
-	what := "lines per table"
-	if t.kind == benchVM {
-		what = "samples per metric prefix"
+	what := "every table holds exactly the lines sent to it"
+	switch {
+	case t.kind == benchVM:
+		what = "every metric prefix holds exactly the samples sent to it"
+	case t.kind == benchIngestd && sends > 1:
+		what = fmt.Sprintf("every table holds exactly %d fragments per line sent to it", sends)
 	}
-	fmt.Fprintf(out, "verified: every table holds exactly the %s sent\n", what)
+	fmt.Fprintf(out, "verified: %s\n", what)
 	res.set("verified", "ok")
 
 	if t.kind == benchIngestd && cfg.drain && cfg.mode != benchModeLatency {
-		dr, err := t.drainAll(ctx, d, cfg.drainLimit)
+		dr, err := t.drainAll(ctx, d, sends, cfg.drainLimit)
 		if err != nil {
 			return res, err
 		}
@@ -372,22 +399,86 @@ func (l latencies) report(res *benchResult, out io.Writer, what string) {
 	res.set("max_ms", l.pct(1))
 }
 
-// benchHTTP sends the whole load over --concurrency writers, each its own
-// stream in batches of --batch-lines, each waiting for its answer before
-// the next (as Telegraf's outputs do).
+// benchHTTP sends the load over --concurrency writers in the order
+// --pattern gives, in batches of --batch-lines, each writer waiting for its
+// answer before the next (as Telegraf's outputs do). The resend pattern
+// sends it all twice and measures the second pass. With --server-pid the
+// server's CPU time over the measured pass is reported.
 func benchHTTP(ctx context.Context, cfg *benchConfig, t *benchTarget, d *benchData, out io.Writer, res *benchResult) error {
-	streams := d.partition(cfg.concurrency, cfg.bySeries, cfg.batchLines)
-	bodies := make([][]benchBody, len(streams))
+	batches := d.writerBatches(cfg.pattern, cfg.concurrency, cfg.bySeries, cfg.batchLines)
+	bodies := make([][]benchBody, len(batches))
 	wire := 0
-	for i, s := range streams {
+	for i, bs := range batches {
 		var err error
-		if bodies[i], err = prepareBodies(s.batches(cfg.batchLines), cfg.gzip); err != nil {
+		if bodies[i], err = prepareBodies(bs, cfg.gzip); err != nil {
 			return err
 		}
 		for _, b := range bodies[i] {
 			wire += len(b.wire)
 		}
 	}
+	what := fmt.Sprintf("%s, %d writers, %d-line bodies, gzip %t", cfg.target, cfg.concurrency, cfg.batchLines, cfg.gzip)
+	switch cfg.pattern {
+	case benchPatternInOrder:
+		what = fmt.Sprintf("%s, partition by series %t", what, cfg.bySeries)
+	case benchPatternConcurrent:
+		what += ", batches dealt to the writers in turn"
+	case benchPatternResend:
+		what = fmt.Sprintf("%s, partition by series %t", what, cfg.bySeries)
+		first, err := sendBodies(ctx, t, bodies, cfg.gzip)
+		if err != nil {
+			return fmt.Errorf("first pass: %w", err)
+		}
+		fmt.Fprintf(out, "http ingest, first pass (%s): %d lines in %s: %.0f lines/s\n",
+			what, d.lines(), first.dur.Round(time.Millisecond), float64(d.lines())/first.dur.Seconds())
+		res.set("first_pass_lines_per_s", float64(d.lines())/first.dur.Seconds())
+		what += ", second pass: every line overwrites a stored point"
+	case benchPatternBackfill:
+		what += ", batches newest first, dealt to the writers in turn"
+	}
+	cpu0, cpuErr := readProcCPU(cfg.serverPID)
+	sent, err := sendBodies(ctx, t, bodies, cfg.gzip)
+	if err != nil {
+		return err
+	}
+	cpu1, err := readProcCPU(cfg.serverPID)
+	cpuErr = errors.Join(cpuErr, err)
+	dur := sent.dur
+	rate := float64(d.lines()) / dur.Seconds()
+	fmt.Fprintf(out, "http ingest (pattern %s: %s): %d lines in %s: %.0f lines/s, %.1f MB/s (%.1f MB/s on the wire), %d retried\n",
+		cfg.pattern, what, d.lines(), dur.Round(time.Millisecond), rate,
+		float64(len(d.text))/1e6/dur.Seconds(), float64(wire)/1e6/dur.Seconds(), sent.retries)
+	res.set("secs", dur.Seconds())
+	res.set("lines_per_s", rate)
+	res.set("mb_per_s", float64(len(d.text))/1e6/dur.Seconds())
+	res.set("retries", sent.retries)
+	switch {
+	case cfg.serverPID <= 0:
+		res.set("cpu_s", "na")
+	case cpuErr != nil:
+		return fmt.Errorf("server CPU time: %w", cpuErr)
+	default:
+		cpu := cpu1 - cpu0
+		fmt.Fprintf(out, "server CPU: %.2f s (user+system) over the %s measured: %.2f cores, %.1f µs per line\n",
+			cpu.Seconds(), dur.Round(time.Millisecond), cpu.Seconds()/dur.Seconds(), float64(cpu.Microseconds())/float64(d.lines()))
+		res.set("cpu_s", cpu.Seconds())
+	}
+	sent.lat.report(res, out, "write (204)")
+	return nil
+}
+
+// sendResult is what one pass of sendBodies took.
+type sendResult struct {
+	dur     time.Duration
+	lat     latencies
+	retries int64
+}
+
+// sendBodies runs one writer per element of bodies, each sending its
+// bodies in order and waiting for every answer before the next, and
+// returns once all were answered (or at the first error, which cancels
+// the others).
+func sendBodies(ctx context.Context, t *benchTarget, bodies [][]benchBody, gz bool) (sendResult, error) {
 	var (
 		mu      sync.Mutex // guards lat
 		lat     latencies
@@ -404,7 +495,7 @@ func benchHTTP(ctx context.Context, cfg *benchConfig, t *benchTarget, d *benchDa
 			mine := make(latencies, 0, len(bs))
 			for _, b := range bs {
 				t0 := time.Now()
-				if err := t.post(ctx, b, cfg.gzip, &retries); err != nil {
+				if err := t.post(ctx, b, gz, &retries); err != nil {
 					errOnce.Do(func() { first = err; cancel() })
 					return
 				}
@@ -416,20 +507,7 @@ func benchHTTP(ctx context.Context, cfg *benchConfig, t *benchTarget, d *benchDa
 		})
 	}
 	wg.Wait()
-	dur := time.Since(start)
-	if first != nil {
-		return first
-	}
-	rate := float64(d.lines()) / dur.Seconds()
-	fmt.Fprintf(out, "http ingest (%s, %d writers, %d-line bodies, gzip %t, partition by series %t): %d lines in %s: %.0f lines/s, %.1f MB/s (%.1f MB/s on the wire), %d retried\n",
-		cfg.target, cfg.concurrency, cfg.batchLines, cfg.gzip, cfg.bySeries, d.lines(), dur.Round(time.Millisecond), rate,
-		float64(len(d.text))/1e6/dur.Seconds(), float64(wire)/1e6/dur.Seconds(), retries.Load())
-	res.set("secs", dur.Seconds())
-	res.set("lines_per_s", rate)
-	res.set("mb_per_s", float64(len(d.text))/1e6/dur.Seconds())
-	res.set("retries", retries.Load())
-	lat.report(res, out, "write (204)")
-	return nil
+	return sendResult{dur: time.Since(start), lat: lat, retries: retries.Load()}, first
 }
 
 // benchLatency offers --rate lines/s in bodies of --latency-lines for
@@ -533,7 +611,7 @@ func benchTCP(ctx context.Context, cfg *benchConfig, t *benchTarget, d *benchDat
 			return err
 		}
 	case benchVM:
-		if err := t.verify(ctx, d, cfg.verifyWait); err != nil {
+		if err := t.verify(ctx, d, 1, cfg.verifyWait); err != nil {
 			return err
 		}
 	}

@@ -198,6 +198,30 @@ func (d *benchData) partition(n int, bySeries bool, batchLines int) []benchStrea
 	return streams
 }
 
+// writerBatches cuts the load into the HTTP bodies each of n writers
+// sends, in order, for a --pattern: in order and resend partition the load
+// (by series or by batch, see partition); concurrent deals consecutive
+// batches to the writers in turn whatever bySeries says, so writers share
+// series; backfill deals the batches newest first (the last batch of the
+// load to writer 0, the one before it to writer 1, …).
+func (d *benchData) writerBatches(pattern string, n int, bySeries bool, batchLines int) [][][]byte {
+	out := make([][][]byte, n)
+	switch pattern {
+	case benchPatternBackfill:
+		all := benchStream{text: d.text, lines: d.lines()}.batches(batchLines)
+		for i := range all {
+			w := i % n
+			out[w] = append(out[w], all[len(all)-1-i])
+		}
+	default:
+		streams := d.partition(n, bySeries && pattern != benchPatternConcurrent, batchLines)
+		for i, s := range streams {
+			out[i] = s.batches(batchLines)
+		}
+	}
+	return out
+}
+
 // batches cuts a stream into pieces of at most n whole lines.
 func (s benchStream) batches(n int) [][]byte {
 	var out [][]byte

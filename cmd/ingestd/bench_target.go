@@ -252,21 +252,29 @@ func (t *benchTarget) count(ctx context.Context, d *benchData, table string) (in
 	return 0, fmt.Errorf("unknown target %q", t.kind)
 }
 
-// want is what count should return for table.
-func (t *benchTarget) want(d *benchData, table string) int64 {
-	if t.kind == benchVM {
-		return d.stats[table].samples
+// want is what count should return for table once every line was sent
+// sends times: ingestd keeps every fragment (each has its own x_seq), and
+// VictoriaMetrics every sample (it deduplicates only with
+// -dedup.minScrapeInterval, which compare.sh does not set); InfluxDB keeps
+// one point per series and time.
+func (t *benchTarget) want(d *benchData, table string, sends int) int64 {
+	switch t.kind {
+	case benchVM:
+		return d.stats[table].samples * int64(sends)
+	case benchIngestd:
+		return d.stats[table].lines * int64(sends)
 	}
 	return d.stats[table].lines
 }
 
-// verify checks every table's count, polling for at most wait (the time
-// VictoriaMetrics takes to make acknowledged samples searchable).
-func (t *benchTarget) verify(ctx context.Context, d *benchData, wait time.Duration) error {
+// verify checks every table's count after every line was sent sends
+// times, polling for at most wait (the time VictoriaMetrics takes to make
+// acknowledged samples searchable).
+func (t *benchTarget) verify(ctx context.Context, d *benchData, sends int, wait time.Duration) error {
 	deadline := time.Now().Add(wait)
 	var errs []error
 	for _, name := range d.tables() {
-		want := t.want(d, name)
+		want := t.want(d, name, sends)
 		for {
 			got, err := t.count(ctx, d, name)
 			if err == nil && got == want {
@@ -299,8 +307,8 @@ type drainResult struct {
 
 // drainAll drains every table of an ingestd from the start in JSON pages of
 // limit rows, one table after another on one connection, and checks that
-// each yields exactly the lines sent to it.
-func (t *benchTarget) drainAll(ctx context.Context, d *benchData, limit int) (drainResult, error) {
+// each yields exactly one row per fragment: its lines times sends.
+func (t *benchTarget) drainAll(ctx context.Context, d *benchData, sends, limit int) (drainResult, error) {
 	var res drainResult
 	epochs := map[string]uint64{}
 	for _, name := range d.tables() {
@@ -340,7 +348,7 @@ func (t *benchTarget) drainAll(ctx context.Context, d *benchData, limit int) (dr
 				break
 			}
 		}
-		if want := d.stats[name].lines; rows != want {
+		if want := d.stats[name].lines * int64(sends); rows != want {
 			return res, fmt.Errorf("drain %s: %d rows, want %d", name, rows, want)
 		}
 		res.rows += rows
@@ -456,6 +464,37 @@ func (s *rssSampler) finish() (int64, int64) {
 		peak *= 1024
 	}
 	return peak, hwm
+}
+
+// readProcCPU returns the CPU time pid has used, user and system, from
+// /proc/PID/stat (in clock ticks of 1/100 s, Linux's USER_HZ); 0 when pid
+// is not positive.
+func readProcCPU(pid int) (time.Duration, error) {
+	if pid <= 0 {
+		return 0, nil
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return 0, err
+	}
+	// The command name (field 2, in parentheses) may hold spaces and
+	// parentheses; the fields after its last ")" start with the state
+	// (field 3), so utime and stime (fields 14 and 15) are the 12th and
+	// 13th.
+	i := bytes.LastIndexByte(b, ')')
+	f := strings.Fields(string(b[i+1:]))
+	if i < 0 || len(f) < 13 {
+		return 0, fmt.Errorf("/proc/%d/stat: unexpected %q", pid, clipBytes(b))
+	}
+	var ticks int64
+	for _, s := range f[11:13] {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil {
+			return 0, fmt.Errorf("/proc/%d/stat: %w", pid, err)
+		}
+		ticks += n
+	}
+	return time.Duration(ticks) * (time.Second / 100), nil
 }
 
 // readProcMem returns VmRSS and VmHWM of pid in kB.

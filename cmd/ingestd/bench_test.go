@@ -12,9 +12,10 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestBench runs `ingestd bench` in every mode against in-process daemons
-// on small generated TSBS-shaped data (2 hosts × 30 min = 3,240 lines):
-// each run must store, verify and (http, tcp) drain exactly what it sent.
+// TestBench runs `ingestd bench` in every mode and pattern against
+// in-process daemons on small generated TSBS-shaped data (2 hosts × 30 min
+// = 3,240 lines): each run must store, verify and (http, tcp) drain exactly
+// what it sent; after a resend, two fragments per line.
 func TestBench(t *testing.T) {
 	gen := []string{"--scale", "2", "--duration", "30m", "--server-pid", strconv.Itoa(os.Getpid())}
 	for _, tc := range []struct {
@@ -27,6 +28,12 @@ func TestBench(t *testing.T) {
 			map[string]string{"lines": "3240", "requests": "9", "drain_rows": "3240", "verified": "ok"}},
 		{"http batches dealt in turn, plain bodies", true, []string{"--mode", "http", "--batch-lines", "400", "--concurrency", "2", "--partition-series=false", "--gzip=false"},
 			map[string]string{"lines": "3240", "requests": "9", "drain_rows": "3240", "verified": "ok"}},
+		{"pattern concurrent", true, []string{"--mode", "http", "--pattern", "concurrent", "--batch-lines", "300", "--concurrency", "4"},
+			map[string]string{"pattern": "concurrent", "lines": "3240", "requests": "11", "drain_rows": "3240", "verified": "ok"}},
+		{"pattern resend", true, []string{"--mode", "http", "--pattern", "resend", "--batch-lines", "500", "--concurrency", "2", "--drain-limit", "1000"},
+			map[string]string{"pattern": "resend", "lines": "3240", "requests": "8", "drain_rows": "6480", "verified": "ok"}},
+		{"pattern backfill", true, []string{"--mode", "http", "--pattern", "backfill", "--batch-lines", "500", "--concurrency", "1"},
+			map[string]string{"pattern": "backfill", "lines": "3240", "requests": "7", "drain_rows": "3240", "verified": "ok"}},
 		{"tcp", true, []string{"--mode", "tcp", "--connections", "2", "--drain-limit", "700"},
 			map[string]string{"lines": "3240", "drain_rows": "3240", "verified": "ok"}},
 		{"latency", true, []string{"--mode", "latency", "--rate", "20000", "--latency-lines", "100", "--latency-duration", "250ms"},
@@ -51,6 +58,11 @@ func TestBench(t *testing.T) {
 			}
 			if tc.server {
 				require.NotEqual(t, "-1.000", res["rss_hwm_mib"], "VmHWM of --server-pid is read")
+			}
+			if res["mode"] == "http" {
+				cpu, err := strconv.ParseFloat(res["cpu_s"], 64)
+				require.NoError(t, err, "cpu_s of --server-pid is read: %s", out.String())
+				require.GreaterOrEqual(t, cpu, 0.0)
 			}
 		})
 	}
@@ -104,6 +116,65 @@ func TestScanDrainPage(t *testing.T) {
 			require.Equal(t, tc.more, pg.More)
 		})
 	}
+}
+
+// TestBenchRefusesPatternOutsideHTTP checks that the patterns other than
+// inorder are refused outside http mode, and unknown ones everywhere.
+func TestBenchRefusesPatternOutsideHTTP(t *testing.T) {
+	for _, args := range [][]string{
+		{"--mode", "tcp", "--pattern", "concurrent"},
+		{"--mode", "latency", "--rate", "1000", "--pattern", "resend"},
+		{"--mode", "http", "--pattern", "shuffled"},
+	} {
+		var out bytes.Buffer
+		require.Equal(t, 2, runBench(context.Background(), args, &out, &out), "%v: %s", args, out.String())
+		require.Contains(t, out.String(), "--pattern", "%v", args)
+	}
+}
+
+// TestBenchWriterBatches checks each pattern's bodies: every line once,
+// whole batches of the load, in the order the pattern gives.
+func TestBenchWriterBatches(t *testing.T) {
+	d, err := generateDevops(3, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), 10*time.Minute, 10*time.Second, 1, 0)
+	require.NoError(t, err)
+	all := benchStream{text: d.text, lines: d.lines()}.batches(100) // 1,620 lines: 17 batches
+	require.Len(t, all, 17)
+	for _, tc := range []struct {
+		pattern string
+		writers int
+		want    [][]int // indexes into all, per writer
+	}{
+		{benchPatternConcurrent, 3, [][]int{{0, 3, 6, 9, 12, 15}, {1, 4, 7, 10, 13, 16}, {2, 5, 8, 11, 14}}},
+		{benchPatternBackfill, 1, [][]int{{16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}}},
+		{benchPatternBackfill, 2, [][]int{{16, 14, 12, 10, 8, 6, 4, 2, 0}, {15, 13, 11, 9, 7, 5, 3, 1}}},
+		{benchPatternResend, 1, [][]int{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}}},
+	} {
+		got := d.writerBatches(tc.pattern, tc.writers, true, 100)
+		require.Len(t, got, tc.writers, tc.pattern)
+		for w, idx := range tc.want {
+			require.Len(t, got[w], len(idx), "%s writer %d", tc.pattern, w)
+			for k, i := range idx {
+				require.Equal(t, string(all[i]), string(got[w][k]), "%s writer %d body %d", tc.pattern, w, k)
+			}
+		}
+	}
+}
+
+// TestReadProcCPU checks that this process's CPU time is read and grows.
+func TestReadProcCPU(t *testing.T) {
+	before, err := readProcCPU(os.Getpid())
+	require.NoError(t, err)
+	pollUntil(t, 30*time.Second, func() bool {
+		for i := range 1_000_000 {
+			_ = strconv.Itoa(i)
+		}
+		after, err := readProcCPU(os.Getpid())
+		require.NoError(t, err)
+		return after > before
+	}, "CPU time of this process did not grow past %s", before)
+	zero, err := readProcCPU(0)
+	require.NoError(t, err)
+	require.Zero(t, zero)
 }
 
 // TestBenchPartition checks that partitioning keeps every line once and,

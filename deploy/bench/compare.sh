@@ -4,12 +4,20 @@
 #
 #   deploy/bench/compare.sh            # 3 rounds on ../shared/data/tsbs-devops-s10-6h.lp.gz
 #   ROUNDS=5 DATA=/path/to/file.lp.gz deploy/bench/compare.sh
+#   ROUNDS=1 GEN="--scale 2 --duration 30m" PATTERNS="inorder concurrent" SYSTEMS="ingestd influxdb" \
+#     deploy/bench/compare.sh          # a quick smoke run on small generated data
+#
+# PATTERNS (default "inorder concurrent resend backfill") chooses the
+# measurements, SYSTEMS (default "ingestd influxdb victoriametrics") the
+# servers; GEN, when set, replaces the file with data `ingestd bench`
+# generates (its --scale/--duration flags).
 #
 # Not run by CI (it takes several minutes and installs packages). Needs root
 # for apt-get (skipped when influxd and victoria-metrics are on PATH).
 #
 # Each round, every system gets a fresh temporary data directory for each
-# measurement, on loopback:
+# measurement, on loopback, and the systems alternate within each step:
+#   inorder:
 #   1. HTTP ingest of the data (gzip bodies of $BATCH lines, $CONCURRENCY
 #      writers, each owning its series): ingestd, InfluxDB, VictoriaMetrics.
 #      ingestd is then drained in full (JSON pages of 10,000 rows).
@@ -17,10 +25,22 @@
 #      decode of the same data with ingestd's parser (no server).
 #   3. Latency: 1,000-line bodies at half of each system's peak HTTP rate of
 #      this round (open loop), and ingestd also at InfluxDB's rate.
+#   concurrent: for each count in $WRITERS (default "1 2 4"), that many
+#      writers sharing series: consecutive batches of the time-ordered data
+#      dealt to them in turn, as TSBS's loader does.
+#   resend: the whole data, then all of it again ($RESEND_WRITERS writers,
+#      default 1); the second pass, where every line overwrites a stored
+#      point, is measured. ingestd is then drained in full: both loads, two
+#      fragments per line (drain after resend).
+#   backfill: the data's batches newest first ($BACKFILL_WRITERS writers,
+#      default 1).
+# Each HTTP measurement reports lines/s, p50/p99 request latency, the
+# server's CPU seconds over the measured ingest and its peak RSS (VmHWM).
 # Durability as shipped: ingestd fsyncs before its 204 (default), InfluxDB
 # 1.6.7 fsyncs its WAL on every write (wal-fsync-delay 0, the default),
 # VictoriaMetrics acknowledges before its data reaches the disk.
-# Every figure is printed, then the median per system and the ratios.
+# Every figure is printed, then the median per system and the ratios
+# (ingestd / InfluxDB and ingestd / VictoriaMetrics) per pattern.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -30,6 +50,12 @@ CONCURRENCY=${CONCURRENCY:-4}
 BATCH=${BATCH:-5000}
 CONNECTIONS=${CONNECTIONS:-1}
 LATENCY_SECONDS=${LATENCY_SECONDS:-10}
+PATTERNS=${PATTERNS:-inorder concurrent resend backfill}
+SYSTEMS=${SYSTEMS:-ingestd influxdb victoriametrics}
+WRITERS=${WRITERS:-1 2 4}
+RESEND_WRITERS=${RESEND_WRITERS:-1}
+BACKFILL_WRITERS=${BACKFILL_WRITERS:-1}
+GEN=${GEN:-}
 PORT=${PORT_BASE:-18600} # below the ephemeral range, where clients' ports never collide
 WORK=$(mktemp -d /tmp/ingestd-compare.XXXXXX)
 OUT=${OUT:-$WORK/results.txt}
@@ -42,12 +68,29 @@ cleanup() {
 }
 trap cleanup EXIT
 
-[ -r "$DATA" ] || { echo "data file $DATA not found (set DATA=)" >&2; exit 1; }
+# runs SYSTEM / has PATTERN: whether SYSTEMS / PATTERNS name it.
+runs() { [[ " $SYSTEMS " == *" $1 "* ]]; }
+has() { [[ " $PATTERNS " == *" $1 "* ]]; }
+
+if [ -n "$GEN" ]; then
+  read -r -a LOAD <<<"$GEN"
+  DATA="generated ($GEN)"
+else
+  [ -r "$DATA" ] || { echo "data file $DATA not found (set DATA=)" >&2; exit 1; }
+  LOAD=(--file "$DATA")
+fi
+for p in $PATTERNS; do
+  case $p in inorder | concurrent | resend | backfill) ;; *) echo "unknown pattern $p in PATTERNS" >&2; exit 1 ;; esac
+done
+for s in $SYSTEMS; do
+  case $s in ingestd | influxdb | victoriametrics) ;; *) echo "unknown system $s in SYSTEMS" >&2; exit 1 ;; esac
+done
 
 # InfluxDB 1.6.7 and VictoriaMetrics from Debian. The packages enable and
 # start services: a policy-rc.d keeps them from starting, and they are
 # stopped and disabled in case a service manager started them anyway.
-if ! command -v influxd >/dev/null || ! command -v victoria-metrics >/dev/null; then
+if { runs influxdb && ! command -v influxd >/dev/null; } ||
+  { runs victoriametrics && ! command -v victoria-metrics >/dev/null; }; then
   apt-get update -qq
   had_policy=0; [ -e /usr/sbin/policy-rc.d ] && had_policy=1
   [ $had_policy = 1 ] || { printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
@@ -146,9 +189,10 @@ bench() {
   rm -rf "$dir"
 }
 
-# get LABEL KEY [ROUND]: the values of KEY in LABEL's results.
+# get LABEL KEY [ROUND]: the values of KEY in LABEL's results (none when
+# LABEL did not run).
 get() {
-  grep "^$1 round=${3:-[0-9]*} " "$OUT" | tr ' ' '\n' | grep "^$2=" | cut -d= -f2
+  { grep "^$1 round=${3:-[0-9]*} " "$OUT" || true; } | tr ' ' '\n' | { grep "^$2=" || true; } | cut -d= -f2
 }
 
 median() {
@@ -159,6 +203,9 @@ med() { get "$1" "$2" | median; }
 
 ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "na" || b == "na" || b == 0) print "na"; else printf "%.2f", a / b }'; }
 
+# times A B: A / B as "1.23x", or na.
+times() { local r; r=$(ratio "$1" "$2"); if [ "$r" = na ]; then echo na; else echo "${r}x"; fi; }
+
 half() { awk -v r="$1" 'BEGIN { printf "%.0f", r / 2 }'; }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ //'), $(free -g | awk '/Mem:/ { print $2 }') GiB"
@@ -166,46 +213,98 @@ echo "versions: $(influxd version 2>/dev/null | head -1); VictoriaMetrics $(dpkg
 echo "data: $DATA; load average: $(cut -d' ' -f1-3 /proc/loadavg); results: $OUT"
 
 for r in $(seq 1 "$ROUNDS"); do
-  for sys in ingestd influxdb victoriametrics; do
-    bench "http:$sys" "$r" "$sys" --file "$DATA" --mode http --concurrency "$CONCURRENCY" --batch-lines "$BATCH"
-  done
-  bench tcp:ingestd "$r" ingestd --file "$DATA" --mode tcp --connections "$CONNECTIONS"
-  bench decode "$r" none --file "$DATA" --mode decode
-  ri=$(get http:ingestd lines_per_s "$r" | head -1)
-  rx=$(get http:influxdb lines_per_s "$r" | head -1)
-  rv=$(get http:victoriametrics lines_per_s "$r" | head -1)
-  # Generated TSBS-shaped data, 10 hosts as in the file (too short for it).
-  lat=(--mode latency --latency-lines 1000 --latency-duration "${LATENCY_SECONDS}s" --scale 10)
-  bench latency:ingestd "$r" ingestd "${lat[@]}" --rate "$(half "${ri:-0}")"
-  bench latency:influxdb "$r" influxdb "${lat[@]}" --rate "$(half "${rx:-0}")"
-  bench latency:ingestd@influx "$r" ingestd "${lat[@]}" --rate "$(half "${rx:-0}")"
-  bench latency:victoriametrics "$r" victoriametrics "${lat[@]}" --rate "$(half "${rv:-0}")"
+  if has inorder; then
+    for sys in $SYSTEMS; do
+      bench "http:$sys" "$r" "$sys" "${LOAD[@]}" --mode http --concurrency "$CONCURRENCY" --batch-lines "$BATCH"
+    done
+    if runs ingestd; then
+      bench tcp:ingestd "$r" ingestd "${LOAD[@]}" --mode tcp --connections "$CONNECTIONS"
+      bench decode "$r" none "${LOAD[@]}" --mode decode
+    fi
+    ri=$(get http:ingestd lines_per_s "$r" | head -1)
+    rx=$(get http:influxdb lines_per_s "$r" | head -1)
+    rv=$(get http:victoriametrics lines_per_s "$r" | head -1)
+    # Generated TSBS-shaped data, 10 hosts as in the file (too short for it).
+    lat=(--mode latency --latency-lines 1000 --latency-duration "${LATENCY_SECONDS}s" --scale 10)
+    if runs ingestd; then bench latency:ingestd "$r" ingestd "${lat[@]}" --rate "$(half "${ri:-0}")"; fi
+    if runs influxdb; then bench latency:influxdb "$r" influxdb "${lat[@]}" --rate "$(half "${rx:-0}")"; fi
+    if runs ingestd && runs influxdb; then bench latency:ingestd@influx "$r" ingestd "${lat[@]}" --rate "$(half "${rx:-0}")"; fi
+    if runs victoriametrics; then bench latency:victoriametrics "$r" victoriametrics "${lat[@]}" --rate "$(half "${rv:-0}")"; fi
+  fi
+  if has concurrent; then
+    for w in $WRITERS; do
+      for sys in $SYSTEMS; do
+        bench "concurrent$w:$sys" "$r" "$sys" "${LOAD[@]}" --mode http --pattern concurrent --concurrency "$w" --batch-lines "$BATCH"
+      done
+    done
+  fi
+  if has resend; then
+    for sys in $SYSTEMS; do
+      bench "resend:$sys" "$r" "$sys" "${LOAD[@]}" --mode http --pattern resend --concurrency "$RESEND_WRITERS" --batch-lines "$BATCH"
+    done
+  fi
+  if has backfill; then
+    for sys in $SYSTEMS; do
+      bench "backfill:$sys" "$r" "$sys" "${LOAD[@]}" --mode http --pattern backfill --concurrency "$BACKFILL_WRITERS" --batch-lines "$BATCH"
+    done
+  fi
 done
+
+# row LABEL: one line of the medians table (skipped when LABEL did not run).
+row() {
+  local label=$1 lps v
+  grep -q "^$label round=" "$OUT" || return 0
+  v=$(get "$label" verified | sort | uniq -c | tr -s ' ' | tr '\n' ' ')
+  if [[ $label == latency:* ]]; then lps=$(med "$label" rate); else lps=$(med "$label" lines_per_s); fi
+  printf '%-28s %12s %8s %10s %10s %8s %10s %12s %s\n' "$label" "$lps" "$(med "$label" mb_per_s)" \
+    "$(med "$label" p50_ms)" "$(med "$label" p99_ms)" "$(med "$label" cpu_s)" "$(med "$label" rss_max_mib)" \
+    "$(med "$label" rss_hwm_mib)" "$v"
+}
+
+# ratios PREFIX [NAME]: ingestd against the others for the labels PREFIX:SYSTEM.
+ratios() {
+  local p=$1 i x v
+  i=$(med "$p:ingestd" lines_per_s); x=$(med "$p:influxdb" lines_per_s); v=$(med "$p:victoriametrics" lines_per_s)
+  printf '%-16s ingestd/InfluxDB %7s  ingestd/VictoriaMetrics %7s  p99 ms ingestd %s, InfluxDB %s, VictoriaMetrics %s\n' \
+    "${2:-$p}" "$(times "$i" "$x")" "$(times "$i" "$v")" "$(med "$p:ingestd" p99_ms)" "$(med "$p:influxdb" p99_ms)" \
+    "$(med "$p:victoriametrics" p99_ms)"
+}
 
 echo
 echo "== medians over $ROUNDS rounds"
-printf '%-28s %14s %10s %10s %10s %12s %12s\n' run lines/s MB/s p50_ms p99_ms rss_max_MiB verified
-# (latency runs: lines/s is the offered rate)
+printf '%-28s %12s %8s %10s %10s %8s %10s %12s %s\n' run lines/s MB/s p50_ms p99_ms cpu_s rss_max_MiB rss_hwm_MiB verified
+# (latency runs: lines/s is the offered rate; cpu_s: the server's user+system seconds over the measured ingest)
 for label in http:ingestd http:influxdb http:victoriametrics tcp:ingestd decode \
   latency:ingestd latency:influxdb latency:ingestd@influx latency:victoriametrics; do
-  v=$(get "$label" verified | sort | uniq -c | tr -s ' ' | tr '\n' ' ')
-  if [[ $label == latency:* ]]; then lps=$(med "$label" rate); else lps=$(med "$label" lines_per_s); fi
-  printf '%-28s %14s %10s %10s %10s %12s %12s\n' "$label" "$lps" "$(med "$label" mb_per_s)" \
-    "$(med "$label" p50_ms)" "$(med "$label" p99_ms)" "$(med "$label" rss_max_mib)" "$v"
+  row "$label"
 done
-echo "drain (ingestd, JSON pages of 10,000): $(med http:ingestd drain_rows_per_s) rows/s"
-max_rss=$(cat <(get http:ingestd rss_max_mib) <(get tcp:ingestd rss_max_mib) <(get latency:ingestd rss_max_mib) \
-  <(get latency:ingestd@influx rss_max_mib) <(get http:ingestd rss_hwm_mib) <(get tcp:ingestd rss_hwm_mib) | sort -g | tail -1)
+for p in $(for w in $WRITERS; do echo "concurrent$w"; done) resend backfill; do
+  for sys in ingestd influxdb victoriametrics; do row "$p:$sys"; done
+done
+max_rss=$(cut -d' ' -f3- "$OUT" | tr ' ' '\n' | grep -E '^rss_(max|hwm)_mib=' | cut -d= -f2 | sort -g | tail -1)
+ingestd_rss=$(grep -E '^[a-z0-9@]+:ingestd(@influx)? ' "$OUT" | tr ' ' '\n' | grep -E '^rss_(max|hwm)_mib=' | cut -d= -f2 | sort -g | tail -1)
 
 echo
-echo "== targets (medians; each ratio from figures of the same run)"
-hi=$(med http:ingestd lines_per_s); hx=$(med http:influxdb lines_per_s); hv=$(med http:victoriametrics lines_per_s)
-echo "HTTP ingest ingestd / InfluxDB 1.6.7:     $(ratio "$hi" "$hx")x  (target >= 3)"
-echo "HTTP ingest ingestd / VictoriaMetrics:    $(ratio "$hi" "$hv")x  (stretch >= 1)"
-echo "TCP ingest / single-core decode:          $(ratio "$(med tcp:ingestd lines_per_s)" "$(med decode lines_per_s)")  (target >= 0.60)"
-echo "drain rows/s:                             $(med http:ingestd drain_rows_per_s)  (target >= 1000000)"
-echo "204 p99 at half peak, ingestd:            $(med latency:ingestd p99_ms) ms  (target <= 10)"
-echo "204 p99 at half peak, InfluxDB:           $(med latency:influxdb p99_ms) ms  (ingestd <= this)"
-echo "204 p99 at InfluxDB's rate, ingestd:      $(med latency:ingestd@influx p99_ms) ms"
-echo "latency runs' pacer lateness (harness without CPU), median of maxima: ingestd $(med latency:ingestd pacer_late_ms) ms, InfluxDB $(med latency:influxdb pacer_late_ms) ms"
-echo "ingestd peak RSS (VmRSS sampled, VmHWM):  $max_rss MiB  (target <= 512)"
+echo "== ratios per pattern (medians; lines/s of the measured pass)"
+if has inorder; then ratios http inorder; fi
+if has concurrent; then for w in $WRITERS; do ratios "concurrent$w"; done; fi
+if has resend; then ratios resend; fi
+if has backfill; then ratios backfill; fi
+if has resend; then
+  echo "drain after resend (ingestd, both loads, JSON pages of 10,000): $(med resend:ingestd drain_rows_per_s) rows/s  (target >= 500000)"
+fi
+echo "peak RSS over every run: ingestd ${ingestd_rss:-na} MiB (target <= 512), any system ${max_rss:-na} MiB"
+
+if has inorder; then
+  echo
+  echo "== in-order targets (medians; each ratio from figures of the same run)"
+  hi=$(med http:ingestd lines_per_s); hx=$(med http:influxdb lines_per_s); hv=$(med http:victoriametrics lines_per_s)
+  echo "HTTP ingest ingestd / InfluxDB 1.6.7:     $(ratio "$hi" "$hx")x  (target >= 3)"
+  echo "HTTP ingest ingestd / VictoriaMetrics:    $(ratio "$hi" "$hv")x  (stretch >= 1)"
+  echo "TCP ingest / single-core decode:          $(ratio "$(med tcp:ingestd lines_per_s)" "$(med decode lines_per_s)")  (target >= 0.60)"
+  echo "drain rows/s:                             $(med http:ingestd drain_rows_per_s)  (target >= 1000000)"
+  echo "204 p99 at half peak, ingestd:            $(med latency:ingestd p99_ms) ms  (target <= 10)"
+  echo "204 p99 at half peak, InfluxDB:           $(med latency:influxdb p99_ms) ms  (ingestd <= this)"
+  echo "204 p99 at InfluxDB's rate, ingestd:      $(med latency:ingestd@influx p99_ms) ms"
+  echo "latency runs' pacer lateness (harness without CPU), median of maxima: ingestd $(med latency:ingestd pacer_late_ms) ms, InfluxDB $(med latency:influxdb pacer_late_ms) ms"
+fi
