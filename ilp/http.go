@@ -101,10 +101,9 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 			fmt.Sprintf("unsupported Content-Encoding %q: send identity or gzip", enc), 0)
 		return
 	}
+	// The buffer grows as bytes arrive, never by the declared
+	// Content-Length: a client could declare 32 MiB and send nothing.
 	var buf bytes.Buffer
-	if r.ContentLength > 0 && r.ContentLength <= in.cfg.MaxBodyBytes {
-		buf.Grow(int(r.ContentLength))
-	}
 	n, err := buf.ReadFrom(io.LimitReader(body, in.cfg.MaxBodyBytes+1))
 	if err != nil {
 		msg := "read body: " + err.Error()
