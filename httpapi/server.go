@@ -25,10 +25,11 @@ const (
 	DefaultBodyMinBytesPerSecond = 16 << 10
 	DefaultIdleTimeout           = 2 * time.Minute
 	DefaultMaxHeaderBytes        = 64 << 10
+	DefaultDrainMaxPageBytes     = 16 << 20
 )
 
 // Config bounds what HTTP clients can hold: connections, time per request
-// phase and header bytes.
+// phase, header bytes and the bytes of a drain page.
 type Config struct {
 	// MaxConns caps open HTTP connections. A connection accepted at the
 	// cap closes the longest-idle keep-alive connection to make room; when
@@ -49,6 +50,9 @@ type Config struct {
 	IdleTimeout time.Duration
 	// MaxHeaderBytes caps a request's line and headers (431 past it).
 	MaxHeaderBytes int
+	// DrainMaxPageBytes ends a drain page before the row that would take
+	// its rows past this many bytes (Options.MaxPageBytes).
+	DrainMaxPageBytes int
 }
 
 // DefaultConfig returns the defaults.
@@ -60,6 +64,7 @@ func DefaultConfig() Config {
 		BodyMinBytesPerSecond: DefaultBodyMinBytesPerSecond,
 		IdleTimeout:           DefaultIdleTimeout,
 		MaxHeaderBytes:        DefaultMaxHeaderBytes,
+		DrainMaxPageBytes:     DefaultDrainMaxPageBytes,
 	}
 }
 
@@ -71,6 +76,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.BodyMinBytesPerSecond, "http-body-min-bytes-per-second", c.BodyMinBytesPerSecond, "slowest average rate in bytes per second a request body may arrive at past --http-body-timeout")
 	fs.DurationVar(&c.IdleTimeout, "http-idle-timeout", c.IdleTimeout, "close a keep-alive HTTP connection idle this long")
 	fs.IntVar(&c.MaxHeaderBytes, "http-max-header-bytes", c.MaxHeaderBytes, "largest request line and headers in bytes (431 past it)")
+	fs.IntVar(&c.DrainMaxPageBytes, "drain-max-page-bytes", c.DrainMaxPageBytes, "a drain page ends before the row that would take its rows past this many bytes (a page holds at least one row)")
 }
 
 // Validate reports the first invalid setting.
@@ -88,6 +94,8 @@ func (c *Config) Validate() error {
 		return errors.New("httpapi: --http-idle-timeout must be positive")
 	case c.MaxHeaderBytes < 1:
 		return errors.New("httpapi: --http-max-header-bytes must be positive")
+	case c.DrainMaxPageBytes < 1:
+		return errors.New("httpapi: --drain-max-page-bytes must be positive")
 	}
 	return nil
 }

@@ -278,6 +278,7 @@ func TestServerConfigValidate(t *testing.T) {
 		{"body rate", func(c *Config) { c.BodyMinBytesPerSecond = 0 }, "--http-body-min-bytes-per-second"},
 		{"idle timeout", func(c *Config) { c.IdleTimeout = 0 }, "--http-idle-timeout"},
 		{"header bytes", func(c *Config) { c.MaxHeaderBytes = 0 }, "--http-max-header-bytes"},
+		{"drain page bytes", func(c *Config) { c.DrainMaxPageBytes = 0 }, "--drain-max-page-bytes"},
 	}
 	def := DefaultConfig()
 	require.NoError(t, def.Validate())

@@ -2,10 +2,12 @@ package main
 
 import (
 	"bufio"
+	"encoding/json"
 	"io"
 	"net"
 	"net/http"
 	"net/url"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -63,4 +65,88 @@ func TestSlowWriteBody(t *testing.T) {
 	v, ok := sampleValue(scrapeMetrics(t, d), "ingestd_http_connections_closed_total", map[string]string{"reason": "body_timeout"})
 	require.True(t, ok)
 	require.Equal(t, 1.0, v)
+}
+
+// TestDrainPageBytes checks --drain-max-page-bytes: in every format a page
+// ends before the row that would take its rows past the bound (a row
+// bigger than the bound comes alone), next is the page's last x_seq and
+// more is true, and following next returns every fragment exactly once,
+// in order.
+func TestDrainPageBytes(t *testing.T) {
+	const maxBytes, n = 300, 60
+	cfg := testConfig(t.TempDir())
+	cfg.http.DrainMaxPageBytes = maxBytes
+	d := startDaemon(t, cfg)
+	c := newClient(t, d)
+	c.createSyncTable(t, "pb")
+	var lp strings.Builder
+	for i := 1; i <= n; i++ {
+		s := "x"
+		if i == 30 {
+			s = strings.Repeat("y", 2*maxBytes) // one row over the bound
+		}
+		lp.WriteString("pb,host=h" + strconv.Itoa(i) + " v=" + strconv.Itoa(i) + ",s=\"" + s + "\" " + strconv.Itoa(i) + "\n")
+	}
+	c.mustWrite(t, lp.String())
+
+	for _, format := range []string{"json", "ndjson", "lp"} {
+		t.Run(format, func(t *testing.T) {
+			var after uint64
+			seen := 0
+			for pages := 0; ; pages++ {
+				require.Less(t, pages, n, "the drain does not end")
+				q := url.Values{"table": {"pb"}, "after": {strconv.FormatUint(after, 10)}, "limit": {"1000"}, "format": {format}}
+				var rows [][]byte
+				var next uint64
+				var more bool
+				if format == "json" {
+					pg, _ := c.drainOK(t, q)
+					for _, row := range pg.Rows {
+						b, err := json.Marshal(row)
+						require.NoError(t, err)
+						rows = append(rows, b)
+						require.Equal(t, strconv.Itoa(seen+len(rows)), string(row[len(row)-1]), "x_seq in order, once")
+					}
+					next, more = pg.Next, pg.More
+				} else {
+					r := c.drain(t, q)
+					require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+					for _, l := range strings.SplitAfter(string(r.Body), "\n") {
+						if l == "" {
+							continue
+						}
+						rows = append(rows, []byte(l))
+						want := `"x_seq":` + strconv.Itoa(seen+len(rows)) + "}"
+						if format == "lp" {
+							want = "v=" + strconv.Itoa(seen+len(rows)) + ","
+						}
+						require.Contains(t, l, want, "rows in order, once")
+					}
+					var err error
+					next, err = strconv.ParseUint(r.Header.Get("Ingestd-Next"), 10, 64)
+					require.NoError(t, err)
+					more = r.Header.Get("Ingestd-More") == "true"
+				}
+				require.NotEmpty(t, rows, "a page holds at least one row")
+				size := 0
+				for _, b := range rows {
+					size += len(b)
+				}
+				if len(rows) > 1 {
+					require.LessOrEqual(t, size, maxBytes+len(rows), "page of %d rows", len(rows))
+				}
+				seen += len(rows)
+				if seen < n {
+					require.True(t, more)
+					require.Equal(t, uint64(seen), next, "next is the page's last x_seq")
+				} else {
+					require.False(t, more)
+					require.Equal(t, uint64(n), next)
+					break
+				}
+				after = next
+			}
+			require.Equal(t, n, seen)
+		})
+	}
 }

@@ -183,7 +183,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 	api := httpapi.New(httpapi.Options{
 		Feed: seq, WriteV1: in.HandlerV1(), WriteV2: in.HandlerV2(),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-		APISpec: ingestd.APISpec(), Logger: logger,
+		APISpec: ingestd.APISpec(), Logger: logger, MaxPageBytes: cfg.http.DrainMaxPageBytes,
 	}, reg)
 	srv, err := httpapi.NewServer(cfg.http, api, logger, reg)
 	if err != nil {
