@@ -37,7 +37,7 @@ type Page struct {
 	Table     string
 	Epoch     uint64
 	After     uint64
-	Next      uint64 // where the client resumes: last x_seq of a full page, else Watermark
+	Next      uint64 // where the client resumes: last x_seq of a full page (Limit rows, or ended by ErrPageFull), else Watermark
 	Seq       uint64
 	Watermark uint64
 	More      bool // Next < Watermark
@@ -51,7 +51,10 @@ type Page struct {
 // cols and vals are valid only during the call. Refusals are *RefusalError wrapping ErrSyncOff, ErrStaleEpoch or
 // ErrCursorBeyondSequence (checked in that order); an unknown table is
 // ErrTableNotFound, an unknown column ErrUnknownColumn, a bad limit
-// ErrInvalidLimit. Safe for concurrent use; never blocks the sequencer.
+// ErrInvalidLimit. visit may return ErrPageFull to end the page before the
+// row it was called with (Next is then the last x_seq of the page); any
+// other error of visit ends the Drain with it. Safe for concurrent use;
+// never blocks the sequencer.
 func (s *Sequencer) Drain(ctx context.Context, req DrainRequest, visit func(cols []Column, vals []Value) error) (Page, error) {
 	pg, err := s.drain(ctx, req, visit)
 	outcome := "ok"
@@ -129,20 +132,27 @@ func (s *Sequencer) readPage(ctx context.Context, req DrainRequest, p *published
 	pg := Page{Table: req.Table, Epoch: p.epoch, After: req.After, Seq: p.seq, Watermark: p.watermark, Columns: cols}
 	vals := make([]Value, len(cols))
 	last := req.After
+	full := false // visit ended the page before the limit
 	err = s.st.ReadSeq(p.tid, req.After, p.watermark, req.Limit, func(r *store.Row) error {
 		proj.fill(vals, p, r)
-		last = r.Seq
-		pg.Rows++
-		if pg.Rows%1024 == 0 && ctx.Err() != nil {
+		if pg.Rows > 0 && pg.Rows%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return visit(cols, vals)
+		if err := visit(cols, vals); err != nil {
+			if errors.Is(err, ErrPageFull) && pg.Rows > 0 {
+				full = true
+			}
+			return err
+		}
+		last = r.Seq
+		pg.Rows++
+		return nil
 	})
-	if err != nil {
+	if err != nil && !full {
 		return Page{}, err
 	}
 	pg.Next = p.watermark
-	if pg.Rows == req.Limit {
+	if pg.Rows == req.Limit || full {
 		pg.Next = last
 	}
 	pg.More = pg.Next < p.watermark

@@ -755,3 +755,41 @@ func TestDrainConcurrentWriters(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainPageFull checks ErrPageFull from a visit function: the page
+// ends before that row (Next is the last x_seq returned, More is true) and
+// the next page starts with it; on a page's first row it fails the Drain.
+func TestDrainPageFull(t *testing.T) {
+	h := openHarness(t, t.TempDir(), DefaultConfig())
+	defer h.close()
+	_, _, err := h.s.CreateTable(context.Background(), "t", true)
+	require.NoError(t, err)
+	for n := 1; n <= 5; n++ {
+		mustAppend(t, h.s, pt("t", int64(n), nil, fld("v", iv(int64(n)))))
+	}
+	drain := func(after uint64, rows int) ([]uint64, Page, error) {
+		var seqs []uint64
+		pg, err := h.s.Drain(context.Background(), DrainRequest{Table: "t", After: after, Limit: 10, Columns: []string{"x_seq"}},
+			func(_ []Column, vals []Value) error {
+				if len(seqs) == rows {
+					return ErrPageFull
+				}
+				seqs = append(seqs, vals[0].Num)
+				return nil
+			})
+		return seqs, pg, err
+	}
+	seqs, pg, err := drain(0, 2)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{1, 2}, seqs)
+	require.Equal(t, 2, pg.Rows)
+	require.Equal(t, uint64(2), pg.Next)
+	require.True(t, pg.More)
+	seqs, pg, err = drain(pg.Next, 10)
+	require.NoError(t, err)
+	require.Equal(t, []uint64{3, 4, 5}, seqs)
+	require.Equal(t, uint64(5), pg.Next)
+	require.False(t, pg.More)
+	_, _, err = drain(0, 0)
+	require.ErrorIs(t, err, ErrPageFull)
+}

@@ -29,6 +29,12 @@ var (
 	ErrInvalidLimit = errors.New("feed: invalid limit")
 	// ErrInvalidTableName is returned for an empty or reserved table name.
 	ErrInvalidTableName = errors.New("feed: invalid table name")
+	// ErrPageFull is not returned by Drain: a Drain visit function returns
+	// it to end the page before the row it was called with (the caller's
+	// page is full, e.g. in bytes). That row is not part of the page: the
+	// page's Next is the x_seq of the row before it, so the next page
+	// starts with it. Returned for the first row it fails the Drain.
+	ErrPageFull = errors.New("feed: page full")
 	// ErrClosed is returned once the sequencer has stopped.
 	ErrClosed = errors.New("feed: sequencer stopped")
 	// ErrFieldTypeConflict rejects a field whose type differs from the

@@ -91,7 +91,8 @@ var errNoFieldForLP = errors.New("format=lp needs at least one field column with
 // drain serves GET /drain (SPEC §6): one page as JSON (envelope and rows),
 // NDJSON (one object per row) or line protocol (one line per fragment,
 // nanosecond timestamps, no x_ keys); the last two carry the envelope in
-// Ingestd-* headers.
+// Ingestd-* headers. The page ends before the row that would take its
+// rows past Options.MaxPageBytes (one row at least).
 func (a *API) drain(w http.ResponseWriter, r *http.Request) {
 	req, format, tf, ok := drainParams(w, r)
 	if !ok {
@@ -102,6 +103,7 @@ func (a *API) drain(w http.ResponseWriter, r *http.Request) {
 	defer func() { a.releasePageBuf(enc.buf) }()
 	rows := 0
 	pg, err := a.opts.Feed.Drain(r.Context(), req, func(cols []feed.Column, vals []feed.Value) error {
+		mark := len(enc.buf)
 		switch format {
 		case formatJSON:
 			if rows > 0 {
@@ -114,6 +116,11 @@ func (a *API) drain(w http.ResponseWriter, r *http.Request) {
 			if !enc.line(req.Table, cols, vals) {
 				return errNoFieldForLP
 			}
+		}
+		if rows > 0 && len(enc.buf) > a.maxPageBytes {
+			// The page ends before this row; the next one starts with it.
+			enc.buf = enc.buf[:mark]
+			return feed.ErrPageFull
 		}
 		rows++
 		return nil

@@ -60,6 +60,10 @@ type Options struct {
 	// APISpec is served at GET /api.yaml.
 	APISpec []byte
 	Logger  *slog.Logger
+	// MaxPageBytes ends a drain page before the row that would take its
+	// rows past this many bytes (a page holds at least one row, whatever
+	// its size); 0 means DefaultDrainMaxPageBytes.
+	MaxPageBytes int
 }
 
 // API is the HTTP surface. SetReady toggles /health between 200 and 503;
@@ -72,6 +76,8 @@ type API struct {
 	m        *metrics
 	stopping chan struct{}
 	stopOnce sync.Once
+	// maxPageBytes is Options.MaxPageBytes, the default applied.
+	maxPageBytes int
 	// pageBufs recycles drain and rows page buffers (*[]byte): a JSON page
 	// of 10,000 rows is a few MB, which growing anew for every request
 	// would copy about twice.
@@ -88,8 +94,11 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
+	if opts.MaxPageBytes <= 0 {
+		opts.MaxPageBytes = DefaultDrainMaxPageBytes
+	}
 	f := promauto.With(reg)
-	a := &API{opts: opts, logger: opts.Logger.With("component", "httpapi"), stopping: make(chan struct{}), m: &metrics{
+	a := &API{opts: opts, maxPageBytes: opts.MaxPageBytes, logger: opts.Logger.With("component", "httpapi"), stopping: make(chan struct{}), m: &metrics{
 		requests: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_http_requests_total", Help: "HTTP requests by route pattern and status code.",
 		}, []string{"route", "code"}),

@@ -14,6 +14,7 @@ const (
 	DefaultTCPBatchLines    = 10_000
 	DefaultTCPBatchBytes    = 4 << 20
 	DefaultTCPMaxConns      = 1024
+	DefaultTCPIdleTimeout   = 5 * time.Minute
 )
 
 // Config configures ILP ingest over HTTP and TCP.
@@ -34,8 +35,14 @@ type Config struct {
 	// this many bytes. With TCPBatchLines it bounds what one connection
 	// buffers while the sequencer is saturated (it then stops reading).
 	TCPBatchBytes int
-	// TCPMaxConns caps concurrent TCP connections; more are closed at once.
+	// TCPMaxConns caps concurrent TCP connections. A connection accepted
+	// at the cap makes room by closing the longest-idle one (which first
+	// commits every complete line it has read), so a new writer is never
+	// turned away.
 	TCPMaxConns int
+	// TCPIdleTimeout closes a connection that has sent no byte for this
+	// long (its complete lines were committed already). Must be positive.
+	TCPIdleTimeout time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -48,6 +55,7 @@ func DefaultConfig() Config {
 		TCPBatchLines:    DefaultTCPBatchLines,
 		TCPBatchBytes:    DefaultTCPBatchBytes,
 		TCPMaxConns:      DefaultTCPMaxConns,
+		TCPIdleTimeout:   DefaultTCPIdleTimeout,
 	}
 }
 
@@ -61,7 +69,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TCPFlushInterval, "tcp-flush-interval", c.TCPFlushInterval, "longest a TCP line waits before it is committed")
 	fs.IntVar(&c.TCPBatchLines, "ilp-tcp-batch-lines", c.TCPBatchLines, "TCP lines per batch handed to the sequencer")
 	fs.IntVar(&c.TCPBatchBytes, "ilp-tcp-batch-bytes", c.TCPBatchBytes, "bytes of TCP lines per batch handed to the sequencer (bounds a connection's buffer)")
-	fs.IntVar(&c.TCPMaxConns, "ilp-tcp-max-conns", c.TCPMaxConns, "most concurrent TCP connections")
+	fs.IntVar(&c.TCPMaxConns, "ilp-tcp-max-conns", c.TCPMaxConns, "most concurrent TCP connections; at the cap a new one closes the longest-idle one")
+	fs.DurationVar(&c.TCPIdleTimeout, "ilp-tcp-idle-timeout", c.TCPIdleTimeout, "close a TCP connection that has sent nothing for this long (must be positive)")
 }
 
 // Validate reports the first invalid setting.
@@ -83,6 +92,8 @@ func (c *Config) Validate() error {
 		return errors.New("ilp: --ilp-tcp-batch-bytes must be positive")
 	case c.TCPMaxConns < 1:
 		return errors.New("ilp: --ilp-tcp-max-conns must be positive")
+	case c.TCPIdleTimeout <= 0:
+		return errors.New("ilp: --ilp-tcp-idle-timeout must be positive")
 	}
 	return nil
 }

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"net/http"
+	"os"
 	"strconv"
 	"time"
 
@@ -24,6 +25,7 @@ const (
 	codeUnsupported   = "unsupported media type"
 	codeUnavailable   = "unavailable"
 	codeInternal      = "internal error"
+	codeTimeout       = "request timeout"
 )
 
 // HandlerV1 returns the InfluxDB 1.x write handler (POST /write: db, rp,
@@ -54,6 +56,14 @@ func writeError(w http.ResponseWriter, status int, code, msg string, line int) {
 	w.Header().Set("Content-Type", "application/json")
 	w.WriteHeader(status)
 	_ = json.NewEncoder(w).Encode(body)
+}
+
+// writeBodyTimeout answers a body cut off by the server's body deadline
+// (set by the HTTP server that serves the handler); the connection is
+// closed after it.
+func writeBodyTimeout(w http.ResponseWriter) {
+	writeError(w, http.StatusRequestTimeout, codeTimeout,
+		"request body arrived too slowly (--http-body-timeout, --http-body-min-bytes-per-second); nothing was written", 0)
 }
 
 // countingReader counts the bytes read through it.
@@ -91,6 +101,10 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 			w.WriteHeader(http.StatusNoContent) // an empty gzip body is an empty write
 			return
 		}
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			writeBodyTimeout(w)
+			return
+		}
 		if err != nil {
 			writeError(w, http.StatusBadRequest, codeInvalid, "corrupt gzip body: "+err.Error(), 0)
 			return
@@ -101,11 +115,14 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 			fmt.Sprintf("unsupported Content-Encoding %q: send identity or gzip", enc), 0)
 		return
 	}
+	// The buffer grows as bytes arrive, never by the declared
+	// Content-Length: a client could declare 32 MiB and send nothing.
 	var buf bytes.Buffer
-	if r.ContentLength > 0 && r.ContentLength <= in.cfg.MaxBodyBytes {
-		buf.Grow(int(r.ContentLength))
-	}
 	n, err := buf.ReadFrom(io.LimitReader(body, in.cfg.MaxBodyBytes+1))
+	if errors.Is(err, os.ErrDeadlineExceeded) {
+		writeBodyTimeout(w)
+		return
+	}
 	if err != nil {
 		msg := "read body: " + err.Error()
 		if body != io.Reader(wire) {

@@ -5,9 +5,12 @@ import (
 	"context"
 	"encoding/json"
 	"io"
+	"net"
 	"net/http"
 	"net/http/httptest"
+	"runtime"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -590,4 +593,83 @@ func TestRetryAfter(t *testing.T) {
 			require.Equal(t, tt.want, retryAfter(tt.d))
 		})
 	}
+}
+
+// readSignal calls read once, after the first Read that returns bytes.
+type readSignal struct {
+	io.ReadCloser
+	once sync.Once
+	read func()
+}
+
+func (s *readSignal) Read(p []byte) (int, error) {
+	n, err := s.ReadCloser.Read(p)
+	if n > 0 {
+		s.once.Do(s.read)
+	}
+	return n, err
+}
+
+// TestHTTPWriteContentLengthLie checks that a body's buffer grows as its
+// bytes arrive: requests declaring 32 MiB and sending a few bytes make the
+// server allocate far less than what they declare, and each is answered
+// 400 once its client goes away.
+func TestHTTPWriteContentLengthLie(t *testing.T) {
+	const conns = 8
+	in, err := New(DefaultConfig(), &stuckAppender{}, time.Second, nil, nil)
+	require.NoError(t, err)
+	reading := make(chan struct{}, conns)
+	statuses := make(chan int, conns)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		r.Body = &readSignal{ReadCloser: r.Body, read: func() { reading <- struct{}{} }}
+		sw := &statusRecorder{ResponseWriter: w}
+		in.HandlerV1().ServeHTTP(sw, r)
+		statuses <- sw.status
+	}))
+	t.Cleanup(srv.Close)
+
+	var before, after runtime.MemStats
+	runtime.ReadMemStats(&before)
+	cs := make([]net.Conn, 0, conns)
+	for range conns {
+		c, err := net.Dial("tcp", srv.Listener.Addr().String())
+		require.NoError(t, err)
+		t.Cleanup(func() { _ = c.Close() })
+		_, err = io.WriteString(c, "POST /write HTTP/1.1\r\nHost: x\r\nContent-Length: 33554432\r\n\r\ncpu v=1 1\n")
+		require.NoError(t, err)
+		cs = append(cs, c)
+	}
+	for range conns {
+		select {
+		case <-reading:
+		case <-time.After(10 * time.Second):
+			t.Fatal("the handlers did not start reading within 10s")
+		}
+	}
+	runtime.ReadMemStats(&after)
+	declared := uint64(conns) * 32 << 20
+	allocated := after.TotalAlloc - before.TotalAlloc
+	require.Less(t, allocated, declared/16, "allocated %d bytes for bodies declaring %d", allocated, declared)
+	for _, c := range cs {
+		require.NoError(t, c.Close())
+	}
+	for range conns {
+		select {
+		case st := <-statuses:
+			require.Equal(t, http.StatusBadRequest, st)
+		case <-time.After(10 * time.Second):
+			t.Fatal("the handlers did not return within 10s of their clients leaving")
+		}
+	}
+}
+
+// statusRecorder records the status a handler writes.
+type statusRecorder struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusRecorder) WriteHeader(code int) {
+	s.status = code
+	s.ResponseWriter.WriteHeader(code)
 }

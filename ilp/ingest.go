@@ -28,6 +28,9 @@ type Ingest struct {
 	m             *metrics
 	now           func() time.Time
 	logLimit      rateLimit
+	// acceptLog rate-limits the TCP listener's logs of failed accepts
+	// and evictions.
+	acceptLog rateLimit
 }
 
 // New returns an Ingest handing batches to app. submitTimeout bounds the
@@ -43,7 +46,7 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 	return &Ingest{
 		cfg: cfg, app: app, submitTimeout: submitTimeout,
 		logger: logger.With("component", "ilp"), m: newMetrics(reg), now: time.Now,
-		logLimit: rateLimit{every: time.Second},
+		logLimit: rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},
 	}, nil
 }
 

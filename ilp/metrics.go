@@ -15,11 +15,20 @@ const (
 	transportTCP  = "tcp"
 )
 
+// Reasons the TCP listener closes a connection itself, the closed label
+// set of ingestd_ilp_tcp_connections_closed_total.
+const (
+	closedIdleTimeout = "idle_timeout"
+	closedEvicted     = "evicted"
+)
+
 type metrics struct {
-	lines    *prometheus.CounterVec
-	bytes    *prometheus.CounterVec
-	rejected *prometheus.CounterVec
-	conns    prometheus.Gauge
+	lines        *prometheus.CounterVec
+	bytes        *prometheus.CounterVec
+	rejected     *prometheus.CounterVec
+	conns        prometheus.Gauge
+	closed       *prometheus.CounterVec
+	acceptErrors prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -37,6 +46,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		conns: f.NewGauge(prometheus.GaugeOpts{
 			Name: "ingestd_ilp_tcp_connections", Help: "Open ILP TCP connections.",
 		}),
+		closed: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ingestd_ilp_tcp_connections_closed_total",
+			Help: "ILP TCP connections the server closed, by reason: idle_timeout (nothing sent for --ilp-tcp-idle-timeout), evicted (the longest-idle one, to make room at --ilp-tcp-max-conns).",
+		}, []string{"reason"}),
+		acceptErrors: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_ilp_tcp_accept_errors_total",
+			Help: "Failed accepts on the ILP TCP listener (e.g. out of file descriptors), each retried after a backoff.",
+		}),
+	}
+	for _, r := range []string{closedIdleTimeout, closedEvicted} {
+		m.closed.WithLabelValues(r)
 	}
 	for _, t := range []string{transportHTTP, transportTCP} {
 		m.lines.WithLabelValues(t)

@@ -7,59 +7,131 @@ import (
 	"net"
 	"os"
 	"sync"
+	"sync/atomic"
+	"syscall"
 	"time"
 
 	"github.com/ingestd/ingestd/feed"
 )
 
-// tcpShutdownRead is how long a connection goes on reading at shutdown, so
-// that lines its peer has already sent are committed too.
+// tcpShutdownRead is how long a connection goes on reading at shutdown or
+// when it is evicted, so that lines its peer has already sent are
+// committed too.
 const tcpShutdownRead = 100 * time.Millisecond
+
+// Backoff of the accept loop after a failed accept (as net/http's Serve):
+// from acceptBackoffMin, doubling, at most acceptBackoffMax.
+const (
+	acceptBackoffMin = 5 * time.Millisecond
+	acceptBackoffMax = time.Second
+)
+
+// retryableAccept reports whether a failed accept may succeed later: out
+// of file descriptors (EMFILE, ENFILE) or kernel memory, or a connection
+// reset before it was accepted.
+func retryableAccept(err error) bool {
+	for _, e := range []syscall.Errno{syscall.EMFILE, syscall.ENFILE, syscall.ENOBUFS, syscall.ENOMEM, syscall.ECONNABORTED} {
+		if errors.Is(err, e) {
+			return true
+		}
+	}
+	return false
+}
+
+// nextBackoff is the wait after one more failed accept in a row; d is the
+// previous wait (0 after a success).
+func nextBackoff(d time.Duration) time.Duration {
+	if d == 0 {
+		return acceptBackoffMin
+	}
+	return min(2*d, acceptBackoffMax)
+}
+
+// tcpSlot is one accepted connection as the accept loop sees it.
+type tcpSlot struct {
+	c net.Conn
+	// lastRead is when the connection last delivered bytes (or was
+	// accepted), in Unix nanoseconds.
+	lastRead atomic.Int64
+	// evicted is set (once) when the accept loop closes the connection to
+	// make room; serveConn then reads for tcpShutdownRead and closes.
+	evicted atomic.Bool
+}
 
 // ServeTCP accepts newline-delimited ILP on ln until ctx ends (SPEC §3.2).
 // Lines are handed to the sequencer at least every TCPFlushInterval or
 // when TCPBatchLines or TCPBatchBytes accumulate; bad lines are dropped, counted and logged
 // (rate-limited, with peer and line number) and the connection stays open.
 // While the sequencer is saturated a connection stops reading (TCP flow
-// control). When ctx ends it closes ln, reads for tcpShutdownRead more
-// what the peers have already sent, commits every complete line read and
-// returns once every connection is closed.
+// control). A connection that sends nothing for TCPIdleTimeout is closed.
+// At TCPMaxConns open connections a new one is accepted and the
+// longest-idle one is evicted: like a connection at shutdown it reads for
+// tcpShutdownRead more what its peer has sent, commits every complete line
+// and closes. A failed accept that may succeed later (EMFILE, ENFILE) is
+// retried after a backoff of 5 ms doubling up to 1 s. When ctx ends it
+// closes ln, lets every connection read what the peers have already sent
+// for tcpShutdownRead, commits every complete line read and returns once
+// every connection is closed. It returns nil after ctx ends, else the
+// listener's error.
 func (in *Ingest) ServeTCP(ctx context.Context, ln net.Listener) error {
 	var wg sync.WaitGroup
-	var mu sync.Mutex // guards conns
-	conns := map[net.Conn]struct{}{}
+	var mu sync.Mutex // guards conns and live
+	conns := map[*tcpSlot]struct{}{}
+	live := 0 // connections in conns not evicted
 	stop := context.AfterFunc(ctx, func() {
 		_ = ln.Close()
 		mu.Lock()
 		defer mu.Unlock()
-		for c := range conns {
+		for s := range conns {
 			// Wake blocked reads; each connection then flushes and closes.
-			_ = c.SetReadDeadline(time.Unix(1, 0))
+			_ = s.c.SetReadDeadline(time.Unix(1, 0))
 		}
 	})
 	defer stop()
-	var err error
+	var (
+		err   error
+		delay time.Duration
+	)
 	for {
 		var c net.Conn
 		c, err = ln.Accept()
 		if err != nil {
-			break
-		}
-		mu.Lock()
-		if len(conns) >= in.cfg.TCPMaxConns {
-			mu.Unlock()
-			in.logger.Warn("tcp connection refused", "peer", c.RemoteAddr().String(), "max_conns", in.cfg.TCPMaxConns)
-			_ = c.Close()
+			if ctx.Err() != nil || !retryableAccept(err) {
+				break
+			}
+			in.m.acceptErrors.Inc()
+			delay = nextBackoff(delay)
+			if ok, suppressed := in.acceptLog.allow(time.Now()); ok {
+				in.logger.Warn("tcp accept failed; retrying", "err", err, "retry_in", delay, "suppressed", suppressed)
+			}
+			t := time.NewTimer(delay)
+			select {
+			case <-t.C:
+			case <-ctx.Done():
+				t.Stop()
+			}
 			continue
 		}
-		conns[c] = struct{}{}
+		delay = 0
+		s := &tcpSlot{c: c}
+		s.lastRead.Store(time.Now().UnixNano())
+		mu.Lock()
+		if live >= in.cfg.TCPMaxConns {
+			in.evictLocked(conns)
+			live--
+		}
+		conns[s] = struct{}{}
+		live++
 		mu.Unlock()
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			in.serveConn(ctx, c)
+			in.serveConn(ctx, s)
 			mu.Lock()
-			delete(conns, c)
+			delete(conns, s)
+			if !s.evicted.Load() {
+				live--
+			}
 			mu.Unlock()
 		}()
 	}
@@ -68,6 +140,27 @@ func (in *Ingest) ServeTCP(ctx context.Context, ln net.Listener) error {
 		return nil
 	}
 	return err
+}
+
+// evictLocked closes the longest-idle connection of conns not already
+// evicted (there is one: the caller found as many as the cap). ServeTCP's
+// mu must be held.
+func (in *Ingest) evictLocked(conns map[*tcpSlot]struct{}) {
+	var victim *tcpSlot
+	for s := range conns {
+		if !s.evicted.Load() && (victim == nil || s.lastRead.Load() < victim.lastRead.Load()) {
+			victim = s
+		}
+	}
+	victim.evicted.Store(true)
+	// Wake its read; serveConn sees evicted after setting its own deadline.
+	_ = victim.c.SetReadDeadline(time.Unix(1, 0))
+	in.m.closed.WithLabelValues(closedEvicted).Inc()
+	idle := time.Since(time.Unix(0, victim.lastRead.Load()))
+	if ok, suppressed := in.acceptLog.allow(time.Now()); ok {
+		in.logger.Warn("tcp connection evicted to make room", "peer", victim.c.RemoteAddr().String(),
+			"idle", idle, "max_conns", in.cfg.TCPMaxConns, "suppressed", suppressed)
+	}
 }
 
 // tcpConn is one connection's reader state.
@@ -83,7 +176,8 @@ type tcpConn struct {
 	flushAt    time.Time
 }
 
-func (in *Ingest) serveConn(srvCtx context.Context, c net.Conn) {
+func (in *Ingest) serveConn(srvCtx context.Context, s *tcpSlot) {
+	c := s.c
 	in.m.conns.Inc()
 	defer in.m.conns.Dec()
 	defer func() { _ = c.Close() }()
@@ -93,7 +187,7 @@ func (in *Ingest) serveConn(srvCtx context.Context, c net.Conn) {
 	tc := &tcpConn{in: in, c: c, peer: c.RemoteAddr().String(), parser: NewParser(in.cfg.Limits), batch: &feed.Batch{}}
 	var (
 		lr      = newLineReader(in.cfg.Limits.MaxLineBytes)
-		drainBy time.Time // at shutdown: when to stop reading
+		drainBy time.Time // at shutdown or eviction: when to stop reading
 	)
 	tooLong := func(no int) {
 		tc.reject(&ParseError{Line: no, Reason: ReasonLineTooLong, Err: errLineTooLong(in.cfg.Limits.MaxLineBytes)})
@@ -101,6 +195,7 @@ func (in *Ingest) serveConn(srvCtx context.Context, c net.Conn) {
 	for {
 		deadline := time.Time{}
 		reap := false // on timeout, wait for the batch in flight
+		idle := false // on timeout, close if idle for TCPIdleTimeout
 		switch {
 		case !drainBy.IsZero():
 			deadline = drainBy
@@ -109,12 +204,14 @@ func (in *Ingest) serveConn(srvCtx context.Context, c net.Conn) {
 		case tc.pending != nil:
 			// Idle with a batch in flight: wake to count its outcome.
 			deadline, reap = time.Now().Add(in.cfg.TCPFlushInterval), true
+		default:
+			deadline, idle = time.Unix(0, s.lastRead.Load()).Add(in.cfg.TCPIdleTimeout), true
 		}
 		_ = c.SetReadDeadline(deadline)
-		// After setting the deadline: ServeTCP's shutdown sets it too.
-		if srvCtx.Err() != nil {
+		// After setting the deadline: shutdown and eviction set it too.
+		if srvCtx.Err() != nil || s.evicted.Load() {
 			if drainBy.IsZero() {
-				// Shutting down: read what the peer has already sent.
+				// Read what the peer has already sent.
 				drainBy = time.Now().Add(tcpShutdownRead)
 				continue
 			}
@@ -123,6 +220,9 @@ func (in *Ingest) serveConn(srvCtx context.Context, c net.Conn) {
 			}
 		}
 		n, err := c.Read(lr.spare())
+		if n > 0 {
+			s.lastRead.Store(time.Now().UnixNano())
+		}
 		in.m.bytes.WithLabelValues(transportTCP).Add(float64(n))
 		now := in.now()
 		// Hand every complete line to the parser; keep the partial one.
@@ -139,6 +239,11 @@ func (in *Ingest) serveConn(srvCtx context.Context, c net.Conn) {
 				if reap && !tc.wait(ctx) {
 					return
 				}
+				if idle && n == 0 && !time.Now().Before(deadline) && drainBy.IsZero() && srvCtx.Err() == nil && !s.evicted.Load() {
+					in.m.closed.WithLabelValues(closedIdleTimeout).Inc()
+					in.logger.Debug("tcp connection idle; closed", "peer", tc.peer, "idle_timeout", in.cfg.TCPIdleTimeout)
+					break // a partial line is dropped, as at EOF
+				}
 				continue
 			}
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
@@ -147,7 +252,8 @@ func (in *Ingest) serveConn(srvCtx context.Context, c net.Conn) {
 			break // a partial line at EOF is dropped (SPEC §3.2)
 		}
 	}
-	// Commit every complete line read, on EOF and on shutdown alike.
+	// Commit every complete line read, on EOF, shutdown, eviction and
+	// idle timeout alike.
 	tc.flush(ctx)
 	tc.wait(ctx)
 }

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -241,28 +242,141 @@ func TestTCP(t *testing.T) {
 	}
 }
 
-// TestTCPMaxConns checks that a connection past TCPMaxConns is closed at
-// once while the others go on.
+// TestTCPMaxConns checks that a connection accepted at TCPMaxConns makes
+// room by evicting the longest-idle connection, whose lines read before
+// are committed, and that the eviction is counted.
 func TestTCPMaxConns(t *testing.T) {
 	tests := []struct {
 		name string
 		max  int
+		// active are the connections (by dial order) that send a line
+		// after all are open; the longest-idle other one is evicted.
+		active []int
+		victim int
 	}{
-		{name: "one", max: 1},
-		{name: "two", max: 2},
+		{name: "one", max: 1, active: []int{0}, victim: 0},
+		{name: "two, the first idle longest", max: 2, active: []int{1}, victim: 0},
+		{name: "two, the second idle longest", max: 2, active: []int{0}, victim: 1},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			r := newRig(t, func(c *Config) { c.TCPMaxConns = tt.max }, "cpu")
-			for range tt.max {
-				r.dial()
+			cs := make([]net.Conn, tt.max)
+			for i := range cs {
+				cs[i] = r.dial()
+				eventually(t, 10*time.Second, func() bool { return r.tcpConns() == i+1 }, "connection to open")
 			}
-			eventually(t, 10*time.Second, func() bool { return r.tcpConns() == tt.max }, "connections to open")
+			var want []int
+			for _, i := range tt.active {
+				r.send(cs[i], tcpLine(i+1))
+				want = append(want, i+1)
+			}
 			extra := r.dial()
-			require.NoError(t, extra.SetReadDeadline(time.Now().Add(10*time.Second)))
-			_, err := extra.Read(make([]byte, 1))
-			require.ErrorIs(t, err, io.EOF, "the extra connection is closed")
-			require.Equal(t, tt.max, r.tcpConns())
+			require.NoError(t, cs[tt.victim].SetReadDeadline(time.Now().Add(10*time.Second)))
+			_, err := cs[tt.victim].Read(make([]byte, 1))
+			require.ErrorIs(t, err, io.EOF, "the longest-idle connection is closed")
+			require.Equal(t, 1, metricValue(t, r.in.m.closed.WithLabelValues(closedEvicted)))
+			r.send(extra, tcpLine(9))
+			want = append(want, 9)
+			r.waitRows("cpu", tcpRows(want...))
+			eventually(t, 10*time.Second, func() bool { return r.tcpConns() == tt.max }, "the evicted connection to be gone")
+			for i, c := range cs {
+				if i != tt.victim {
+					r.send(c, tcpLine(i+11))
+					want = append(want, i+11)
+				}
+			}
+			r.waitRows("cpu", tcpRows(want...))
+		})
+	}
+}
+
+// TestTCPIdleTimeout checks that a connection that sends nothing for
+// TCPIdleTimeout is closed, not earlier, after its lines are committed, and
+// that the close is counted.
+func TestTCPIdleTimeout(t *testing.T) {
+	const idle = 300 * time.Millisecond
+	r := newRig(t, func(c *Config) { c.TCPIdleTimeout = idle }, "cpu")
+	c := r.dial()
+	r.send(c, tcpLine(1))
+	sent := time.Now()
+	r.send(c, "cpu v=2") // a partial line, dropped at the close
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	_, err := c.Read(make([]byte, 1))
+	require.ErrorIs(t, err, io.EOF, "the idle connection is closed")
+	require.GreaterOrEqual(t, time.Since(sent), idle, "closed before the idle timeout")
+	require.Equal(t, 1, metricValue(t, r.in.m.closed.WithLabelValues(closedIdleTimeout)))
+	r.waitRows("cpu", tcpRows(1))
+	eventually(t, 10*time.Second, func() bool { return r.tcpConns() == 0 }, "the connection to be gone")
+}
+
+// failingListener fails its first fails Accepts with err, then accepts.
+type failingListener struct {
+	net.Listener
+	err   error
+	fails atomic.Int32
+}
+
+func (l *failingListener) Accept() (net.Conn, error) {
+	if l.fails.Add(-1) >= 0 {
+		return nil, l.err
+	}
+	return l.Listener.Accept()
+}
+
+// TestTCPAcceptErrors checks that the accept loop retries a failed accept
+// that may succeed later (out of file descriptors) after a backoff, counts
+// it and then serves, and that it returns any other error.
+func TestTCPAcceptErrors(t *testing.T) {
+	emfile := &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EMFILE)}
+	enfile := &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.ENFILE)}
+	tests := []struct {
+		name  string
+		err   error
+		fails int32
+		fatal bool
+	}{
+		{name: "EMFILE", err: emfile, fails: 4},
+		{name: "ENFILE", err: enfile, fails: 2},
+		{name: "another error ends the loop", err: &net.OpError{Op: "accept", Net: "tcp", Err: os.NewSyscallError("accept4", syscall.EINVAL)}, fails: 1, fatal: true},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			r := newRig(t, nil, "cpu")
+			in, err := New(DefaultConfig(), r.seq, time.Second, nil, nil)
+			require.NoError(t, err)
+			inner, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			ln := &failingListener{Listener: inner, err: tt.err}
+			ln.fails.Store(tt.fails)
+			ctx, cancel := context.WithCancel(context.Background())
+			defer cancel()
+			done := make(chan error, 1)
+			go func() { done <- in.ServeTCP(ctx, ln) }()
+			if tt.fatal {
+				select {
+				case err := <-done:
+					require.ErrorIs(t, err, syscall.EINVAL)
+				case <-time.After(10 * time.Second):
+					t.Fatal("ServeTCP did not return on a permanent accept error")
+				}
+				require.NoError(t, inner.Close())
+				return
+			}
+			c, err := net.Dial("tcp", inner.Addr().String())
+			require.NoError(t, err)
+			_, err = io.WriteString(c, tcpLine(1))
+			require.NoError(t, err)
+			require.NoError(t, c.Close())
+			r.waitRows("cpu", tcpRows(1))
+			require.Equal(t, int(tt.fails), metricValue(t, in.m.acceptErrors))
+			cancel()
+			select {
+			case err := <-done:
+				require.NoError(t, err)
+			case <-time.After(10 * time.Second):
+				t.Fatal("ServeTCP did not return within 10s of cancel")
+			}
 		})
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/httpapi"
 	"github.com/ingestd/ingestd/ilp"
 	"github.com/ingestd/ingestd/store"
 )
@@ -26,7 +27,7 @@ type daemon struct {
 // the data in dir.
 func testConfig(dir string) config {
 	cfg := config{
-		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(),
+		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
 		httpAddr: "127.0.0.1:0", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
 	}
 	cfg.store.Dir = dir

@@ -49,6 +49,7 @@ type config struct {
 	store           store.Config
 	feed            feed.Config
 	ilp             ilp.Config
+	http            httpapi.Config
 	httpAddr        string
 	logLevel        string
 	logFormat       string
@@ -60,6 +61,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	c.store.RegisterFlags(fs)
 	c.feed.RegisterFlags(fs)
 	c.ilp.RegisterFlags(fs)
+	c.http.RegisterFlags(fs)
 	fs.StringVar(&c.httpAddr, "http-addr", c.httpAddr, "HTTP listen address (writes, drain, tables, metrics)")
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", c.logFormat, "log format: text or json")
@@ -78,7 +80,7 @@ func (c *config) validate() error {
 	if c.shutdownTimeout <= 0 {
 		return errors.New("--shutdown-timeout must be positive")
 	}
-	return errors.Join(c.store.Validate(), c.feed.Validate(), c.ilp.Validate())
+	return errors.Join(c.store.Validate(), c.feed.Validate(), c.ilp.Validate(), c.http.Validate())
 }
 
 // usage heads `ingestd --help`.
@@ -96,7 +98,7 @@ for the mirror INGESTD_MIRROR_*. Flags of the daemon:
 // component fails.
 func run(ctx context.Context, args []string, stderr io.Writer) int {
 	cfg := config{
-		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(),
+		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
 		httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
 	}
 	fs := flag.NewFlagSet("ingestd", flag.ContinueOnError)
@@ -181,8 +183,12 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 	api := httpapi.New(httpapi.Options{
 		Feed: seq, WriteV1: in.HandlerV1(), WriteV2: in.HandlerV2(),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-		APISpec: ingestd.APISpec(), Logger: logger,
+		APISpec: ingestd.APISpec(), Logger: logger, MaxPageBytes: cfg.http.DrainMaxPageBytes,
 	}, reg)
+	srv, err := httpapi.NewServer(cfg.http, api, logger, reg)
+	if err != nil {
+		return err
+	}
 
 	httpLn, err := net.Listen("tcp", cfg.httpAddr)
 	if err != nil {
@@ -213,7 +219,6 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 	seqDone := make(chan error, 1)
 	go func() { seqDone <- seq.Run(seqCtx) }()
 
-	srv := &http.Server{Handler: api, ReadHeaderTimeout: 10 * time.Second, IdleTimeout: 2 * time.Minute}
 	httpDone := make(chan error, 1)
 	go func() { httpDone <- srv.Serve(httpLn) }()
 

@@ -1,0 +1,152 @@
+package main
+
+import (
+	"bufio"
+	"encoding/json"
+	"io"
+	"net"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestSlowWriteBody checks the body deadline end to end: a /write body
+// sent one byte at a time, far below --http-body-min-bytes-per-second, is
+// cut off once --http-body-timeout has passed, answered 408 and nothing of
+// it is stored, while a normal write on another connection goes on.
+func TestSlowWriteBody(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	cfg := testConfig(t.TempDir())
+	cfg.http.BodyTimeout = timeout
+	d := startDaemon(t, cfg)
+	c := newClient(t, d)
+	c.createSyncTable(t, "slow")
+
+	conn, err := net.Dial("tcp", strings.TrimPrefix(d.URL, "http://"))
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = conn.Close() })
+	body := "slow v=1 1\n"
+	start := time.Now()
+	_, err = io.WriteString(conn, "POST /write HTTP/1.1\r\nHost: x\r\nContent-Length: 1000\r\n\r\n"+body[:1])
+	require.NoError(t, err)
+	stop := make(chan struct{})
+	defer close(stop)
+	go func() {
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for i := 1; ; i++ {
+			select {
+			case <-stop:
+				return
+			case <-tick.C:
+				if _, err := io.WriteString(conn, body[i%len(body):i%len(body)+1]); err != nil {
+					return
+				}
+			}
+		}
+	}()
+	require.NoError(t, conn.SetReadDeadline(time.Now().Add(10*time.Second)))
+	resp, err := http.ReadResponse(bufio.NewReader(conn), nil)
+	require.NoError(t, err)
+	msg, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusRequestTimeout, resp.StatusCode, "body: %s", msg)
+	require.Contains(t, string(msg), "--http-body-timeout")
+	require.GreaterOrEqual(t, time.Since(start), timeout)
+
+	c.mustWrite(t, "slow v=2 2\n")
+	pg, _ := c.drainOK(t, url.Values{"table": {"slow"}, "limit": {"10"}})
+	require.Len(t, pg.Rows, 1, "only the normal write is stored")
+	v, ok := sampleValue(scrapeMetrics(t, d), "ingestd_http_connections_closed_total", map[string]string{"reason": "body_timeout"})
+	require.True(t, ok)
+	require.Equal(t, 1.0, v)
+}
+
+// TestDrainPageBytes checks --drain-max-page-bytes: in every format a page
+// ends before the row that would take its rows past the bound (a row
+// bigger than the bound comes alone), next is the page's last x_seq and
+// more is true, and following next returns every fragment exactly once,
+// in order.
+func TestDrainPageBytes(t *testing.T) {
+	const maxBytes, n = 300, 60
+	cfg := testConfig(t.TempDir())
+	cfg.http.DrainMaxPageBytes = maxBytes
+	d := startDaemon(t, cfg)
+	c := newClient(t, d)
+	c.createSyncTable(t, "pb")
+	var lp strings.Builder
+	for i := 1; i <= n; i++ {
+		s := "x"
+		if i == 30 {
+			s = strings.Repeat("y", 2*maxBytes) // one row over the bound
+		}
+		lp.WriteString("pb,host=h" + strconv.Itoa(i) + " v=" + strconv.Itoa(i) + ",s=\"" + s + "\" " + strconv.Itoa(i) + "\n")
+	}
+	c.mustWrite(t, lp.String())
+
+	for _, format := range []string{"json", "ndjson", "lp"} {
+		t.Run(format, func(t *testing.T) {
+			var after uint64
+			seen := 0
+			for pages := 0; ; pages++ {
+				require.Less(t, pages, n, "the drain does not end")
+				q := url.Values{"table": {"pb"}, "after": {strconv.FormatUint(after, 10)}, "limit": {"1000"}, "format": {format}}
+				var rows [][]byte
+				var next uint64
+				var more bool
+				if format == "json" {
+					pg, _ := c.drainOK(t, q)
+					for _, row := range pg.Rows {
+						b, err := json.Marshal(row)
+						require.NoError(t, err)
+						rows = append(rows, b)
+						require.Equal(t, strconv.Itoa(seen+len(rows)), string(row[len(row)-1]), "x_seq in order, once")
+					}
+					next, more = pg.Next, pg.More
+				} else {
+					r := c.drain(t, q)
+					require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+					for _, l := range strings.SplitAfter(string(r.Body), "\n") {
+						if l == "" {
+							continue
+						}
+						rows = append(rows, []byte(l))
+						want := `"x_seq":` + strconv.Itoa(seen+len(rows)) + "}"
+						if format == "lp" {
+							want = "v=" + strconv.Itoa(seen+len(rows)) + ","
+						}
+						require.Contains(t, l, want, "rows in order, once")
+					}
+					var err error
+					next, err = strconv.ParseUint(r.Header.Get("Ingestd-Next"), 10, 64)
+					require.NoError(t, err)
+					more = r.Header.Get("Ingestd-More") == "true"
+				}
+				require.NotEmpty(t, rows, "a page holds at least one row")
+				size := 0
+				for _, b := range rows {
+					size += len(b)
+				}
+				if len(rows) > 1 {
+					require.LessOrEqual(t, size, maxBytes+len(rows), "page of %d rows", len(rows))
+				}
+				seen += len(rows)
+				if seen < n {
+					require.True(t, more)
+					require.Equal(t, uint64(seen), next, "next is the page's last x_seq")
+				} else {
+					require.False(t, more)
+					require.Equal(t, uint64(n), next)
+					break
+				}
+				after = next
+			}
+			require.Equal(t, n, seen)
+		})
+	}
+}

@@ -1,0 +1,418 @@
+package httpapi
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"os"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Default values of Config.
+const (
+	DefaultMaxConns              = 4096
+	DefaultReadHeaderTimeout     = 10 * time.Second
+	DefaultBodyTimeout           = 10 * time.Second
+	DefaultBodyMinBytesPerSecond = 16 << 10
+	DefaultIdleTimeout           = 2 * time.Minute
+	DefaultMaxHeaderBytes        = 64 << 10
+	DefaultDrainMaxPageBytes     = 16 << 20
+)
+
+// Config bounds what HTTP clients can hold: connections, time per request
+// phase, header bytes and the bytes of a drain page.
+type Config struct {
+	// MaxConns caps open HTTP connections. A connection accepted at the
+	// cap closes the longest-idle keep-alive connection to make room; when
+	// none is idle it is answered 503 with Retry-After and closed.
+	MaxConns int
+	// ReadHeaderTimeout is how long a request's line and headers may take
+	// to arrive (counted from the connection's first byte wait).
+	ReadHeaderTimeout time.Duration
+	// BodyTimeout and BodyMinBytesPerSecond bound how long a request body
+	// may take: the body must have arrived BodyTimeout after the handler
+	// began reading it, plus one second per BodyMinBytesPerSecond bytes
+	// received, so a body trickling in slower than that rate is cut off
+	// (the connection is closed; a write answers 408 if it still can).
+	BodyTimeout           time.Duration
+	BodyMinBytesPerSecond int64
+	// IdleTimeout closes a keep-alive connection that waits this long for
+	// its next request.
+	IdleTimeout time.Duration
+	// MaxHeaderBytes caps a request's line and headers (431 past it).
+	MaxHeaderBytes int
+	// DrainMaxPageBytes ends a drain page before the row that would take
+	// its rows past this many bytes (Options.MaxPageBytes).
+	DrainMaxPageBytes int
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{
+		MaxConns:              DefaultMaxConns,
+		ReadHeaderTimeout:     DefaultReadHeaderTimeout,
+		BodyTimeout:           DefaultBodyTimeout,
+		BodyMinBytesPerSecond: DefaultBodyMinBytesPerSecond,
+		IdleTimeout:           DefaultIdleTimeout,
+		MaxHeaderBytes:        DefaultMaxHeaderBytes,
+		DrainMaxPageBytes:     DefaultDrainMaxPageBytes,
+	}
+}
+
+// RegisterFlags registers the HTTP server's flags on fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.IntVar(&c.MaxConns, "http-max-conns", c.MaxConns, "most open HTTP connections; at the cap a new one closes the longest-idle keep-alive one, or gets 503 when none is idle")
+	fs.DurationVar(&c.ReadHeaderTimeout, "http-read-header-timeout", c.ReadHeaderTimeout, "how long a request's line and headers may take to arrive")
+	fs.DurationVar(&c.BodyTimeout, "http-body-timeout", c.BodyTimeout, "how long a request body may take, plus 1s per --http-body-min-bytes-per-second bytes received")
+	fs.Int64Var(&c.BodyMinBytesPerSecond, "http-body-min-bytes-per-second", c.BodyMinBytesPerSecond, "slowest average rate in bytes per second a request body may arrive at past --http-body-timeout")
+	fs.DurationVar(&c.IdleTimeout, "http-idle-timeout", c.IdleTimeout, "close a keep-alive HTTP connection idle this long")
+	fs.IntVar(&c.MaxHeaderBytes, "http-max-header-bytes", c.MaxHeaderBytes, "largest request line and headers in bytes (431 past it)")
+	fs.IntVar(&c.DrainMaxPageBytes, "drain-max-page-bytes", c.DrainMaxPageBytes, "a drain page ends before the row that would take its rows past this many bytes (a page holds at least one row)")
+}
+
+// Validate reports the first invalid setting.
+func (c *Config) Validate() error {
+	switch {
+	case c.MaxConns < 1:
+		return errors.New("httpapi: --http-max-conns must be positive")
+	case c.ReadHeaderTimeout <= 0:
+		return errors.New("httpapi: --http-read-header-timeout must be positive")
+	case c.BodyTimeout <= 0:
+		return errors.New("httpapi: --http-body-timeout must be positive")
+	case c.BodyMinBytesPerSecond < 1:
+		return errors.New("httpapi: --http-body-min-bytes-per-second must be positive")
+	case c.IdleTimeout <= 0:
+		return errors.New("httpapi: --http-idle-timeout must be positive")
+	case c.MaxHeaderBytes < 1:
+		return errors.New("httpapi: --http-max-header-bytes must be positive")
+	case c.DrainMaxPageBytes < 1:
+		return errors.New("httpapi: --drain-max-page-bytes must be positive")
+	}
+	return nil
+}
+
+// Reasons the server closes a connection itself, the closed label set of
+// ingestd_http_connections_closed_total.
+const (
+	closedEvicted       = "evicted"
+	closedIdleTimeout   = "idle_timeout"
+	closedHeaderTimeout = "header_timeout"
+	closedBodyTimeout   = "body_timeout"
+)
+
+type serverMetrics struct {
+	// conns counts open connections by state: new (no request yet),
+	// active (reading or serving a request), idle (kept alive between
+	// requests).
+	conns        *prometheus.GaugeVec
+	refused      prometheus.Counter
+	closed       *prometheus.CounterVec
+	acceptErrors prometheus.Counter
+}
+
+// Server is the HTTP server with Config's limits. Serve, Shutdown and
+// Close may be called from different goroutines.
+type Server struct {
+	cfg    Config
+	srv    *http.Server
+	m      *serverMetrics
+	logger *slog.Logger
+}
+
+// NewServer returns a server of h with cfg's limits. logger may be nil
+// (discard); reg may be nil (no metrics). It returns cfg.Validate's error.
+func NewServer(cfg Config, h http.Handler, logger *slog.Logger, reg prometheus.Registerer) (*Server, error) {
+	if err := cfg.Validate(); err != nil {
+		return nil, err
+	}
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	f := promauto.With(reg)
+	s := &Server{cfg: cfg, logger: logger.With("component", "http"), m: &serverMetrics{
+		conns: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ingestd_http_connections", Help: "Open HTTP connections by state: new (no request yet), active (reading or serving a request), idle (kept alive between requests).",
+		}, []string{"state"}),
+		refused: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_http_connections_refused_total",
+			Help: "HTTP connections answered 503 and closed at --http-max-conns because no other connection was idle.",
+		}),
+		closed: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ingestd_http_connections_closed_total",
+			Help: "HTTP connections the server closed, by reason: evicted (the longest-idle one, to make room at --http-max-conns), idle_timeout, header_timeout, body_timeout.",
+		}, []string{"reason"}),
+		acceptErrors: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_http_accept_errors_total",
+			Help: "Failed accepts on the HTTP listener (e.g. out of file descriptors), each retried after a backoff.",
+		}),
+	}}
+	for _, r := range []string{closedEvicted, closedIdleTimeout, closedHeaderTimeout, closedBodyTimeout} {
+		s.m.closed.WithLabelValues(r)
+	}
+	for _, st := range []http.ConnState{http.StateNew, http.StateActive, http.StateIdle} {
+		s.m.conns.WithLabelValues(stateLabel(st))
+	}
+	s.srv = &http.Server{
+		Handler:           s.bodyDeadline(h),
+		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
+		IdleTimeout:       cfg.IdleTimeout,
+		MaxHeaderBytes:    cfg.MaxHeaderBytes,
+		ConnState: func(c net.Conn, st http.ConnState) {
+			if tc, ok := c.(*trackedConn); ok {
+				tc.setState(st)
+			}
+		},
+		ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+	}
+	return s, nil
+}
+
+// Serve serves HTTP on ln until Shutdown or Close, returning
+// http.ErrServerClosed then. Failed accepts that may succeed later
+// (EMFILE, ENFILE) are retried after a backoff (net/http's), counted.
+func (s *Server) Serve(ln net.Listener) error {
+	return s.srv.Serve(&limitListener{Listener: ln, s: s, conns: map[*trackedConn]struct{}{}})
+}
+
+// Shutdown stops accepting, closes idle connections and waits for active
+// ones until ctx ends (http.Server.Shutdown).
+func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx) }
+
+// Close closes the listener and every connection at once.
+func (s *Server) Close() error { return s.srv.Close() }
+
+// limitListener enforces Config.MaxConns and tracks each connection's
+// state for eviction and for counting timeouts.
+type limitListener struct {
+	net.Listener
+	s     *Server
+	mu    sync.Mutex // guards conns and live
+	conns map[*trackedConn]struct{}
+	live  int // connections in conns not evicted
+}
+
+// refusal answers a connection refused at the cap; its body ends where the
+// connection does.
+const refusal = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" +
+	`{"code":"unavailable","message":"too many open connections (--http-max-conns); retry later"}` + "\n"
+
+func (l *limitListener) Accept() (net.Conn, error) {
+	for {
+		c, err := l.Listener.Accept()
+		if err != nil {
+			if !errors.Is(err, net.ErrClosed) {
+				l.s.m.acceptErrors.Inc()
+			}
+			return nil, err
+		}
+		tc := &trackedConn{Conn: c, l: l}
+		tc.idleSince.Store(time.Now().UnixNano())
+		tc.state.Store(int64(http.StateNew))
+		l.mu.Lock()
+		var victim *trackedConn
+		if l.live >= l.s.cfg.MaxConns {
+			victim = l.idlestLocked()
+			if victim == nil {
+				l.mu.Unlock()
+				l.refuse(c)
+				continue
+			}
+			victim.evicted = true
+			l.live--
+		}
+		l.conns[tc] = struct{}{}
+		l.live++
+		l.mu.Unlock()
+		l.s.m.conns.WithLabelValues(stateLabel(http.StateNew)).Inc()
+		if victim != nil {
+			l.s.m.closed.WithLabelValues(closedEvicted).Inc()
+			_ = victim.Conn.Close() // net/http's read fails; it then closes tc
+		}
+		return tc, nil
+	}
+}
+
+// idlestLocked returns the connection idle the longest between requests,
+// nil when none is. l.mu must be held.
+func (l *limitListener) idlestLocked() *trackedConn {
+	var victim *trackedConn
+	for tc := range l.conns {
+		if tc.evicted || http.ConnState(tc.state.Load()) != http.StateIdle {
+			continue
+		}
+		if victim == nil || tc.idleSince.Load() < victim.idleSince.Load() {
+			victim = tc
+		}
+	}
+	return victim
+}
+
+// refuse answers 503 on a connection past the cap and closes it.
+func (l *limitListener) refuse(c net.Conn) {
+	l.s.m.refused.Inc()
+	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+	_, _ = io.WriteString(c, refusal)
+	_ = c.Close()
+}
+
+// trackedConn is a connection the limitListener counts. net/http reports
+// its state (ConnState); Read classifies the timeout that ends it.
+type trackedConn struct {
+	net.Conn
+	l *limitListener
+	// state is its http.ConnState among new, active and idle, stateGone
+	// once closed; idleSince (Unix nanoseconds) is when it last became
+	// idle (or was accepted).
+	state     atomic.Int64
+	idleSince atomic.Int64
+	// readSinceIdle counts the bytes read since it last became idle.
+	readSinceIdle atomic.Int64
+	// timedOut is set at the idle or header timeout counted.
+	timedOut  atomic.Bool
+	closeOnce sync.Once
+	// evicted is guarded by l.mu.
+	evicted bool
+}
+
+// stateGone is trackedConn.state once the connection is closed.
+const stateGone = -1
+
+// stateLabel is the state label of ingestd_http_connections.
+func stateLabel(st http.ConnState) string {
+	switch st {
+	case http.StateNew:
+		return "new"
+	case http.StateActive:
+		return "active"
+	}
+	return "idle"
+}
+
+// setState records a state net/http reports and moves the connection
+// between the state gauges.
+func (tc *trackedConn) setState(st http.ConnState) {
+	switch st {
+	case http.StateNew, http.StateActive, http.StateIdle:
+	default:
+		tc.gone()
+		return
+	}
+	if st == http.StateIdle {
+		tc.readSinceIdle.Store(0)
+		tc.idleSince.Store(time.Now().UnixNano())
+	}
+	for {
+		old := tc.state.Load()
+		if old == stateGone || old == int64(st) {
+			return
+		}
+		if tc.state.CompareAndSwap(old, int64(st)) {
+			tc.l.s.m.conns.WithLabelValues(stateLabel(http.ConnState(old))).Dec()
+			tc.l.s.m.conns.WithLabelValues(stateLabel(st)).Inc()
+			return
+		}
+	}
+}
+
+// gone takes a closed connection out of the state gauges (once).
+func (tc *trackedConn) gone() {
+	if old := tc.state.Swap(stateGone); old != stateGone {
+		tc.l.s.m.conns.WithLabelValues(stateLabel(http.ConnState(old))).Dec()
+	}
+}
+
+// Read counts the timeout that ends a connection waiting for a request
+// (idle) or for its headers. Timeouts while a request is active are not
+// counted here: net/http also ends its own background read with one, and
+// deadlineBody counts the body's.
+func (tc *trackedConn) Read(p []byte) (int, error) {
+	n, err := tc.Conn.Read(p)
+	tc.readSinceIdle.Add(int64(n))
+	if err == nil || !errors.Is(err, os.ErrDeadlineExceeded) {
+		return n, err
+	}
+	reason := ""
+	switch http.ConnState(tc.state.Load()) {
+	case http.StateNew:
+		reason = closedHeaderTimeout
+	case http.StateIdle:
+		reason = closedHeaderTimeout
+		if tc.readSinceIdle.Load() == 0 {
+			reason = closedIdleTimeout
+		}
+	}
+	if reason != "" && tc.timedOut.CompareAndSwap(false, true) {
+		tc.l.s.m.closed.WithLabelValues(reason).Inc()
+	}
+	return n, err
+}
+
+// Close closes the connection and frees its place under the cap.
+func (tc *trackedConn) Close() error {
+	err := tc.Conn.Close()
+	tc.closeOnce.Do(func() {
+		l := tc.l
+		l.mu.Lock()
+		delete(l.conns, tc)
+		if !tc.evicted {
+			l.live--
+		}
+		l.mu.Unlock()
+		tc.gone()
+	})
+	return err
+}
+
+// bodyDeadline sets the read deadline of the request body as it is read:
+// BodyTimeout after the first read plus one second per
+// BodyMinBytesPerSecond bytes received.
+func (s *Server) bodyDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Body != nil && r.Body != http.NoBody {
+			r.Body = &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), s: s}
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// deadlineBody is a request body read under Config's body deadline.
+type deadlineBody struct {
+	io.ReadCloser
+	rc    *http.ResponseController
+	s     *Server
+	start time.Time
+	n     int64
+	// done is set at the first error (EOF included): net/http then owns
+	// the connection's read deadline again.
+	done bool
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	if b.done {
+		return b.ReadCloser.Read(p)
+	}
+	if b.start.IsZero() {
+		b.start = time.Now()
+	}
+	cfg := &b.s.cfg
+	allowed := cfg.BodyTimeout + time.Duration(float64(b.n)/float64(cfg.BodyMinBytesPerSecond)*float64(time.Second))
+	_ = b.rc.SetReadDeadline(b.start.Add(allowed))
+	n, err := b.ReadCloser.Read(p)
+	b.n += int64(n)
+	if err != nil {
+		b.done = true
+		if errors.Is(err, os.ErrDeadlineExceeded) {
+			b.s.m.closed.WithLabelValues(closedBodyTimeout).Inc()
+		}
+	}
+	return n, err
+}

@@ -1,0 +1,294 @@
+package httpapi
+
+import (
+	"bufio"
+	"errors"
+	"io"
+	"net"
+	"net/http"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	dto "github.com/prometheus/client_model/go"
+	"github.com/stretchr/testify/require"
+)
+
+// testServer is a Server on 127.0.0.1:0, closed at the end of the test.
+type testServer struct {
+	s    *Server
+	addr string
+}
+
+func startServer(t *testing.T, cfg Config, h http.Handler) *testServer {
+	t.Helper()
+	s, err := NewServer(cfg, h, nil, prometheus.NewRegistry())
+	require.NoError(t, err)
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	done := make(chan error, 1)
+	go func() { done <- s.Serve(ln) }()
+	t.Cleanup(func() {
+		require.NoError(t, s.Close())
+		require.ErrorIs(t, <-done, http.ErrServerClosed)
+	})
+	return &testServer{s: s, addr: ln.Addr().String()}
+}
+
+// dial opens a raw connection, closed at the end of the test.
+func (ts *testServer) dial(t *testing.T) net.Conn {
+	t.Helper()
+	c, err := net.Dial("tcp", ts.addr)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = c.Close() })
+	return c
+}
+
+// closed is ingestd_http_connections_closed_total{reason}.
+func (ts *testServer) closed(t *testing.T, reason string) int {
+	return gaugeOrCounter(t, ts.s.m.closed.WithLabelValues(reason))
+}
+
+func gaugeOrCounter(t *testing.T, m prometheus.Metric) int {
+	t.Helper()
+	var pb dto.Metric
+	require.NoError(t, m.Write(&pb))
+	if pb.Gauge != nil {
+		return int(pb.Gauge.GetValue())
+	}
+	return int(pb.Counter.GetValue())
+}
+
+// eventually polls cond until it holds or fails the test after timeout.
+func eventually(t *testing.T, timeout time.Duration, cond func() bool, msg string) {
+	t.Helper()
+	deadline := time.Now().Add(timeout)
+	for !cond() {
+		if time.Now().After(deadline) {
+			t.Fatalf("not met within %s: %s", timeout, msg)
+		}
+		time.Sleep(2 * time.Millisecond)
+	}
+}
+
+// waitClosed reads c until the server closes it (within 10 s) and returns
+// what it read.
+func waitClosed(t *testing.T, c net.Conn) string {
+	t.Helper()
+	require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
+	b, err := io.ReadAll(c)
+	var ne net.Error
+	if errors.As(err, &ne) && ne.Timeout() {
+		t.Fatalf("the server did not close the connection within 10s; read %q", b)
+	}
+	return string(b)
+}
+
+// readBody is a handler that reads the whole body and answers 204, or
+// 408 when the body deadline cut it off.
+var readBody = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	if _, err := io.Copy(io.Discard, r.Body); err != nil {
+		w.WriteHeader(http.StatusRequestTimeout)
+		return
+	}
+	w.WriteHeader(http.StatusNoContent)
+})
+
+// TestServerBodyTimeout checks the body deadline: a body trickling in
+// slower than BodyMinBytesPerSecond is cut off BodyTimeout after it began
+// (not before), and one arriving faster is read whole even when it takes
+// longer than BodyTimeout.
+func TestServerBodyTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	cfg := DefaultConfig()
+	cfg.BodyTimeout, cfg.BodyMinBytesPerSecond = timeout, 10_000
+	ts := startServer(t, cfg, readBody)
+
+	t.Run("slowloris is cut off", func(t *testing.T) {
+		c := ts.dial(t)
+		_, err := io.WriteString(c, "POST /write HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nc")
+		require.NoError(t, err)
+		start := time.Now()
+		stop := make(chan struct{})
+		defer close(stop)
+		go func() { // one byte every 50 ms: 20 bytes per second
+			tick := time.NewTicker(50 * time.Millisecond)
+			defer tick.Stop()
+			for {
+				select {
+				case <-stop:
+					return
+				case <-tick.C:
+					if _, err := io.WriteString(c, "p"); err != nil {
+						return
+					}
+				}
+			}
+		}()
+		got := waitClosed(t, c)
+		require.GreaterOrEqual(t, time.Since(start), timeout, "cut off before --http-body-timeout")
+		require.Less(t, time.Since(start), 5*time.Second)
+		require.True(t, strings.HasPrefix(got, "HTTP/1.1 408 "), "response %q", got)
+		eventually(t, 10*time.Second, func() bool { return ts.closed(t, closedBodyTimeout) == 1 }, "the body timeout to be counted")
+	})
+
+	t.Run("a body above the minimum rate is read whole", func(t *testing.T) {
+		c := ts.dial(t)
+		const chunk, chunks = 2000, 8 // 2,000 bytes every 100 ms: 20,000 bytes per second
+		_, err := io.WriteString(c, "POST /write HTTP/1.1\r\nHost: x\r\nContent-Length: 16000\r\n\r\n")
+		require.NoError(t, err)
+		start := time.Now()
+		tick := time.NewTicker(100 * time.Millisecond)
+		defer tick.Stop()
+		for i := range chunks {
+			if i > 0 {
+				<-tick.C
+			}
+			_, err := io.WriteString(c, strings.Repeat("x", chunk))
+			require.NoError(t, err)
+		}
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusNoContent, resp.StatusCode)
+		require.Greater(t, time.Since(start), timeout, "the body took longer than --http-body-timeout")
+		require.Equal(t, 1, ts.closed(t, closedBodyTimeout))
+	})
+}
+
+// TestServerHeaderAndIdleTimeouts checks that a connection whose request
+// headers do not arrive within ReadHeaderTimeout, and a keep-alive
+// connection idle for IdleTimeout, are closed, and each is counted.
+func TestServerHeaderAndIdleTimeouts(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	cfg := DefaultConfig()
+	cfg.ReadHeaderTimeout, cfg.IdleTimeout = timeout, timeout
+	ts := startServer(t, cfg, readBody)
+
+	start := time.Now()
+	c := ts.dial(t)
+	_, err := io.WriteString(c, "GET /ping HTTP/1.1\r\nHost: x\r\n") // no end of headers
+	require.NoError(t, err)
+	waitClosed(t, c)
+	require.GreaterOrEqual(t, time.Since(start), timeout)
+	eventually(t, 10*time.Second, func() bool { return ts.closed(t, closedHeaderTimeout) == 1 }, "the header timeout to be counted")
+
+	c = ts.dial(t)
+	idle := time.Now() // the server's idle wait starts after the response
+	_, err = io.WriteString(c, "GET /ping HTTP/1.1\r\nHost: x\r\n\r\n")
+	require.NoError(t, err)
+	br := bufio.NewReader(c)
+	resp, err := http.ReadResponse(br, nil)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	_, err = io.ReadAll(br)
+	require.NoError(t, err, "the idle connection is closed")
+	require.GreaterOrEqual(t, time.Since(idle), timeout)
+	eventually(t, 10*time.Second, func() bool { return ts.closed(t, closedIdleTimeout) == 1 }, "the idle timeout to be counted")
+	require.Equal(t, 1, ts.closed(t, closedHeaderTimeout))
+}
+
+// TestServerMaxHeaderBytes checks that headers past MaxHeaderBytes get 431.
+func TestServerMaxHeaderBytes(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxHeaderBytes = 1024
+	ts := startServer(t, cfg, readBody)
+	c := ts.dial(t)
+	// net/http allows 4096 bytes beyond MaxHeaderBytes of slack.
+	_, err := io.WriteString(c, "GET /ping HTTP/1.1\r\nHost: x\r\nX-Big: "+strings.Repeat("b", 8192)+"\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusRequestHeaderFieldsTooLarge, resp.StatusCode)
+}
+
+// TestServerMaxConns checks the connection cap: a connection accepted at
+// the cap closes the longest-idle keep-alive connection and is served;
+// when every connection is busy it gets 503 with Retry-After; either way
+// it is counted and the open connections never exceed the cap for long.
+func TestServerMaxConns(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxConns = 2
+	hold := make(chan struct{})
+	entered := make(chan struct{}, 4)
+	ts := startServer(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/hold" {
+			entered <- struct{}{}
+			<-hold
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	get := func(c net.Conn, path string) *http.Response {
+		t.Helper()
+		_, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		return resp
+	}
+	conns := func(state string) int { return gaugeOrCounter(t, ts.s.m.conns.WithLabelValues(state)) }
+	open := func() int { return conns("new") + conns("active") + conns("idle") }
+
+	// Two idle keep-alive connections, the first idle the longest.
+	first, second := ts.dial(t), ts.dial(t)
+	require.Equal(t, http.StatusNoContent, get(first, "/ping").StatusCode)
+	eventually(t, 10*time.Second, func() bool { return conns("idle") == 1 }, "the first connection to be idle")
+	require.Equal(t, http.StatusNoContent, get(second, "/ping").StatusCode)
+	eventually(t, 10*time.Second, func() bool { return conns("idle") == 2 }, "both connections to be idle")
+	third := ts.dial(t)
+	require.Equal(t, http.StatusNoContent, get(third, "/ping").StatusCode, "the new connection is served")
+	waitClosed(t, first)
+	require.Equal(t, 1, ts.closed(t, closedEvicted))
+	eventually(t, 10*time.Second, func() bool { return open() == 2 }, "two connections open")
+	require.Equal(t, http.StatusNoContent, get(second, "/ping").StatusCode, "the other idle connection stays")
+
+	// Both busy: a new connection is refused with 503.
+	for _, c := range []net.Conn{second, third} {
+		_, err := io.WriteString(c, "GET /hold HTTP/1.1\r\nHost: x\r\n\r\n")
+		require.NoError(t, err)
+		<-entered
+	}
+	refused := ts.dial(t)
+	resp, err := http.ReadResponse(bufio.NewReader(refused), nil)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
+	require.Equal(t, "1", resp.Header.Get("Retry-After"))
+	require.Contains(t, string(body), "--http-max-conns")
+	require.Equal(t, 1, gaugeOrCounter(t, ts.s.m.refused))
+	require.Equal(t, 2, open())
+	require.Equal(t, 2, conns("active"))
+	close(hold)
+}
+
+// TestServerConfigValidate checks that every limit must be positive.
+func TestServerConfigValidate(t *testing.T) {
+	tests := []struct {
+		name string
+		mod  func(*Config)
+		flag string
+	}{
+		{"max conns", func(c *Config) { c.MaxConns = 0 }, "--http-max-conns"},
+		{"header timeout", func(c *Config) { c.ReadHeaderTimeout = 0 }, "--http-read-header-timeout"},
+		{"body timeout", func(c *Config) { c.BodyTimeout = -time.Second }, "--http-body-timeout"},
+		{"body rate", func(c *Config) { c.BodyMinBytesPerSecond = 0 }, "--http-body-min-bytes-per-second"},
+		{"idle timeout", func(c *Config) { c.IdleTimeout = 0 }, "--http-idle-timeout"},
+		{"header bytes", func(c *Config) { c.MaxHeaderBytes = 0 }, "--http-max-header-bytes"},
+		{"drain page bytes", func(c *Config) { c.DrainMaxPageBytes = 0 }, "--drain-max-page-bytes"},
+	}
+	def := DefaultConfig()
+	require.NoError(t, def.Validate())
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tt.mod(&cfg)
+			require.ErrorContains(t, cfg.Validate(), tt.flag)
+			_, err := NewServer(cfg, readBody, nil, nil)
+			require.Error(t, err)
+		})
+	}
+}
