@@ -57,6 +57,8 @@ var fuzzSeeds = []fuzzSeed{
 	{"GET", "/api/v1/tables/cpu/consumers", "", "", ""},
 	{"GET", "/drain?table=cpu&after=0&limit=3&epoch=1&columns=time,host,usage&format=ndjson&consumer=m1&time_format=ms", "", "", "GET /api/v1/tables/cpu/consumers"},
 	{"GET", "/drain?table=cpu&after=0&limit=1&format=lp&wait=10ms", "", "", ""},
+	// A long-poll whose client goes away before anything arrives.
+	{"GET", "/drain?table=cpu&after=1&limit=1&wait=5s", "", "", ""},
 	{"DELETE", "/api/v1/tables/cpu/consumers/m1", "", "", ""},
 	{"DELETE", "/api/v1/tables/sensor", "", "", "GET /api/v1/tables"},
 }
