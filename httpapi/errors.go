@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"net/http"
@@ -28,6 +29,12 @@ const (
 	CodeInternal             = "internal"
 )
 
+// statusClientClosed is the status of a request whose client went away
+// before the answer (nginx's 499 "client closed request"): nobody reads it,
+// and it must not count among the 5xx that a bug or a storage failure
+// answers.
+const statusClientClosed = 499
+
 // errorBody is the JSON error object. Epoch, Seq and Watermark are set on
 // drain refusals.
 type errorBody struct {
@@ -41,7 +48,9 @@ type errorBody struct {
 
 // errorStatus is the one table from errors to responses: status and code.
 // 4xx are client mistakes (never worth retrying as is), 503 is back-pressure
-// or shutdown (retry after Retry-After), 500 a bug or storage failure.
+// or shutdown (retry after Retry-After), 500 a bug or storage failure; a
+// request cancelled because its client went away gets statusClientClosed
+// and no code.
 func errorStatus(err error) (int, string) {
 	switch {
 	case errors.Is(err, feed.ErrTableNotFound):
@@ -68,6 +77,8 @@ func errorStatus(err error) (int, string) {
 		return http.StatusNotFound, CodeConsumerNotFound
 	case errors.Is(err, feed.ErrClosed):
 		return http.StatusServiceUnavailable, CodeUnavailable
+	case errors.Is(err, context.Canceled):
+		return statusClientClosed, ""
 	}
 	return http.StatusInternalServerError, CodeInternal
 }
@@ -75,6 +86,10 @@ func errorStatus(err error) (int, string) {
 // writeErr maps err through errorStatus and writes the JSON error object.
 func writeErr(w http.ResponseWriter, err error) {
 	status, code := errorStatus(err)
+	if status == statusClientClosed {
+		w.WriteHeader(status)
+		return
+	}
 	body := errorBody{Code: code, Message: err.Error(), Error: err.Error()}
 	var ref *feed.RefusalError
 	if errors.As(err, &ref) {

@@ -172,19 +172,10 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
 		}
 	}()
-	seq, err := feed.New(cfg.feed, db, logger, reg)
-	if err != nil {
-		return fmt.Errorf("start feed: %w", err)
-	}
-	in, err := ilp.New(cfg.ilp, seq, cfg.feed.SubmitTimeout, logger, reg)
+	seq, in, api, err := wire(cfg, db, logger, reg)
 	if err != nil {
 		return err
 	}
-	api := httpapi.New(httpapi.Options{
-		Feed: seq, WriteV1: in.HandlerV1(), WriteV2: in.HandlerV2(),
-		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-		APISpec: ingestd.APISpec(), Logger: logger, MaxPageBytes: cfg.http.DrainMaxPageBytes,
-	}, reg)
 	srv, err := httpapi.NewServer(cfg.http, api, logger, reg)
 	if err != nil {
 		return err
@@ -279,6 +270,25 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 		logger.Info("ingestd stopped cleanly")
 	}
 	return failure
+}
+
+// wire builds the sequencer over db, the ILP ingest and the HTTP API that
+// serves both, registering their metrics on reg (and serving reg's).
+func wire(cfg config, db *store.DB, logger *slog.Logger, reg *prometheus.Registry) (*feed.Sequencer, *ilp.Ingest, *httpapi.API, error) {
+	seq, err := feed.New(cfg.feed, db, logger, reg)
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("start feed: %w", err)
+	}
+	in, err := ilp.New(cfg.ilp, seq, cfg.feed.SubmitTimeout, logger, reg)
+	if err != nil {
+		return nil, nil, nil, err
+	}
+	api := httpapi.New(httpapi.Options{
+		Feed: seq, WriteV1: in.HandlerV1(), WriteV2: in.HandlerV2(),
+		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
+		APISpec: ingestd.APISpec(), Logger: logger, MaxPageBytes: cfg.http.DrainMaxPageBytes,
+	}, reg)
+	return seq, in, api, nil
 }
 
 // servePprof serves net/http/pprof on its own listener, apart from the API.

@@ -307,13 +307,17 @@ func (mr *mirror) follow(ctx context.Context, cur *mirrorCursor) error {
 				return err
 			}
 		}
+		// The lag is published before the cursor is persisted (as
+		// saveCursor publishes the position): the target holds the page
+		// already, and whoever sees the cursor file move must find the
+		// metrics there too.
+		mr.m.lag.Set(float64(wm - min(wm, next)))
 		if next != cur.Next {
 			cur.Next = next
 			if err := mr.saveCursor(cur); err != nil {
 				return err
 			}
 		}
-		mr.m.lag.Set(float64(wm - min(wm, cur.Next)))
 		if time.Since(mr.lastProgress) >= 10*time.Second {
 			mr.lastProgress = time.Now()
 			mr.logger.Info("mirror progress", "epoch", cur.Epoch, "position", cur.Next, "watermark", wm)
@@ -514,8 +518,11 @@ func (mr *mirror) loadCursor() (*mirrorCursor, error) {
 }
 
 // saveCursor writes the cursor durably: a temporary file, fsync, atomic
-// rename, fsync of the directory.
+// rename, fsync of the directory. It publishes the position first: the
+// target already holds everything up to c.Next, and the gauge must never
+// be behind a cursor file that others (a test, an operator) can read.
 func (mr *mirror) saveCursor(c *mirrorCursor) error {
+	mr.m.position.Set(float64(c.Next))
 	b, err := json.Marshal(c)
 	if err != nil {
 		return err
@@ -542,7 +549,6 @@ func (mr *mirror) saveCursor(c *mirrorCursor) error {
 			return fmt.Errorf("sync cursor directory: %w", err)
 		}
 	}
-	mr.m.position.Set(float64(c.Next))
 	mr.m.lastCommit.SetToCurrentTime()
 	return nil
 }
