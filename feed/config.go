@@ -3,6 +3,7 @@ package feed
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"path"
 	"strings"
 	"time"
@@ -51,6 +52,10 @@ type Config struct {
 	SubmitTimeout time.Duration
 	// MaxConsumersPerTable bounds the named consumers of one table.
 	MaxConsumersPerTable int
+	// MaxNameBytes is the longest table, measurement, tag key, field key or
+	// consumer name in bytes (SPEC §8), 1..MaxNameBytesCeiling; a longer
+	// name is refused (CheckName).
+	MaxNameBytes int
 	// ConsumerFlushInterval is how often changed consumer positions are
 	// written durably (and at shutdown). A crash may lose at most this much
 	// of their progress; positions only feed lag metrics and listings.
@@ -67,6 +72,7 @@ func DefaultConfig() Config {
 		MaxTables:          DefaultMaxTables,
 		MaxDrainLimit:      DefaultMaxDrainLimit,
 		SubmitTimeout:      DefaultSubmitTimeout,
+		MaxNameBytes:       DefaultMaxNameBytes,
 
 		MaxConsumersPerTable:  DefaultMaxConsumers,
 		ConsumerFlushInterval: DefaultConsumerFlush,
@@ -104,6 +110,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxTables, "feed-max-tables", c.MaxTables, "most tables; a write or CREATE TABLE that would add one more is rejected")
 	fs.DurationVar(&c.SubmitTimeout, "feed-submit-timeout", c.SubmitTimeout, "how long an HTTP write waits for room in the sequencer queue before 503")
 	fs.IntVar(&c.MaxConsumersPerTable, "max-consumers-per-table", c.MaxConsumersPerTable, "most named drain consumers per table (409 too_many_consumers past it)")
+	fs.IntVar(&c.MaxNameBytes, "max-name-bytes", c.MaxNameBytes, "longest table, measurement, tag key, field key or consumer name in bytes (at most 32000, so that every storage key fits)")
 	fs.DurationVar(&c.ConsumerFlushInterval, "feed-consumer-flush-interval", c.ConsumerFlushInterval, "how often changed consumer positions are written durably")
 }
 
@@ -131,6 +138,8 @@ func (c *Config) Validate() error {
 		return errors.New("feed: --feed-submit-timeout must be positive")
 	case c.MaxConsumersPerTable < 1:
 		return errors.New("feed: --max-consumers-per-table must be at least 1")
+	case c.MaxNameBytes < 1 || c.MaxNameBytes > MaxNameBytesCeiling:
+		return fmt.Errorf("feed: --max-name-bytes must be within 1..%d", MaxNameBytesCeiling)
 	case c.ConsumerFlushInterval <= 0:
 		return errors.New("feed: --feed-consumer-flush-interval must be positive")
 	}

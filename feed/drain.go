@@ -75,6 +75,11 @@ func (s *Sequencer) drain(ctx context.Context, req DrainRequest, visit func(cols
 	if req.Limit < 1 || req.Limit > s.cfg.MaxDrainLimit {
 		return Page{}, fmt.Errorf("%w: %d is outside 1..%d (--max-drain-limit)", ErrInvalidLimit, req.Limit, s.cfg.MaxDrainLimit)
 	}
+	if req.Consumer != "" {
+		if err := CheckName("consumer", req.Consumer, s.cfg.MaxNameBytes); err != nil {
+			return Page{}, err
+		}
+	}
 	var timeout <-chan time.Time
 	if req.Wait > 0 {
 		tm := time.NewTimer(req.Wait)
@@ -223,7 +228,7 @@ func project(p *published, names []string) (projection, []Column, error) {
 			}
 		}
 		if !found {
-			return pr, nil, fmt.Errorf("%w: %q", ErrUnknownColumn, n)
+			return pr, nil, fmt.Errorf("%w: %s", ErrUnknownColumn, QuoteInput(n))
 		}
 	}
 	return pr, cols, nil

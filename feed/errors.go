@@ -64,7 +64,7 @@ func (e *RefusalError) Unwrap() error { return e.Err }
 type RejectError struct {
 	Line int    // the point's line number in its request (1-based)
 	Key  string // the column at fault
-	Err  error  // ErrFieldTypeConflict, ErrTagFieldConflict, ErrColumnLimit, ErrSeriesLimit, ErrTableLimit, ErrInvalidTableName
+	Err  error  // ErrFieldTypeConflict, ErrTagFieldConflict, ErrColumnLimit, ErrSeriesLimit, ErrTableLimit, ErrInvalidTableName, a *NameError
 	Msg  string // detail
 }
 

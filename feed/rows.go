@@ -65,14 +65,14 @@ func decodeRowsCursor(s string) (rowsCursor, error) {
 	var c rowsCursor
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) == 0 || b[0] != 1 {
-		return c, fmt.Errorf("%w: %q", ErrInvalidCursor, s)
+		return c, fmt.Errorf("%w: %s", ErrInvalidCursor, QuoteInput(s))
 	}
 	b = b[1:]
 	vals := make([]uint64, 6)
 	for i := range vals {
 		v, n := binary.Uvarint(b)
 		if n <= 0 {
-			return c, fmt.Errorf("%w: %q", ErrInvalidCursor, s)
+			return c, fmt.Errorf("%w: %s", ErrInvalidCursor, QuoteInput(s))
 		}
 		vals[i], b = v, b[n:]
 	}

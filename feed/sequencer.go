@@ -181,7 +181,7 @@ func (s *Sequencer) enqueue(ctx context.Context, o *op) error {
 
 // control runs a table operation in the sequencer and waits for it.
 func (s *Sequencer) control(ctx context.Context, kind opKind, name string, flag bool) (*op, error) {
-	if err := validTableName(name); err != nil {
+	if err := s.checkTableName(name); err != nil {
 		return nil, err
 	}
 	o := &op{kind: kind, name: name, flag: flag, done: make(chan struct{})}
@@ -201,9 +201,14 @@ func (s *Sequencer) control(ctx context.Context, kind opKind, name string, flag 
 	}
 }
 
-func validTableName(name string) error {
-	if name == "" || strings.HasPrefix(name, "x_") {
-		return fmt.Errorf("%w: %q (empty, or the reserved x_ prefix)", ErrInvalidTableName, name)
+// checkTableName refuses a table name that breaks CheckName's rules or
+// starts with the reserved x_ prefix.
+func (s *Sequencer) checkTableName(name string) error {
+	if err := CheckName("table", name, s.cfg.MaxNameBytes); err != nil {
+		return err
+	}
+	if strings.HasPrefix(name, "x_") {
+		return fmt.Errorf("%w: %s (the x_ prefix is reserved)", ErrInvalidTableName, QuoteInput(name))
 	}
 	return nil
 }
@@ -426,7 +431,7 @@ func (s *Sequencer) tableForWrite(name string) (*table, error) {
 		}
 		return t, nil
 	}
-	if err := validTableName(name); err != nil {
+	if err := s.checkTableName(name); err != nil {
 		return nil, err
 	}
 	if err := s.checkTableLimit(); err != nil {
@@ -504,15 +509,18 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 	if !known {
 		if len(t.series) >= s.cfg.MaxSeriesPerTable {
 			return reject(ErrSeriesLimit, "", reasonSeriesLimit,
-				fmt.Sprintf("table %q already has %d series (--feed-max-series-per-table)", t.name, s.cfg.MaxSeriesPerTable))
+				fmt.Sprintf("table %s already has %d series (--feed-max-series-per-table)", QuoteInput(t.name), s.cfg.MaxSeriesPerTable))
 		}
 		for _, tag := range p.Tags {
 			if c, ok := t.colByName[tag.Key]; ok {
 				if t.meta.Columns[c].Kind != KindTag {
 					return reject(ErrTagFieldConflict, tag.Key, reasonTagField,
-						fmt.Sprintf("%q is a %s field of table %q and cannot be a tag", tag.Key, t.meta.Columns[c].Kind, t.name))
+						fmt.Sprintf("%s is a %s field of table %s and cannot be a tag", QuoteInput(tag.Key), t.meta.Columns[c].Kind, QuoteInput(t.name)))
 				}
 				continue
+			}
+			if err := CheckName("tag key", tag.Key, s.cfg.MaxNameBytes); err != nil {
+				return reject(err, tag.Key, reasonInvalidName, err.Error())
 			}
 			s.newCols = append(s.newCols, store.Column{Name: tag.Key, Kind: KindTag})
 		}
@@ -524,7 +532,11 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 			if k := s.pendingKind(f.Key); k != 0 {
 				s.fieldSlab = s.fieldSlab[:slab]
 				return reject(ErrTagFieldConflict, f.Key, reasonTagField,
-					fmt.Sprintf("%q is used as a tag and a field", f.Key))
+					fmt.Sprintf("%s is used as a tag and a field", QuoteInput(f.Key)))
+			}
+			if err := CheckName("field key", f.Key, s.cfg.MaxNameBytes); err != nil {
+				s.fieldSlab = s.fieldSlab[:slab]
+				return reject(err, f.Key, reasonInvalidName, err.Error())
 			}
 			c = uint32(len(t.meta.Columns) + len(s.newCols))
 			s.newCols = append(s.newCols, store.Column{Name: f.Key, Kind: f.Value.Kind})
@@ -532,18 +544,18 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 			s.fieldSlab = s.fieldSlab[:slab]
 			if k == KindTag {
 				return reject(ErrTagFieldConflict, f.Key, reasonTagField,
-					fmt.Sprintf("%q is a tag of table %q and cannot be a field", f.Key, t.name))
+					fmt.Sprintf("%s is a tag of table %s and cannot be a field", QuoteInput(f.Key), QuoteInput(t.name)))
 			}
 			return reject(ErrFieldTypeConflict, f.Key, reasonFieldType,
-				fmt.Sprintf("field %q is %s in table %q, got %s", f.Key, k, t.name, f.Value.Kind))
+				fmt.Sprintf("field %s is %s in table %s, got %s", QuoteInput(f.Key), k, QuoteInput(t.name), f.Value.Kind))
 		}
 		s.fieldSlab = append(s.fieldSlab, store.Field{Col: c, Value: f.Value})
 	}
 	if len(t.meta.Columns)+len(s.newCols) > s.cfg.MaxColumnsPerTable {
 		s.fieldSlab = s.fieldSlab[:slab]
 		return reject(ErrColumnLimit, "", reasonColumnLimit,
-			fmt.Sprintf("table %q would have %d columns, more than --feed-max-columns-per-table=%d",
-				t.name, len(t.meta.Columns)+len(s.newCols), s.cfg.MaxColumnsPerTable))
+			fmt.Sprintf("table %s would have %d columns, more than --feed-max-columns-per-table=%d",
+				QuoteInput(t.name), len(t.meta.Columns)+len(s.newCols), s.cfg.MaxColumnsPerTable))
 	}
 	g := t.group
 	if len(s.newCols) > 0 {
@@ -613,7 +625,13 @@ func (s *Sequencer) lookup(name string) (*table, error) {
 	t, ok := s.tables[name]
 	s.mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrTableNotFound, name)
+		// A name no table can have is the client's mistake (400), not a
+		// table that happens to be missing. A table stored under such a
+		// name by an older version is still found, so it can be dropped.
+		if err := CheckName("table", name, s.cfg.MaxNameBytes); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, QuoteInput(name))
 	}
 	return t, nil
 }

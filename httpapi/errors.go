@@ -20,6 +20,7 @@ const (
 	CodeUnknownColumn        = "unknown_column"
 	CodeInvalidCursor        = "invalid_cursor"
 	CodeInvalidTableName     = "invalid_table_name"
+	CodeInvalidName          = "invalid_name"
 	CodeInvalidBody          = "invalid_body"
 	CodeTooManyConsumers     = "too_many_consumers"
 	CodeTableLimit           = "table_limit"
@@ -60,6 +61,8 @@ func errorStatus(err error) (int, string) {
 		return http.StatusBadRequest, CodeInvalidCursor
 	case errors.Is(err, feed.ErrInvalidTableName):
 		return http.StatusBadRequest, CodeInvalidTableName
+	case errors.Is(err, feed.ErrInvalidName):
+		return http.StatusBadRequest, CodeInvalidName
 	case errors.Is(err, feed.ErrTableLimit):
 		return http.StatusConflict, CodeTableLimit
 	case errors.Is(err, feed.ErrTooManyConsumers):

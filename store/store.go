@@ -336,7 +336,8 @@ func (db *DB) Close() error {
 }
 
 // LoadTables returns every table's metadata, tombstones included, ordered
-// by name.
+// by name. Each name is read from its key, so it is exactly the name
+// PutMeta was given.
 func (db *DB) LoadTables() ([]TableMeta, error) {
 	var metas []TableMeta
 	err := db.bdb.View(func(txn *badger.Txn) error {
@@ -348,6 +349,9 @@ func (db *DB) LoadTables() ([]TableMeta, error) {
 			if err != nil {
 				return &CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
 			}
+			// The key holds the name byte for byte; JSON would have turned
+			// invalid UTF-8 into U+FFFD (names stored by older versions).
+			m.Name = string(it.Item().Key()[1:])
 			metas = append(metas, m)
 		}
 		return nil

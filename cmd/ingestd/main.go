@@ -130,6 +130,8 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "ingestd:", err)
 		return 2
 	}
+	// One name limit for every way a name enters (SPEC §8).
+	cfg.ilp.Limits.MaxKeyBytes = cfg.feed.MaxNameBytes
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintln(stderr, "ingestd: invalid configuration:", err)
 		return 2
