@@ -51,7 +51,7 @@ type Page struct {
 // cols and vals are valid only during the call. Refusals are *RefusalError wrapping ErrSyncOff, ErrStaleEpoch or
 // ErrCursorBeyondSequence (checked in that order); an unknown table is
 // ErrTableNotFound, an unknown column ErrUnknownColumn, a bad limit
-// ErrInvalidLimit. Safe for concurrent use; never blocks the sequencer.
+// ErrInvalidLimit, a column named twice ErrDuplicateColumn. Safe for concurrent use; never blocks the sequencer.
 func (s *Sequencer) Drain(ctx context.Context, req DrainRequest, visit func(cols []Column, vals []Value) error) (Page, error) {
 	pg, err := s.drain(ctx, req, visit)
 	outcome := "ok"
@@ -207,7 +207,12 @@ func project(p *published, names []string) (projection, []Column, error) {
 		return pr, cols, nil
 	}
 	cols := make([]Column, 0, len(names))
+	seen := make(map[string]struct{}, len(names))
 	for _, n := range names {
+		if _, dup := seen[n]; dup {
+			return pr, nil, fmt.Errorf("%w: %s", ErrDuplicateColumn, QuoteInput(n))
+		}
+		seen[n] = struct{}{}
 		switch n {
 		case "time":
 			pr.time = len(cols)

@@ -55,6 +55,8 @@ func errorStatus(err error) (int, string) {
 		return http.StatusConflict, CodeCursorBeyondSequence
 	case errors.Is(err, feed.ErrUnknownColumn):
 		return http.StatusBadRequest, CodeUnknownColumn
+	case errors.Is(err, feed.ErrDuplicateColumn):
+		return http.StatusBadRequest, CodeInvalidParameter
 	case errors.Is(err, feed.ErrInvalidLimit):
 		return http.StatusBadRequest, CodeInvalidLimit
 	case errors.Is(err, feed.ErrInvalidCursor):

@@ -130,8 +130,6 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "ingestd:", err)
 		return 2
 	}
-	// One name limit for every way a name enters (SPEC §8).
-	cfg.ilp.Limits.MaxKeyBytes = cfg.feed.MaxNameBytes
 	if err := cfg.validate(); err != nil {
 		fmt.Fprintln(stderr, "ingestd: invalid configuration:", err)
 		return 2
@@ -176,6 +174,8 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 	if err != nil {
 		return fmt.Errorf("start feed: %w", err)
 	}
+	// One name limit for every way a name enters (SPEC §8).
+	cfg.ilp.Limits.MaxKeyBytes = cfg.feed.MaxNameBytes
 	in, err := ilp.New(cfg.ilp, seq, cfg.feed.SubmitTimeout, logger, reg)
 	if err != nil {
 		return err
