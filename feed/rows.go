@@ -83,8 +83,9 @@ func decodeRowsCursor(s string) (rowsCursor, error) {
 
 // Rows reads one page of a table's rows by time range, calling visit with
 // the page's columns (time, tags, fields; never x_ columns) and each row's
-// values. A point written several times may appear more than once (the
-// copy is idempotent to apply). Errors: ErrTableNotFound, ErrInvalidLimit,
+// values. Each point of the range appears once, as its coalesced row,
+// however often it was written (a point written again during the copy may
+// appear again; the copy is idempotent to apply). Errors: ErrTableNotFound, ErrInvalidLimit,
 // ErrInvalidCursor, and *RefusalError{ErrStaleEpoch} when the table was
 // truncated or re-created since the cursor's first page. Safe for
 // concurrent use.

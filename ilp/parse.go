@@ -74,7 +74,7 @@ func NewParser(lim Limits) *Parser {
 
 // Parse parses one line (without its newline; a trailing \r is ignored) and
 // appends its point to b. lineNo is reported in errors; now (nanoseconds)
-// is the time of a line without a timestamp. A blank or comment line adds
+// truncated to prec is the time of a line without a timestamp. A blank or comment line adds
 // nothing and returns nil.
 func (p *Parser) Parse(b *feed.Batch, line []byte, lineNo int, prec Precision, now int64) *ParseError {
 	if n := len(line); n > 0 && line[n-1] == '\r' {
@@ -305,7 +305,9 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 	if err != nil {
 		return pt, syntaxErr(err)
 	}
-	ts := now
+	// Without a timestamp: the receive time truncated to the precision, as
+	// InfluxDB, Telegraf and line-protocol do.
+	ts := now - now%int64(prec)
 	if tb != nil {
 		var perr *ParseError
 		if ts, perr = parseTime(tb, prec); perr != nil {
