@@ -20,6 +20,7 @@ const (
 	DefaultSubmitTimeout      = 5 * time.Second
 	DefaultMaxConsumers       = 64
 	DefaultConsumerFlush      = time.Second
+	DefaultMaxTombstones      = 10_000
 )
 
 // seqLeaseChunk is how many x_seq numbers one durable lease reserves beyond
@@ -52,6 +53,13 @@ type Config struct {
 	SubmitTimeout time.Duration
 	// MaxConsumersPerTable bounds the named consumers of one table.
 	MaxConsumersPerTable int
+	// MaxTombstones bounds the tombstones dropped tables leave (SPEC §4:
+	// a re-created table resumes above the dropped one's epoch and x_seq).
+	// Past it the tombstone with the lowest sequence is folded into one
+	// durable floor that every table created without a tombstone starts
+	// above, so the guarantee holds for every name while memory and
+	// metadata stay bounded. 0 keeps none: every DROP folds into the floor.
+	MaxTombstones int
 	// MaxNameBytes is the longest table, measurement, tag key, field key or
 	// consumer name in bytes (SPEC §8), 1..MaxNameBytesCeiling; a longer
 	// name is refused (CheckName).
@@ -73,6 +81,7 @@ func DefaultConfig() Config {
 		MaxDrainLimit:      DefaultMaxDrainLimit,
 		SubmitTimeout:      DefaultSubmitTimeout,
 		MaxNameBytes:       DefaultMaxNameBytes,
+		MaxTombstones:      DefaultMaxTombstones,
 
 		MaxConsumersPerTable:  DefaultMaxConsumers,
 		ConsumerFlushInterval: DefaultConsumerFlush,
@@ -110,6 +119,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxTables, "feed-max-tables", c.MaxTables, "most tables; a write or CREATE TABLE that would add one more is rejected")
 	fs.DurationVar(&c.SubmitTimeout, "feed-submit-timeout", c.SubmitTimeout, "how long an HTTP write waits for room in the sequencer queue before 503")
 	fs.IntVar(&c.MaxConsumersPerTable, "max-consumers-per-table", c.MaxConsumersPerTable, "most named drain consumers per table (409 too_many_consumers past it)")
+	fs.IntVar(&c.MaxTombstones, "feed-max-tombstones", c.MaxTombstones, "most dropped tables remembered by name; past it the oldest fold into one floor new tables start above (0: none)")
 	fs.IntVar(&c.MaxNameBytes, "max-name-bytes", c.MaxNameBytes, "longest table, measurement, tag key, field key or consumer name in bytes (at most 32000, so that every storage key fits)")
 	fs.DurationVar(&c.ConsumerFlushInterval, "feed-consumer-flush-interval", c.ConsumerFlushInterval, "how often changed consumer positions are written durably")
 }
@@ -138,6 +148,8 @@ func (c *Config) Validate() error {
 		return errors.New("feed: --feed-submit-timeout must be positive")
 	case c.MaxConsumersPerTable < 1:
 		return errors.New("feed: --max-consumers-per-table must be at least 1")
+	case c.MaxTombstones < 0:
+		return errors.New("feed: --feed-max-tombstones must not be negative")
 	case c.MaxNameBytes < 1 || c.MaxNameBytes > MaxNameBytesCeiling:
 		return fmt.Errorf("feed: --max-name-bytes must be within 1..%d", MaxNameBytesCeiling)
 	case c.ConsumerFlushInterval <= 0:

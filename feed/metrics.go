@@ -25,6 +25,8 @@ type metrics struct {
 	queueDepth     prometheus.GaugeFunc
 	drains         *prometheus.CounterVec
 	leaseExtension prometheus.Counter
+	// tombstonesPruned counts tombstones folded into the floor.
+	tombstonesPruned prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
@@ -52,10 +54,20 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 		leaseExtension: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_feed_seq_lease_extensions_total", Help: "Durable x_seq lease extensions.",
 		}),
+		tombstonesPruned: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_feed_tombstones_pruned_total", Help: "Dropped tables' tombstones folded into the floor past --feed-max-tombstones.",
+		}),
 	}
 	m.queueDepth = f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ingestd_feed_queue_depth", Help: "Batches waiting for the sequencer.",
 	}, func() float64 { return float64(len(s.queue)) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ingestd_feed_tombstones", Help: "Dropped tables remembered by name (at most --feed-max-tombstones).",
+	}, func() float64 {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return float64(len(s.tombstones))
+	})
 	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ingestd_feed_queue_capacity", Help: "Batches the sequencer queue holds (--feed-queue-length).",
 	}, func() float64 { return float64(cap(s.queue)) })

@@ -37,6 +37,10 @@ type Sequencer struct {
 	mu         sync.RWMutex // guards tables and tombstones (written by the sequencer only)
 	tables     map[string]*table
 	tombstones map[string]store.TableMeta
+	// floor holds the highest epoch and x_seq lease of every pruned
+	// tombstone (Config.MaxTombstones); stored as the tombstone of
+	// floorName. Sequencer goroutine only.
+	floor store.TableMeta
 
 	// testHookBeforeCommit, when set by a test, runs in the sequencer
 	// goroutine after a group is stamped (seq published) and before the
@@ -106,6 +110,10 @@ func New(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Registerer)
 		return nil, fmt.Errorf("load tables: %w", err)
 	}
 	for _, m := range metas {
+		if m.Dropped && m.Name == floorName {
+			s.floor = m
+			continue
+		}
 		if m.Dropped {
 			s.tombstones[m.Name] = m
 			continue
@@ -123,6 +131,10 @@ func New(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Registerer)
 		s.tables[m.Name] = t
 	}
 	s.m = newMetrics(reg, s)
+	// --feed-max-tombstones may have been lowered since the last run.
+	if err := s.pruneTombstones(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -478,10 +490,47 @@ func (s *Sequencer) checkTableLimit() error {
 	return nil
 }
 
+// floorName is the reserved name (the x_ prefix is engine-owned, so no
+// table has it) under which the tombstone floor is stored.
+const floorName = "x_dropped_tables_floor"
+
+// pruneTombstones folds tombstones past Config.MaxTombstones into the
+// floor, the lowest sequence first: the floor is durable before the
+// tombstone goes, so a crash between the two loses nothing.
+func (s *Sequencer) pruneTombstones() error {
+	for len(s.tombstones) > s.cfg.MaxTombstones {
+		var victim store.TableMeta
+		first := true
+		for _, tb := range s.tombstones {
+			if first || tb.SeqLease < victim.SeqLease || tb.SeqLease == victim.SeqLease && tb.Name < victim.Name {
+				victim, first = tb, false
+			}
+		}
+		floor := store.TableMeta{Name: floorName, Dropped: true,
+			Epoch: max(s.floor.Epoch, victim.Epoch), SeqLease: max(s.floor.SeqLease, victim.SeqLease)}
+		if floor.Epoch != s.floor.Epoch || floor.SeqLease != s.floor.SeqLease || s.floor.Name == "" {
+			if err := s.st.PutMeta(floor); err != nil {
+				return storageErr("raise the dropped tables' floor", err)
+			}
+			s.floor = floor
+		}
+		if err := s.st.DeleteMeta(victim.Name); err != nil {
+			return storageErr("prune a tombstone", err)
+		}
+		s.mu.Lock()
+		delete(s.tombstones, victim.Name)
+		s.mu.Unlock()
+		s.m.tombstonesPruned.Inc()
+	}
+	return nil
+}
+
 // createTable makes a new live table (not yet persisted), resuming above a
 // dropped table's epoch and sequence.
 func (s *Sequencer) createTable(name string, sync bool) *table {
 	meta := store.TableMeta{Name: name, ID: s.st.AllocTableID(), Sync: sync}
+	// Above the table's own tombstone, else above every pruned one.
+	meta.Epoch, meta.SeqLease = s.floor.Epoch, s.floor.SeqLease
 	if tomb, ok := s.tombstones[name]; ok {
 		meta.Epoch, meta.SeqLease = tomb.Epoch, tomb.SeqLease
 	}

@@ -405,6 +405,12 @@ func (db *DB) PutMeta(m TableMeta) error {
 	return w.txn.Commit()
 }
 
+// DeleteMeta durably deletes a table's metadata (a pruned tombstone); it
+// is not an error when there is none.
+func (db *DB) DeleteMeta(name string) error {
+	return db.bdb.Update(func(txn *badger.Txn) error { return txn.Delete(metaKey(name)) })
+}
+
 // DropTableData deletes every fragment, series and index entry of table
 // instance tid. It blocks writes while it runs (badger DropPrefix).
 func (db *DB) DropTableData(tid uint64) error {
