@@ -138,3 +138,60 @@ func TestTableChurnMemory(t *testing.T) {
 	require.Less(t, grown, int64(6<<20), "heap grew by %d bytes over %d cycles", grown, cycles-warmup)
 	require.Len(t, s.tombstones, 100)
 }
+
+// TestGroupBytes checks Config.MaxGroupBytes: a batch whose fragments
+// exceed it is committed in several store commits, each below the limit,
+// and is stored whole and in order.
+func TestGroupBytes(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxGroupBytes = 4 << 10
+	h := openHarness(t, t.TempDir(), cfg)
+	defer h.close()
+	_, _, err := h.s.CreateTable(context.Background(), "t", true)
+	require.NoError(t, err)
+	commits := 0
+	h.s.testHookBeforeCommit = func() { commits++ } // sequencer goroutine; read after Append returns
+	var pts []Point
+	for i := range 100 {
+		pts = append(pts, pt("t", int64(i), nil, fld("s", sv(strings.Repeat("x", 200)))))
+	}
+	mustAppend(t, h.s, pts...)
+	// 100 fragments bounded at 259 bytes each: 16 per group of 4 KiB.
+	require.Equal(t, 7, commits)
+	rows := drainAll(t, h.s, "t", 0, 1000)
+	require.Len(t, rows, 100)
+	for i, r := range rows {
+		require.Equal(t, uint64(i+1), r.Seq)
+		require.Equal(t, tmv(int64(i)), r.Vals["time"])
+	}
+}
+
+func TestConfigBoundsStoredValues(t *testing.T) {
+	cases := []struct {
+		name string
+		set  func(*Config)
+		err  string
+	}{
+		{name: "defaults"},
+		{name: "group bytes above half a store value", set: func(c *Config) { c.MaxGroupBytes = store.MaxValueBytes/2 + 1 }, err: "--feed-max-group-bytes"},
+		{name: "name ceiling", set: func(c *Config) { c.MaxNameBytes = MaxNameBytesCeiling + 1 }, err: "--max-name-bytes"},
+		{name: "metadata could outgrow a value", set: func(c *Config) { c.MaxNameBytes = MaxNameBytesCeiling }, err: "metadata"},
+		{name: "long names with few columns", set: func(c *Config) { c.MaxNameBytes, c.MaxColumnsPerTable = MaxNameBytesCeiling, 64 }},
+		{name: "negative tombstones", set: func(c *Config) { c.MaxTombstones = -1 }, err: "--feed-max-tombstones"},
+		{name: "no tombstones", set: func(c *Config) { c.MaxTombstones = 0 }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if tc.set != nil {
+				tc.set(&cfg)
+			}
+			err := cfg.Validate()
+			if tc.err == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.err)
+		})
+	}
+}

@@ -100,6 +100,7 @@ func TestInvalidNamesRefused(t *testing.T) {
 func TestHostileNamesSurviveRestart(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxNameBytes = MaxNameBytesCeiling // the longest keys the store must hold
+	cfg.MaxColumnsPerTable = 64            // so that the metadata stays bounded (Validate)
 	longest := strings.Repeat("é", MaxNameBytesCeiling/2)
 	names := []string{
 		"a", "ab", "a b", "a,b=c", "a\u0100", "a\u00ff", "\u0100", "\uFFFD", "\uFFFF", "\U0010FFFF",

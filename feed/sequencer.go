@@ -2,6 +2,7 @@ package feed
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -51,6 +52,10 @@ type Sequencer struct {
 	groupTables []*groupTable
 	fieldSlab   []store.Field
 	newCols     []store.Column
+	// groupPointCount and groupBytes count the group's accepted points and
+	// bound its fragments' encoded size (fragmentBytes).
+	groupPointCount int
+	groupBytes      int
 }
 
 type opKind uint8
@@ -346,15 +351,32 @@ func storageErr(what string, err error) error {
 	return fmt.Errorf("%w: %s: %w", errStorage, what, err)
 }
 
-// commitGroup validates, stamps and commits a run of write ops.
+// commitGroup validates, stamps and commits a run of write ops: one store
+// commit, or several when their fragments would exceed
+// Config.MaxGroupBytes (a table's block is one store value, which the store
+// bounds), each committed as soon as it is full.
 func (s *Sequencer) commitGroup(ops []*op) error {
+	s.resetGroup()
+	for _, o := range ops {
+		if err := s.applyBatch(o); err != nil {
+			return err
+		}
+	}
+	return s.flushGroup()
+}
+
+// resetGroup starts an empty group.
+func (s *Sequencer) resetGroup() {
 	s.groupTables = s.groupTables[:0]
 	s.fieldSlab = s.fieldSlab[:0]
-	points := 0
-	for _, o := range ops {
-		s.applyBatch(o)
-		points += o.res.Accepted
-	}
+	s.groupPointCount, s.groupBytes = 0, 0
+}
+
+// flushGroup stamps and commits the group built so far, publishes the
+// watermarks and starts an empty group.
+func (s *Sequencer) flushGroup() error {
+	defer s.resetGroup()
+	points := s.groupPointCount
 	s.forgetUnwrittenTables()
 	commits := make([]store.TableCommit, 0, len(s.groupTables))
 	var leases []*table
@@ -412,10 +434,17 @@ func (s *Sequencer) commitGroup(ops []*op) error {
 }
 
 // applyBatch validates each point of o's batch and adds the accepted ones
-// to the group.
-func (s *Sequencer) applyBatch(o *op) {
+// to the group, committing the group whenever it reaches
+// Config.MaxGroupBytes. It returns the storage error of such a commit.
+func (s *Sequencer) applyBatch(o *op) error {
 	var t *table
 	for i := range o.batch.Points {
+		if s.groupBytes >= s.cfg.MaxGroupBytes {
+			if err := s.flushGroup(); err != nil {
+				return err
+			}
+			t = nil // its group was committed
+		}
 		p := &o.batch.Points[i]
 		if t == nil || t.name != p.Table {
 			var err error
@@ -430,7 +459,22 @@ func (s *Sequencer) applyBatch(o *op) {
 			continue
 		}
 		o.res.Accepted++
+		s.groupPointCount++
+		s.groupBytes += fragmentBytes(p)
 	}
+	return nil
+}
+
+// fragmentBytes bounds the size of p's fragment in a stored block (see
+// store/doc.go): uvarint series id, varint time, uvarint field count, and
+// per field a uvarint column, a kind byte and at most 10 bytes or a
+// uvarint length and the string.
+func fragmentBytes(p *Point) int {
+	n := 3*binary.MaxVarintLen64 + 8
+	for _, f := range p.Fields {
+		n += 2*binary.MaxVarintLen64 + 1 + len(f.Value.Str)
+	}
+	return n
 }
 
 // tableForWrite returns the live table, creating it (sync per

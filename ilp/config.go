@@ -19,6 +19,10 @@ const (
 	DefaultTCPMaxConns      = 1024
 )
 
+// MaxLineBytesCeiling bounds --max-line-bytes: one line's fragment must fit
+// a store value next to a full group commit (feed.Config.MaxGroupBytes).
+const MaxLineBytesCeiling = 64 << 20
+
 // Config configures ILP ingest over HTTP and TCP.
 type Config struct {
 	Limits Limits
@@ -71,8 +75,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.MaxBodyBytes < 1:
 		return errors.New("ilp: --max-body-bytes must be positive")
-	case c.Limits.MaxLineBytes < 1:
-		return errors.New("ilp: --max-line-bytes must be positive")
+	case c.Limits.MaxLineBytes < 1 || c.Limits.MaxLineBytes > MaxLineBytesCeiling:
+		return fmt.Errorf("ilp: --max-line-bytes must be within 1..%d", MaxLineBytesCeiling)
 	case c.Limits.MaxKeyBytes < 1 || c.Limits.MaxKeyBytes > feed.MaxNameBytesCeiling:
 		return fmt.Errorf("ilp: the key limit (--max-name-bytes) must be within 1..%d", feed.MaxNameBytesCeiling)
 	case c.Limits.MaxStringBytes < 1:

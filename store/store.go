@@ -25,6 +25,11 @@ const (
 	DefaultMinFreeBytes    = 256 << 20
 )
 
+// MaxValueBytes is the largest value the store can hold (badger's value
+// log file size): a table's block in one commit must stay below it, which
+// the feed guarantees by bounding its group commits.
+const MaxValueBytes = 256 << 20
+
 // Config configures the store.
 type Config struct {
 	// Dir is the data directory; created when missing.
@@ -162,7 +167,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		WithBlockCacheSize(cfg.BlockCacheBytes).
 		WithIndexCacheSize(32 << 20).
 		WithMemTableSize(cfg.MemTableBytes).
-		WithValueLogFileSize(256 << 20)
+		WithValueLogFileSize(MaxValueBytes)
 	db.bdb, err = badger.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("open badger in %s: %w", cfg.Dir, err)
