@@ -27,6 +27,8 @@ type metrics struct {
 	leaseExtension prometheus.Counter
 	// tombstonesPruned counts tombstones folded into the floor.
 	tombstonesPruned prometheus.Counter
+	// groupSplits counts group commits cut at Config.MaxGroupBytes.
+	groupSplits prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
@@ -53,6 +55,9 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 		}, []string{"outcome"}),
 		leaseExtension: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_feed_seq_lease_extensions_total", Help: "Durable x_seq lease extensions.",
+		}),
+		groupSplits: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_feed_group_splits_total", Help: "Group commits cut at --feed-max-group-bytes (the rest follows in another commit).",
 		}),
 		tombstonesPruned: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_feed_tombstones_pruned_total", Help: "Dropped tables' tombstones folded into the floor past --feed-max-tombstones.",

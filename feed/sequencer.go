@@ -440,6 +440,7 @@ func (s *Sequencer) applyBatch(o *op) error {
 	var t *table
 	for i := range o.batch.Points {
 		if s.groupBytes >= s.cfg.MaxGroupBytes {
+			s.m.groupSplits.Inc()
 			if err := s.flushGroup(); err != nil {
 				return err
 			}

@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/ingestd/ingestd/feed"
 )
@@ -77,10 +78,28 @@ func errorStatus(err error) (int, string) {
 	return http.StatusInternalServerError, CodeInternal
 }
 
+// MaxErrorMessageBytes bounds the message of an error body: messages quote
+// at most feed.MaxEchoBytes of any input, and this cuts whatever else a
+// library's error might repeat (a JSON decoder naming an unknown field).
+const MaxErrorMessageBytes = 1024
+
+// capMessage cuts msg to MaxErrorMessageBytes at a rune boundary.
+func capMessage(msg string) string {
+	if len(msg) <= MaxErrorMessageBytes {
+		return msg
+	}
+	cut := MaxErrorMessageBytes
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
+}
+
 // writeErr maps err through errorStatus and writes the JSON error object.
 func writeErr(w http.ResponseWriter, err error) {
 	status, code := errorStatus(err)
-	body := errorBody{Code: code, Message: err.Error(), Error: err.Error()}
+	msg := capMessage(err.Error())
+	body := errorBody{Code: code, Message: msg, Error: msg}
 	var ref *feed.RefusalError
 	if errors.As(err, &ref) {
 		body.Epoch, body.Seq, body.Watermark = &ref.Status.Epoch, &ref.Status.Seq, &ref.Status.Watermark
@@ -93,6 +112,7 @@ func writeErr(w http.ResponseWriter, err error) {
 
 // writeClientErr writes a 400 with the given code.
 func writeClientErr(w http.ResponseWriter, code, msg string) {
+	msg = capMessage(msg)
 	writeJSON(w, http.StatusBadRequest, errorBody{Code: code, Message: msg, Error: msg})
 }
 

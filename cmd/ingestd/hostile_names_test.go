@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/httpapi"
 )
 
 // TestHostileNamesHTTP sends names and parameters no table can hold to
@@ -48,6 +49,7 @@ func TestHostileNamesHTTP(t *testing.T) {
 		{name: "write with repeated precision", method: http.MethodPost, path: "/write?precision=s&precision=ns", body: "t v=3i 3", status: 400, code: "invalid_parameter"},
 		{name: "write with bad percent-encoding", method: http.MethodPost, path: "/api/v2/write?bucket=%G0", body: "t v=3i 3", status: 400, code: "invalid_parameter"},
 		{name: "write of a C1 measurement", method: http.MethodPost, path: "/write", body: "m\u0085 v=1i 1\nt v=4i 4", status: 400, code: "invalid", contains: "partial write"},
+		{name: "unknown JSON field of 60 KB", method: http.MethodPut, path: "/api/v1/tables/u", body: `{"` + strings.Repeat("f", 60_000) + `":1}`, status: 400, code: "invalid_body", contains: "unknown field"},
 		{name: "write of a long field key", method: http.MethodPost, path: "/api/v2/write", body: "t " + long + "=1i 1", status: 400, code: "invalid", contains: "longer than the limit of 4096"},
 	}
 	for _, tc := range cases {
@@ -55,7 +57,7 @@ func TestHostileNamesHTTP(t *testing.T) {
 			r := c.do(t, tc.method, tc.path, tc.body)
 			e := requireFeedError(t, r, tc.status, tc.code)
 			require.Contains(t, e.Message, tc.contains)
-			require.Less(t, len(r.body), 1024, "the error body echoes a bounded part of the input: %s", r)
+			require.Less(t, len(r.body), 2*httpapi.MaxErrorMessageBytes+256, "the error body echoes a bounded part of the input: %.300s", r)
 		})
 	}
 	var tl struct {
