@@ -3,9 +3,12 @@ package feed
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"path"
 	"strings"
 	"time"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 // Default values of Config.
@@ -19,7 +22,14 @@ const (
 	DefaultSubmitTimeout      = 5 * time.Second
 	DefaultMaxConsumers       = 64
 	DefaultConsumerFlush      = time.Second
+	DefaultMaxTombstones      = 10_000
+	DefaultMaxGroupBytes      = 64 << 20
 )
+
+// maxMetaBytes bounds a table's metadata value (its columns as JSON, each
+// name escaped to at most 6 bytes per byte): Validate refuses limits whose
+// product could exceed it.
+const maxMetaBytes = store.MaxValueBytes / 4
 
 // seqLeaseChunk is how many x_seq numbers one durable lease reserves beyond
 // what a commit needs: one extra fsync per this many fragments per table.
@@ -35,6 +45,12 @@ type Config struct {
 	QueueLength int
 	// MaxGroupPoints caps the points of one group commit.
 	MaxGroupPoints int
+	// MaxGroupBytes caps the encoded bytes of one group commit's fragments
+	// (an upper bound, see fragmentBytes): a group reaching it is committed
+	// and the next starts, also within one batch. It keeps every table's
+	// block, one store value, below store.MaxValueBytes whatever clients
+	// send: at most half of it, plus one line (ilp bounds lines to 64 MiB).
+	MaxGroupBytes int
 	// MaxColumnsPerTable caps a table's columns (tags plus fields, time
 	// excluded); a line that would add more is rejected.
 	MaxColumnsPerTable int
@@ -51,6 +67,17 @@ type Config struct {
 	SubmitTimeout time.Duration
 	// MaxConsumersPerTable bounds the named consumers of one table.
 	MaxConsumersPerTable int
+	// MaxTombstones bounds the tombstones dropped tables leave (SPEC §4:
+	// a re-created table resumes above the dropped one's epoch and x_seq).
+	// Past it the tombstone with the lowest sequence is folded into one
+	// durable floor that every table created without a tombstone starts
+	// above, so the guarantee holds for every name while memory and
+	// metadata stay bounded. 0 keeps none: every DROP folds into the floor.
+	MaxTombstones int
+	// MaxNameBytes is the longest table, measurement, tag key, field key or
+	// consumer name in bytes (SPEC §8), 1..MaxNameBytesCeiling; a longer
+	// name is refused (CheckName).
+	MaxNameBytes int
 	// ConsumerFlushInterval is how often changed consumer positions are
 	// written durably (and at shutdown). A crash may lose at most this much
 	// of their progress; positions only feed lag metrics and listings.
@@ -62,11 +89,14 @@ func DefaultConfig() Config {
 	return Config{
 		QueueLength:        DefaultQueueLength,
 		MaxGroupPoints:     DefaultMaxGroupPoints,
+		MaxGroupBytes:      DefaultMaxGroupBytes,
 		MaxColumnsPerTable: DefaultMaxColumnsPerTable,
 		MaxSeriesPerTable:  DefaultMaxSeriesPerTable,
 		MaxTables:          DefaultMaxTables,
 		MaxDrainLimit:      DefaultMaxDrainLimit,
 		SubmitTimeout:      DefaultSubmitTimeout,
+		MaxNameBytes:       DefaultMaxNameBytes,
+		MaxTombstones:      DefaultMaxTombstones,
 
 		MaxConsumersPerTable:  DefaultMaxConsumers,
 		ConsumerFlushInterval: DefaultConsumerFlush,
@@ -99,11 +129,14 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxDrainLimit, "max-drain-limit", c.MaxDrainLimit, "largest drain page in rows")
 	fs.IntVar(&c.QueueLength, "feed-queue-length", c.QueueLength, "batches that may wait for the sequencer before writers block")
 	fs.IntVar(&c.MaxGroupPoints, "feed-max-group-points", c.MaxGroupPoints, "most points in one group commit")
+	fs.IntVar(&c.MaxGroupBytes, "feed-max-group-bytes", c.MaxGroupBytes, "most encoded bytes of fragments in one group commit (at most 128 MiB, so that a table's block fits one store value)")
 	fs.IntVar(&c.MaxColumnsPerTable, "feed-max-columns-per-table", c.MaxColumnsPerTable, "most columns (tags plus fields) per table")
 	fs.IntVar(&c.MaxSeriesPerTable, "feed-max-series-per-table", c.MaxSeriesPerTable, "most series (distinct tag sets) per table")
 	fs.IntVar(&c.MaxTables, "feed-max-tables", c.MaxTables, "most tables; a write or CREATE TABLE that would add one more is rejected")
 	fs.DurationVar(&c.SubmitTimeout, "feed-submit-timeout", c.SubmitTimeout, "how long an HTTP write waits for room in the sequencer queue before 503")
 	fs.IntVar(&c.MaxConsumersPerTable, "max-consumers-per-table", c.MaxConsumersPerTable, "most named drain consumers per table (409 too_many_consumers past it)")
+	fs.IntVar(&c.MaxTombstones, "feed-max-tombstones", c.MaxTombstones, "most dropped tables remembered by name; past it the oldest fold into one floor new tables start above (0: none)")
+	fs.IntVar(&c.MaxNameBytes, "max-name-bytes", c.MaxNameBytes, "longest table, measurement, tag key, field key or consumer name in bytes (at most 32000, so that every storage key fits)")
 	fs.DurationVar(&c.ConsumerFlushInterval, "feed-consumer-flush-interval", c.ConsumerFlushInterval, "how often changed consumer positions are written durably")
 }
 
@@ -119,6 +152,8 @@ func (c *Config) Validate() error {
 		return errors.New("feed: --feed-queue-length must be at least 1")
 	case c.MaxGroupPoints < 1:
 		return errors.New("feed: --feed-max-group-points must be at least 1")
+	case c.MaxGroupBytes < 1 || c.MaxGroupBytes > store.MaxValueBytes/2:
+		return fmt.Errorf("feed: --feed-max-group-bytes must be within 1..%d", store.MaxValueBytes/2)
 	case c.MaxColumnsPerTable < 1:
 		return errors.New("feed: --feed-max-columns-per-table must be at least 1")
 	case c.MaxTables < 1:
@@ -131,6 +166,13 @@ func (c *Config) Validate() error {
 		return errors.New("feed: --feed-submit-timeout must be positive")
 	case c.MaxConsumersPerTable < 1:
 		return errors.New("feed: --max-consumers-per-table must be at least 1")
+	case c.MaxTombstones < 0:
+		return errors.New("feed: --feed-max-tombstones must not be negative")
+	case c.MaxNameBytes < 1 || c.MaxNameBytes > MaxNameBytesCeiling:
+		return fmt.Errorf("feed: --max-name-bytes must be within 1..%d", MaxNameBytesCeiling)
+	case c.MaxNameBytes > 0 && c.MaxColumnsPerTable > maxMetaBytes/(6*c.MaxNameBytes+32):
+		return fmt.Errorf("feed: --feed-max-columns-per-table=%d of --max-name-bytes=%d could make a table's metadata exceed %d bytes: lower one",
+			c.MaxColumnsPerTable, c.MaxNameBytes, maxMetaBytes)
 	case c.ConsumerFlushInterval <= 0:
 		return errors.New("feed: --feed-consumer-flush-interval must be positive")
 	}

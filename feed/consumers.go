@@ -84,7 +84,7 @@ func (cs *consumerSet) remove(st ConsumerStore, table, name string) error {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if _, ok := cs.byName[name]; !ok {
-		return fmt.Errorf("%w: %q", ErrConsumerNotFound, name)
+		return fmt.Errorf("%w: %s", ErrConsumerNotFound, QuoteInput(name))
 	}
 	delete(cs.byName, name)
 	delete(cs.dirty, name)
@@ -123,7 +123,13 @@ func (s *Sequencer) DeleteConsumer(table, name string) error {
 	}
 	s.consumerMu.Lock()
 	defer s.consumerMu.Unlock()
-	return t.consumers.remove(s.st, table, name)
+	err = t.consumers.remove(s.st, table, name)
+	if errors.Is(err, ErrConsumerNotFound) {
+		if nerr := CheckName("consumer", name, s.cfg.MaxNameBytes); nerr != nil {
+			return nerr // no consumer can have this name: a client mistake
+		}
+	}
+	return err
 }
 
 // flushConsumers durably writes the consumer positions changed since the

@@ -28,6 +28,29 @@
 //     and is bumped by enabling sync on a table whose sync is OFF and by
 //     TRUNCATE; a drain naming another epoch is refused (ErrStaleEpoch).
 //
+// # When a commit fails
+//
+// A group commit, and every metadata write, fails only when the store
+// itself fails: a full disk (store.ErrDiskFull, below
+// --store-min-free-bytes), an I/O error, a closed store. Nothing a client
+// sends can be the cause, because everything that could make a write
+// impossible is refused at the door, before the sequencer: every name
+// (CheckName) fits a whole key; a table's block, one store value, stays
+// below store.MaxValueBytes (Config.MaxGroupBytes splits a group, ilp
+// bounds a line); a table's metadata is bounded by its columns times the
+// name limit (Validate); a series by its line; timestamps by ILP's range.
+// When a commit fails anyway, the sequencer stops: the batch being
+// committed and every queued one fail with the error (HTTP 500; a TCP
+// connection logs it and closes), new ones get ErrClosed (HTTP 503), and
+// Run returns the error, on which ingestd shuts down in order and exits 1.
+// It neither retries nor goes on, because its memory is then ahead of the
+// store: x_seq numbers stamped, the schema and series dictionary extended,
+// watermarks about to move. Accepting more writes on top of a store in an
+// unknown state could acknowledge what is not durable or hand out an x_seq
+// twice; a restart reloads exactly the durable state (the x_seq lease makes
+// it resume above every number handed out), once the operator has fixed
+// the disk.
+//
 // # Locks
 //
 // table.mu guards a table's published state (sync, epoch, seq, watermark,

@@ -51,10 +51,10 @@ type Page struct {
 // cols and vals are valid only during the call. Refusals are *RefusalError wrapping ErrSyncOff, ErrStaleEpoch or
 // ErrCursorBeyondSequence (checked in that order); an unknown table is
 // ErrTableNotFound, an unknown column ErrUnknownColumn, a bad limit
-// ErrInvalidLimit. visit may return ErrPageFull to end the page before the
-// row it was called with (Next is then the last x_seq of the page); any
-// other error of visit ends the Drain with it. Safe for concurrent use;
-// never blocks the sequencer.
+// ErrInvalidLimit, a column named twice ErrDuplicateColumn. visit may
+// return ErrPageFull to end the page before the row it was called with
+// (Next is then the last x_seq of the page); any other error of visit ends
+// the Drain with it. Safe for concurrent use; never blocks the sequencer.
 func (s *Sequencer) Drain(ctx context.Context, req DrainRequest, visit func(cols []Column, vals []Value) error) (Page, error) {
 	pg, err := s.drain(ctx, req, visit)
 	outcome := "ok"
@@ -77,6 +77,11 @@ func isRefusal(err error) bool {
 func (s *Sequencer) drain(ctx context.Context, req DrainRequest, visit func(cols []Column, vals []Value) error) (Page, error) {
 	if req.Limit < 1 || req.Limit > s.cfg.MaxDrainLimit {
 		return Page{}, fmt.Errorf("%w: %d is outside 1..%d (--max-drain-limit)", ErrInvalidLimit, req.Limit, s.cfg.MaxDrainLimit)
+	}
+	if req.Consumer != "" {
+		if err := CheckName("consumer", req.Consumer, s.cfg.MaxNameBytes); err != nil {
+			return Page{}, err
+		}
 	}
 	var timeout <-chan time.Time
 	if req.Wait > 0 {
@@ -212,7 +217,12 @@ func project(p *published, names []string) (projection, []Column, error) {
 		return pr, cols, nil
 	}
 	cols := make([]Column, 0, len(names))
+	seen := make(map[string]struct{}, len(names))
 	for _, n := range names {
+		if _, dup := seen[n]; dup {
+			return pr, nil, fmt.Errorf("%w: %s", ErrDuplicateColumn, QuoteInput(n))
+		}
+		seen[n] = struct{}{}
 		switch n {
 		case "time":
 			pr.time = len(cols)
@@ -233,7 +243,7 @@ func project(p *published, names []string) (projection, []Column, error) {
 			}
 		}
 		if !found {
-			return pr, nil, fmt.Errorf("%w: %q", ErrUnknownColumn, n)
+			return pr, nil, fmt.Errorf("%w: %s", ErrUnknownColumn, QuoteInput(n))
 		}
 	}
 	return pr, cols, nil

@@ -361,6 +361,7 @@ func TestDrainRefusals(t *testing.T) {
 		{name: "limit at max", req: DrainRequest{Table: "on", Limit: 5}, rows: 3},
 		{name: "limit 1", req: DrainRequest{Table: "on", Limit: 1}, rows: 1},
 		{name: "unknown column", req: DrainRequest{Table: "on", Limit: 1, Columns: []string{"time", "nope"}}, err: ErrUnknownColumn},
+		{name: "column twice", req: DrainRequest{Table: "on", Limit: 1, Columns: []string{"v", "time", "v"}}, err: ErrDuplicateColumn},
 		{name: "x_epoch is no column", req: DrainRequest{Table: "on", Limit: 1, Columns: []string{"x_epoch"}}, err: ErrUnknownColumn},
 		{name: "empty column name", req: DrainRequest{Table: "on", Limit: 1, Columns: []string{""}}, err: ErrUnknownColumn},
 	}

@@ -19,6 +19,9 @@ var (
 	// ErrUnknownColumn is returned by Drain for a requested column the table
 	// does not have.
 	ErrUnknownColumn = errors.New("feed: unknown column")
+	// ErrDuplicateColumn is returned by Drain for a column requested more
+	// than once.
+	ErrDuplicateColumn = errors.New("feed: column requested more than once")
 	// ErrTooManyConsumers is returned by Drain when a new consumer name
 	// would exceed Config.MaxConsumersPerTable.
 	ErrTooManyConsumers = errors.New("feed: too many consumers for this table")
@@ -70,7 +73,7 @@ func (e *RefusalError) Unwrap() error { return e.Err }
 type RejectError struct {
 	Line int    // the point's line number in its request (1-based)
 	Key  string // the column at fault
-	Err  error  // ErrFieldTypeConflict, ErrTagFieldConflict, ErrColumnLimit, ErrSeriesLimit, ErrTableLimit, ErrInvalidTableName
+	Err  error  // ErrFieldTypeConflict, ErrTagFieldConflict, ErrColumnLimit, ErrSeriesLimit, ErrTableLimit, ErrInvalidTableName, a *NameError
 	Msg  string // detail
 }
 

@@ -2,9 +2,16 @@ package feed
 
 import (
 	"context"
+	"fmt"
+	"maps"
+	"runtime"
+	"slices"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 // TestTableLimit checks Config.MaxTables: a write or CREATE TABLE that
@@ -39,4 +46,152 @@ func TestTableLimit(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, created)
 	require.Len(t, h.s.Tables(), 2)
+}
+
+// TestTombstoneBound checks Config.MaxTombstones: past it tombstones fold
+// into the floor, and a pruned table re-created, also after a restart,
+// still resumes above its old epoch and x_seq (SPEC §4).
+func TestTombstoneBound(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxTombstones = 2
+	dir := t.TempDir()
+	h := openHarness(t, dir, cfg)
+	defer func() { h.close() }()
+	ctx := context.Background()
+	old := map[string]SyncStatus{}
+	for i, name := range []string{"a", "b", "c", "d", "e"} {
+		_, _, err := h.s.CreateTable(ctx, name, true)
+		require.NoError(t, err)
+		for range i + 1 {
+			mustAppend(t, h.s, pt(name, 1, nil, fld("v", iv(1))))
+		}
+		_, err = h.s.Truncate(ctx, name) // epoch 2
+		require.NoError(t, err)
+		old[name] = status(t, h.s, name)
+		require.NoError(t, h.s.Drop(ctx, name))
+		require.LessOrEqual(t, len(h.s.tombstones), 2)
+	}
+	require.Equal(t, []string{"d", "e"}, slices.Sorted(maps.Keys(h.s.tombstones)), "the lowest sequences were pruned")
+	for round := range 2 {
+		for _, name := range []string{"a", "e", "new"} {
+			_, st, err := h.s.CreateTable(ctx, name, true)
+			require.NoError(t, err)
+			require.Greater(t, st.Epoch, old[name].Epoch, "round %d %s: epoch", round, name)
+			require.GreaterOrEqual(t, st.Seq, old[name].Seq, "round %d %s: seq", round, name)
+			mustAppend(t, h.s, pt(name, 2, nil, fld("v", iv(2))))
+			rows := drainAll(t, h.s, name, 0, 10)
+			require.Len(t, rows, 1)
+			require.Greater(t, rows[0].Seq, old[name].Seq, "round %d %s: x_seq reused", round, name)
+			old[name] = status(t, h.s, name)
+			require.NoError(t, h.s.Drop(ctx, name))
+		}
+		h.close()
+		h = openHarness(t, dir, cfg)
+		require.LessOrEqual(t, len(h.s.tombstones), 2, "round %d", round)
+		require.Empty(t, h.s.Tables(), "the floor is no table")
+	}
+}
+
+// TestTableChurnMemory creates and drops thousands of tables with long,
+// distinct names: what a dropped table leaves in memory is bounded
+// (tombstones by MaxTombstones), so the heap stays flat. Before the bound
+// every name stayed in memory forever (issue 11: 55,000 cycles of 1 KB
+// names took 1 GB).
+func TestTableChurnMemory(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxTombstones = 100
+	scfg := store.DefaultConfig()
+	scfg.Dir = t.TempDir()
+	scfg.UnsafeNoSync = true // thousands of commits; durability is not under test
+	db, err := store.Open(scfg, nil, nil)
+	require.NoError(t, err)
+	s, err := New(cfg, db, nil, nil)
+	require.NoError(t, err)
+	runCtx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- s.Run(runCtx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-done)
+		require.NoError(t, db.Close())
+	}()
+	ctx := context.Background()
+	heap := func() uint64 {
+		runtime.GC()
+		var ms runtime.MemStats
+		runtime.ReadMemStats(&ms)
+		return ms.HeapInuse
+	}
+	const cycles, warmup = 4000, 500
+	var base uint64
+	for i := range cycles {
+		if i == warmup {
+			base = heap()
+		}
+		name := fmt.Sprintf("%05d", i) + strings.Repeat("n", DefaultMaxNameBytes-5)
+		_, _, err := s.CreateTable(ctx, name, true)
+		require.NoError(t, err)
+		require.NoError(t, s.Drop(ctx, name))
+	}
+	grown := int64(heap()) - int64(base)
+	// Unbounded, 3,500 more tombstones of 4 KiB names would hold 14 MiB.
+	require.Less(t, grown, int64(6<<20), "heap grew by %d bytes over %d cycles", grown, cycles-warmup)
+	require.Len(t, s.tombstones, 100)
+}
+
+// TestGroupBytes checks Config.MaxGroupBytes: a batch whose fragments
+// exceed it is committed in several store commits, each below the limit,
+// and is stored whole and in order.
+func TestGroupBytes(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxGroupBytes = 4 << 10
+	h := openHarness(t, t.TempDir(), cfg)
+	defer h.close()
+	_, _, err := h.s.CreateTable(context.Background(), "t", true)
+	require.NoError(t, err)
+	commits := 0
+	h.s.testHookBeforeCommit = func() { commits++ } // sequencer goroutine; read after Append returns
+	var pts []Point
+	for i := range 100 {
+		pts = append(pts, pt("t", int64(i), nil, fld("s", sv(strings.Repeat("x", 200)))))
+	}
+	mustAppend(t, h.s, pts...)
+	// 100 fragments bounded at 259 bytes each: 16 per group of 4 KiB.
+	require.Equal(t, 7, commits)
+	rows := drainAll(t, h.s, "t", 0, 1000)
+	require.Len(t, rows, 100)
+	for i, r := range rows {
+		require.Equal(t, uint64(i+1), r.Seq)
+		require.Equal(t, tmv(int64(i)), r.Vals["time"])
+	}
+}
+
+func TestConfigBoundsStoredValues(t *testing.T) {
+	cases := []struct {
+		name string
+		set  func(*Config)
+		err  string
+	}{
+		{name: "defaults"},
+		{name: "group bytes above half a store value", set: func(c *Config) { c.MaxGroupBytes = store.MaxValueBytes/2 + 1 }, err: "--feed-max-group-bytes"},
+		{name: "name ceiling", set: func(c *Config) { c.MaxNameBytes = MaxNameBytesCeiling + 1 }, err: "--max-name-bytes"},
+		{name: "metadata could outgrow a value", set: func(c *Config) { c.MaxNameBytes = MaxNameBytesCeiling }, err: "metadata"},
+		{name: "long names with few columns", set: func(c *Config) { c.MaxNameBytes, c.MaxColumnsPerTable = MaxNameBytesCeiling, 64 }},
+		{name: "negative tombstones", set: func(c *Config) { c.MaxTombstones = -1 }, err: "--feed-max-tombstones"},
+		{name: "no tombstones", set: func(c *Config) { c.MaxTombstones = 0 }},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			if tc.set != nil {
+				tc.set(&cfg)
+			}
+			err := cfg.Validate()
+			if tc.err == "" {
+				require.NoError(t, err)
+				return
+			}
+			require.ErrorContains(t, err, tc.err)
+		})
+	}
 }

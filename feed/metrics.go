@@ -2,6 +2,7 @@ package feed
 
 import (
 	"time"
+	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -13,6 +14,7 @@ const (
 	reasonTagField    = "tag_field_conflict"
 	reasonColumnLimit = "column_limit"
 	reasonSeriesLimit = "series_limit"
+	reasonInvalidName = "invalid_name"
 )
 
 type metrics struct {
@@ -23,6 +25,10 @@ type metrics struct {
 	queueDepth     prometheus.GaugeFunc
 	drains         *prometheus.CounterVec
 	leaseExtension prometheus.Counter
+	// tombstonesPruned counts tombstones folded into the floor.
+	tombstonesPruned prometheus.Counter
+	// groupSplits counts group commits cut at Config.MaxGroupBytes.
+	groupSplits prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
@@ -50,14 +56,27 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 		leaseExtension: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_feed_seq_lease_extensions_total", Help: "Durable x_seq lease extensions.",
 		}),
+		groupSplits: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_feed_group_splits_total", Help: "Group commits cut at --feed-max-group-bytes (the rest follows in another commit).",
+		}),
+		tombstonesPruned: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_feed_tombstones_pruned_total", Help: "Dropped tables' tombstones folded into the floor past --feed-max-tombstones.",
+		}),
 	}
 	m.queueDepth = f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ingestd_feed_queue_depth", Help: "Batches waiting for the sequencer.",
 	}, func() float64 { return float64(len(s.queue)) })
 	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ingestd_feed_tombstones", Help: "Dropped tables remembered by name (at most --feed-max-tombstones).",
+	}, func() float64 {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return float64(len(s.tombstones))
+	})
+	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ingestd_feed_queue_capacity", Help: "Batches the sequencer queue holds (--feed-queue-length).",
 	}, func() float64 { return float64(cap(s.queue)) })
-	for _, r := range []string{reasonFieldType, reasonTagField, reasonColumnLimit, reasonSeriesLimit} {
+	for _, r := range []string{reasonFieldType, reasonTagField, reasonColumnLimit, reasonSeriesLimit, reasonInvalidName} {
 		m.rejected.WithLabelValues(r)
 	}
 	if reg != nil {
@@ -79,7 +98,10 @@ var (
 )
 
 // tableCollector reports per sync table state. Table names are bounded by
-// the operator's schema, not by tag values.
+// the operator's schema, not by tag values. A label value must be valid
+// UTF-8 or the whole scrape fails: CheckName guarantees it for every name
+// created since, and a table or consumer an older version stored under an
+// invalid name is left out rather than break /metrics.
 type tableCollector struct{ s *Sequencer }
 
 func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
@@ -96,7 +118,7 @@ func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range c.s.liveTables() {
 		p := t.snapshot()
 		st := p.statusLocked()
-		if !st.Enabled {
+		if !st.Enabled || !utf8.ValidString(t.name) {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(tableSeqDesc, prometheus.GaugeValue, float64(st.Seq), t.name)
@@ -112,6 +134,9 @@ func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 func (c tableCollector) collectLag(ch chan<- prometheus.Metric, t *table, p published) {
 	now := c.s.now()
 	for _, cons := range t.consumers.list() {
+		if !utf8.ValidString(cons.Name) {
+			continue
+		}
 		pos := cons.Position
 		if cons.Epoch != p.epoch || pos > p.watermark {
 			pos = 0 // a stale epoch must resync everything

@@ -65,14 +65,14 @@ func decodeRowsCursor(s string) (rowsCursor, error) {
 	var c rowsCursor
 	b, err := base64.RawURLEncoding.DecodeString(s)
 	if err != nil || len(b) == 0 || b[0] != 1 {
-		return c, fmt.Errorf("%w: %q", ErrInvalidCursor, s)
+		return c, fmt.Errorf("%w: %s", ErrInvalidCursor, QuoteInput(s))
 	}
 	b = b[1:]
 	vals := make([]uint64, 6)
 	for i := range vals {
 		v, n := binary.Uvarint(b)
 		if n <= 0 {
-			return c, fmt.Errorf("%w: %q", ErrInvalidCursor, s)
+			return c, fmt.Errorf("%w: %s", ErrInvalidCursor, QuoteInput(s))
 		}
 		vals[i], b = v, b[n:]
 	}
@@ -83,8 +83,9 @@ func decodeRowsCursor(s string) (rowsCursor, error) {
 
 // Rows reads one page of a table's rows by time range, calling visit with
 // the page's columns (time, tags, fields; never x_ columns) and each row's
-// values. A point written several times may appear more than once (the
-// copy is idempotent to apply). Errors: ErrTableNotFound, ErrInvalidLimit,
+// values. Each point of the range appears once, as its coalesced row,
+// however often it was written (a point written again during the copy may
+// appear again; the copy is idempotent to apply). Errors: ErrTableNotFound, ErrInvalidLimit,
 // ErrInvalidCursor, and *RefusalError{ErrStaleEpoch} when the table was
 // truncated or re-created since the cursor's first page. Safe for
 // concurrent use.

@@ -2,6 +2,7 @@ package feed
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -37,6 +38,10 @@ type Sequencer struct {
 	mu         sync.RWMutex // guards tables and tombstones (written by the sequencer only)
 	tables     map[string]*table
 	tombstones map[string]store.TableMeta
+	// floor holds the highest epoch and x_seq lease of every pruned
+	// tombstone (Config.MaxTombstones); stored as the tombstone of
+	// floorName. Sequencer goroutine only.
+	floor store.TableMeta
 
 	// testHookBeforeCommit, when set by a test, runs in the sequencer
 	// goroutine after a group is stamped (seq published) and before the
@@ -47,6 +52,10 @@ type Sequencer struct {
 	groupTables []*groupTable
 	fieldSlab   []store.Field
 	newCols     []store.Column
+	// groupPointCount and groupBytes count the group's accepted points and
+	// bound its fragments' encoded size (fragmentBytes).
+	groupPointCount int
+	groupBytes      int
 }
 
 type opKind uint8
@@ -106,6 +115,10 @@ func New(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Registerer)
 		return nil, fmt.Errorf("load tables: %w", err)
 	}
 	for _, m := range metas {
+		if m.Dropped && m.Name == floorName {
+			s.floor = m
+			continue
+		}
 		if m.Dropped {
 			s.tombstones[m.Name] = m
 			continue
@@ -123,6 +136,10 @@ func New(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Registerer)
 		s.tables[m.Name] = t
 	}
 	s.m = newMetrics(reg, s)
+	// --feed-max-tombstones may have been lowered since the last run.
+	if err := s.pruneTombstones(); err != nil {
+		return nil, err
+	}
 	return s, nil
 }
 
@@ -181,7 +198,7 @@ func (s *Sequencer) enqueue(ctx context.Context, o *op) error {
 
 // control runs a table operation in the sequencer and waits for it.
 func (s *Sequencer) control(ctx context.Context, kind opKind, name string, flag bool) (*op, error) {
-	if err := validTableName(name); err != nil {
+	if err := s.checkTableName(name); err != nil {
 		return nil, err
 	}
 	o := &op{kind: kind, name: name, flag: flag, done: make(chan struct{})}
@@ -201,9 +218,14 @@ func (s *Sequencer) control(ctx context.Context, kind opKind, name string, flag 
 	}
 }
 
-func validTableName(name string) error {
-	if name == "" || strings.HasPrefix(name, "x_") {
-		return fmt.Errorf("%w: %q (empty, or the reserved x_ prefix)", ErrInvalidTableName, name)
+// checkTableName refuses a table name that breaks CheckName's rules or
+// starts with the reserved x_ prefix.
+func (s *Sequencer) checkTableName(name string) error {
+	if err := CheckName("table", name, s.cfg.MaxNameBytes); err != nil {
+		return err
+	}
+	if strings.HasPrefix(name, "x_") {
+		return fmt.Errorf("%w: %s (the x_ prefix is reserved)", ErrInvalidTableName, QuoteInput(name))
 	}
 	return nil
 }
@@ -329,15 +351,32 @@ func storageErr(what string, err error) error {
 	return fmt.Errorf("%w: %s: %w", errStorage, what, err)
 }
 
-// commitGroup validates, stamps and commits a run of write ops.
+// commitGroup validates, stamps and commits a run of write ops: one store
+// commit, or several when their fragments would exceed
+// Config.MaxGroupBytes (a table's block is one store value, which the store
+// bounds), each committed as soon as it is full.
 func (s *Sequencer) commitGroup(ops []*op) error {
+	s.resetGroup()
+	for _, o := range ops {
+		if err := s.applyBatch(o); err != nil {
+			return err
+		}
+	}
+	return s.flushGroup()
+}
+
+// resetGroup starts an empty group.
+func (s *Sequencer) resetGroup() {
 	s.groupTables = s.groupTables[:0]
 	s.fieldSlab = s.fieldSlab[:0]
-	points := 0
-	for _, o := range ops {
-		s.applyBatch(o)
-		points += o.res.Accepted
-	}
+	s.groupPointCount, s.groupBytes = 0, 0
+}
+
+// flushGroup stamps and commits the group built so far, publishes the
+// watermarks and starts an empty group.
+func (s *Sequencer) flushGroup() error {
+	defer s.resetGroup()
+	points := s.groupPointCount
 	s.forgetUnwrittenTables()
 	commits := make([]store.TableCommit, 0, len(s.groupTables))
 	var leases []*table
@@ -395,10 +434,18 @@ func (s *Sequencer) commitGroup(ops []*op) error {
 }
 
 // applyBatch validates each point of o's batch and adds the accepted ones
-// to the group.
-func (s *Sequencer) applyBatch(o *op) {
+// to the group, committing the group whenever it reaches
+// Config.MaxGroupBytes. It returns the storage error of such a commit.
+func (s *Sequencer) applyBatch(o *op) error {
 	var t *table
 	for i := range o.batch.Points {
+		if s.groupBytes >= s.cfg.MaxGroupBytes {
+			s.m.groupSplits.Inc()
+			if err := s.flushGroup(); err != nil {
+				return err
+			}
+			t = nil // its group was committed
+		}
 		p := &o.batch.Points[i]
 		if t == nil || t.name != p.Table {
 			var err error
@@ -413,7 +460,22 @@ func (s *Sequencer) applyBatch(o *op) {
 			continue
 		}
 		o.res.Accepted++
+		s.groupPointCount++
+		s.groupBytes += fragmentBytes(p)
 	}
+	return nil
+}
+
+// fragmentBytes bounds the size of p's fragment in a stored block (see
+// store/doc.go): uvarint series id, varint time, uvarint field count, and
+// per field a uvarint column, a kind byte and at most 10 bytes or a
+// uvarint length and the string.
+func fragmentBytes(p *Point) int {
+	n := 3*binary.MaxVarintLen64 + 8
+	for _, f := range p.Fields {
+		n += 2*binary.MaxVarintLen64 + 1 + len(f.Value.Str)
+	}
+	return n
 }
 
 // tableForWrite returns the live table, creating it (sync per
@@ -426,7 +488,7 @@ func (s *Sequencer) tableForWrite(name string) (*table, error) {
 		}
 		return t, nil
 	}
-	if err := validTableName(name); err != nil {
+	if err := s.checkTableName(name); err != nil {
 		return nil, err
 	}
 	if err := s.checkTableLimit(); err != nil {
@@ -473,10 +535,47 @@ func (s *Sequencer) checkTableLimit() error {
 	return nil
 }
 
+// floorName is the reserved name (the x_ prefix is engine-owned, so no
+// table has it) under which the tombstone floor is stored.
+const floorName = "x_dropped_tables_floor"
+
+// pruneTombstones folds tombstones past Config.MaxTombstones into the
+// floor, the lowest sequence first: the floor is durable before the
+// tombstone goes, so a crash between the two loses nothing.
+func (s *Sequencer) pruneTombstones() error {
+	for len(s.tombstones) > s.cfg.MaxTombstones {
+		var victim store.TableMeta
+		first := true
+		for _, tb := range s.tombstones {
+			if first || tb.SeqLease < victim.SeqLease || tb.SeqLease == victim.SeqLease && tb.Name < victim.Name {
+				victim, first = tb, false
+			}
+		}
+		floor := store.TableMeta{Name: floorName, Dropped: true,
+			Epoch: max(s.floor.Epoch, victim.Epoch), SeqLease: max(s.floor.SeqLease, victim.SeqLease)}
+		if floor.Epoch != s.floor.Epoch || floor.SeqLease != s.floor.SeqLease || s.floor.Name == "" {
+			if err := s.st.PutMeta(floor); err != nil {
+				return storageErr("raise the dropped tables' floor", err)
+			}
+			s.floor = floor
+		}
+		if err := s.st.DeleteMeta(victim.Name); err != nil {
+			return storageErr("prune a tombstone", err)
+		}
+		s.mu.Lock()
+		delete(s.tombstones, victim.Name)
+		s.mu.Unlock()
+		s.m.tombstonesPruned.Inc()
+	}
+	return nil
+}
+
 // createTable makes a new live table (not yet persisted), resuming above a
 // dropped table's epoch and sequence.
 func (s *Sequencer) createTable(name string, sync bool) *table {
 	meta := store.TableMeta{Name: name, ID: s.st.AllocTableID(), Sync: sync}
+	// Above the table's own tombstone, else above every pruned one.
+	meta.Epoch, meta.SeqLease = s.floor.Epoch, s.floor.SeqLease
 	if tomb, ok := s.tombstones[name]; ok {
 		meta.Epoch, meta.SeqLease = tomb.Epoch, tomb.SeqLease
 	}
@@ -504,15 +603,18 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 	if !known {
 		if len(t.series) >= s.cfg.MaxSeriesPerTable {
 			return reject(ErrSeriesLimit, "", reasonSeriesLimit,
-				fmt.Sprintf("table %q already has %d series (--feed-max-series-per-table)", t.name, s.cfg.MaxSeriesPerTable))
+				fmt.Sprintf("table %s already has %d series (--feed-max-series-per-table)", QuoteInput(t.name), s.cfg.MaxSeriesPerTable))
 		}
 		for _, tag := range p.Tags {
 			if c, ok := t.colByName[tag.Key]; ok {
 				if t.meta.Columns[c].Kind != KindTag {
 					return reject(ErrTagFieldConflict, tag.Key, reasonTagField,
-						fmt.Sprintf("%q is a %s field of table %q and cannot be a tag", tag.Key, t.meta.Columns[c].Kind, t.name))
+						fmt.Sprintf("%s is a %s field of table %s and cannot be a tag", QuoteInput(tag.Key), t.meta.Columns[c].Kind, QuoteInput(t.name)))
 				}
 				continue
+			}
+			if err := CheckName("tag key", tag.Key, s.cfg.MaxNameBytes); err != nil {
+				return reject(err, tag.Key, reasonInvalidName, err.Error())
 			}
 			s.newCols = append(s.newCols, store.Column{Name: tag.Key, Kind: KindTag})
 		}
@@ -524,7 +626,11 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 			if k := s.pendingKind(f.Key); k != 0 {
 				s.fieldSlab = s.fieldSlab[:slab]
 				return reject(ErrTagFieldConflict, f.Key, reasonTagField,
-					fmt.Sprintf("%q is used as a tag and a field", f.Key))
+					fmt.Sprintf("%s is used as a tag and a field", QuoteInput(f.Key)))
+			}
+			if err := CheckName("field key", f.Key, s.cfg.MaxNameBytes); err != nil {
+				s.fieldSlab = s.fieldSlab[:slab]
+				return reject(err, f.Key, reasonInvalidName, err.Error())
 			}
 			c = uint32(len(t.meta.Columns) + len(s.newCols))
 			s.newCols = append(s.newCols, store.Column{Name: f.Key, Kind: f.Value.Kind})
@@ -532,18 +638,18 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 			s.fieldSlab = s.fieldSlab[:slab]
 			if k == KindTag {
 				return reject(ErrTagFieldConflict, f.Key, reasonTagField,
-					fmt.Sprintf("%q is a tag of table %q and cannot be a field", f.Key, t.name))
+					fmt.Sprintf("%s is a tag of table %s and cannot be a field", QuoteInput(f.Key), QuoteInput(t.name)))
 			}
 			return reject(ErrFieldTypeConflict, f.Key, reasonFieldType,
-				fmt.Sprintf("field %q is %s in table %q, got %s", f.Key, k, t.name, f.Value.Kind))
+				fmt.Sprintf("field %s is %s in table %s, got %s", QuoteInput(f.Key), k, QuoteInput(t.name), f.Value.Kind))
 		}
 		s.fieldSlab = append(s.fieldSlab, store.Field{Col: c, Value: f.Value})
 	}
 	if len(t.meta.Columns)+len(s.newCols) > s.cfg.MaxColumnsPerTable {
 		s.fieldSlab = s.fieldSlab[:slab]
 		return reject(ErrColumnLimit, "", reasonColumnLimit,
-			fmt.Sprintf("table %q would have %d columns, more than --feed-max-columns-per-table=%d",
-				t.name, len(t.meta.Columns)+len(s.newCols), s.cfg.MaxColumnsPerTable))
+			fmt.Sprintf("table %s would have %d columns, more than --feed-max-columns-per-table=%d",
+				QuoteInput(t.name), len(t.meta.Columns)+len(s.newCols), s.cfg.MaxColumnsPerTable))
 	}
 	g := t.group
 	if len(s.newCols) > 0 {
@@ -613,7 +719,13 @@ func (s *Sequencer) lookup(name string) (*table, error) {
 	t, ok := s.tables[name]
 	s.mu.RUnlock()
 	if !ok {
-		return nil, fmt.Errorf("%w: %q", ErrTableNotFound, name)
+		// A name no table can have is the client's mistake (400), not a
+		// table that happens to be missing. A table stored under such a
+		// name by an older version is still found, so it can be dropped.
+		if err := CheckName("table", name, s.cfg.MaxNameBytes); err != nil {
+			return nil, err
+		}
+		return nil, fmt.Errorf("%w: %s", ErrTableNotFound, QuoteInput(name))
 	}
 	return t, nil
 }

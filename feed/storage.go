@@ -27,6 +27,8 @@ type Committer interface {
 	AllocTableID() uint64
 	// PutMeta durably writes one table's metadata.
 	PutMeta(m store.TableMeta) error
+	// DeleteMeta durably deletes one table's metadata (a pruned tombstone).
+	DeleteMeta(name string) error
 	// Commit durably writes a group commit.
 	Commit(commits []store.TableCommit) error
 	// DropTableData deletes everything stored for a table instance.

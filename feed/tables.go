@@ -149,6 +149,10 @@ func (s *Sequencer) runControl(o *op) {
 		s.tombstones[t.name] = tomb
 		s.mu.Unlock()
 		t.notify()
+		if err := s.pruneTombstones(); err != nil {
+			o.err = err
+			return
+		}
 		if err := t.consumers.dropAll(s.st, t.name); err != nil {
 			o.err = storageErr("drop consumers", err)
 			return

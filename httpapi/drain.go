@@ -36,7 +36,7 @@ func drainParams(w http.ResponseWriter, r *http.Request) (feed.DrainRequest, str
 	}
 	var err error
 	if req.Limit, err = strconv.Atoi(ls); err != nil {
-		writeClientErr(w, CodeInvalidLimit, "limit must be an integer, got "+strconv.Quote(ls))
+		writeClientErr(w, CodeInvalidLimit, "limit must be an integer, got "+feed.QuoteInput(ls))
 		return req, "", 0, false
 	}
 	for _, p := range []struct {
@@ -49,7 +49,7 @@ func drainParams(w http.ResponseWriter, r *http.Request) (feed.DrainRequest, str
 			continue
 		}
 		if *p.dst, err = strconv.ParseUint(s, 10, 64); err != nil {
-			writeClientErr(w, CodeInvalidParameter, p.name+" must be a non-negative integer, got "+strconv.Quote(s))
+			writeClientErr(w, CodeInvalidParameter, p.name+" must be a non-negative integer, got "+feed.QuoteInput(s))
 			return req, "", 0, false
 		}
 		if p.set != nil {
@@ -62,7 +62,7 @@ func drainParams(w http.ResponseWriter, r *http.Request) (feed.DrainRequest, str
 	if s := q.Get("wait"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 || d > maxWait {
-			writeClientErr(w, CodeInvalidParameter, "wait must be a duration from 0s to 60s (e.g. 5s), got "+strconv.Quote(s))
+			writeClientErr(w, CodeInvalidParameter, "wait must be a duration from 0s to 60s (e.g. 5s), got "+feed.QuoteInput(s))
 			return req, "", 0, false
 		}
 		req.Wait = d
@@ -74,12 +74,12 @@ func drainParams(w http.ResponseWriter, r *http.Request) (feed.DrainRequest, str
 		format = formatJSON
 	case formatJSON, formatNDJSON, formatLP:
 	default:
-		writeClientErr(w, CodeInvalidParameter, "format must be json, ndjson or lp, got "+strconv.Quote(format))
+		writeClientErr(w, CodeInvalidParameter, "format must be json, ndjson or lp, got "+feed.QuoteInput(format))
 		return req, "", 0, false
 	}
 	tf, ok := parseTimeFormat(q.Get("time_format"))
 	if !ok {
-		writeClientErr(w, CodeInvalidParameter, "time_format must be one of rfc3339, ns, us, ms, s, got "+strconv.Quote(q.Get("time_format")))
+		writeClientErr(w, CodeInvalidParameter, "time_format must be one of rfc3339, ns, us, ms, s, got "+feed.QuoteInput(q.Get("time_format")))
 		return req, "", 0, false
 	}
 	return req, format, tf, true

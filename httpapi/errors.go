@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"unicode/utf8"
 
 	"github.com/ingestd/ingestd/feed"
 )
@@ -21,6 +22,7 @@ const (
 	CodeUnknownColumn        = "unknown_column"
 	CodeInvalidCursor        = "invalid_cursor"
 	CodeInvalidTableName     = "invalid_table_name"
+	CodeInvalidName          = "invalid_name"
 	CodeInvalidBody          = "invalid_body"
 	CodeTooManyConsumers     = "too_many_consumers"
 	CodeTableLimit           = "table_limit"
@@ -63,12 +65,16 @@ func errorStatus(err error) (int, string) {
 		return http.StatusConflict, CodeCursorBeyondSequence
 	case errors.Is(err, feed.ErrUnknownColumn):
 		return http.StatusBadRequest, CodeUnknownColumn
+	case errors.Is(err, feed.ErrDuplicateColumn):
+		return http.StatusBadRequest, CodeInvalidParameter
 	case errors.Is(err, feed.ErrInvalidLimit):
 		return http.StatusBadRequest, CodeInvalidLimit
 	case errors.Is(err, feed.ErrInvalidCursor):
 		return http.StatusBadRequest, CodeInvalidCursor
 	case errors.Is(err, feed.ErrInvalidTableName):
 		return http.StatusBadRequest, CodeInvalidTableName
+	case errors.Is(err, feed.ErrInvalidName):
+		return http.StatusBadRequest, CodeInvalidName
 	case errors.Is(err, feed.ErrTableLimit):
 		return http.StatusConflict, CodeTableLimit
 	case errors.Is(err, feed.ErrTooManyConsumers):
@@ -83,6 +89,23 @@ func errorStatus(err error) (int, string) {
 	return http.StatusInternalServerError, CodeInternal
 }
 
+// MaxErrorMessageBytes bounds the message of an error body: messages quote
+// at most feed.MaxEchoBytes of any input, and this cuts whatever else a
+// library's error might repeat (a JSON decoder naming an unknown field).
+const MaxErrorMessageBytes = 1024
+
+// capMessage cuts msg to MaxErrorMessageBytes at a rune boundary.
+func capMessage(msg string) string {
+	if len(msg) <= MaxErrorMessageBytes {
+		return msg
+	}
+	cut := MaxErrorMessageBytes
+	for cut > 0 && !utf8.RuneStart(msg[cut]) {
+		cut--
+	}
+	return msg[:cut] + "…"
+}
+
 // writeErr maps err through errorStatus and writes the JSON error object.
 func writeErr(w http.ResponseWriter, err error) {
 	status, code := errorStatus(err)
@@ -90,7 +113,8 @@ func writeErr(w http.ResponseWriter, err error) {
 		w.WriteHeader(status)
 		return
 	}
-	body := errorBody{Code: code, Message: err.Error(), Error: err.Error()}
+	msg := capMessage(err.Error())
+	body := errorBody{Code: code, Message: msg, Error: msg}
 	var ref *feed.RefusalError
 	if errors.As(err, &ref) {
 		body.Epoch, body.Seq, body.Watermark = &ref.Status.Epoch, &ref.Status.Seq, &ref.Status.Watermark
@@ -103,6 +127,7 @@ func writeErr(w http.ResponseWriter, err error) {
 
 // writeClientErr writes a 400 with the given code.
 func writeClientErr(w http.ResponseWriter, code, msg string) {
+	msg = capMessage(msg)
 	writeJSON(w, http.StatusBadRequest, errorBody{Code: code, Message: msg, Error: msg})
 }
 

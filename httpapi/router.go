@@ -109,7 +109,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 		}, []string{"route"}),
 	}}
 	r := chi.NewRouter()
-	r.Use(a.influxHeaders, a.instrument)
+	r.Use(a.influxHeaders, a.instrument, strictQuery)
 	r.Get("/ping", a.ping)
 	r.Head("/ping", a.ping)
 	r.Get("/health", a.health)
@@ -180,6 +180,28 @@ func (a *API) influxHeaders(next http.Handler) http.Handler {
 		h := w.Header()
 		h.Set("X-Influxdb-Version", Version)
 		h.Set("X-Influxdb-Build", "OSS")
+		next.ServeHTTP(w, r)
+	})
+}
+
+// strictQuery refuses a request whose query string cannot be read whole
+// (bad percent-encoding, a ';' separator) or repeats a parameter (every
+// parameter of every route is single-valued): net/http's URL.Query would
+// silently drop the bad pairs or keep only the first value, serving the
+// request as if a parameter were absent (SPEC §8).
+func strictQuery(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		q, err := url.ParseQuery(r.URL.RawQuery)
+		if err != nil {
+			writeClientErr(w, CodeInvalidParameter, "query string cannot be read: "+feed.QuoteInput(err.Error()))
+			return
+		}
+		for k, vs := range q {
+			if len(vs) > 1 {
+				writeClientErr(w, CodeInvalidParameter, "parameter "+feed.QuoteInput(k)+" is given more than once")
+				return
+			}
+		}
 		next.ServeHTTP(w, r)
 	})
 }

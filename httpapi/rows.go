@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"math"
 	"net/http"
 	"strconv"
 	"time"
@@ -8,13 +9,20 @@ import (
 	"github.com/ingestd/ingestd/feed"
 )
 
-// parseTime reads a time bound: RFC 3339 or integer nanoseconds.
+// Time bounds representable as int64 nanoseconds (years 1677 to 2262).
+var (
+	minTime = time.Unix(0, math.MinInt64)
+	maxTime = time.Unix(0, math.MaxInt64)
+)
+
+// parseTime reads a time bound: RFC 3339 or integer nanoseconds, within
+// int64 nanoseconds (an RFC 3339 time outside them would wrap around).
 func parseTime(s string) (int64, bool) {
 	if ns, err := strconv.ParseInt(s, 10, 64); err == nil {
 		return ns, true
 	}
 	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil {
+	if err != nil || t.Before(minTime) || t.After(maxTime) {
 		return 0, false
 	}
 	return t.UnixNano(), true
@@ -33,7 +41,7 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 	}
 	var err error
 	if req.Limit, err = strconv.Atoi(ls); err != nil {
-		writeClientErr(w, CodeInvalidLimit, "limit must be an integer, got "+strconv.Quote(ls))
+		writeClientErr(w, CodeInvalidLimit, "limit must be an integer, got "+feed.QuoteInput(ls))
 		return
 	}
 	for _, b := range []struct {
@@ -46,18 +54,18 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if *b.dst, *b.has = parseTime(s); !*b.has {
-			writeClientErr(w, CodeInvalidParameter, b.name+" must be RFC 3339 or integer nanoseconds, got "+strconv.Quote(s))
+			writeClientErr(w, CodeInvalidParameter, b.name+" must be RFC 3339 or integer nanoseconds within ±2^63 ns (years 1677 to 2262), got "+feed.QuoteInput(s))
 			return
 		}
 	}
 	format := q.Get("format")
 	if format != "" && format != formatJSON && format != formatLP {
-		writeClientErr(w, CodeInvalidParameter, "format must be json or lp, got "+strconv.Quote(format))
+		writeClientErr(w, CodeInvalidParameter, "format must be json or lp, got "+feed.QuoteInput(format))
 		return
 	}
 	tf, ok := parseTimeFormat(q.Get("time_format"))
 	if !ok {
-		writeClientErr(w, CodeInvalidParameter, "time_format must be one of rfc3339, ns, us, ms, s, got "+strconv.Quote(q.Get("time_format")))
+		writeClientErr(w, CodeInvalidParameter, "time_format must be one of rfc3339, ns, us, ms, s, got "+feed.QuoteInput(q.Get("time_format")))
 		return
 	}
 	enc := encoder{timeFormat: tf, buf: a.pageBuf()}

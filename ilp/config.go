@@ -3,7 +3,10 @@ package ilp
 import (
 	"errors"
 	"flag"
+	"fmt"
 	"time"
+
+	"github.com/ingestd/ingestd/feed"
 )
 
 // Default values of Config.
@@ -16,6 +19,10 @@ const (
 	DefaultTCPMaxConns      = 1024
 	DefaultTCPIdleTimeout   = 5 * time.Minute
 )
+
+// MaxLineBytesCeiling bounds --max-line-bytes: one line's fragment must fit
+// a store value next to a full group commit (feed.Config.MaxGroupBytes).
+const MaxLineBytesCeiling = 64 << 20
 
 // Config configures ILP ingest over HTTP and TCP.
 type Config struct {
@@ -63,7 +70,6 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest HTTP write body in bytes, after gzip decompression (413 past it)")
 	fs.IntVar(&c.Limits.MaxLineBytes, "max-line-bytes", c.Limits.MaxLineBytes, "longest ILP line in bytes; a longer line is rejected")
-	fs.IntVar(&c.Limits.MaxKeyBytes, "ilp-max-key-bytes", c.Limits.MaxKeyBytes, "longest measurement, tag key or field key in bytes")
 	fs.IntVar(&c.Limits.MaxStringBytes, "ilp-max-string-bytes", c.Limits.MaxStringBytes, "longest tag value or string field in bytes")
 	fs.StringVar(&c.TCPAddr, "tcp-addr", c.TCPAddr, "ILP TCP listen address (empty disables TCP)")
 	fs.DurationVar(&c.TCPFlushInterval, "tcp-flush-interval", c.TCPFlushInterval, "longest a TCP line waits before it is committed")
@@ -78,10 +84,10 @@ func (c *Config) Validate() error {
 	switch {
 	case c.MaxBodyBytes < 1:
 		return errors.New("ilp: --max-body-bytes must be positive")
-	case c.Limits.MaxLineBytes < 1:
-		return errors.New("ilp: --max-line-bytes must be positive")
-	case c.Limits.MaxKeyBytes < 1 || c.Limits.MaxKeyBytes > DefaultMaxKeyBytes:
-		return errors.New("ilp: --ilp-max-key-bytes must be within 1..65535")
+	case c.Limits.MaxLineBytes < 1 || c.Limits.MaxLineBytes > MaxLineBytesCeiling:
+		return fmt.Errorf("ilp: --max-line-bytes must be within 1..%d", MaxLineBytesCeiling)
+	case c.Limits.MaxKeyBytes < 1 || c.Limits.MaxKeyBytes > feed.MaxNameBytesCeiling:
+		return fmt.Errorf("ilp: the key limit (--max-name-bytes) must be within 1..%d", feed.MaxNameBytesCeiling)
 	case c.Limits.MaxStringBytes < 1:
 		return errors.New("ilp: --ilp-max-string-bytes must be positive")
 	case c.TCPFlushInterval <= 0:

@@ -13,8 +13,10 @@
 // keys are rejected and tags sorted; duplicate field keys keep the last
 // value unless their types clash; hex floats, NaN, ±Inf and digits
 // separated by underscores are rejected;
-// timestamps must lie within ±9223372036854775806 ns; keys are at most
-// Limits.MaxKeyBytes; invalid UTF-8 is rejected; one leading byte-order mark
+// timestamps must lie within ±9223372036854775806 ns; measurements and keys
+// follow feed.CheckName (no control character, at most Limits.MaxKeyBytes);
+// a line without a timestamp gets the receive time truncated to the
+// precision; invalid UTF-8 is rejected; one leading byte-order mark
 // and a \r before \n are stripped; lines of only spaces and tabs are blank,
 // and so are comments indented by them.
 //

@@ -23,12 +23,14 @@ const (
 	ReasonSeriesLimit   = "series_limit"
 	ReasonInvalidTable  = "invalid_table"
 	ReasonTableLimit    = "table_limit"
+	ReasonInvalidName   = "invalid_name"
 )
 
 var reasons = []string{
 	ReasonSyntax, ReasonLineTooLong, ReasonKeyTooLong, ReasonStringTooLong, ReasonReservedKey,
 	ReasonDuplicateTag, ReasonFieldType, ReasonTagField, ReasonTimestamp, ReasonInvalidUTF8,
 	ReasonNoFields, ReasonColumnLimit, ReasonSeriesLimit, ReasonInvalidTable, ReasonTableLimit,
+	ReasonInvalidName,
 }
 
 var (

@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"os"
 	"strconv"
+	"strings"
 	"time"
 
 	"github.com/klauspost/compress/gzip"
@@ -88,14 +89,14 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	wire := &countingReader{r: r.Body}
 	defer func() { in.m.bytes.WithLabelValues(transportHTTP).Add(float64(wire.n)) }()
 	var body io.Reader = wire
-	switch enc := r.Header.Get("Content-Encoding"); enc {
+	switch enc := strings.ToLower(r.Header.Get("Content-Encoding")); enc {
 	case "", "identity":
 		if r.ContentLength > in.cfg.MaxBodyBytes {
 			writeError(w, http.StatusRequestEntityTooLarge, codeTooLarge,
 				fmt.Sprintf("body of %d bytes exceeds --max-body-bytes=%d", r.ContentLength, in.cfg.MaxBodyBytes), 0)
 			return
 		}
-	case "gzip":
+	case "gzip", "x-gzip":
 		zr, err := gzip.NewReader(wire)
 		if errors.Is(err, io.EOF) {
 			w.WriteHeader(http.StatusNoContent) // an empty gzip body is an empty write
@@ -112,7 +113,7 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 		body = zr
 	default:
 		writeError(w, http.StatusUnsupportedMediaType, codeUnsupported,
-			fmt.Sprintf("unsupported Content-Encoding %q: send identity or gzip", enc), 0)
+			fmt.Sprintf("unsupported Content-Encoding %s: send identity or gzip", feed.QuoteInput(enc)), 0)
 		return
 	}
 	// The buffer grows as bytes arrive, never by the declared

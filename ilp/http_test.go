@@ -105,10 +105,22 @@ func TestHTTPWrite(t *testing.T) {
 			rows:   []row{{"time": int64(1), "s": "a\nb"}, {"time": int64(2), "v": 2.0}},
 		},
 		{
-			name: "missing timestamp gets the receive time", path: "/write?precision=s",
+			name: "missing timestamp gets the receive time truncated to the precision", path: "/write?precision=s",
 			body:   []byte("cpu v=1\n"),
 			status: http.StatusNoContent,
-			rows:   []row{{"time": httpRecv.UnixNano(), "v": 1.0}},
+			rows:   []row{{"time": httpRecv.Truncate(time.Second).UnixNano(), "v": 1.0}},
+		},
+		{
+			name: "Content-Encoding matched case-insensitively", path: "/write", header: map[string]string{"Content-Encoding": "GZip"},
+			body:   gzipped(t, "cpu v=1 1\n"),
+			status: http.StatusNoContent,
+			rows:   []row{{"time": int64(1), "v": 1.0}},
+		},
+		{
+			name: "Content-Encoding x-gzip", path: "/api/v2/write", header: map[string]string{"Content-Encoding": "x-gzip"},
+			body:   gzipped(t, "cpu v=1 1\n"),
+			status: http.StatusNoContent,
+			rows:   []row{{"time": int64(1), "v": 1.0}},
 		},
 		{
 			name: "v1 partial write stores the good lines", path: "/write",

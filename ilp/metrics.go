@@ -81,6 +81,8 @@ func rejectReason(r *feed.RejectError) string {
 		return ReasonSeriesLimit
 	case errors.Is(r.Err, feed.ErrTableLimit):
 		return ReasonTableLimit
+	case errors.Is(r.Err, feed.ErrInvalidName):
+		return ReasonInvalidName
 	}
 	return ReasonInvalidTable
 }

@@ -19,8 +19,8 @@ import (
 // Default limits (SPEC §3.1).
 const (
 	DefaultMaxLineBytes   = 1 << 20
-	DefaultMaxKeyBytes    = 65535
-	DefaultMaxStringBytes = 64 << 10
+	DefaultMaxKeyBytes    = feed.DefaultMaxNameBytes
+	DefaultMaxStringBytes = 1 << 20
 )
 
 // maxAbsTimestamp bounds timestamps to ±9223372036854775806 ns (SPEC §3.1).
@@ -31,9 +31,12 @@ const maxAbsTimestamp = math.MaxInt64 - 1
 type Limits struct {
 	// MaxLineBytes is the longest line in bytes, newline excluded.
 	MaxLineBytes int
-	// MaxKeyBytes is the longest measurement, tag key or field key in bytes.
+	// MaxKeyBytes is the longest measurement, tag key or field key in bytes,
+	// 1..feed.MaxNameBytesCeiling; cmd/ingestd sets it to --max-name-bytes
+	// (a name must fit a whole storage key, SPEC §8).
 	MaxKeyBytes int
-	// MaxStringBytes is the longest tag value or string field value in bytes.
+	// MaxStringBytes is the longest tag value or string field value in
+	// bytes (default 1 MiB, InfluxDB's limit).
 	MaxStringBytes int
 }
 
@@ -71,7 +74,7 @@ func NewParser(lim Limits) *Parser {
 
 // Parse parses one line (without its newline; a trailing \r is ignored) and
 // appends its point to b. lineNo is reported in errors; now (nanoseconds)
-// is the time of a line without a timestamp. A blank or comment line adds
+// truncated to prec is the time of a line without a timestamp. A blank or comment line adds
 // nothing and returns nil.
 func (p *Parser) Parse(b *feed.Batch, line []byte, lineNo int, prec Precision, now int64) *ParseError {
 	if n := len(line); n > 0 && line[n-1] == '\r' {
@@ -104,11 +107,22 @@ func isBlank(line []byte) bool {
 	return len(line) == 0 || line[0] == '#'
 }
 
+// maxDecoderMessage bounds a decoder error message: the decoder quotes
+// whole keys, and an error must not repeat a large input.
+const maxDecoderMessage = 2*feed.MaxEchoBytes + 64
+
 func syntaxErr(err error) *ParseError {
 	pe := &ParseError{Reason: ReasonSyntax, Err: err}
 	var de *lineprotocol.DecodeError
 	if errors.As(err, &de) {
 		pe.Column, pe.Err = de.Column, de.Err
+	}
+	if msg := pe.Err.Error(); len(msg) > maxDecoderMessage {
+		cut := maxDecoderMessage
+		for cut > 0 && !utf8.RuneStart(msg[cut]) {
+			cut--
+		}
+		pe.Err = errors.New(msg[:cut] + "…")
 	}
 	return pe
 }
@@ -171,12 +185,29 @@ func invalidUTF8(line []byte) int {
 	return 0
 }
 
+// q quotes part of a line for an error message, at most feed.MaxEchoBytes
+// of it.
+func q(b []byte) string { return feed.QuoteInput(unsafe.String(unsafe.SliceData(b), len(b))) }
+
+// checkKey applies the name rules (feed.CheckName: length, UTF-8, control
+// characters) and the reserved keys to a measurement, tag key or field key.
 func (p *Parser) checkKey(what string, k []byte) *ParseError {
-	if len(k) > p.lim.MaxKeyBytes {
-		return &ParseError{Reason: ReasonKeyTooLong, Err: fmt.Errorf("%s is %d bytes, longer than %d", what, len(k), p.lim.MaxKeyBytes)}
+	if err := feed.CheckName(what, unsafe.String(unsafe.SliceData(k), len(k)), p.lim.MaxKeyBytes); err != nil {
+		var ne *feed.NameError
+		reason := ReasonInvalidName
+		if errors.As(err, &ne) {
+			switch ne.Rule {
+			case feed.RuleLength:
+				reason = ReasonKeyTooLong
+			case feed.RuleUTF8:
+				reason = ReasonInvalidUTF8
+			}
+		}
+		// The message must not alias the line's buffer.
+		return &ParseError{Reason: reason, Err: errors.New(err.Error())}
 	}
 	if what != "measurement" && (bytes.HasPrefix(k, []byte("x_")) || string(k) == "time") {
-		return &ParseError{Reason: ReasonReservedKey, Err: fmt.Errorf("%s %q is reserved (the x_ prefix and \"time\" are engine-owned)", what, k)}
+		return &ParseError{Reason: ReasonReservedKey, Err: fmt.Errorf("%s %s is reserved (the x_ prefix and \"time\" are engine-owned)", what, q(k))}
 	}
 	return nil
 }
@@ -211,7 +242,7 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 			return pt, perr
 		}
 		if len(v) > p.lim.MaxStringBytes {
-			return pt, &ParseError{Reason: ReasonStringTooLong, Err: fmt.Errorf("value of tag %q is %d bytes, longer than %d", k, len(v), p.lim.MaxStringBytes)}
+			return pt, &ParseError{Reason: ReasonStringTooLong, Err: fmt.Errorf("value of tag %s is %d bytes, longer than --ilp-max-string-bytes=%d", q(k), len(v), p.lim.MaxStringBytes)}
 		}
 		// Insertion sort: tags usually arrive sorted.
 		i := len(tags)
@@ -221,7 +252,7 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 			i--
 		}
 		if i > 0 && tags[i-1].Key == string(k) {
-			return pt, &ParseError{Reason: ReasonDuplicateTag, Err: fmt.Errorf("duplicate tag key %q", k)}
+			return pt, &ParseError{Reason: ReasonDuplicateTag, Err: fmt.Errorf("duplicate tag key %s", q(k))}
 		}
 		tags[i] = feed.Tag{Key: p.internAt(1+len(tags), k), Value: p.copyString(v)}
 	}
@@ -251,7 +282,7 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 		for i := range fields {
 			if fields[i].Key == string(k) {
 				if fields[i].Value.Kind != val.Kind {
-					return pt, &ParseError{Reason: ReasonFieldType, Err: fmt.Errorf("field %q appears twice with types %s and %s", k, fields[i].Value.Kind, val.Kind)}
+					return pt, &ParseError{Reason: ReasonFieldType, Err: fmt.Errorf("field %s appears twice with types %s and %s", q(k), fields[i].Value.Kind, val.Kind)}
 				}
 				fields[i].Value, dup = val, true
 			}
@@ -266,7 +297,7 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 	for i := range tags {
 		for j := range fields {
 			if tags[i].Key == fields[j].Key {
-				return pt, &ParseError{Reason: ReasonTagField, Err: fmt.Errorf("%q is used as a tag and a field", tags[i].Key)}
+				return pt, &ParseError{Reason: ReasonTagField, Err: fmt.Errorf("%s is used as a tag and a field", feed.QuoteInput(tags[i].Key))}
 			}
 		}
 	}
@@ -274,7 +305,9 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 	if err != nil {
 		return pt, syntaxErr(err)
 	}
-	ts := now
+	// Without a timestamp: the receive time truncated to the precision, as
+	// InfluxDB, Telegraf and line-protocol do.
+	ts := now - now%int64(prec)
 	if tb != nil {
 		var perr *ParseError
 		if ts, perr = parseTime(tb, prec); perr != nil {
@@ -307,18 +340,18 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 
 func (p *Parser) fieldValue(k []byte, kind lineprotocol.ValueKind, v []byte) (feed.Value, *ParseError) {
 	bad := func(reason string, err error) (feed.Value, *ParseError) {
-		return feed.Value{}, &ParseError{Reason: reason, Err: fmt.Errorf("field %q: %w", k, err)}
+		return feed.Value{}, &ParseError{Reason: reason, Err: fmt.Errorf("field %s: %w", q(k), err)}
 	}
 	switch kind {
 	case lineprotocol.Float:
 		// strconv.ParseFloat, under the decoder, also takes hex floats,
 		// NaN, Inf/infinity and digits separated by underscores.
 		if bytes.ContainsAny(v, "xXnN_") {
-			return bad(ReasonSyntax, fmt.Errorf("invalid float %q (hex floats, NaN, Inf and underscores are not allowed)", v))
+			return bad(ReasonSyntax, fmt.Errorf("invalid float %s (hex floats, NaN, Inf and underscores are not allowed)", q(v)))
 		}
 	case lineprotocol.String:
 		if len(v) > p.lim.MaxStringBytes {
-			return bad(ReasonStringTooLong, fmt.Errorf("string is %d bytes, longer than %d", len(v), p.lim.MaxStringBytes))
+			return bad(ReasonStringTooLong, fmt.Errorf("string is %d bytes, longer than --ilp-max-string-bytes=%d", len(v), p.lim.MaxStringBytes))
 		}
 		return feed.Value{Kind: feed.KindString, Str: p.copyString(v)}, nil
 	}
@@ -345,14 +378,14 @@ func (p *Parser) fieldValue(k []byte, kind lineprotocol.ValueKind, v []byte) (fe
 func parseTime(b []byte, prec Precision) (int64, *ParseError) {
 	x, err := strconv.ParseInt(unsafe.String(&b[0], len(b)), 10, 64)
 	if errors.Is(err, strconv.ErrRange) {
-		return 0, &ParseError{Reason: ReasonTimestamp, Err: fmt.Errorf("timestamp %s is out of range ±%d ns", b, int64(maxAbsTimestamp))}
+		return 0, &ParseError{Reason: ReasonTimestamp, Err: fmt.Errorf("timestamp %s is out of range ±%d ns", q(b), int64(maxAbsTimestamp))}
 	}
 	if err != nil {
-		return 0, &ParseError{Reason: ReasonSyntax, Err: fmt.Errorf("invalid timestamp %q", b)}
+		return 0, &ParseError{Reason: ReasonSyntax, Err: fmt.Errorf("invalid timestamp %s", q(b))}
 	}
 	if prec != Nanosecond {
 		if x > maxAbsTimestamp/int64(prec) || x < -maxAbsTimestamp/int64(prec) {
-			return 0, &ParseError{Reason: ReasonTimestamp, Err: fmt.Errorf("timestamp %s×%dns is out of range ±%d ns", b, int64(prec), int64(maxAbsTimestamp))}
+			return 0, &ParseError{Reason: ReasonTimestamp, Err: fmt.Errorf("timestamp %s×%dns is out of range ±%d ns", q(b), int64(prec), int64(maxAbsTimestamp))}
 		}
 		x *= int64(prec)
 	}

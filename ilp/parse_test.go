@@ -425,7 +425,8 @@ func TestParse(t *testing.T) {
 		{name: "h overflow rejected", line: `m v=1 -2562048`, prec: Hour, err: &wantErr{reason: ReasonTimestamp, column: 7}},
 		{name: "h overflow of int64 rejected", line: `m v=1 9223372036854775807`, prec: Hour, err: &wantErr{reason: ReasonTimestamp, column: 7}},
 		{name: "missing timestamp gets now", line: `m v=1`, want: &feed.Point{Table: "m", Fields: []feed.PointField{f("v", fl(1))}, Time: parseNow}},
-		{name: "missing timestamp gets now whatever the precision", line: `m v=1`, prec: Hour, want: &feed.Point{Table: "m", Fields: []feed.PointField{f("v", fl(1))}, Time: parseNow}},
+		{name: "missing timestamp gets now truncated to the hour", line: `m v=1`, prec: Hour, want: &feed.Point{Table: "m", Fields: []feed.PointField{f("v", fl(1))}, Time: parseNow - parseNow%int64(Hour)}},
+		{name: "missing timestamp gets now truncated to the millisecond", line: `m v=1`, prec: Millisecond, want: &feed.Point{Table: "m", Fields: []feed.PointField{f("v", fl(1))}, Time: 1_700_000_000_123_000_000}},
 		{name: "trailing space without timestamp gets now", line: `m v=1 `, want: &feed.Point{Table: "m", Fields: []feed.PointField{f("v", fl(1))}, Time: parseNow}},
 		{name: "spaces around the timestamp", line: `m v=1  5 `, want: &feed.Point{Table: "m", Fields: []feed.PointField{f("v", fl(1))}, Time: 5}},
 		{name: "fractional timestamp", line: `m v=1 1.5`, err: &wantErr{reason: ReasonSyntax, column: 7, contains: []string{"timestamp"}}},
@@ -461,7 +462,31 @@ func TestParse(t *testing.T) {
 		},
 		{
 			name: "default key limit", line: "m " + strings.Repeat("k", DefaultMaxKeyBytes+1) + "=1",
-			err: &wantErr{reason: ReasonKeyTooLong, contains: []string{"65536 bytes"}},
+			err: &wantErr{reason: ReasonKeyTooLong, contains: []string{"4097 bytes, longer than the limit of 4096 (--max-name-bytes)"}},
+		},
+		{
+			name: "C0 control in measurement", line: "m\x01x v=1",
+			err: &wantErr{reason: ReasonSyntax, column: 2},
+		},
+		{
+			name: "C1 control in measurement", line: "m\u009fx v=1",
+			err: &wantErr{reason: ReasonInvalidName, contains: []string{"measurement", "control character"}},
+		},
+		{
+			name: "C1 control in tag key", line: "m,t\u0080=a v=1",
+			err: &wantErr{reason: ReasonInvalidName, contains: []string{"tag key", "control character"}},
+		},
+		{
+			name: "decoder message echoes at most MaxEchoBytes", line: "m," + strings.Repeat("t", 1000) + "\x7f=a v=1",
+			err: &wantErr{reason: ReasonSyntax, column: 3, contains: []string{`…`}},
+		},
+		{
+			name: "C1 control in field key", line: "m v\u0085=1",
+			err: &wantErr{reason: ReasonInvalidName, contains: []string{"field key", "control character"}},
+		},
+		{
+			name: "long input echoed at most MaxEchoBytes", line: "m v=" + strings.Repeat("1", 10_000) + "x",
+			err: &wantErr{reason: ReasonSyntax, column: 5, contains: []string{`"` + strings.Repeat("1", feed.MaxEchoBytes) + `"…`}},
 		},
 		{
 			name: "default key limit accepted", line: "m " + strings.Repeat("k", DefaultMaxKeyBytes) + "=1i 1",

@@ -3,6 +3,8 @@ package ilp
 import (
 	"fmt"
 	"time"
+
+	"github.com/ingestd/ingestd/feed"
 )
 
 // Precision is the unit of ILP timestamps: the number of nanoseconds in one
@@ -45,7 +47,7 @@ func ParsePrecision(s string, v1 bool) (Precision, error) {
 		case "h":
 			return Hour, nil
 		}
-		return 0, fmt.Errorf("%w %q: want one of ns, n, u, us, ms, s, m, h", ErrUnknownPrecision, s)
+		return 0, fmt.Errorf("%w %s: want one of ns, n, u, us, ms, s, m, h", ErrUnknownPrecision, feed.QuoteInput(s))
 	}
-	return 0, fmt.Errorf("%w %q: want one of ns, us, ms, s", ErrUnknownPrecision, s)
+	return 0, fmt.Errorf("%w %s: want one of ns, us, ms, s", ErrUnknownPrecision, feed.QuoteInput(s))
 }

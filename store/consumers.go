@@ -46,17 +46,21 @@ func (db *DB) DeleteConsumers(table string) error {
 	return db.bdb.DropPrefix(consumerPrefix(table))
 }
 
-// LoadConsumers returns the consumers of a table, ordered by name.
+// LoadConsumers returns the consumers of a table, ordered by name, each
+// name read from its key. Table names never contain 0x00 (the feed refuses
+// them), so a table's prefix 'c' name 0x00 covers its consumers only.
 func (db *DB) LoadConsumers(table string) ([]Consumer, error) {
 	var out []Consumer
 	err := db.bdb.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: consumerPrefix(table), PrefetchValues: true})
+		prefix := consumerPrefix(table)
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			var c Consumer
 			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &c) }); err != nil {
 				return &CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
 			}
+			c.Name = string(it.Item().Key()[len(prefix):]) // byte for byte, unlike JSON
 			out = append(out, c)
 		}
 		return nil

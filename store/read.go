@@ -86,6 +86,10 @@ type coalescer struct {
 	merged []Field
 	it     *badger.Iterator // over the synced blocks, opened on first use
 	cache  []*cachedBlock   // most recent last, at most coalescerCache
+	// first is the oldest stored fragment of the point coalesce merged last
+	// (hasFirst false when it found none).
+	first    ref
+	hasFirst bool
 }
 
 // coalescerCache is how many blocks a coalescer keeps.
@@ -126,6 +130,22 @@ func (c *coalescer) rowFields(st *tableState, txn *badger.Txn, tid uint64, f *Fr
 	return merged, nil
 }
 
+// pointFields is rowFields for a read that returns each point once (the
+// copy by time range): a point holding several fragments is returned, as
+// its coalesced row, only at its oldest stored fragment, which never
+// changes however often the point is written again; skip reports the
+// other fragments. self names f.
+func (c *coalescer) pointFields(st *tableState, txn *badger.Txn, tid uint64, f *Fragment, self ref) (fields []Field, skip bool, err error) {
+	if !st.isDup(f.Series, f.Time) {
+		return f.Fields, false, nil
+	}
+	merged, err := c.coalesce(txn, tid, f.Series, f.Time)
+	if err != nil || len(merged) == 0 {
+		return f.Fields, false, err
+	}
+	return merged, c.hasFirst && c.first != self, nil
+}
+
 // coalesce returns the union of the fragments at (sid, ts), the later
 // write winning per column, or nothing when no fragment of the point is
 // visible yet (the caller keeps the fragment it has). The fields are valid
@@ -151,6 +171,7 @@ func (c *coalescer) coalesce(txn *badger.Txn, tid, sid uint64, ts int64) ([]Fiel
 		return nil, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
 	}
 	c.merged = c.merged[:0]
+	c.hasFirst = false
 	var f Fragment
 	for _, r := range refs {
 		found, err := c.fetch(txn, tid, r, &f)
@@ -159,6 +180,9 @@ func (c *coalescer) coalesce(txn *badger.Txn, tid, sid uint64, ts int64) ([]Fiel
 		}
 		if !found {
 			continue // its block was never stored (a crash split its commit)
+		}
+		if !c.hasFirst {
+			c.first, c.hasFirst = r, true
 		}
 	next:
 		for _, fl := range f.Fields {

@@ -16,9 +16,12 @@ type RowCursor struct {
 	Index    uint64 // next fragment within that block
 }
 
-// ReadRows visits the fragments of table instance tid with start <= ts < end
-// from cur on, at most limit of them, each as its coalesced row (a point
-// written several times is visited at each of its fragments). It returns
+// ReadRows visits the points of table instance tid with start <= ts < end
+// from cur on, at most limit of them, each once as its coalesced row: a
+// point written several times is visited at its oldest stored fragment
+// only (a point overwritten while the read goes on may be visited again at
+// a newer fragment, or left to the feed when that fragment's block lies
+// behind cur). It returns
 // the cursor after the last visited fragment and done=true when there is
 // nothing after it. Row.Seq is 0 for fragments written while sync was OFF.
 // The Row and its Fields are valid only during visit. Safe for concurrent
@@ -76,11 +79,17 @@ func (db *DB) ReadRows(tid uint64, cur RowCursor, start, end int64, limit int, v
 						continue
 					}
 					row = Row{Series: f.Series, Time: f.Time, Fields: f.Fields}
+					self := ref{block: block, idx: idx}
 					if !space.unsynced {
 						row.Seq = br.firstSeq + idx
+						self = ref{seq: row.Seq}
 					}
-					if row.Fields, err = co.rowFields(st, txn, tid, &f); err != nil {
+					var skip bool
+					if row.Fields, skip, err = co.pointFields(st, txn, tid, &f, self); err != nil {
 						return err
+					}
+					if skip {
+						continue // the point was returned at its oldest fragment
 					}
 					if err := visit(&row); err != nil {
 						return err

@@ -25,6 +25,11 @@ const (
 	DefaultMinFreeBytes    = 256 << 20
 )
 
+// MaxValueBytes is the largest value the store can hold (badger's value
+// log file size): a table's block in one commit must stay below it, which
+// the feed guarantees by bounding its group commits.
+const MaxValueBytes = 256 << 20
+
 // Config configures the store.
 type Config struct {
 	// Dir is the data directory; created when missing.
@@ -162,7 +167,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		WithBlockCacheSize(cfg.BlockCacheBytes).
 		WithIndexCacheSize(32 << 20).
 		WithMemTableSize(cfg.MemTableBytes).
-		WithValueLogFileSize(256 << 20)
+		WithValueLogFileSize(MaxValueBytes)
 	db.bdb, err = badger.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("open badger in %s: %w", cfg.Dir, err)
@@ -336,7 +341,8 @@ func (db *DB) Close() error {
 }
 
 // LoadTables returns every table's metadata, tombstones included, ordered
-// by name.
+// by name. Each name is read from its key, so it is exactly the name
+// PutMeta was given.
 func (db *DB) LoadTables() ([]TableMeta, error) {
 	var metas []TableMeta
 	err := db.bdb.View(func(txn *badger.Txn) error {
@@ -348,6 +354,9 @@ func (db *DB) LoadTables() ([]TableMeta, error) {
 			if err != nil {
 				return &CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
 			}
+			// The key holds the name byte for byte; JSON would have turned
+			// invalid UTF-8 into U+FFFD (names stored by older versions).
+			m.Name = string(it.Item().Key()[1:])
 			metas = append(metas, m)
 		}
 		return nil
@@ -399,6 +408,12 @@ func (db *DB) PutMeta(m TableMeta) error {
 		return err
 	}
 	return w.txn.Commit()
+}
+
+// DeleteMeta durably deletes a table's metadata (a pruned tombstone); it
+// is not an error when there is none.
+func (db *DB) DeleteMeta(name string) error {
+	return db.bdb.Update(func(txn *badger.Txn) error { return txn.Delete(metaKey(name)) })
 }
 
 // DropTableData deletes every fragment, series and index entry of table

@@ -279,6 +279,8 @@ func wire(cfg config, db *store.DB, logger *slog.Logger, reg *prometheus.Registr
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("start feed: %w", err)
 	}
+	// One name limit for every way a name enters (SPEC §8).
+	cfg.ilp.Limits.MaxKeyBytes = cfg.feed.MaxNameBytes
 	in, err := ilp.New(cfg.ilp, seq, cfg.feed.SubmitTimeout, logger, reg)
 	if err != nil {
 		return nil, nil, nil, err

@@ -121,10 +121,8 @@ var peerPrecisions = map[string]int64{
 
 // Why ingestd answers a peer case differently (the README lists them).
 const (
-	peerReasonReceivePrecision = "a line without a timestamp keeps the full receive time, where InfluxDB truncates it " +
-		"to the precision (issue 11 changes this on another branch)"
-	peerReasonHugeName = "the 65,535-byte measurement does not fit a badger key (65,000 bytes): the commit fails " +
-		"and the daemon stops (issue 11's name checks refuse it at the door on another branch)"
+	peerReasonHugeName = "a name is at most --max-name-bytes (default 4096) long, so that every key fits the store (SPEC §8): " +
+		"the 65,526-byte measurement InfluxDB accepts is refused with 400"
 	peerReasonNUL       = "NUL is not white space: line-protocol v2 rejects it and no name holds a control character (SPEC §8); InfluxDB 1.x skips NUL bytes"
 	peerReasonNegZero   = "-0 is stored as -0 (strconv.ParseFloat, which every peer parses with, keeps the sign); the case's JSON holds 0"
 	peerReasonTimeKey   = "`time` is a reserved key (SPEC §2): it names the time column"
@@ -139,19 +137,7 @@ const (
 // peerDisagreements are the cases ingestd answers differently from the peer,
 // by case id, each with its reason.
 var peerDisagreements = map[string]string{
-	"influxdb1/177 TestParsePointsWithPrecisionNoTime/microsecond precision": peerReasonReceivePrecision,
-	"influxdb1/178 TestParsePointsWithPrecisionNoTime/millisecond precision": peerReasonReceivePrecision,
-	"influxdb1/179 TestParsePointsWithPrecisionNoTime/second precision":      peerReasonReceivePrecision,
-	"influxdb1/180 TestParsePointsWithPrecisionNoTime/minute precision":      peerReasonReceivePrecision,
-	"influxdb1/181 TestParsePointsWithPrecisionNoTime/hour precision":        peerReasonReceivePrecision,
-	"lp-corpus-decode/12cbe04300d26145a19219958aabbd46":                      peerReasonReceivePrecision,
-	"lp-corpus-decode/7d5cc2f47bfbcc3890e3d077a950aa1a":                      peerReasonReceivePrecision,
-	"lp-corpus-decode/ff332bb8cae345b1bdb2b3870a19bed7":                      peerReasonReceivePrecision,
-	"lp-example/decoder": peerReasonReceivePrecision,
-	"lp-example/encoder": peerReasonReceivePrecision,
-
-	"influxdb1/191 TestNewPointsRejectsMaxKey (max key)":     peerReasonHugeName,
-	"influxdb1/192 TestNewPointsRejectsMaxKey (1 byte over)": peerReasonHugeName,
+	"influxdb1/191 TestNewPointsRejectsMaxKey (max key)": peerReasonHugeName,
 
 	"influxdb1/186 TestParsePointsStringWithExtraBuffer": peerReasonNUL,
 
