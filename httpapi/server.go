@@ -375,12 +375,28 @@ func (tc *trackedConn) Close() error {
 // bodyDeadline sets the read deadline of the request body as it is read:
 // BodyTimeout after the first read plus one second per
 // BodyMinBytesPerSecond bytes received.
+//
+// A handler may answer before reading its body (413 on the declared
+// length, 400 on a bad parameter). net/http then reads up to 256 KiB of
+// what is left before it writes the answer, or closes the connection after
+// it when more is declared; it tells these apart by the request's own
+// body type, so the original body is put back when the handler returns,
+// and that read runs under the same deadline: a client declaring a body it
+// never sends cannot hold the answer and the connection.
 func (s *Server) bodyDeadline(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Body != nil && r.Body != http.NoBody {
-			r.Body = &deadlineBody{ReadCloser: r.Body, rc: http.NewResponseController(w), s: s}
+		if r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
 		}
+		orig := r.Body
+		db := &deadlineBody{ReadCloser: orig, rc: http.NewResponseController(w), s: s}
+		r.Body = db
 		next.ServeHTTP(w, r)
+		r.Body = orig
+		if !db.done {
+			db.setDeadline()
+		}
 	})
 }
 
@@ -396,16 +412,23 @@ type deadlineBody struct {
 	done bool
 }
 
-func (b *deadlineBody) Read(p []byte) (int, error) {
-	if b.done {
-		return b.ReadCloser.Read(p)
-	}
+// setDeadline sets the connection's read deadline for what is left of
+// the body: BodyTimeout from the first read, plus one second per
+// BodyMinBytesPerSecond bytes received.
+func (b *deadlineBody) setDeadline() {
 	if b.start.IsZero() {
 		b.start = time.Now()
 	}
 	cfg := &b.s.cfg
 	allowed := cfg.BodyTimeout + time.Duration(float64(b.n)/float64(cfg.BodyMinBytesPerSecond)*float64(time.Second))
 	_ = b.rc.SetReadDeadline(b.start.Add(allowed))
+}
+
+func (b *deadlineBody) Read(p []byte) (int, error) {
+	if b.done {
+		return b.ReadCloser.Read(p)
+	}
+	b.setDeadline()
 	n, err := b.ReadCloser.Read(p)
 	b.n += int64(n)
 	if err != nil {

@@ -292,3 +292,40 @@ func TestServerConfigValidate(t *testing.T) {
 		})
 	}
 }
+
+// TestServerEarlyAnswer checks a handler that answers before reading the
+// body (as a write does on a declared length past --max-body-bytes): the
+// answer is not held while net/http waits for a body the client never
+// sends. Past 256 KiB declared it is written at once and the connection
+// closed; below, net/http's read of the rest stops at the body deadline.
+func TestServerEarlyAnswer(t *testing.T) {
+	refuse := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.WriteHeader(http.StatusRequestEntityTooLarge)
+	})
+	t.Run("large declared body", func(t *testing.T) {
+		cfg := DefaultConfig()
+		cfg.BodyTimeout = time.Minute
+		ts := startServer(t, cfg, refuse)
+		c := ts.dial(t)
+		_, err := io.WriteString(c, "POST /write HTTP/1.1\r\nHost: x\r\nContent-Length: 33554433\r\n\r\n")
+		require.NoError(t, err)
+		start := time.Now()
+		got := waitClosed(t, c)
+		require.Less(t, time.Since(start), 10*time.Second)
+		require.True(t, strings.HasPrefix(got, "HTTP/1.1 413 "), "response %q", got)
+	})
+	t.Run("small declared body", func(t *testing.T) {
+		const timeout = 300 * time.Millisecond
+		cfg := DefaultConfig()
+		cfg.BodyTimeout = timeout
+		ts := startServer(t, cfg, refuse)
+		c := ts.dial(t)
+		_, err := io.WriteString(c, "POST /write HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab")
+		require.NoError(t, err)
+		start := time.Now()
+		got := waitClosed(t, c)
+		require.GreaterOrEqual(t, time.Since(start), timeout)
+		require.Less(t, time.Since(start), 10*time.Second)
+		require.True(t, strings.HasPrefix(got, "HTTP/1.1 413 "), "response %q", got)
+	})
+}
