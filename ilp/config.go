@@ -11,13 +11,15 @@ import (
 
 // Default values of Config.
 const (
-	DefaultMaxBodyBytes     = 32 << 20
-	DefaultTCPAddr          = ":9009"
-	DefaultTCPFlushInterval = 100 * time.Millisecond
-	DefaultTCPBatchLines    = 10_000
-	DefaultTCPBatchBytes    = 4 << 20
-	DefaultTCPMaxConns      = 1024
-	DefaultTCPIdleTimeout   = 5 * time.Minute
+	DefaultMaxBodyBytes = 32 << 20
+	// DefaultMaxInflightWriteBytes is eight bodies of DefaultMaxBodyBytes.
+	DefaultMaxInflightWriteBytes = 256 << 20
+	DefaultTCPAddr               = ":9009"
+	DefaultTCPFlushInterval      = 100 * time.Millisecond
+	DefaultTCPBatchLines         = 10_000
+	DefaultTCPBatchBytes         = 4 << 20
+	DefaultTCPMaxConns           = 1024
+	DefaultTCPIdleTimeout        = 5 * time.Minute
 )
 
 // MaxLineBytesCeiling bounds --max-line-bytes: one line's fragment must fit
@@ -30,6 +32,11 @@ type Config struct {
 	// MaxBodyBytes is the largest HTTP write body, counted after gzip
 	// decompression (413 past it).
 	MaxBodyBytes int64
+	// MaxInflightWriteBytes bounds the bytes of HTTP write bodies held at
+	// once (after decompression, counted as they arrive, until each write
+	// is answered). A write that finds no room waits at most the submit
+	// timeout for it, then is answered 503. Must exceed MaxBodyBytes.
+	MaxInflightWriteBytes int64
 	// TCPAddr is the TCP listen address; empty disables TCP.
 	TCPAddr string
 	// TCPFlushInterval is the longest a line read over TCP waits before it
@@ -55,20 +62,23 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		Limits:           DefaultLimits(),
-		MaxBodyBytes:     DefaultMaxBodyBytes,
-		TCPAddr:          DefaultTCPAddr,
-		TCPFlushInterval: DefaultTCPFlushInterval,
-		TCPBatchLines:    DefaultTCPBatchLines,
-		TCPBatchBytes:    DefaultTCPBatchBytes,
-		TCPMaxConns:      DefaultTCPMaxConns,
-		TCPIdleTimeout:   DefaultTCPIdleTimeout,
+		Limits:                DefaultLimits(),
+		MaxBodyBytes:          DefaultMaxBodyBytes,
+		MaxInflightWriteBytes: DefaultMaxInflightWriteBytes,
+		TCPAddr:               DefaultTCPAddr,
+		TCPFlushInterval:      DefaultTCPFlushInterval,
+		TCPBatchLines:         DefaultTCPBatchLines,
+		TCPBatchBytes:         DefaultTCPBatchBytes,
+		TCPMaxConns:           DefaultTCPMaxConns,
+		TCPIdleTimeout:        DefaultTCPIdleTimeout,
 	}
 }
 
 // RegisterFlags registers ILP's flags on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest HTTP write body in bytes, after gzip decompression (413 past it)")
+	fs.Int64Var(&c.MaxInflightWriteBytes, "http-max-inflight-write-bytes", c.MaxInflightWriteBytes,
+		"bytes of HTTP write bodies held at once, after decompression (must exceed --max-body-bytes); past it a write waits --feed-submit-timeout for room, then 503")
 	fs.IntVar(&c.Limits.MaxLineBytes, "max-line-bytes", c.Limits.MaxLineBytes, "longest ILP line in bytes; a longer line is rejected")
 	fs.IntVar(&c.Limits.MaxStringBytes, "ilp-max-string-bytes", c.Limits.MaxStringBytes, "longest tag value or string field in bytes")
 	fs.StringVar(&c.TCPAddr, "tcp-addr", c.TCPAddr, "ILP TCP listen address (empty disables TCP)")
@@ -84,6 +94,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.MaxBodyBytes < 1:
 		return errors.New("ilp: --max-body-bytes must be positive")
+	case c.MaxInflightWriteBytes <= c.MaxBodyBytes:
+		return fmt.Errorf("ilp: --http-max-inflight-write-bytes=%d must exceed --max-body-bytes=%d", c.MaxInflightWriteBytes, c.MaxBodyBytes)
 	case c.Limits.MaxLineBytes < 1 || c.Limits.MaxLineBytes > MaxLineBytesCeiling:
 		return fmt.Errorf("ilp: --max-line-bytes must be within 1..%d", MaxLineBytesCeiling)
 	case c.Limits.MaxKeyBytes < 1 || c.Limits.MaxKeyBytes > feed.MaxNameBytesCeiling:

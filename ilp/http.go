@@ -178,7 +178,20 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	// Content-Length: a client could declare 32 MiB and send nothing.
 	buf := getBodyBuffer()
 	defer putBodyBuffer(buf)
-	n, err := buf.ReadFrom(io.LimitReader(body, in.cfg.MaxBodyBytes+1))
+	held, err := in.readBody(r.Context(), body, buf)
+	defer in.release(held)
+	n := int64(buf.Len())
+	if errors.Is(err, errInflightFull) {
+		in.m.inflightRefused.Inc()
+		w.Header().Set("Retry-After", retryAfter(in.submitTimeout))
+		writeError(w, http.StatusServiceUnavailable, codeUnavailable,
+			fmt.Sprintf("write bodies in flight hold --http-max-inflight-write-bytes=%d for %s (--feed-submit-timeout); nothing was written, retry later",
+				in.cfg.MaxInflightWriteBytes, in.submitTimeout), 0)
+		return
+	}
+	if errors.Is(err, context.Canceled) {
+		return // the client went away while its write waited for room
+	}
 	if errors.Is(err, os.ErrDeadlineExceeded) {
 		writeBodyTimeout(w)
 		return
@@ -220,6 +233,62 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 		writeError(w, http.StatusUnprocessableEntity, codeUnprocessable, fmt.Sprintf("partial write: %s dropped=%d", msg, dropped), line)
 	default:
 		writeError(w, http.StatusBadRequest, codeInvalid, fmt.Sprintf("%s dropped=%d", msg, dropped), line)
+	}
+}
+
+// bodyChunk is how many bytes of a write body are held against
+// Config.MaxInflightWriteBytes before they are read.
+const bodyChunk = 64 << 10
+
+// errInflightFull marks a write whose body found no room under
+// Config.MaxInflightWriteBytes within the submit timeout.
+var errInflightFull = errors.New("ilp: write bodies in flight at --http-max-inflight-write-bytes")
+
+// readBody reads body into buf, at most MaxBodyBytes+1 bytes (one more
+// tells a body too large), holding each chunk against the in-flight bytes
+// before reading it. When there is no room it waits, at most the submit
+// timeout from its first wait in all, then returns errInflightFull. It
+// returns what it holds (release it once the write is answered), the
+// bytes read so far and nothing more.
+func (in *Ingest) readBody(ctx context.Context, body io.Reader, buf *bytes.Buffer) (held int64, err error) {
+	var deadline time.Time
+	limit := in.cfg.MaxBodyBytes + 1
+	for int64(buf.Len()) < limit {
+		chunk := min(bodyChunk, limit-int64(buf.Len()))
+		if !in.inflight.TryAcquire(chunk) {
+			if deadline.IsZero() {
+				deadline = time.Now().Add(in.submitTimeout)
+			}
+			wctx, cancel := context.WithDeadline(ctx, deadline)
+			err := in.inflight.Acquire(wctx, chunk)
+			cancel()
+			if err != nil {
+				if ctx.Err() != nil {
+					return held, ctx.Err()
+				}
+				return held, errInflightFull
+			}
+		}
+		held += chunk
+		in.m.inflight.Add(float64(chunk))
+		n, err := buf.ReadFrom(io.LimitReader(body, chunk))
+		if n < chunk {
+			in.release(chunk - n)
+			held -= chunk - n
+			return held, err // the body ended, or failed
+		}
+		if err != nil {
+			return held, err
+		}
+	}
+	return held, nil
+}
+
+// release gives back n bytes held by readBody.
+func (in *Ingest) release(n int64) {
+	if n > 0 {
+		in.inflight.Release(n)
+		in.m.inflight.Sub(float64(n))
 	}
 }
 

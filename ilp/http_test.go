@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"net"
 	"net/http"
@@ -684,4 +685,75 @@ type statusRecorder struct {
 func (s *statusRecorder) WriteHeader(code int) {
 	s.status = code
 	s.ResponseWriter.WriteHeader(code)
+}
+
+// heldAppender holds every Submit until gate is closed, whatever its
+// context, then hands the batch on.
+type heldAppender struct {
+	Appender
+	gate    chan struct{}
+	entered chan struct{}
+}
+
+func (g *heldAppender) Submit(ctx context.Context, b *feed.Batch) (*feed.Pending, error) {
+	g.entered <- struct{}{}
+	<-g.gate
+	return g.Appender.Submit(ctx, b)
+}
+
+// TestHTTPWriteInflightBytes checks --http-max-inflight-write-bytes over a
+// real listener: a write holds its body's bytes (after decompression)
+// until it is answered; a write that finds no room waits the submit
+// timeout (1 s in the rig), then is answered 503 with Retry-After and
+// stores nothing; once the first write is answered the same write goes
+// through, and nothing stays held.
+func TestHTTPWriteInflightBytes(t *testing.T) {
+	const maxBody = 1 << 20
+	held := &heldAppender{gate: make(chan struct{}), entered: make(chan struct{}, 4)}
+	r := newRigOpts(t, rigOptions{
+		mod:  func(c *Config) { c.MaxBodyBytes, c.MaxInflightWriteBytes = maxBody, maxBody*3/2 },
+		wrap: func(app Appender) Appender { held.Appender = app; return held },
+	}, "a", "b")
+	lines := func(table string) string {
+		var sb strings.Builder
+		for i := 0; sb.Len() < maxBody-100; i++ {
+			fmt.Fprintf(&sb, "%s v=%d %d\n", table, i, i+1)
+		}
+		return sb.String()
+	}
+	bodyA, bodyB := lines("a"), lines("b")
+
+	first := make(chan httpResult, 1)
+	go func() { first <- r.post("/write", strings.NewReader(bodyA), nil) }()
+	<-held.entered
+	require.Equal(t, len(bodyA), metricValue(t, r.in.m.inflight), "the first write holds its body")
+
+	// The second body, gzipped on the wire, is held as its decompressed
+	// size: there is no room for it.
+	start := time.Now()
+	res := r.post("/write", bytes.NewReader(gzipped(t, bodyB)), map[string]string{"Content-Encoding": "gzip"})
+	require.Equal(t, http.StatusServiceUnavailable, res.status, "body: %s", res.body)
+	require.GreaterOrEqual(t, time.Since(start), time.Second, "answered before the submit timeout")
+	require.Equal(t, "1", res.header.Get("Retry-After"))
+	var e httpError
+	require.NoError(t, json.Unmarshal(res.body, &e))
+	require.Equal(t, "unavailable", e.Code)
+	require.Contains(t, e.Message, "--http-max-inflight-write-bytes")
+	require.Equal(t, 1, metricValue(t, r.in.m.inflightRefused))
+	require.Equal(t, len(bodyA), metricValue(t, r.in.m.inflight), "the refused write holds nothing")
+
+	close(held.gate)
+	require.Equal(t, http.StatusNoContent, (<-first).status)
+	res = r.post("/write", bytes.NewReader(gzipped(t, bodyB)), map[string]string{"Content-Encoding": "gzip"})
+	require.Equal(t, http.StatusNoContent, res.status, "body: %s", res.body)
+	require.Len(t, held.entered, 1, "the refused write never reached the sequencer")
+	require.Equal(t, 0, metricValue(t, r.in.m.inflight))
+	require.Len(t, r.drain("b"), strings.Count(bodyB, "\n"), "b stored once, by the write that was let through")
+}
+
+func TestConfigInflightWriteBytes(t *testing.T) {
+	c := DefaultConfig()
+	require.NoError(t, c.Validate())
+	c.MaxInflightWriteBytes = c.MaxBodyBytes
+	require.ErrorContains(t, c.Validate(), "--http-max-inflight-write-bytes")
 }

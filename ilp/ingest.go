@@ -1,6 +1,8 @@
 package ilp
 
 import (
+	"golang.org/x/sync/semaphore"
+
 	"context"
 	"log/slog"
 	"sync"
@@ -31,6 +33,9 @@ type Ingest struct {
 	// acceptLog rate-limits the TCP listener's logs of failed accepts
 	// and evictions.
 	acceptLog rateLimit
+	// inflight holds the bytes of HTTP write bodies
+	// (Config.MaxInflightWriteBytes).
+	inflight *semaphore.Weighted
 }
 
 // New returns an Ingest handing batches to app. submitTimeout bounds the
@@ -47,6 +52,7 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 		cfg: cfg, app: app, submitTimeout: submitTimeout,
 		logger: logger.With("component", "ilp"), m: newMetrics(reg), now: time.Now,
 		logLimit: rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},
+		inflight: semaphore.NewWeighted(cfg.MaxInflightWriteBytes),
 	}, nil
 }
 

@@ -29,6 +29,10 @@ type metrics struct {
 	conns        prometheus.Gauge
 	closed       *prometheus.CounterVec
 	acceptErrors prometheus.Counter
+	// inflight is the bytes of HTTP write bodies held; inflightRefused
+	// counts writes answered 503 for want of room.
+	inflight        prometheus.Gauge
+	inflightRefused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -53,6 +57,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		acceptErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_ilp_tcp_accept_errors_total",
 			Help: "Failed accepts on the ILP TCP listener (e.g. out of file descriptors), each retried after a backoff.",
+		}),
+		inflight: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ingestd_http_write_inflight_bytes",
+			Help: "Bytes of HTTP write bodies held (after decompression, as they arrive, until the write is answered); at most --http-max-inflight-write-bytes.",
+		}),
+		inflightRefused: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_http_write_inflight_refused_total",
+			Help: "HTTP writes answered 503 because their body found no room under --http-max-inflight-write-bytes within --feed-submit-timeout.",
 		}),
 	}
 	for _, r := range []string{closedIdleTimeout, closedEvicted} {
