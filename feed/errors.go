@@ -36,7 +36,9 @@ var (
 	// it to end the page before the row it was called with (the caller's
 	// page is full, e.g. in bytes). That row is not part of the page: the
 	// page's Next is the x_seq of the row before it, so the next page
-	// starts with it. Returned for the first row it fails the Drain.
+	// starts with it. Returned for the first row it fails the Drain. A
+	// Rows visit function may return it too: the page's Cursor then
+	// resumes at that row.
 	ErrPageFull = errors.New("feed: page full")
 	// ErrClosed is returned once the sequencer has stopped.
 	ErrClosed = errors.New("feed: sequencer stopped")

@@ -85,7 +85,9 @@ func decodeRowsCursor(s string) (rowsCursor, error) {
 // the page's columns (time, tags, fields; never x_ columns) and each row's
 // values. Each point of the range appears once, as its coalesced row,
 // however often it was written (a point written again during the copy may
-// appear again; the copy is idempotent to apply). Errors: ErrTableNotFound, ErrInvalidLimit,
+// appear again; the copy is idempotent to apply). visit may return
+// ErrPageFull to end the page before the row it was called with (not for
+// the first row): Cursor then resumes at that row. Errors: ErrTableNotFound, ErrInvalidLimit,
 // ErrInvalidCursor, and *RefusalError{ErrStaleEpoch} when the table was
 // truncated or re-created since the cursor's first page. Safe for
 // concurrent use.
@@ -130,11 +132,17 @@ func (s *Sequencer) Rows(ctx context.Context, req RowsRequest, visit func(cols [
 			vals = make([]Value, len(cols))
 		}
 		proj.fill(vals, &p, r)
-		pg.Rows++
-		if pg.Rows%1024 == 0 && ctx.Err() != nil {
+		if pg.Rows > 0 && pg.Rows%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
 		}
-		return visit(cols, vals)
+		if err := visit(cols, vals); err != nil {
+			if errors.Is(err, ErrPageFull) && pg.Rows > 0 {
+				return store.ErrRowLeftOut
+			}
+			return err
+		}
+		pg.Rows++
+		return nil
 	})
 	if err != nil {
 		return RowsPage{}, err

@@ -30,7 +30,9 @@ func parseTime(s string) (int64, bool) {
 
 // rows serves GET /api/v1/tables/{table}/rows?start=&end=&limit=&cursor=
 // [&format=json|lp][&time_format=]: one page of a copy by time range
-// (SPEC §6 bootstrap), never with x_ columns.
+// (SPEC §6 bootstrap), never with x_ columns. Like a drain page it ends
+// before the row that would take its rows past Options.MaxPageBytes (one
+// row at least); its cursor then resumes at that row.
 func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 	q := r.URL.Query()
 	req := feed.RowsRequest{Table: pathParam(r, "table"), Cursor: q.Get("cursor")}
@@ -72,15 +74,21 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 	defer func() { a.releasePageBuf(enc.buf) }()
 	n := 0
 	pg, err := a.opts.Feed.Rows(r.Context(), req, func(cols []feed.Column, vals []feed.Value) error {
+		mark := len(enc.buf)
 		if format == formatLP {
 			enc.line(req.Table, cols, vals)
-			return nil
+		} else {
+			if n > 0 {
+				enc.buf = append(enc.buf, ',')
+			}
+			enc.row(vals)
 		}
-		if n > 0 {
-			enc.buf = append(enc.buf, ',')
+		if n > 0 && len(enc.buf) > a.maxPageBytes {
+			// The page ends before this row; the cursor resumes at it.
+			enc.buf = enc.buf[:mark]
+			return feed.ErrPageFull
 		}
 		n++
-		enc.row(vals)
 		return nil
 	})
 	if err != nil {

@@ -23,7 +23,8 @@ type RowCursor struct {
 // a newer fragment, or left to the feed when that fragment's block lies
 // behind cur). It returns
 // the cursor after the last visited fragment and done=true when there is
-// nothing after it. Row.Seq is 0 for fragments written while sync was OFF.
+// nothing after it. A visit returning ErrRowLeftOut ends the page before
+// its row. Row.Seq is 0 for fragments written while sync was OFF.
 // The Row and its Fields are valid only during visit. Safe for concurrent
 // use with Commit: it reads one consistent view, taken before the first
 // call to visit, so blocks committed meanwhile are not visited.
@@ -92,6 +93,10 @@ func (db *DB) ReadRows(tid uint64, cur RowCursor, start, end int64, limit int, v
 						continue // the point was returned at its oldest fragment
 					}
 					if err := visit(&row); err != nil {
+						if errors.Is(err, ErrRowLeftOut) {
+							cur.Index = idx // the next page starts with this row
+							return errPageFull
+						}
 						return err
 					}
 					if n++; n == limit {
@@ -111,6 +116,11 @@ func (db *DB) ReadRows(tid uint64, cur RowCursor, start, end int64, limit int, v
 	}
 	return cur, true, nil
 }
+
+// ErrRowLeftOut, returned by a ReadRows visit function, ends the page
+// before the row it was called with: ReadRows returns no error and a
+// cursor that resumes at that row.
+var ErrRowLeftOut = errors.New("store: row left out of the page")
 
 // errPageFull stops ReadRows' block walk once limit rows were visited.
 var errPageFull = errors.New("page full")
