@@ -75,8 +75,8 @@ func appendRef(dst []byte, r ref) []byte {
 	return binary.AppendUvarint(dst, r.idx)
 }
 
-func decodeRefs(b []byte) ([]ref, error) {
-	var refs []ref
+// decodeRefs appends the references of a point-index entry to refs.
+func decodeRefs(refs []ref, b []byte) ([]ref, error) {
 	for len(b) > 0 {
 		var r ref
 		var n int

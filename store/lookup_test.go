@@ -18,6 +18,7 @@ type lateHarness struct {
 	db     *DB
 	tables []lateTable
 	rng    *rand.Rand
+	closed bool
 }
 
 type lateTable struct {
@@ -37,8 +38,12 @@ func newLateHarness(tb testing.TB, cfg Config) *lateHarness {
 	tb.Helper()
 	db, err := Open(cfg, nil, nil)
 	require.NoError(tb, err)
-	tb.Cleanup(func() { require.NoError(tb, db.Close()) })
 	h := &lateHarness{db: db, tables: make([]lateTable, lateTables), rng: rand.New(rand.NewPCG(1, 2))}
+	tb.Cleanup(func() {
+		if !h.closed {
+			require.NoError(tb, db.Close())
+		}
+	})
 	series := make([]Series, lateSeries)
 	for i := range series {
 		series[i] = Series{ID: uint64(i + 1), Tags: []Field{{Col: 1, Value: Value{Kind: KindTag, Str: "host_" + strconv.Itoa(i)}}}}
@@ -187,4 +192,40 @@ func BenchmarkCommitLate(b *testing.B) {
 			})
 		}
 	}
+}
+
+// TestOverwriteEntriesAfterRestart checks that a drain merges overwritten
+// points the same from the entries this process wrote (kept in memory) as
+// from the point index read back after a restart, including a point
+// overwritten again after the restart.
+func TestOverwriteEntriesAfterRestart(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Dir = t.TempDir()
+	cfg.UnsafeNoSync = true
+	h := newLateHarness(t, cfg)
+	commits := h.group(2_000, 50)
+	require.NoError(t, h.db.Commit(commits))
+	tid, upto := h.tables[0].tid, h.tables[0].seq
+	before := readAll(t, h.db, tid, 0, upto, 700)
+	gets := h.db.stats.load().pointGets
+	h.closed = true
+	require.NoError(t, h.db.Close())
+
+	db, err := Open(cfg, nil, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	require.Equal(t, before, readAll(t, db, tid, 0, upto, 700), "the same rows from the point index on disk")
+
+	// One overwritten point written again: its entry is in memory again.
+	f := commits[0].Fragments[1]
+	f.Fields = []Field{intField(3, 42)}
+	require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: upto + 1, Fragments: []Fragment{f}, CommitTime: 1}}))
+	after := readAll(t, db, tid, 0, upto+1, 700)
+	require.Len(t, after, len(before)+1)
+	for _, r := range after {
+		if r.Series == f.Series && r.Time == f.Time {
+			require.Equal(t, intField(3, 42), r.Fields[len(r.Fields)-1], "x_seq %d: the latest write wins", r.Seq)
+		}
+	}
+	require.Positive(t, gets, "the harness looked points up while writing")
 }

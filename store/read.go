@@ -4,6 +4,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"unsafe"
 
 	"github.com/dgraph-io/badger/v4"
 )
@@ -69,11 +70,13 @@ func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*Row) error
 	return nil
 }
 
-func (st *tableState) isDup(sid uint64, ts int64) bool {
+// dupRefs reports whether (sid, ts) holds more than one fragment, with its
+// point-index entry when this process wrote it ("" otherwise).
+func (st *tableState) dupRefs(sid uint64, ts int64) (string, bool) {
 	st.dupMu.RLock()
-	_, ok := st.dups[pointID{sid, ts}]
+	refs, ok := st.dups[pointID{sid, ts}]
 	st.dupMu.RUnlock()
-	return ok
+	return refs, ok
 }
 
 // coalescer merges the fragments of one point. It keeps the last few
@@ -84,6 +87,7 @@ type coalescer struct {
 	key    []byte
 	br     blockReader
 	merged []Field
+	refs   []ref
 	it     *badger.Iterator // over the synced blocks, opened on first use
 	cache  []*cachedBlock   // most recent last, at most coalescerCache
 	// first is the oldest stored fragment of the point coalesce merged last
@@ -120,10 +124,11 @@ func (c *coalescer) close() {
 // rowFields returns f's fields, or its point's coalesced row when the point
 // holds more than one fragment.
 func (c *coalescer) rowFields(st *tableState, txn *badger.Txn, tid uint64, f *Fragment) ([]Field, error) {
-	if !st.isDup(f.Series, f.Time) {
+	known, dup := st.dupRefs(f.Series, f.Time)
+	if !dup {
 		return f.Fields, nil
 	}
-	merged, err := c.coalesce(txn, tid, f.Series, f.Time)
+	merged, err := c.coalesce(txn, tid, f.Series, f.Time, known)
 	if err != nil || len(merged) == 0 {
 		return f.Fields, err
 	}
@@ -136,10 +141,11 @@ func (c *coalescer) rowFields(st *tableState, txn *badger.Txn, tid uint64, f *Fr
 // changes however often the point is written again; skip reports the
 // other fragments. self names f.
 func (c *coalescer) pointFields(st *tableState, txn *badger.Txn, tid uint64, f *Fragment, self ref) (fields []Field, skip bool, err error) {
-	if !st.isDup(f.Series, f.Time) {
+	known, dup := st.dupRefs(f.Series, f.Time)
+	if !dup {
 		return f.Fields, false, nil
 	}
-	merged, err := c.coalesce(txn, tid, f.Series, f.Time)
+	merged, err := c.coalesce(txn, tid, f.Series, f.Time, known)
 	if err != nil || len(merged) == 0 {
 		return f.Fields, false, err
 	}
@@ -150,26 +156,29 @@ func (c *coalescer) pointFields(st *tableState, txn *badger.Txn, tid uint64, f *
 // write winning per column, or nothing when no fragment of the point is
 // visible yet (the caller keeps the fragment it has). The fields are valid
 // until the next call.
-func (c *coalescer) coalesce(txn *badger.Txn, tid, sid uint64, ts int64) ([]Field, error) {
+func (c *coalescer) coalesce(txn *badger.Txn, tid, sid uint64, ts int64, known string) ([]Field, error) {
 	c.key = pointKey(c.key, ksPoint, tid, sid, ts)
-	item, err := txn.Get(c.key)
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		// The overwrite marker is set while its commit is in flight, before
-		// the point's first entry is visible: the point is not (yet) an
-		// overwrite in this read's view.
-		return nil, nil
+	v := unsafe.Slice(unsafe.StringData(known), len(known)) // read only
+	if known == "" {
+		item, err := txn.Get(c.key)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			// The overwrite marker is set while its commit is in flight,
+			// before the point's first entry is visible: the point is not
+			// (yet) an overwrite in this read's view.
+			return nil, nil
+		}
+		if err != nil {
+			return nil, fmt.Errorf("read point index: %w", err)
+		}
+		if v, err = item.ValueCopy(nil); err != nil {
+			return nil, err
+		}
 	}
+	refs, err := decodeRefs(c.refs[:0], v)
 	if err != nil {
-		return nil, fmt.Errorf("read point index: %w", err)
+		return nil, &CorruptionError{Key: c.key, Err: err}
 	}
-	v, err := item.ValueCopy(nil)
-	if err != nil {
-		return nil, err
-	}
-	refs, err := decodeRefs(v)
-	if err != nil {
-		return nil, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
-	}
+	c.refs = refs
 	c.merged = c.merged[:0]
 	c.hasFirst = false
 	var f Fragment
@@ -198,7 +207,8 @@ func (c *coalescer) coalesce(txn *badger.Txn, tid, sid uint64, ts int64) ([]Fiel
 	return c.merged, nil
 }
 
-// fetch decodes the fragment r names into f. It reports found=false when
+// fetch decodes the fragment r names into f; f.Fields is valid until the
+// next fetch. It reports found=false when
 // r's block does not exist: Commit writes the point index before the block,
 // so a crash between the transactions of a split commit, or a commit in
 // progress, leaves references to a block not (yet) stored.
@@ -217,8 +227,6 @@ func (c *coalescer) fetch(txn *badger.Txn, tid uint64, r ref, f *Fragment) (foun
 	if err := c.br.next(f); err != nil {
 		return false, &CorruptionError{Key: c.key, Err: err}
 	}
-	// f.Fields aliases the reader's scratch, reused by the next fetch.
-	f.Fields = append([]Field(nil), f.Fields...)
 	return true, nil
 }
 

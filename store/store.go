@@ -115,8 +115,13 @@ type tableState struct {
 	// maximum is known; touched by Commit only.
 	maxTs map[uint64]int64
 
-	dupMu sync.RWMutex         // guards dups
-	dups  map[pointID]struct{} // points holding more than one fragment
+	dupMu sync.RWMutex // guards dups
+	// dups holds the points holding more than one fragment, each with its
+	// point-index entry as last written by this process ("" when it was
+	// marked before the process started: read it from the store). The
+	// entry may be ahead of a reader's snapshot; references to blocks the
+	// reader does not see are skipped, as after a split commit.
+	dups map[pointID]string
 }
 
 type pointID struct {
@@ -308,7 +313,7 @@ func (db *DB) load() error {
 				return &CorruptionError{Key: it.Item().KeyCopy(nil), Err: errShort}
 			}
 			ts := db.tableLocked(binary.BigEndian.Uint64(k[1:]))
-			ts.dups[pointID{binary.BigEndian.Uint64(k[9:]), pointKeyTime(k)}] = struct{}{}
+			ts.dups[pointID{binary.BigEndian.Uint64(k[9:]), pointKeyTime(k)}] = "" // entry not read yet
 		}
 		return nil
 	})
@@ -319,7 +324,7 @@ func (db *DB) load() error {
 func (db *DB) tableLocked(tid uint64) *tableState {
 	ts, ok := db.tables[tid]
 	if !ok {
-		ts = &tableState{maxTs: map[uint64]int64{}, dups: map[pointID]struct{}{}}
+		ts = &tableState{maxTs: map[uint64]int64{}, dups: map[pointID]string{}}
 		db.tables[tid] = ts
 	}
 	return ts
@@ -578,11 +583,12 @@ func (w *committer) index(st *tableState, tc *TableCommit, blockNo uint64, key, 
 		keys = pointKey(keys, ksPoint, tc.TableID, f.Series, f.Time)
 		pk := keys[len(keys)-25 : len(keys) : len(keys)]
 		keys = keys[len(keys):]
-		if err := w.set(pk, appendRef(l.old, refOf(l.i))); err != nil {
+		refs := appendRef(l.old, refOf(l.i))
+		if err := w.set(pk, refs); err != nil {
 			return err
 		}
 		if l.old != nil {
-			if err := w.markDup(st, tc.TableID, f); err != nil {
+			if err := w.markDup(st, tc.TableID, f, refs); err != nil {
 				return err
 			}
 		}
@@ -638,19 +644,22 @@ func (w *committer) existing(f *Fragment, cur *runBuilder, refOf func(int) ref) 
 	return appendRef(nil, r), nil
 }
 
-func (w *committer) markDup(st *tableState, tid uint64, f *Fragment) error {
+// markDup records that f's point holds more than one fragment, refs being
+// its point-index entry as this commit writes it: an overwrite marker the
+// first time, and the entry in memory, so that a drain merges the point
+// without reading the point index.
+func (w *committer) markDup(st *tableState, tid uint64, f *Fragment, refs []byte) error {
 	id := pointID{f.Series, f.Time}
 	st.dupMu.RLock()
 	_, ok := st.dups[id]
 	st.dupMu.RUnlock()
-	if ok {
-		return nil
-	}
-	if err := w.set(pointKey(nil, ksDup, tid, f.Series, f.Time), nil); err != nil {
-		return err
+	if !ok {
+		if err := w.set(pointKey(nil, ksDup, tid, f.Series, f.Time), nil); err != nil {
+			return err
+		}
 	}
 	st.dupMu.Lock()
-	st.dups[id] = struct{}{}
+	st.dups[id] = string(refs)
 	st.dupMu.Unlock()
 	return nil
 }
