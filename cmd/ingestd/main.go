@@ -21,6 +21,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"runtime/debug"
 	"strings"
 	"syscall"
 	"time"
@@ -55,7 +56,17 @@ type config struct {
 	logFormat       string
 	shutdownTimeout time.Duration
 	pprofAddr       string
+	// memoryLimitBytes is the Go runtime's soft memory limit
+	// (debug.SetMemoryLimit); 0 leaves it to GOMEMLIMIT.
+	memoryLimitBytes int64
 }
+
+// DefaultMemoryLimitBytes is the default --memory-limit-bytes: the peak
+// the Memory table of the README gives for the default flags. Without a
+// limit, the garbage collector lets the heap grow to twice what is live,
+// and a burst of badger memtable flushes (each DROP or TRUNCATE flushes
+// one, a table create+drop churn thousands) kept RSS near 1 GiB long after.
+const DefaultMemoryLimitBytes = 1 << 30
 
 func (c *config) registerFlags(fs *flag.FlagSet) {
 	c.store.RegisterFlags(fs)
@@ -67,6 +78,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.logFormat, "log-format", c.logFormat, "log format: text or json")
 	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight HTTP requests may finish on shutdown")
 	fs.StringVar(&c.pprofAddr, "pprof-addr", c.pprofAddr, "serve Go's net/http/pprof profiles on this separate address (empty: off; keep it on loopback)")
+	fs.Int64Var(&c.memoryLimitBytes, "memory-limit-bytes", c.memoryLimitBytes, "soft memory limit of the Go runtime in bytes: the garbage collector works harder near it (0: none, or GOMEMLIMIT when set; GOMEMLIMIT also wins over the default)")
 }
 
 func (c *config) validate() error {
@@ -79,6 +91,9 @@ func (c *config) validate() error {
 	}
 	if c.shutdownTimeout <= 0 {
 		return errors.New("--shutdown-timeout must be positive")
+	}
+	if c.memoryLimitBytes < 0 {
+		return errors.New("--memory-limit-bytes must not be negative")
 	}
 	return errors.Join(c.store.Validate(), c.feed.Validate(), c.ilp.Validate(), c.http.Validate())
 }
@@ -100,6 +115,7 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 	cfg := config{
 		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
 		httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
+		memoryLimitBytes: DefaultMemoryLimitBytes,
 	}
 	fs := flag.NewFlagSet("ingestd", flag.ContinueOnError)
 	fs.SetOutput(stderr)
@@ -160,6 +176,7 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 // non-nil, is called with the bound addresses once everything runs (tcpAddr
 // is empty when TCP is disabled).
 func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(httpAddr, tcpAddr string)) (err error) {
+	setMemoryLimit(cfg.memoryLimitBytes, logger)
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 
@@ -291,6 +308,17 @@ func wire(cfg config, db *store.DB, logger *slog.Logger, reg *prometheus.Registr
 		APISpec: ingestd.APISpec(), Logger: logger, MaxPageBytes: cfg.http.DrainMaxPageBytes,
 	}, reg)
 	return seq, in, api, nil
+}
+
+// setMemoryLimit sets the runtime's soft memory limit to limit bytes unless
+// it is 0 or GOMEMLIMIT is set (the environment wins, as Go documents for
+// its own variable).
+func setMemoryLimit(limit int64, logger *slog.Logger) {
+	if limit == 0 || os.Getenv("GOMEMLIMIT") != "" {
+		return
+	}
+	debug.SetMemoryLimit(limit)
+	logger.Debug("memory limit set", "bytes", limit)
 }
 
 // servePprof serves net/http/pprof on its own listener, apart from the API.
