@@ -329,3 +329,31 @@ func TestServerEarlyAnswer(t *testing.T) {
 		require.True(t, strings.HasPrefix(got, "HTTP/1.1 413 "), "response %q", got)
 	})
 }
+
+// TestServerSlowAnswerAfterBody checks that the body deadline ends with the
+// body: a handler that has read its whole body may take longer than
+// BodyTimeout to answer (a write waiting for its group commit under
+// back-pressure) without its request's context being cancelled, and its
+// answer reaches the client.
+func TestServerSlowAnswerAfterBody(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	cfg := DefaultConfig()
+	cfg.BodyTimeout = timeout
+	ts := startServer(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if _, err := io.Copy(io.Discard, r.Body); err != nil {
+			http.Error(w, err.Error(), http.StatusBadRequest)
+			return
+		}
+		select {
+		case <-r.Context().Done():
+			return // no answer: the client sees the connection close
+		case <-time.After(3 * timeout):
+		}
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	resp, err := http.Post("http://"+ts.addr+"/write", "text/plain", strings.NewReader("m v=1 1\n"))
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+	require.Zero(t, ts.closed(t, closedBodyTimeout), "a whole body is no timeout")
+}
