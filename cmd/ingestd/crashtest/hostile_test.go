@@ -500,6 +500,13 @@ func TestHostileIdleHTTPConns(t *testing.T) {
 	const maxConns = 32
 	h := startHostile(t, "--http-max-conns", strconv.Itoa(maxConns))
 	h.hc.CloseIdleConnections()
+	// The harness's keep-alive connection must be gone on the server's
+	// side too: left idle there, it would be the longest-idle connection,
+	// evicted in place of one of this test's.
+	poll(t, 10*time.Second, func() bool {
+		u, err := procFigures(h.pid)
+		return err == nil && u.fds <= h.base.fds
+	}, "the server to close the harness's connection")
 	stop := h.watch()
 	var conns []net.Conn
 	defer func() {
