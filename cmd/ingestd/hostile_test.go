@@ -128,14 +128,7 @@ func TestDrainPageBytes(t *testing.T) {
 					require.NoError(t, err)
 					more = r.Header.Get("Ingestd-More") == "true"
 				}
-				require.NotEmpty(t, rows, "a page holds at least one row")
-				size := 0
-				for _, b := range rows {
-					size += len(b)
-				}
-				if len(rows) > 1 {
-					require.LessOrEqual(t, size, maxBytes+len(rows), "page of %d rows", len(rows))
-				}
+				requirePageBytes(t, rows, maxBytes)
 				seen += len(rows)
 				if seen < n {
 					require.True(t, more)
@@ -230,14 +223,7 @@ func TestRowsPageBytes(t *testing.T) {
 						next = &h
 					}
 				}
-				require.NotEmpty(t, rows, "a page holds at least one row")
-				size := 0
-				for _, b := range rows {
-					size += len(b)
-				}
-				if len(rows) > 1 {
-					require.LessOrEqual(t, size, maxBytes+len(rows), "page of %d rows", len(rows))
-				}
+				requirePageBytes(t, rows, maxBytes)
 				if next == nil {
 					break
 				}
@@ -250,5 +236,20 @@ func TestRowsPageBytes(t *testing.T) {
 			}
 			require.Equal(t, want, seen, "every point once, at its latest value")
 		})
+	}
+}
+
+// requirePageBytes checks a page against --drain-max-page-bytes: at least
+// one row, and several rows only when they fit maxBytes (each row's
+// separator counted as one byte).
+func requirePageBytes[R ~[]byte | ~string](t *testing.T, rows []R, maxBytes int) {
+	t.Helper()
+	require.NotEmpty(t, rows, "a page holds at least one row")
+	size := 0
+	for _, b := range rows {
+		size += len(b)
+	}
+	if len(rows) > 1 {
+		require.LessOrEqual(t, size, maxBytes+len(rows), "page of %d rows", len(rows))
 	}
 }
