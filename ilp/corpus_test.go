@@ -235,6 +235,38 @@ func parseWholePoints(data []byte, lim Limits, prec Precision) ([]feed.Point, []
 	return b.Points, errs
 }
 
+// parseAlone parses each line of data with a Parser of its own, so that
+// no line finds its series known.
+func parseAlone(data []byte, lim Limits, prec Precision) []string {
+	b := &feed.Batch{}
+	var errs []*ParseError
+	var sp Splitter
+	data, no := TrimBOM(data), 1
+	for len(data) > 0 {
+		l := data
+		if end := sp.Next(data); end >= 0 {
+			l, data = data[:end], data[end+1:]
+		} else {
+			data = nil
+		}
+		if perr := NewParser(lim).Parse(b, l, no, prec, corpusNow); perr != nil {
+			errs = append(errs, perr)
+		}
+		no += 1 + bytes.Count(l, []byte("\n"))
+	}
+	return renderResults(b.Points, errs)
+}
+
+// parseTwice parses data with one Parser twice and returns the second
+// results: every series of the first pass is known in the second.
+func parseTwice(data []byte, lim Limits, prec Precision) []string {
+	p := NewParser(lim)
+	p.ParseAll(&feed.Batch{}, TrimBOM(data), 1, prec, corpusNow)
+	b := &feed.Batch{}
+	errs, _ := p.ParseAll(b, TrimBOM(data), 1, prec, corpusNow)
+	return renderResults(b.Points, errs)
+}
+
 // parsePieces parses data arriving in pieces cut at cuts (ascending), as
 // the TCP listener reads it: through a lineReader, each complete line
 // parsed as it ends. Unlike TCP (which drops a partial line at EOF) a

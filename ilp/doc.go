@@ -20,6 +20,20 @@
 // and a \r before \n are stripped; lines of only spaces and tabs are blank,
 // and so are comments indented by them.
 //
+// Known series: a Parser remembers the measurement and tag section of the
+// lines it parsed (when it holds no backslash, its first space ends it) with
+// its table, sorted tags and canonical series key. A later line starting
+// with the same bytes shares them and has only its field set and timestamp
+// decoded: by plainFields when they are plain (keys and strings without
+// backslashes, which is what writers send), else by the decoder behind a
+// one-byte measurement. Any error sends the line through the full parse,
+// which reports it with its column; so the results are those of the full
+// parse, byte for byte, which FuzzParse checks (each line alone, and the
+// same bytes parsed twice). Measurement and tag section are the bulk of a
+// typical line (TSBS: two thirds), so a known series halves the cost of a
+// line. A Parser holds at most 4,096 known series of at most 1 MiB of
+// sections together, emptied when full.
+//
 // Over TCP a lineReader assembles lines from the reads: it keeps only the
 // partial line, drops an over-long line's bytes as they arrive, and gives
 // the same lines, numbered the same way, whatever the read boundaries. A
@@ -28,7 +42,8 @@
 //
 // testdata/corpus holds the golden corpus (input, precision, expected
 // points or line:column errors; regenerate with go test ./ilp -update) and
-// FuzzParse checks whole against split input and re-encoding round trips.
+// FuzzParse checks whole against split input, each line alone, a second
+// pass with every series known, and re-encoding round trips.
 //
 // String field escapes follow line-protocol/v2: \\, \", \n, \t and \r
 // decode to the character and any other backslash stays literal. InfluxDB

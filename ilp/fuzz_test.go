@@ -22,6 +22,10 @@ var fuzzPrecisions = []Precision{Nanosecond, Microsecond, Millisecond, Second, M
 //   - the bytes split at random boundaries, as TCP reads deliver them (a
 //     lineReader over the pieces), give exactly the points and errors of
 //     the bytes in one piece (ParseAll, as HTTP parses a body);
+//   - so do each line parsed alone by a fresh Parser (the decoder's path
+//     only), and the bytes parsed a second time by the Parser that parsed
+//     them (every series known: plainFields or the decoder behind a
+//     one-byte measurement, falling back to the full parse on errors);
 //   - every accepted point that line-protocol's encoder can write, written
 //     back as ILP and parsed again, is the same point.
 //
@@ -64,6 +68,8 @@ func FuzzParse(f *testing.F) {
 			}
 		}
 		require.Equal(t, whole, parsePieces(data, cuts, lim, prec), "whole and cut at %v", cuts)
+		require.Equal(t, whole, parseAlone(data, lim, prec), "whole and each line by a fresh parser")
+		require.Equal(t, whole, parseTwice(data, lim, prec), "whole and the same bytes again through a parser that knows their series")
 
 		for _, pt := range pts {
 			line, ok := encodePoint(pt)

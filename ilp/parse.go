@@ -62,14 +62,35 @@ type Parser struct {
 	tags     []feed.Tag
 	fields   []feed.PointField
 	key      []byte
+	// series caches parsed measurement and tag sections by their bytes
+	// (see parseKnown); seriesBytes is the sum of its keys' lengths.
+	series      map[string]*knownSeries
+	seriesBytes int
+	rest        []byte // a field section behind a one-byte measurement
 }
 
-// maxInterned bounds the measurement and key intern table of one Parser.
-const maxInterned = 4096
+// knownSeries is a measurement and tag section parsed before: what every
+// later line starting with the same bytes shares.
+type knownSeries struct {
+	table  string
+	tags   []feed.Tag // sorted; shared by every point of the series, never written
+	series string
+}
+
+// Bounds of one Parser's caches: the measurement and key intern table
+// (entries), and the known series (entries, and bytes of tag sections,
+// each at most maxKnownPrefix). A full cache is emptied and refilled, so a
+// long TCP connection follows its writer's current series.
+const (
+	maxInterned         = 4096
+	maxKnownSeries      = 4096
+	maxKnownSeriesBytes = 1 << 20
+	maxKnownPrefix      = 4096
+)
 
 // NewParser returns a parser enforcing lim.
 func NewParser(lim Limits) *Parser {
-	return &Parser{lim: lim, intern: make(map[string]string)}
+	return &Parser{lim: lim, intern: make(map[string]string), series: make(map[string]*knownSeries)}
 }
 
 // Parse parses one line (without its newline; a trailing \r is ignored) and
@@ -159,14 +180,24 @@ func column(line []byte, off int) int {
 // columnOf returns the column of v in line when v is a part of line (the
 // decoder returns numbers and booleans in place), else 0.
 func columnOf(line, v []byte) int {
-	if len(v) == 0 || cap(v) > cap(line) {
-		return 0
-	}
-	off := cap(line) - cap(v)
-	if off+len(v) > len(line) || &line[off] != &v[0] {
+	off := offsetOf(line, v)
+	if off < 0 {
 		return 0
 	}
 	return column(line, off)
+}
+
+// offsetOf returns the offset of v in line when v is a part of line, else
+// -1 (the decoder returns an unescaped copy of a key with escapes).
+func offsetOf(line, v []byte) int {
+	if len(v) == 0 || cap(v) > cap(line) {
+		return -1
+	}
+	off := cap(line) - cap(v)
+	if off+len(v) > len(line) || &line[off] != &v[0] {
+		return -1
+	}
+	return off
 }
 
 // invalidUTF8 returns the column of the first byte of line that is not
@@ -213,6 +244,15 @@ func (p *Parser) checkKey(what string, k []byte) *ParseError {
 }
 
 func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *ParseError) {
+	sp := bytes.IndexByte(line, ' ')
+	if sp > 0 && sp <= maxKnownPrefix {
+		if ks := p.series[string(line[:sp])]; ks != nil {
+			if pt, ok := p.parseKnown(ks, line[sp:], prec, now); ok {
+				return pt, nil
+			}
+			// A bad field section: the full parse below reports it exactly.
+		}
+	}
 	var pt feed.Point
 	dec := lineprotocol.NewDecoderWithBytes(line)
 	if !dec.Next() {
@@ -256,67 +296,9 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 		}
 		tags[i] = feed.Tag{Key: p.internAt(1+len(tags), k), Value: p.copyString(v)}
 	}
-	fields := p.fields[len(p.fields):]
-	for {
-		k, kind, v, err := dec.NextFieldBytes()
-		if err != nil {
-			if len(fields) == 0 {
-				return pt, noFieldsOr(line, err)
-			}
-			return pt, syntaxErr(err)
-		}
-		if k == nil {
-			break
-		}
-		if perr := p.checkKey("field key", k); perr != nil {
-			return pt, perr
-		}
-		val, perr := p.fieldValue(k, kind, v)
-		if perr != nil {
-			if perr.Reason == ReasonSyntax {
-				perr.Column = columnOf(line, v)
-			}
-			return pt, perr
-		}
-		dup := false
-		for i := range fields {
-			if fields[i].Key == string(k) {
-				if fields[i].Value.Kind != val.Kind {
-					return pt, &ParseError{Reason: ReasonFieldType, Err: fmt.Errorf("field %s appears twice with types %s and %s", q(k), fields[i].Value.Kind, val.Kind)}
-				}
-				fields[i].Value, dup = val, true
-			}
-		}
-		if !dup {
-			fields = append(fields, feed.PointField{Key: p.internAt(1+len(tags)+len(fields), k), Value: val})
-		}
-	}
-	if len(fields) == 0 {
-		return pt, &ParseError{Reason: ReasonNoFields, Err: errors.New("line has no fields")}
-	}
-	for i := range tags {
-		for j := range fields {
-			if tags[i].Key == fields[j].Key {
-				return pt, &ParseError{Reason: ReasonTagField, Err: fmt.Errorf("%s is used as a tag and a field", feed.QuoteInput(tags[i].Key))}
-			}
-		}
-	}
-	tb, err := dec.TimeBytes()
-	if err != nil {
-		return pt, syntaxErr(err)
-	}
-	// Without a timestamp: the receive time truncated to the precision, as
-	// InfluxDB, Telegraf and line-protocol do.
-	ts := now - now%int64(prec)
-	if tb != nil {
-		var perr *ParseError
-		if ts, perr = parseTime(tb, prec); perr != nil {
-			perr.Column = columnOf(line, tb)
-			return pt, perr
-		}
-	}
-	if dec.Next() {
-		return pt, &ParseError{Reason: ReasonSyntax, Err: errors.New("unexpected data after the timestamp")}
+	fields, ts, fieldsAt, perr := p.parseFields(dec, line, tags, prec, now)
+	if perr != nil {
+		return pt, perr
 	}
 	// Commit the slabs only now: a rejected line leaves nothing behind.
 	p.tags = p.growTags(tags)
@@ -335,7 +317,138 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 		p.key = feed.AppendEscapedTag(p.key, t.Value)
 	}
 	pt.Series = p.copyString(p.key)
+	p.remember(line, sp, fieldsAt, &pt)
 	return pt, nil
+}
+
+// remember caches the measurement and tag section of a line just parsed
+// into pt when it is line[:sp] exactly: it holds no backslash (so its
+// first space ends it, whatever the escaping rules), and the decoder found
+// the field set after nothing but spaces (fieldsAt, the offset of the
+// first field key in line, -1 when unknown).
+func (p *Parser) remember(line []byte, sp, fieldsAt int, pt *feed.Point) {
+	if sp <= 0 || sp > maxKnownPrefix || fieldsAt <= sp || bytes.IndexByte(line[:sp], '\\') >= 0 ||
+		len(bytes.Trim(line[sp:fieldsAt], " ")) > 0 {
+		return
+	}
+	if len(p.series) >= maxKnownSeries || p.seriesBytes+sp > maxKnownSeriesBytes {
+		clear(p.series)
+		p.seriesBytes = 0
+	}
+	p.series[string(line[:sp])] = &knownSeries{table: pt.Table, tags: pt.Tags, series: pt.Series}
+	p.seriesBytes += sp
+}
+
+// parseKnown parses a line whose measurement and tag section is ks, rest
+// being the line from the space that ends that section: only the field set
+// and timestamp are decoded, by plainFields when they are plain, else by
+// the decoder behind a one-byte measurement. It reports false for any
+// error, for the full parse to report it with its column.
+func (p *Parser) parseKnown(ks *knownSeries, rest []byte, prec Precision, now int64) (feed.Point, bool) {
+	if !utf8.Valid(rest) {
+		return feed.Point{}, false
+	}
+	if fields, ts, ok := p.plainFields(rest, ks.tags, prec, now); ok {
+		p.fields = p.growFields(fields)
+		return feed.Point{Table: ks.table, Series: ks.series, Tags: ks.tags, Fields: fields[:len(fields):len(fields)], Time: ts}, true
+	}
+	p.rest = append(append(p.rest[:0], 'm'), rest...)
+	dec := lineprotocol.NewDecoderWithBytes(p.rest)
+	if !dec.Next() {
+		return feed.Point{}, false
+	}
+	if _, err := dec.Measurement(); err != nil {
+		return feed.Point{}, false
+	}
+	if k, _, err := dec.NextTag(); k != nil || err != nil {
+		return feed.Point{}, false
+	}
+	fields, ts, _, perr := p.parseFields(dec, p.rest, ks.tags, prec, now)
+	if perr != nil {
+		return feed.Point{}, false
+	}
+	p.fields = p.growFields(fields)
+	return feed.Point{Table: ks.table, Series: ks.series, Tags: ks.tags, Fields: fields[:len(fields):len(fields)], Time: ts}, true
+}
+
+// parseFields decodes the field set and timestamp that follow the tag
+// set tags, checking the field keys and values, the tag–field rule and
+// the end of the line. fieldsAt is the offset of the first field key in
+// line (-1 when the decoder returned an unescaped copy of it). The fields
+// are a tail of the field slab, not yet committed.
+func (p *Parser) parseFields(dec *lineprotocol.Decoder, line []byte, tags []feed.Tag, prec Precision, now int64) (fields []feed.PointField, ts int64, fieldsAt int, _ *ParseError) {
+	fieldsAt = -1
+	fields = p.fields[len(p.fields):]
+	for {
+		k, kind, v, err := dec.NextFieldBytes()
+		if err != nil {
+			if len(fields) == 0 {
+				return nil, 0, -1, noFieldsOr(line, err)
+			}
+			return nil, 0, -1, syntaxErr(err)
+		}
+		if k == nil {
+			break
+		}
+		if fieldsAt < 0 && len(fields) == 0 {
+			fieldsAt = offsetOf(line, k)
+		}
+		// A key the previous line had at the same position passed the
+		// checks then.
+		pos := 1 + len(tags) + len(fields)
+		if pos >= len(p.lastKeys) || p.lastKeys[pos] != string(k) || len(k) == 0 {
+			if perr := p.checkKey("field key", k); perr != nil {
+				return nil, 0, -1, perr
+			}
+		}
+		val, perr := p.fieldValue(k, kind, v)
+		if perr != nil {
+			if perr.Reason == ReasonSyntax {
+				perr.Column = columnOf(line, v)
+			}
+			return nil, 0, -1, perr
+		}
+		dup := false
+		for i := range fields {
+			if fields[i].Key == string(k) {
+				if fields[i].Value.Kind != val.Kind {
+					return nil, 0, -1, &ParseError{Reason: ReasonFieldType, Err: fmt.Errorf("field %s appears twice with types %s and %s", q(k), fields[i].Value.Kind, val.Kind)}
+				}
+				fields[i].Value, dup = val, true
+			}
+		}
+		if !dup {
+			fields = append(fields, feed.PointField{Key: p.internAt(pos, k), Value: val})
+		}
+	}
+	if len(fields) == 0 {
+		return nil, 0, -1, &ParseError{Reason: ReasonNoFields, Err: errors.New("line has no fields")}
+	}
+	for i := range tags {
+		for j := range fields {
+			if tags[i].Key == fields[j].Key {
+				return nil, 0, -1, &ParseError{Reason: ReasonTagField, Err: fmt.Errorf("%s is used as a tag and a field", feed.QuoteInput(tags[i].Key))}
+			}
+		}
+	}
+	tb, err := dec.TimeBytes()
+	if err != nil {
+		return nil, 0, -1, syntaxErr(err)
+	}
+	// Without a timestamp: the receive time truncated to the precision, as
+	// InfluxDB, Telegraf and line-protocol do.
+	ts = now - now%int64(prec)
+	if tb != nil {
+		var perr *ParseError
+		if ts, perr = parseTime(tb, prec); perr != nil {
+			perr.Column = columnOf(line, tb)
+			return nil, 0, -1, perr
+		}
+	}
+	if dec.Next() {
+		return nil, 0, -1, &ParseError{Reason: ReasonSyntax, Err: errors.New("unexpected data after the timestamp")}
+	}
+	return fields, ts, fieldsAt, nil
 }
 
 func (p *Parser) fieldValue(k []byte, kind lineprotocol.ValueKind, v []byte) (feed.Value, *ParseError) {
