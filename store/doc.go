@@ -21,7 +21,7 @@
 //	's' tid sid                   -> series: the tag set as (column, value) pairs
 //	'l' tid lastSeq               -> sync block: the fragments a commit wrote to the table, x_seq firstSeq..lastSeq
 //	'u' tid blockNo               -> unsynced block: fragments written while sync was OFF (no x_seq)
-//	'r' tid sid firstTs           -> series run: the series' in-order fragments of one block (times and block indexes)
+//	'r' tid sid firstTs           -> series run: fragments of one series in one block, in time order (times and block indexes)
 //	'p' tid sid ts                -> point index: references to every fragment at (series, ts), in write order,
 //	                                 for points not proven new by their series' high-water time
 //	'd' tid sid ts                -> overwrite marker: (series, ts) holds more than one fragment
@@ -37,11 +37,12 @@
 //
 // One commit writes one block per table, not one entry per line: a block is
 // a single large value that badger appends to its value log, so the LSM tree
-// only sees one small key per block, one series run per series in the block
-// and, only for points that are late or repeated, one point-index entry
-// each. A point whose time is above its series' highest stored time (kept in
-// memory, looked up once per series and process) is new by construction: it
-// joins its series' run and costs no index entry and no lookup. An existing
+// only sees one small key per block, one or two series runs per series in
+// the block and, only for points that are repeated (or late outside a gap,
+// see below), one point-index entry each. A point whose time is above its
+// series' highest stored time (kept in memory, looked up once per series
+// and process) is new by construction: it joins its series' run and costs
+// no index entry and no lookup. An existing
 // point gets a point-index entry listing all its fragments and an overwrite
 // marker, which makes a drain merge that point's fragments and nothing else.
 // A drain is a forward seek to the block holding after+1 followed by
@@ -54,26 +55,47 @@
 // first) is placed as follows, in order, stopping at the first hit:
 //
 //  1. the points of the same block already placed (a map): free;
-//  2. the point index as stored by earlier commits: one get;
-//  3. the series' run in the block being written (binary search): free;
-//  4. the series' stored runs: runs are disjoint and ascending, so the run
+//  2. a gap run: when the point lies below the series' in-order run of
+//     this block and in an interval where earlier commits stored nothing
+//     of the series (between two stored runs, above the last point-index
+//     entry there), it is new without a look-up and joins the series' gap
+//     run of this block, a run like any other, as long as its time is
+//     above the run's last. The interval is found once per series and
+//     commit (a reverse and a forward seek among runs, a reverse seek
+//     among point-index entries; none when the series' last decoded run
+//     spans the point) and reused by the series' following late points.
+//     This is the path of backfills and of concurrent writers' batches
+//     of one stream landing out of order: a few seeks and one run key per
+//     series and commit instead of a get, a seek and an index entry per
+//     point;
+//  3. the point index as stored by earlier commits: one get;
+//  4. the series' run in the block being written (binary search): free;
+//  5. the series' stored runs: runs are disjoint and ascending, so the run
 //     with the greatest first time at or below the point's time is the
 //     only one that can hold it: one reverse seek, then a binary search in
 //     the decoded run. The last run decoded per series is kept for the
 //     commit, so the late points of a resend or a backfill, which fall in
 //     the same runs in order, mostly cost no seek at all.
 //
-// So a late point costs at most one get and one seek, whatever the size of
-// the commit and whatever else it holds. Steps 2 and 4 read a read-only
-// view opened once per commit, with two reverse iterators reused by
-// seeking, never the commit's own write transaction: badger builds an
+// Points placed by steps 3–5 get a point-index entry (and an overwrite
+// marker when something was found). Runs stay disjoint: a gap holds no
+// stored run, two gaps of a series are disjoint or the same, and the
+// in-order points a block adds later lie above every gap found before
+// them.
+//
+// So a late point costs at most one get and four seeks, whatever the size
+// of the commit and whatever else it holds, and a new late point in a gap
+// nothing after the first of its series. Steps 2, 3 and 5 read a read-only
+// view opened once per commit, with three iterators reused by seeking,
+// never the commit's own write transaction: badger builds an
 // iterator over a write transaction by sorting all its pending writes, so a
 // lookup there cost O(size of the commit) and a commit of N late points
 // O(N²). The view lacks nothing a lookup needs, because a commit holds at
 // most one block per table and what that block places is known in memory
-// (steps 1 and 3). ingestd_store_index_reads_total counts the reads by
-// kind; TestLateLookupsBounded proves the bound and BenchmarkCommitLate
-// measures the cost per point at several commit sizes.
+// (steps 1, 2 and 4). ingestd_store_index_reads_total counts the reads by
+// kind; TestLateLookupsBounded proves the bound, TestGapRuns the cost of
+// backfills and interleaved commits, and BenchmarkCommitLate measures the
+// cost per point at several commit sizes.
 //
 // A run value is a kind byte ('L': synced, then uvarint first x_seq of the
 // block; 'U': unsynced, then uvarint block number), uvarint count, and count

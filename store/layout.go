@@ -371,9 +371,10 @@ func decodeSeries(b []byte) ([]Field, error) {
 	return tags, nil
 }
 
-// runBuilder collects one series' in-order fragments of one block: strictly
-// ascending times and their indexes in the block.
+// runBuilder collects one run of one series' fragments of one block:
+// strictly ascending times and their ascending indexes in the block.
 type runBuilder struct {
+	sid     uint64
 	firstTs int64
 	ts      []int64
 	idx     []uint64

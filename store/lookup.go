@@ -18,14 +18,15 @@ type lookupStats struct {
 	pointGets atomic.Uint64
 	runSeeks  atomic.Uint64
 	maxSeeks  atomic.Uint64
+	gapSeeks  atomic.Uint64
 	iterators atomic.Uint64
 }
 
 // lookupCounts is a snapshot of lookupStats.
-type lookupCounts struct{ pointGets, runSeeks, maxSeeks, iterators uint64 }
+type lookupCounts struct{ pointGets, runSeeks, maxSeeks, gapSeeks, iterators uint64 }
 
 func (s *lookupStats) load() lookupCounts {
-	return lookupCounts{s.pointGets.Load(), s.runSeeks.Load(), s.maxSeeks.Load(), s.iterators.Load()}
+	return lookupCounts{s.pointGets.Load(), s.runSeeks.Load(), s.maxSeeks.Load(), s.gapSeeks.Load(), s.iterators.Load()}
 }
 
 // lookup places the late points of one commit. It reads a read-only view
@@ -37,8 +38,8 @@ func (s *lookupStats) load() lookupCounts {
 // so the view lacks nothing a lookup needs: one commit holds at most one
 // block per table.
 //
-// The view and its two reverse iterators (over series runs and over point
-// entries) are opened on first use and reused, with fresh seeks, for every
+// The view and its iterators (over series runs, reverse and forward, and
+// over point entries, reverse) are opened on first use and reused, with fresh seeks, for every
 // lookup of the commit; the last stored run read for each series is kept
 // decoded, so the late points of a resent or backfilled batch, which fall
 // in the same few runs, mostly cost one binary search.
@@ -46,6 +47,7 @@ type lookup struct {
 	db    *DB
 	view  *badger.Txn
 	runIt *badger.Iterator // reverse over ksRun
+	fwdIt *badger.Iterator // forward over ksRun
 	ptIt  *badger.Iterator // reverse over ksPoint
 	key   []byte
 	runs  map[uint64]storedRun // by series id, for the current table
@@ -79,8 +81,9 @@ func (l *lookup) open() {
 	}
 	l.view = l.db.bdb.NewTransaction(false)
 	l.runIt = l.view.NewIterator(badger.IteratorOptions{Prefix: []byte{ksRun}, Reverse: true})
+	l.fwdIt = l.view.NewIterator(badger.IteratorOptions{Prefix: []byte{ksRun}})
 	l.ptIt = l.view.NewIterator(badger.IteratorOptions{Prefix: []byte{ksPoint}, Reverse: true})
-	l.db.stats.iterators.Add(2)
+	l.db.stats.iterators.Add(3)
 }
 
 // close releases the view; the lookup may be opened again.
@@ -89,9 +92,10 @@ func (l *lookup) close() {
 		return
 	}
 	l.runIt.Close()
+	l.fwdIt.Close()
 	l.ptIt.Close()
 	l.view.Discard()
-	l.view, l.runIt, l.ptIt, l.runs = nil, nil, nil, nil
+	l.view, l.runIt, l.fwdIt, l.ptIt, l.runs = nil, nil, nil, nil, nil
 }
 
 // table starts the lookups of table instance tid (the decoded runs of the
@@ -127,13 +131,25 @@ func (l *lookup) run(sid uint64, ts int64) (ref, bool, error) {
 		f, ok := r.find(ts)
 		return f, ok, nil
 	}
+	r, err := l.runBefore(sid, ts)
+	if err != nil {
+		return ref{}, false, err
+	}
+	f, ok := r.find(ts)
+	return f, ok, nil
+}
+
+// runBefore returns the stored run of series sid with the greatest first
+// time at or below ts (nil when there is none), decoded and kept as the
+// series' last decoded run. One reverse seek.
+func (l *lookup) runBefore(sid uint64, ts int64) (storedRun, error) {
 	l.open()
 	l.db.stats.runSeeks.Add(1)
 	prefix := tableKey(ksRun, l.tid, sid)
 	l.key = pointKey(l.key, ksRun, l.tid, sid, ts)
 	l.runIt.Seek(l.key)
 	if !l.runIt.Valid() || !bytes.HasPrefix(l.runIt.Item().Key(), prefix) {
-		return ref{}, false, nil
+		return nil, nil
 	}
 	item := l.runIt.Item()
 	var r storedRun
@@ -143,11 +159,48 @@ func (l *lookup) run(sid uint64, ts int64) (ref, bool, error) {
 		return err
 	})
 	if err != nil {
-		return ref{}, false, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+		return nil, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
 	}
 	l.runs[sid] = r
-	f, ok := r.find(ts)
-	return f, ok, nil
+	return r, nil
+}
+
+// gap returns the open interval (lo, hi) around ts in which series sid has
+// no fragment stored by earlier commits, neither in a run nor in the point
+// index, or ok false when ts is not in such an interval (a stored run spans
+// ts, or a point-index entry lies at or above ts below the next run). lo is
+// the last time of the run before ts or of the point-index entry below hi,
+// whichever is greater; hi is the first time of the next run
+// (math.MaxInt64 when none). No seek when the series' last decoded run
+// spans ts; else one reverse and one forward seek among runs and one
+// reverse seek among point-index entries.
+func (l *lookup) gap(sid uint64, ts int64) (lo, hi int64, ok bool, err error) {
+	if l.runs[sid].covers(ts) {
+		return 0, 0, false, nil // the last decoded run spans ts: no seek
+	}
+	before, err := l.runBefore(sid, ts)
+	if err != nil || (len(before) > 0 && before[len(before)-1].ts >= ts) {
+		return 0, 0, false, err
+	}
+	lo, hi = math.MinInt64, math.MaxInt64
+	if len(before) > 0 {
+		lo = before[len(before)-1].ts
+	}
+	l.db.stats.gapSeeks.Add(2)
+	prefix := tableKey(ksRun, l.tid, sid)
+	l.key = pointKey(l.key, ksRun, l.tid, sid, ts)
+	if l.fwdIt.Seek(l.key); l.fwdIt.Valid() && bytes.HasPrefix(l.fwdIt.Item().Key(), prefix) {
+		hi = pointKeyTime(l.fwdIt.Item().Key())
+	}
+	l.key = pointKey(l.key, ksPoint, l.tid, sid, hi-1)
+	if l.ptIt.Seek(l.key); l.ptIt.Valid() && bytes.HasPrefix(l.ptIt.Item().Key(), l.key[:17]) {
+		p := pointKeyTime(l.ptIt.Item().Key())
+		if p >= ts {
+			return 0, 0, false, nil
+		}
+		lo = max(lo, p)
+	}
+	return lo, hi, true, nil
 }
 
 // decodeRun decodes a run value (see doc.go) whose key holds firstTs.
@@ -200,7 +253,7 @@ func (l *lookup) maxTs(sid uint64) (int64, error) {
 type statsCollector struct{ db *DB }
 
 var lookupDesc = prometheus.NewDesc("ingestd_store_index_reads_total",
-	"Reads the commit path made to place late or repeated points, by kind: point (point-index get), run (reverse seek among series runs), max (reverse seek for a series' highest stored time), iterator (iterators opened for them).",
+	"Reads the commit path made to place late or repeated points, by kind: point (point-index get), run (reverse seek among series runs), max (reverse seek for a series' highest stored time), gap (seeks bounding the interval a series' new late points fill), iterator (iterators opened for them).",
 	[]string{"kind"}, nil)
 
 func (c statsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lookupDesc }
@@ -210,7 +263,7 @@ func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, k := range []struct {
 		kind string
 		v    uint64
-	}{{"point", s.pointGets}, {"run", s.runSeeks}, {"max", s.maxSeeks}, {"iterator", s.iterators}} {
+	}{{"point", s.pointGets}, {"run", s.runSeeks}, {"max", s.maxSeeks}, {"gap", s.gapSeeks}, {"iterator", s.iterators}} {
 		ch <- prometheus.MustNewConstMetric(lookupDesc, prometheus.CounterValue, float64(k.v), k.kind)
 	}
 }

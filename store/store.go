@@ -531,7 +531,8 @@ func (w *committer) index(st *tableState, tc *TableCommit, blockNo uint64, key, 
 		return ref{block: blockNo, idx: uint64(i)}
 	}
 	runs := map[uint64]*runBuilder{}
-	var order []uint64 // series with a run, in first-seen order
+	var order []*runBuilder      // every run of the block: in-order and gap runs
+	gaps := map[uint64]*gapRun{} // by series, the gap run being filled
 	type late struct {
 		i   int
 		old []byte // references already at the point, nil when new
@@ -548,9 +549,9 @@ func (w *committer) index(st *tableState, tc *TableCommit, blockNo uint64, key, 
 			st.maxTs[f.Series] = f.Time
 			rb := runs[f.Series]
 			if rb == nil {
-				rb = &runBuilder{firstTs: f.Time}
+				rb = &runBuilder{sid: f.Series, firstTs: f.Time}
 				runs[f.Series] = rb
-				order = append(order, f.Series)
+				order = append(order, rb)
 			}
 			rb.add(f.Time, uint64(i))
 			continue
@@ -558,6 +559,19 @@ func (w *committer) index(st *tableState, tc *TableCommit, blockNo uint64, key, 
 		id := pointID{f.Series, f.Time}
 		old, ok := pending[id]
 		if !ok {
+			g, err := w.gapFor(gaps, runs[f.Series], f)
+			if err != nil {
+				return err
+			}
+			if g != nil {
+				if g.rb == nil {
+					g.rb = &runBuilder{sid: f.Series, firstTs: f.Time}
+					order = append(order, g.rb)
+				}
+				g.rb.add(f.Time, uint64(i))
+				pending[id] = appendRef(nil, refOf(i))
+				continue
+			}
 			if old, err = w.existing(f, runs[f.Series], refOf); err != nil {
 				return err
 			}
@@ -570,9 +584,8 @@ func (w *committer) index(st *tableState, tc *TableCommit, blockNo uint64, key, 
 	if tc.FirstSeq == 0 {
 		base, kind = blockNo, 'U'
 	}
-	for _, sid := range order {
-		rb := runs[sid]
-		if err := w.set(pointKey(nil, ksRun, tc.TableID, sid, rb.firstTs), rb.encode(kind, base)); err != nil {
+	for _, rb := range order {
+		if err := w.set(pointKey(nil, ksRun, tc.TableID, rb.sid, rb.firstTs), rb.encode(kind, base)); err != nil {
 			return err
 		}
 	}
@@ -620,6 +633,43 @@ func (w *committer) maxTs(st *tableState, sid uint64) (int64, error) {
 	}
 	st.maxTs[sid] = hi
 	return hi, nil
+}
+
+// gapRun is a run of new late points of one series in the block being
+// written: all in (lo, hi), an interval where earlier commits stored no
+// fragment of the series (lookup.gap), in strictly ascending time.
+type gapRun struct {
+	lo, hi int64
+	rb     *runBuilder // nil until its first point
+}
+
+// gapFor returns the gap run of f's series that f, a late point not placed
+// earlier in this block, joins as a new point, or nil when f must be
+// looked up (existing) and indexed. f joins the series' current gap run
+// when its time lies in the run's interval above the run's last time and
+// below the series' in-order run of this block (cur; none of whose times
+// is then at or below f's); else a new gap is looked up once, which f
+// starts when it lies in one. Runs stay disjoint: a gap holds no stored
+// run, two gaps of one series are disjoint or the same, and the in-order
+// points of a block lie above every gap found before them.
+func (w *committer) gapFor(gaps map[uint64]*gapRun, cur *runBuilder, f *Fragment) (*gapRun, error) {
+	t := f.Time
+	if cur != nil && t >= cur.firstTs {
+		return nil, nil
+	}
+	if g := gaps[f.Series]; g != nil && g.lo < t && t < g.hi {
+		if g.rb != nil && t <= g.rb.ts[len(g.rb.ts)-1] {
+			return nil, nil // not ascending: indexed instead
+		}
+		return g, nil
+	}
+	lo, hi, ok, err := w.look.gap(f.Series, t)
+	if err != nil || !ok {
+		return nil, err
+	}
+	g := &gapRun{lo: lo, hi: hi}
+	gaps[f.Series] = g
+	return g, nil
 }
 
 // existing returns the references of the fragments already stored at f's

@@ -427,7 +427,11 @@ func TestSeriesRuns(t *testing.T) {
 		}
 		return nil
 	}))
-	require.Equal(t, 3, n, "only the repeated and late points have point-index entries")
+	require.Equal(t, 2, n, "only the repeated points have point-index entries (the late new one joins a gap run)")
+	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {
+		_, err := txn.Get(pointKey(nil, ksRun, tid, 2, 5))
+		return err
+	}), "the late new point of series 2 is a run of its own")
 }
 
 // TestLayoutVersions checks that a version 1 database is read and upgraded
