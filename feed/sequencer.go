@@ -382,6 +382,7 @@ func (s *Sequencer) flushGroup() error {
 	var leases []*table
 	for _, g := range s.groupTables {
 		t := g.t
+		t.lastFrags = min(len(g.frags), s.cfg.MaxGroupPoints)
 		tc := store.TableCommit{TableID: t.meta.ID, NewSeries: g.newSeries, Fragments: g.frags, CommitTime: s.now().UnixNano()}
 		if t.meta.Sync && len(g.frags) > 0 {
 			tc.FirstSeq = t.seq + 1
@@ -483,7 +484,7 @@ func fragmentBytes(p *Point) int {
 func (s *Sequencer) tableForWrite(name string) (*table, error) {
 	if t, ok := s.tables[name]; ok {
 		if t.group == nil {
-			t.group = &groupTable{t: t}
+			t.group = &groupTable{t: t, frags: make([]store.Fragment, 0, t.lastFrags)}
 			s.groupTables = append(s.groupTables, t.group)
 		}
 		return t, nil

@@ -17,6 +17,9 @@ type table struct {
 	series    map[string]uint64 // canonical tag set -> series id
 	seq       uint64            // highest x_seq stamped (published as pub.seq)
 	group     *groupTable       // this table's part of the group being built
+	// lastFrags is the fragment count of the table's last group, the
+	// capacity the next one starts with (at most --feed-max-group-points).
+	lastFrags int
 
 	mu  sync.Mutex // guards pub
 	pub published

@@ -79,9 +79,16 @@ func (p *Parser) plainFields(rest []byte, tags []feed.Tag, prec Precision, now i
 		default:
 			return nil, 0, false
 		}
-		val, perr := p.fieldValue(k, kind, v)
-		if perr != nil {
-			return nil, 0, false
+		var val feed.Value
+		if x, ok := smallInt(v); ok && kind == lineprotocol.Int {
+			val = feed.Value{Kind: feed.KindInt, Num: uint64(x)}
+		} else if ok && kind == lineprotocol.Uint && v[0] != '-' {
+			val = feed.Value{Kind: feed.KindUint, Num: uint64(x)}
+		} else {
+			var perr *ParseError
+			if val, perr = p.fieldValue(k, kind, v); perr != nil {
+				return nil, 0, false
+			}
 		}
 		for j := range fields {
 			if fields[j].Key == string(k) {
@@ -112,6 +119,7 @@ func (p *Parser) plainFields(rest []byte, tags []feed.Tag, prec Precision, now i
 				return nil, 0, false
 			}
 		}
+		var perr *ParseError
 		if ts, perr = parseTime(tb, prec); perr != nil {
 			return nil, 0, false
 		}
@@ -130,4 +138,28 @@ func (p *Parser) tagFieldOK(tags []feed.Tag, fields []feed.PointField, ts int64)
 		}
 	}
 	return fields, ts, true
+}
+
+// smallInt parses v, an optional '-' and 1 to 18 decimal digits, which
+// cannot overflow an int64: the value strconv.ParseInt gives, without its
+// generality. false for anything else, left to fieldValue.
+func smallInt(v []byte) (int64, bool) {
+	neg := len(v) > 0 && v[0] == '-'
+	if neg {
+		v = v[1:]
+	}
+	if len(v) == 0 || len(v) > 18 {
+		return 0, false
+	}
+	var x int64
+	for _, c := range v {
+		if c < '0' || '9' < c {
+			return 0, false
+		}
+		x = x*10 + int64(c-'0')
+	}
+	if neg {
+		x = -x
+	}
+	return x, true
 }

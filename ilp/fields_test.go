@@ -1,6 +1,7 @@
 package ilp
 
 import (
+	"strconv"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -46,4 +47,27 @@ cpu,host=a,dc=x usage=7u,ok=true,s="plain" 70`)
 	}
 	require.Equal(t, ReasonReservedKey, errs[1].Reason)
 	require.Equal(t, ReasonTagField, errs[2].Reason)
+}
+
+// TestSmallInt checks smallInt against strconv.ParseInt on its domain and
+// its refusals, and plainFields' use of it against the decoder's path for
+// the edge cases of integers and unsigned integers.
+func TestSmallInt(t *testing.T) {
+	for _, s := range []string{"0", "-0", "7", "-7", "007", "123456789012345678", "-123456789012345678"} {
+		x, ok := smallInt([]byte(s))
+		require.True(t, ok, s)
+		want, err := strconv.ParseInt(s, 10, 64)
+		require.NoError(t, err)
+		require.Equal(t, want, x, s)
+	}
+	for _, s := range []string{"", "-", "+1", "1234567890123456789", "1_0", "1.0", "0x1", " 1"} {
+		_, ok := smallInt([]byte(s))
+		require.False(t, ok, s)
+	}
+	for _, v := range []string{"-0u", "-1u", "0u", "18446744073709551615u", "18446744073709551616u", "9223372036854775807i", "9223372036854775808i", "-9223372036854775808i", "-0i", "00i"} {
+		// The first line makes the series known; the second is parsed by
+		// plainFields.
+		body := []byte("m,t=a f=1u 1\nm,t=a f=" + v + " 2")
+		require.Equal(t, parseAlone(body, DefaultLimits(), Nanosecond), parseWhole(body, DefaultLimits(), Nanosecond), v)
+	}
 }
