@@ -56,7 +56,7 @@ func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*Row) error
 				return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
 			}
 			row = Row{Seq: seq, Series: f.Series, Time: f.Time, Fields: f.Fields}
-			if row.Fields, err = co.rowFields(st, txn, tid, &f); err != nil {
+			if row.Fields, err = co.rowFields(st, txn, tid, &f, ref{seq: seq}); err != nil {
 				return err
 			}
 			if err := visit(&row); err != nil {
@@ -122,13 +122,13 @@ func (c *coalescer) close() {
 }
 
 // rowFields returns f's fields, or its point's coalesced row when the point
-// holds more than one fragment.
-func (c *coalescer) rowFields(st *tableState, txn *badger.Txn, tid uint64, f *Fragment) ([]Field, error) {
+// holds more than one fragment. self names f.
+func (c *coalescer) rowFields(st *tableState, txn *badger.Txn, tid uint64, f *Fragment, self ref) ([]Field, error) {
 	known, dup := st.dupRefs(f.Series, f.Time)
 	if !dup {
 		return f.Fields, nil
 	}
-	merged, err := c.coalesce(txn, tid, f.Series, f.Time, known)
+	merged, err := c.coalesce(txn, tid, f, self, known)
 	if err != nil || len(merged) == 0 {
 		return f.Fields, err
 	}
@@ -145,19 +145,19 @@ func (c *coalescer) pointFields(st *tableState, txn *badger.Txn, tid uint64, f *
 	if !dup {
 		return f.Fields, false, nil
 	}
-	merged, err := c.coalesce(txn, tid, f.Series, f.Time, known)
+	merged, err := c.coalesce(txn, tid, f, self, known)
 	if err != nil || len(merged) == 0 {
 		return f.Fields, false, err
 	}
 	return merged, c.hasFirst && c.first != self, nil
 }
 
-// coalesce returns the union of the fragments at (sid, ts), the later
+// coalesce returns the union of the fragments at self's point, the later
 // write winning per column, or nothing when no fragment of the point is
-// visible yet (the caller keeps the fragment it has). The fields are valid
-// until the next call.
-func (c *coalescer) coalesce(txn *badger.Txn, tid, sid uint64, ts int64, known string) ([]Field, error) {
-	c.key = pointKey(c.key, ksPoint, tid, sid, ts)
+// visible yet (the caller keeps the fragment it has). self, named by
+// selfRef, is not decoded again. The fields are valid until the next call.
+func (c *coalescer) coalesce(txn *badger.Txn, tid uint64, self *Fragment, selfRef ref, known string) ([]Field, error) {
+	c.key = pointKey(c.key, ksPoint, tid, self.Series, self.Time)
 	v := unsafe.Slice(unsafe.StringData(known), len(known)) // read only
 	if known == "" {
 		item, err := txn.Get(c.key)
@@ -183,18 +183,22 @@ func (c *coalescer) coalesce(txn *badger.Txn, tid, sid uint64, ts int64, known s
 	c.hasFirst = false
 	var f Fragment
 	for _, r := range refs {
-		found, err := c.fetch(txn, tid, r, &f)
-		if err != nil {
-			return nil, err
-		}
-		if !found {
-			continue // its block was never stored (a crash split its commit)
+		fields := self.Fields
+		if r != selfRef {
+			found, err := c.fetch(txn, tid, r, &f)
+			if err != nil {
+				return nil, err
+			}
+			if !found {
+				continue // its block was never stored (a crash split its commit)
+			}
+			fields = f.Fields
 		}
 		if !c.hasFirst {
 			c.first, c.hasFirst = r, true
 		}
 	next:
-		for _, fl := range f.Fields {
+		for _, fl := range fields {
 			for i := range c.merged {
 				if c.merged[i].Col == fl.Col {
 					c.merged[i] = fl
