@@ -309,7 +309,7 @@ func TestGapRuns(t *testing.T) {
 // missed by the look-ups (a gap or run rule placing an existing point as
 // new) would show as a row without the columns of its other fragments.
 func TestLatePlacementModel(t *testing.T) {
-	for seed := range uint64(4) {
+	for seed := range uint64(8) {
 		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			cfg := DefaultConfig()
@@ -325,14 +325,14 @@ func TestLatePlacementModel(t *testing.T) {
 			}
 			model := map[pointID][]write{}
 			seq := uint64(0)
-			for c := range 80 {
-				if c%30 == 29 {
+			for c := range 150 {
+				if c%50 == 49 {
 					require.NoError(t, db.Close())
 					db, err = Open(cfg, nil, nil)
 					require.NoError(t, err)
 				}
 				n := 1 + rng.IntN(40)
-				start := rng.Int64N(400)
+				start := rng.Int64N(2000)
 				var frags []Fragment
 				for k := range n {
 					var ts int64
@@ -342,7 +342,7 @@ func TestLatePlacementModel(t *testing.T) {
 					case 1: // backfill
 						ts = start - int64(k)
 					case 2: // random
-						ts = rng.Int64N(400)
+						ts = rng.Int64N(2000)
 					default: // sparse steps
 						ts = start + int64(k)*int64(1+rng.IntN(5))
 					}

@@ -531,8 +531,8 @@ func (w *committer) index(st *tableState, tc *TableCommit, blockNo uint64, key, 
 		return ref{block: blockNo, idx: uint64(i)}
 	}
 	runs := map[uint64]*runBuilder{}
-	var order []*runBuilder      // every run of the block: in-order and gap runs
-	gaps := map[uint64]*gapRun{} // by series, the gap run being filled
+	var order []*runBuilder        // every run of the block: in-order and gap runs
+	gaps := map[uint64][]*gapRun{} // by series, the gap runs of this block
 	type late struct {
 		i   int
 		old []byte // references already at the point, nil when new
@@ -645,30 +645,34 @@ type gapRun struct {
 
 // gapFor returns the gap run of f's series that f, a late point not placed
 // earlier in this block, joins as a new point, or nil when f must be
-// looked up (existing) and indexed. f joins the series' current gap run
-// when its time lies in the run's interval above the run's last time and
-// below the series' in-order run of this block (cur; none of whose times
-// is then at or below f's); else a new gap is looked up once, which f
-// starts when it lies in one. Runs stay disjoint: a gap holds no stored
-// run, two gaps of one series are disjoint or the same, and the in-order
-// points of a block lie above every gap found before them.
-func (w *committer) gapFor(gaps map[uint64]*gapRun, cur *runBuilder, f *Fragment) (*gapRun, error) {
+// looked up (existing) and indexed. f must lie below the series' in-order
+// run of this block (cur; none of whose times is then at or below f's).
+// When f's time lies in the interval of one of the series' gap runs of
+// this block, f joins that run if it is above the run's last time, else
+// it is indexed; otherwise a gap is looked up, and f starts a run in it
+// when there is one. Runs stay disjoint: a gap holds no stored run, two
+// gaps of one series are disjoint or the same (and the same gap has one
+// run per block), and the in-order points of a block lie above every gap
+// found before them.
+func (w *committer) gapFor(gaps map[uint64][]*gapRun, cur *runBuilder, f *Fragment) (*gapRun, error) {
 	t := f.Time
 	if cur != nil && t >= cur.firstTs {
 		return nil, nil
 	}
-	if g := gaps[f.Series]; g != nil && g.lo < t && t < g.hi {
-		if g.rb != nil && t <= g.rb.ts[len(g.rb.ts)-1] {
-			return nil, nil // not ascending: indexed instead
+	for _, g := range gaps[f.Series] {
+		if g.lo < t && t < g.hi {
+			if g.rb != nil && t <= g.rb.ts[len(g.rb.ts)-1] {
+				return nil, nil // not ascending: indexed instead
+			}
+			return g, nil
 		}
-		return g, nil
 	}
 	lo, hi, ok, err := w.look.gap(f.Series, t)
 	if err != nil || !ok {
 		return nil, err
 	}
 	g := &gapRun{lo: lo, hi: hi}
-	gaps[f.Series] = g
+	gaps[f.Series] = append(gaps[f.Series], g)
 	return g, nil
 }
 
