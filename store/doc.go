@@ -60,8 +60,9 @@
 //     of the series (between two stored runs, above the last point-index
 //     entry there), it is new without a look-up and joins the series' gap
 //     run of this block, a run like any other, as long as its time is
-//     above the run's last. The interval is found once per series and
-//     commit (a reverse and a forward seek among runs, a reverse seek
+//     above the run's last (at most 16 gap runs per series and block;
+//     points beyond them take steps 3–5). The interval is found once per
+//     series, gap and commit (a reverse and a forward seek among runs, a reverse seek
 //     among point-index entries; none when the series' last decoded run
 //     spans the point) and reused by the series' following late points.
 //     This is the path of backfills and of concurrent writers' batches

@@ -422,3 +422,49 @@ func BenchmarkReadSeqResent(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.N)*float64(seq)/b.Elapsed().Seconds(), "rows/s")
 }
+
+// TestGapRunsBounded checks that one block's late points scattered over
+// more gaps than maxGapRuns cost at most maxGapRuns gap look-ups per series:
+// the points beyond them are indexed, and every point stays exact.
+func TestGapRunsBounded(t *testing.T) {
+	const gaps = maxGapRuns + 4
+	cfg := DefaultConfig()
+	cfg.Dir = t.TempDir()
+	cfg.UnsafeNoSync = true
+	db, err := Open(cfg, nil, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	tid := db.AllocTableID()
+	seq := uint64(0)
+	commit := func(frags ...Fragment) {
+		t.Helper()
+		require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: seq + 1, Fragments: frags}}))
+		seq += uint64(len(frags))
+	}
+	for i := range int64(gaps + 1) { // runs at 0, 10, 20, …: gaps between them
+		commit(Fragment{Series: 1, Time: 10 * i, Fields: []Field{intField(1, 10*i)}})
+	}
+	var late []Fragment
+	for i := range int64(gaps) {
+		late = append(late, Fragment{Series: 1, Time: 10*i + 5, Fields: []Field{intField(1, 10*i+5)}})
+	}
+	before := db.stats.load()
+	commit(late...)
+	after := db.stats.load()
+	require.Equal(t, uint64(2*maxGapRuns), after.gapSeeks-before.gapSeeks, "gap seeks: two per gap, for maxGapRuns gaps")
+	n := 0
+	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksPoint, tid)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	}))
+	require.Equal(t, gaps-maxGapRuns, n, "the points beyond maxGapRuns gaps are indexed")
+	commit(late...) // every late point again: each found
+	for _, r := range readAll(t, db, tid, 0, seq, 100) {
+		require.Equal(t, []Field{intField(1, r.Time)}, r.Fields, "x_seq %d", r.Seq)
+	}
+	require.Len(t, db.table(tid).dups, gaps, "every resent point is an overwrite")
+}

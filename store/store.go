@@ -635,6 +635,11 @@ func (w *committer) maxTs(st *tableState, sid uint64) (int64, error) {
 	return hi, nil
 }
 
+// maxGapRuns bounds the gap runs of one series in one block, so that
+// placing a point costs at most that many interval checks: late points
+// scattered over more gaps than this (random backfill) are indexed.
+const maxGapRuns = 16
+
 // gapRun is a run of new late points of one series in the block being
 // written: all in (lo, hi), an interval where earlier commits stored no
 // fragment of the series (lookup.gap), in strictly ascending time.
@@ -666,6 +671,9 @@ func (w *committer) gapFor(gaps map[uint64][]*gapRun, cur *runBuilder, f *Fragme
 			}
 			return g, nil
 		}
+	}
+	if len(gaps[f.Series]) == maxGapRuns {
+		return nil, nil
 	}
 	lo, hi, ok, err := w.look.gap(f.Series, t)
 	if err != nil || !ok {
