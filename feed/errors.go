@@ -8,6 +8,8 @@ import (
 var (
 	// ErrTableNotFound is returned for a table that does not exist.
 	ErrTableNotFound = errors.New("feed: table not found")
+	// ErrTableExists is returned by DefineTable for a table that exists.
+	ErrTableExists = errors.New("feed: table already exists")
 	// ErrSyncOff is returned by Drain on a table whose sync is OFF.
 	ErrSyncOff = errors.New("feed: sync is off for this table")
 	// ErrStaleEpoch is returned by Drain when the cursor's epoch is not the

@@ -66,6 +66,7 @@ const (
 	opSetSync
 	opTruncate
 	opDrop
+	opDefine
 )
 
 type op struct {
@@ -73,7 +74,9 @@ type op struct {
 	batch *Batch
 	name  string
 	flag  bool
-	done  chan struct{}
+	// cols are the columns opDefine declares.
+	cols []Column
+	done chan struct{}
 	// Outcome, valid once done is closed.
 	res     Result
 	status  SyncStatus
@@ -198,10 +201,15 @@ func (s *Sequencer) enqueue(ctx context.Context, o *op) error {
 
 // control runs a table operation in the sequencer and waits for it.
 func (s *Sequencer) control(ctx context.Context, kind opKind, name string, flag bool) (*op, error) {
-	if err := s.checkTableName(name); err != nil {
+	return s.runOp(ctx, &op{kind: kind, name: name, flag: flag})
+}
+
+// runOp runs the table operation o in the sequencer and waits for it.
+func (s *Sequencer) runOp(ctx context.Context, o *op) (*op, error) {
+	if err := s.checkTableName(o.name); err != nil {
 		return nil, err
 	}
-	o := &op{kind: kind, name: name, flag: flag, done: make(chan struct{})}
+	o.done = make(chan struct{})
 	if err := s.enqueue(ctx, o); err != nil {
 		return nil, err
 	}
