@@ -71,9 +71,9 @@ type LiteralKind uint8
 
 // The literal kinds.
 const (
-	LitNull LiteralKind = iota
-	LitInt              // decimal digits, optionally with a leading '-'
-	LitFloat            // a number with a fraction or an exponent
+	LitNull  LiteralKind = iota
+	LitInt               // decimal digits, optionally with a leading '-'
+	LitFloat             // a number with a fraction or an exponent
 	LitString
 	LitBool
 )

@@ -17,8 +17,8 @@
 //
 // Keywords are case-insensitive; identifiers are bare ([letter or _]
 // followed by letters, digits, _) or double-quoted ("…", "" for a quote,
-// any name ILP allows); string literals are single-quoted ('…', '' for a
-// quote); numbers are decimal integers or floats, optionally negative;
+// any name ILP allows); string literals are single-quoted ('…', a quote
+// doubled inside); numbers are decimal integers or floats, optionally negative;
 // TRUE, FALSE and NULL. A trailing ';' is allowed, "--" starts a comment
 // to the end of the line.
 //
