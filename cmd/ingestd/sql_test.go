@@ -124,3 +124,94 @@ func TestSQLGolden(t *testing.T) {
 		})
 	}
 }
+
+// TestSQLReadBounds checks the limits of SQL reads against a real daemon:
+// a tag filter or ORDER BY walking more than --sql-max-scan-rows rows is
+// refused (400 scan_limit), a result past --drain-max-page-bytes ends
+// before the row that would cross it ("partial": true) and is still the
+// exact prefix of the order asked for, a request past
+// --sql-max-statement-bytes is 413, and each is counted.
+func TestSQLReadBounds(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.http.SQLMaxScanRows = 10
+	cfg.http.DrainMaxPageBytes = 20
+	cfg.http.SQLMaxStatementBytes = 300
+	d := startDaemon(t, cfg)
+	var lines strings.Builder
+	for i := 1; i <= 20; i++ {
+		lines.WriteString("m,host=h" + strconv.Itoa(i%2) + " v=" + strconv.Itoa(i) + "i " + strconv.Itoa(i) + "\n")
+	}
+	resp, err := http.Post(d.URL+"/write", "text/plain", strings.NewReader(lines.String()))
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusNoContent, resp.StatusCode)
+
+	type answer struct {
+		Code    string   `json:"code"`
+		Columns []string `json:"columns"`
+		Rows    [][]any  `json:"rows"`
+		Partial bool     `json:"partial"`
+	}
+	get := func(q string) (int, answer) {
+		t.Helper()
+		status, body := runSQL(t, d, sqlCase{opts: "GET time_format=ns", stmt: q})
+		var a answer
+		require.NoError(t, json.Unmarshal([]byte(body), &a), body)
+		return status, a
+	}
+	times := func(a answer) []float64 {
+		var out []float64
+		for _, r := range a.Rows {
+			out = append(out, r[0].(float64))
+		}
+		return out
+	}
+
+	status, a := get("SELECT * FROM m WHERE host = 'none' LIMIT 1")
+	require.Equal(t, http.StatusBadRequest, status)
+	require.Equal(t, "scan_limit", a.Code)
+	status, a = get("SELECT * FROM m ORDER BY time LIMIT 1")
+	require.Equal(t, http.StatusBadRequest, status, "ORDER BY walks the whole range")
+	require.Equal(t, "scan_limit", a.Code)
+
+	status, a = get("SELECT time, v FROM m WHERE time >= 1 AND time < 9 ORDER BY time DESC LIMIT 8")
+	require.Equal(t, http.StatusOK, status)
+	require.True(t, a.Partial, "8 rows do not fit 20 bytes")
+	require.NotEmpty(t, a.Rows)
+	require.Less(t, len(a.Rows), 8)
+	for i, ts := range times(a) {
+		require.Equal(t, float64(8-i), ts, "the result is the head of the descending order")
+	}
+
+	status, a = get("SELECT time, v FROM m WHERE time > 0 LIMIT 10")
+	require.Equal(t, http.StatusOK, status)
+	require.True(t, a.Partial)
+	for i, ts := range times(a) {
+		require.Equal(t, float64(i+1), ts, "storage order")
+	}
+
+	status, a = get("SELECT time, v FROM m WHERE host = 'h0' AND time <= 8 ORDER BY time LIMIT 2")
+	require.Equal(t, http.StatusOK, status)
+	require.False(t, a.Partial)
+	require.Equal(t, []float64{2, 4}, times(a))
+
+	status, _ = runSQL(t, d, sqlCase{opts: "POST", stmt: "SELECT * FROM m LIMIT 1 -- " + strings.Repeat("x", 300)})
+	require.Equal(t, http.StatusRequestEntityTooLarge, status)
+
+	fams := scrapeMetrics(t, d)
+	for _, m := range []struct {
+		name   string
+		labels map[string]string
+		min    float64
+	}{
+		{"ingestd_sql_limit_refusals_total", map[string]string{"limit": "scan_rows"}, 2},
+		{"ingestd_sql_limit_refusals_total", map[string]string{"limit": "statement_bytes"}, 1},
+		{"ingestd_sql_statements_total", map[string]string{"statement": "read", "outcome": "ok"}, 3},
+		{"ingestd_sql_statements_total", map[string]string{"statement": "read", "outcome": "error"}, 2},
+		{"ingestd_sql_scanned_rows_total", nil, 20},
+	} {
+		v, ok := sampleValue(fams, m.name, m.labels)
+		require.True(t, ok, "%s%v", m.name, m.labels)
+		require.GreaterOrEqual(t, v, m.min, "%s%v", m.name, m.labels)
+	}
+}
