@@ -42,6 +42,9 @@ var (
 	// Rows visit function may return it too: the page's Cursor then
 	// resumes at that row.
 	ErrPageFull = errors.New("feed: page full")
+	// ErrBusy is returned by AppendWithin when the queue stayed full for
+	// the whole submit timeout.
+	ErrBusy = errors.New("feed: sequencer queue full")
 	// ErrClosed is returned once the sequencer has stopped.
 	ErrClosed = errors.New("feed: sequencer stopped")
 	// ErrFieldTypeConflict rejects a field whose type differs from the

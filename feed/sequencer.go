@@ -168,6 +168,29 @@ func (s *Sequencer) Append(ctx context.Context, b *Batch) (Result, error) {
 	return p.Wait(ctx)
 }
 
+// Submitter queues batches for the sequencer: the Sequencer's Submit, as
+// the listeners see it.
+type Submitter interface {
+	Submit(ctx context.Context, b *Batch) (*Pending, error)
+}
+
+// AppendWithin submits b to s, waiting at most submitTimeout for room in
+// the queue (ErrBusy past it while ctx still lives), then waits until the
+// batch is durable or ctx ends, as Append. The HTTP writes and SQL INSERT
+// use it so that a saturated sequencer answers 503 instead of holding them.
+func AppendWithin(ctx context.Context, s Submitter, b *Batch, submitTimeout time.Duration) (Result, error) {
+	sctx, cancel := context.WithTimeout(ctx, submitTimeout)
+	p, err := s.Submit(sctx, b)
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return Result{}, ErrBusy
+		}
+		return Result{}, err
+	}
+	return p.Wait(ctx)
+}
+
 // Pending is a submitted batch.
 type Pending struct{ o *op }
 

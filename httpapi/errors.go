@@ -95,7 +95,7 @@ func errorStatus(err error) (int, string) {
 		return http.StatusConflict, CodeTooManyConsumers
 	case errors.Is(err, feed.ErrConsumerNotFound):
 		return http.StatusNotFound, CodeConsumerNotFound
-	case errors.Is(err, feed.ErrClosed):
+	case errors.Is(err, feed.ErrClosed), errors.Is(err, feed.ErrBusy):
 		return http.StatusServiceUnavailable, CodeUnavailable
 	case errors.Is(err, context.Canceled):
 		return statusClientClosed, ""

@@ -396,16 +396,7 @@ func (a *API) sqlInsert(w http.ResponseWriter, r *http.Request, st *sqlp.Insert)
 			return
 		}
 		slices.SortFunc(p.Tags, func(x, y feed.Tag) int { return strings.Compare(x.Key, y.Key) })
-		var key []byte
-		for k, tg := range p.Tags {
-			if k > 0 {
-				key = append(key, ',')
-			}
-			key = feed.AppendEscapedTag(key, tg.Key)
-			key = append(key, '=')
-			key = feed.AppendEscapedTag(key, tg.Value)
-		}
-		p.Series = string(key)
+		p.Series = string(feed.AppendSeries(nil, p.Tags))
 	}
 	res, err := a.append(r.Context(), b)
 	if err != nil {
@@ -421,23 +412,10 @@ func (a *API) sqlInsert(w http.ResponseWriter, r *http.Request, st *sqlp.Insert)
 	writeResult(w, result{name: t.Name, cols: []string{"inserted"}, rows: [][]feed.Value{{uintValue(uint64(res.Accepted))}}}, acceptsCSV(r.Header.Get("Accept")), timeRFC3339)
 }
 
-// errBusy marks an INSERT refused because the sequencer queue stayed full
-// for Options.SubmitTimeout (503, like a write).
-var errBusy = fmt.Errorf("%w: the sequencer queue stayed full (--feed-submit-timeout)", feed.ErrClosed)
-
-// append submits b, waiting at most Options.SubmitTimeout for queue room,
-// then waits for the commit.
+// append submits b, waiting at most Options.SubmitTimeout for queue room
+// (feed.ErrBusy: 503), then waits for the commit.
 func (a *API) append(ctx context.Context, b *feed.Batch) (feed.Result, error) {
-	sctx, cancel := context.WithTimeout(ctx, a.opts.SubmitTimeout)
-	p, err := a.opts.Feed.Submit(sctx, b)
-	cancel()
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return feed.Result{}, errBusy
-		}
-		return feed.Result{}, err
-	}
-	return p.Wait(ctx)
+	return feed.AppendWithin(ctx, a.opts.Feed, b, a.opts.SubmitTimeout)
 }
 
 // literalValue converts a literal to a field of kind k (integers exact,
