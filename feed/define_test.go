@@ -4,6 +4,7 @@ import (
 	"context"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -81,4 +82,30 @@ func TestDefineTable(t *testing.T) {
 	info, err = h.s.Table("sensor")
 	require.NoError(t, err)
 	require.Equal(t, []Column{{"time", KindTime}, {"p00", KindFloat}}, info.Columns, "declared columns are durable")
+}
+
+// TestNoCreate checks that a NoCreate batch (SQL INSERT) writes to
+// existing tables only: a point of a missing table is rejected with
+// ErrTableNotFound and creates nothing, the others are stored.
+func TestNoCreate(t *testing.T) {
+	h := openHarness(t, t.TempDir(), DefaultConfig())
+	defer h.close()
+	_, err := h.s.DefineTable(context.Background(), "known", true, []Column{{"v", KindFloat}})
+	require.NoError(t, err)
+	b := &Batch{NoCreate: true, Points: []Point{
+		pt("missing", 1, nil, fld("v", fv(1))),
+		pt("known", 2, nil, fld("v", fv(2))),
+	}}
+	b.Points[0].Line, b.Points[1].Line = 1, 2
+	res, err := AppendWithin(context.Background(), h.s, b, time.Second)
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Accepted)
+	require.Len(t, res.Rejected, 1)
+	require.ErrorIs(t, res.Rejected[0], ErrTableNotFound)
+	require.Equal(t, 1, res.Rejected[0].Line)
+	_, err = h.s.Table("missing")
+	require.ErrorIs(t, err, ErrTableNotFound)
+	st, err := h.s.Status("known")
+	require.NoError(t, err)
+	require.Equal(t, uint64(1), st.Watermark)
 }

@@ -481,7 +481,12 @@ func (s *Sequencer) applyBatch(o *op) error {
 		p := &o.batch.Points[i]
 		if t == nil || t.name != p.Table {
 			var err error
-			if t, err = s.tableForWrite(p.Table); err != nil {
+			if _, ok := s.tables[p.Table]; !ok && o.batch.NoCreate {
+				t, err = nil, fmt.Errorf("%w: %s", ErrTableNotFound, QuoteInput(p.Table))
+			} else {
+				t, err = s.tableForWrite(p.Table)
+			}
+			if err != nil {
 				o.res.Rejected = append(o.res.Rejected, &RejectError{Line: p.Line, Key: p.Table, Err: err, Msg: err.Error()})
 				t = nil
 				continue

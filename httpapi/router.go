@@ -83,6 +83,13 @@ type Options struct {
 	// SQLMaxScanRows bounds the rows a SQL read looks at
 	// (Config.SQLMaxScanRows); 0 means DefaultSQLMaxScanRows.
 	SQLMaxScanRows int
+	// SQLMaxInsertRows bounds the rows of one INSERT
+	// (Config.SQLMaxInsertRows); 0 means DefaultSQLMaxInsertRows.
+	SQLMaxInsertRows int
+	// SQLMaxColumns bounds a statement's column lists and WHERE
+	// comparisons (the feed's columns per table, plus time); 0 means none
+	// beyond SQLMaxStatementBytes.
+	SQLMaxColumns int
 	// SubmitTimeout bounds how long a SQL INSERT waits for room in the
 	// sequencer's queue before 503; 0 means feed.DefaultSubmitTimeout.
 	SubmitTimeout time.Duration
@@ -133,6 +140,9 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	if opts.SQLMaxScanRows <= 0 {
 		opts.SQLMaxScanRows = DefaultSQLMaxScanRows
 	}
+	if opts.SQLMaxInsertRows <= 0 {
+		opts.SQLMaxInsertRows = DefaultSQLMaxInsertRows
+	}
 	if opts.SubmitTimeout <= 0 {
 		opts.SubmitTimeout = feed.DefaultSubmitTimeout
 	}
@@ -153,7 +163,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 			Name: "ingestd_sql_scanned_rows_total", Help: "Rows SQL reads looked at (in their time range, before tag filters and ORDER BY).",
 		}),
 		sqlRefused: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "ingestd_sql_limit_refusals_total", Help: "SQL requests refused at a limit: statement_bytes (--sql-max-statement-bytes) or scan_rows (--sql-max-scan-rows).",
+			Name: "ingestd_sql_limit_refusals_total", Help: "SQL requests refused at a limit: statement_bytes (--sql-max-statement-bytes), insert_rows (--sql-max-insert-rows), columns (--feed-max-columns-per-table) or scan_rows (--sql-max-scan-rows).",
 		}, []string{"limit"}),
 	}}
 	r := chi.NewRouter()

@@ -28,6 +28,7 @@ const (
 	DefaultDrainMaxPageBytes     = 16 << 20
 	DefaultSQLMaxStatementBytes  = 1 << 20
 	DefaultSQLMaxScanRows        = 1_000_000
+	DefaultSQLMaxInsertRows      = 10_000
 )
 
 // Config bounds what HTTP clients can hold: connections, time per request
@@ -61,6 +62,8 @@ type Config struct {
 	// SQLMaxScanRows bounds the rows of its time range a SQL read with a
 	// tag filter or ORDER BY looks at (400 scan_limit past it).
 	SQLMaxScanRows int
+	// SQLMaxInsertRows bounds the rows of one SQL INSERT (413 past it).
+	SQLMaxInsertRows int
 }
 
 // DefaultConfig returns the defaults.
@@ -75,6 +78,7 @@ func DefaultConfig() Config {
 		DrainMaxPageBytes:     DefaultDrainMaxPageBytes,
 		SQLMaxStatementBytes:  DefaultSQLMaxStatementBytes,
 		SQLMaxScanRows:        DefaultSQLMaxScanRows,
+		SQLMaxInsertRows:      DefaultSQLMaxInsertRows,
 	}
 }
 
@@ -88,6 +92,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxHeaderBytes, "http-max-header-bytes", c.MaxHeaderBytes, "largest request line and headers in bytes (431 past it)")
 	fs.IntVar(&c.DrainMaxPageBytes, "drain-max-page-bytes", c.DrainMaxPageBytes, "a drain page ends before the row that would take its rows past this many bytes (a page holds at least one row)")
 	fs.IntVar(&c.SQLMaxStatementBytes, "sql-max-statement-bytes", c.SQLMaxStatementBytes, "largest POST /api/v1/sql body (or GET q) in bytes (413 past it)")
+	fs.IntVar(&c.SQLMaxInsertRows, "sql-max-insert-rows", c.SQLMaxInsertRows, "most rows in one SQL INSERT (413 past it)")
 	fs.IntVar(&c.SQLMaxScanRows, "sql-max-scan-rows", c.SQLMaxScanRows, "most rows of its time range a SQL read with a tag filter or ORDER BY may look at (400 scan_limit past it)")
 }
 
@@ -112,6 +117,8 @@ func (c *Config) Validate() error {
 		return errors.New("httpapi: --sql-max-statement-bytes must be positive")
 	case c.SQLMaxScanRows < 1:
 		return errors.New("httpapi: --sql-max-scan-rows must be positive")
+	case c.SQLMaxInsertRows < 1:
+		return errors.New("httpapi: --sql-max-insert-rows must be positive")
 	}
 	return nil
 }

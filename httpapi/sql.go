@@ -53,18 +53,21 @@ func (a *API) sql(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	st, err := sqlp.Parse(q)
+	st, err := sqlp.Parse(q, sqlp.Limits{MaxInsertRows: a.opts.SQLMaxInsertRows, MaxColumns: a.opts.SQLMaxColumns})
 	if err != nil {
-		var e *sqlp.Error
-		if errors.As(err, &e) {
-			code := CodeSyntaxError
-			if e.LimitRequired {
-				code = CodeLimitRequired
-			}
-			writeStatementErr(sw, code, e)
-			return
+		e, ok := errors.AsType[*sqlp.Error](err)
+		switch {
+		case !ok:
+			writeErr(sw, err)
+		case e.Limit != "":
+			a.m.sqlRefused.WithLabelValues(e.Limit).Inc()
+			msg := capMessage(e.Error())
+			writeJSON(sw, http.StatusRequestEntityTooLarge, errorBody{Code: CodeTooLarge, Message: msg, Error: msg, Line: e.Pos.Line, Column: e.Pos.Column})
+		case e.LimitRequired:
+			writeStatementErr(sw, CodeLimitRequired, e)
+		default:
+			writeStatementErr(sw, CodeSyntaxError, e)
 		}
-		writeErr(sw, err)
 		return
 	}
 	kind = statementKind(st)
@@ -357,7 +360,7 @@ func (a *API) sqlInsert(w http.ResponseWriter, r *http.Request, st *sqlp.Insert)
 		kinds[i] = t.Columns[j].Kind
 	}
 	now := time.Now().UnixNano()
-	b := &feed.Batch{Points: make([]feed.Point, len(st.Rows))}
+	b := &feed.Batch{Points: make([]feed.Point, len(st.Rows)), NoCreate: true}
 	for i, row := range st.Rows {
 		p := &b.Points[i]
 		*p = feed.Point{Table: t.Name, Time: now, Line: i + 1}
@@ -405,6 +408,10 @@ func (a *API) sqlInsert(w http.ResponseWriter, r *http.Request, st *sqlp.Insert)
 	}
 	if len(res.Rejected) > 0 {
 		rej := res.Rejected[0]
+		if res.Accepted == 0 && errors.Is(rej, feed.ErrTableNotFound) {
+			writeErr(w, rej.Err) // dropped meanwhile: 404, nothing created
+			return
+		}
 		msg := fmt.Sprintf("partial insert: row %d: %v: %s inserted=%d dropped=%d", rej.Line, rej.Err, rej.Msg, res.Accepted, len(res.Rejected))
 		writeClientErr(w, CodeRowRejected, msg)
 		return

@@ -125,17 +125,21 @@ func TestSQLGolden(t *testing.T) {
 	}
 }
 
-// TestSQLReadBounds checks the limits of SQL reads against a real daemon:
+// TestSQLBounds checks the limits of SQL requests against a real daemon:
 // a tag filter or ORDER BY walking more than --sql-max-scan-rows rows is
 // refused (400 scan_limit), a result past --drain-max-page-bytes ends
 // before the row that would cross it ("partial": true) and is still the
 // exact prefix of the order asked for, a request past
-// --sql-max-statement-bytes is 413, and each is counted.
-func TestSQLReadBounds(t *testing.T) {
+// --sql-max-statement-bytes, an INSERT of more than --sql-max-insert-rows
+// rows or a list of more columns than a table may have is 413, and each is
+// counted.
+func TestSQLBounds(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.http.SQLMaxScanRows = 10
 	cfg.http.DrainMaxPageBytes = 20
 	cfg.http.SQLMaxStatementBytes = 300
+	cfg.http.SQLMaxInsertRows = 2
+	cfg.feed.MaxColumnsPerTable = 3
 	d := startDaemon(t, cfg)
 	var lines strings.Builder
 	for i := 1; i <= 20; i++ {
@@ -197,6 +201,13 @@ func TestSQLReadBounds(t *testing.T) {
 
 	status, _ = runSQL(t, d, sqlCase{opts: "POST", stmt: "SELECT * FROM m LIMIT 1 -- " + strings.Repeat("x", 300)})
 	require.Equal(t, http.StatusRequestEntityTooLarge, status)
+	status, body := runSQL(t, d, sqlCase{opts: "POST", stmt: "INSERT INTO m (time, v) VALUES (1, 1), (2, 2), (3, 3)"})
+	require.Equal(t, http.StatusRequestEntityTooLarge, status)
+	require.Contains(t, body, `"line":1,"column":48`)
+	status, _ = runSQL(t, d, sqlCase{opts: "POST", stmt: "SELECT a, b, c, d, e FROM m LIMIT 1"})
+	require.Equal(t, http.StatusRequestEntityTooLarge, status, "more columns than a table can have")
+	status, body = runSQL(t, d, sqlCase{opts: "POST", stmt: "INSERT INTO m (time, v) VALUES (1, 1), (2, 2)"})
+	require.Equal(t, http.StatusOK, status, body)
 
 	fams := scrapeMetrics(t, d)
 	for _, m := range []struct {
@@ -206,6 +217,9 @@ func TestSQLReadBounds(t *testing.T) {
 	}{
 		{"ingestd_sql_limit_refusals_total", map[string]string{"limit": "scan_rows"}, 2},
 		{"ingestd_sql_limit_refusals_total", map[string]string{"limit": "statement_bytes"}, 1},
+		{"ingestd_sql_limit_refusals_total", map[string]string{"limit": "insert_rows"}, 1},
+		{"ingestd_sql_limit_refusals_total", map[string]string{"limit": "columns"}, 1},
+		{"ingestd_sql_statements_total", map[string]string{"statement": "insert", "outcome": "ok"}, 1},
 		{"ingestd_sql_statements_total", map[string]string{"statement": "read", "outcome": "ok"}, 3},
 		{"ingestd_sql_statements_total", map[string]string{"statement": "read", "outcome": "error"}, 2},
 		{"ingestd_sql_scanned_rows_total", nil, 20},

@@ -18,13 +18,16 @@ type Pos struct {
 // For a syntax error Expected says what could stand at Pos and Found what
 // does; otherwise Msg says what is wrong with the token at Pos (a reserved
 // column written, x_seq outside a drain, a number out of range).
-// LimitRequired marks a SELECT without LIMIT (the seed's rule).
+// LimitRequired marks a SELECT without LIMIT (the seed's rule); Limit
+// names the Limits bound the statement went past ("insert_rows" or
+// "columns"), "" otherwise.
 type Error struct {
 	Pos           Pos
 	Expected      string
 	Found         string
 	Msg           string
 	LimitRequired bool
+	Limit         string
 }
 
 func (e *Error) Error() string {

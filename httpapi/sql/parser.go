@@ -34,11 +34,26 @@ type bailout struct{ err *Error }
 type parser struct {
 	lx  *lexer
 	tok token
+	lim Limits
 }
 
-// Parse parses one statement (an optional trailing ';' allowed). Its error
-// is always an *Error with a position.
-func Parse(src string) (st Statement, err error) {
+// Limits bound what one statement may hold, so that its AST stays a small
+// multiple of the statement's bytes: the rows of an INSERT, and the names
+// of a column list or the comparisons of a WHERE. Zero means no bound.
+type Limits struct {
+	MaxInsertRows int
+	MaxColumns    int
+}
+
+// Limit names of Error.Limit.
+const (
+	LimitInsertRows = "insert_rows"
+	LimitColumns    = "columns"
+)
+
+// Parse parses one statement (an optional trailing ';' allowed) within
+// lim. Its error is always an *Error with a position.
+func Parse(src string, lim Limits) (st Statement, err error) {
 	defer func() {
 		if r := recover(); r != nil {
 			b, ok := r.(bailout)
@@ -48,7 +63,7 @@ func Parse(src string) (st Statement, err error) {
 			st, err = nil, b.err
 		}
 	}()
-	p := &parser{lx: newLexer(src)}
+	p := &parser{lx: newLexer(src), lim: lim}
 	p.next()
 	st = p.statement()
 	p.punct(";")
@@ -59,6 +74,15 @@ func Parse(src string) (st Statement, err error) {
 }
 
 func (p *parser) fail(e *Error) { panic(bailout{e}) }
+
+// count fails when the n-th item of a list at pos goes past max.
+func (p *parser) count(n, max int, pos Pos, limit, what string) {
+	if max > 0 && n > max {
+		e := errAt(pos, "more than "+itoa(max)+" "+what)
+		e.Limit = limit
+		p.fail(e)
+	}
+}
 
 func (p *parser) next() {
 	t, err := p.lx.next()
@@ -179,6 +203,7 @@ func (p *parser) createTable() *CreateTable {
 		seen := map[string]bool{}
 		for {
 			n := p.name("a column name")
+			p.count(len(seen)+1, p.lim.MaxColumns, n.Pos, LimitColumns, "columns in one table (--feed-max-columns-per-table)")
 			if seen[n.Name] {
 				p.fail(errAt(n.Pos, "column "+quote(n.Name)+" is declared twice"))
 			}
@@ -228,6 +253,7 @@ func (p *parser) insert() *Insert {
 	seen := map[string]bool{}
 	for {
 		n := p.name("a column name")
+		p.count(len(seen)+1, p.lim.MaxColumns, n.Pos, LimitColumns, "columns in one table (--feed-max-columns-per-table)")
 		if strings.HasPrefix(n.Name, "x_") {
 			p.fail(errAt(n.Pos, quote(n.Name)+" is engine-owned (the x_ prefix is reserved): never writable"))
 		}
@@ -244,6 +270,7 @@ func (p *parser) insert() *Insert {
 	p.expectKeyword("VALUES")
 	for {
 		open := p.tok.pos
+		p.count(len(st.Rows)+1, p.lim.MaxInsertRows, open, LimitInsertRows, "rows in one INSERT (--sql-max-insert-rows)")
 		p.expectPunct("(")
 		row := make([]Literal, 0, len(st.Columns))
 		for {
@@ -313,6 +340,7 @@ func (p *parser) selectStmt() *Select {
 	st := &Select{}
 	if !p.punct("*") {
 		for {
+			p.count(len(st.Columns)+1, p.lim.MaxColumns, p.tok.pos, LimitColumns, "columns in one table (--feed-max-columns-per-table)")
 			st.Columns = append(st.Columns, p.name("* or a column name"))
 			if !p.punct(",") {
 				break
@@ -324,6 +352,7 @@ func (p *parser) selectStmt() *Select {
 	var conds []cond
 	if p.keyword("WHERE") {
 		for {
+			p.count(len(conds)+1, p.lim.MaxColumns, p.tok.pos, LimitColumns, "comparisons (one per column of a table, --feed-max-columns-per-table)")
 			c := cond{col: p.name("a column name")}
 			c.opPos, c.op = p.tok.pos, p.tok.text
 			if p.tok.kind != tokPunct || !comparisons[c.op] {

@@ -65,7 +65,7 @@ func TestParse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got, err := Parse(tt.src)
+			got, err := Parse(tt.src, Limits{})
 			require.NoError(t, err)
 			require.Equal(t, tt.want, got)
 		})
@@ -126,13 +126,32 @@ func TestParseErrors(t *testing.T) {
 		{"SELECT * FROM t WHERE a = 'b\xffc' LIMIT 1", `error at line 1, column 29: the statement is not valid UTF-8`, false},
 		{"SELECT * FROM t WHERE a = - 'b' LIMIT 1", `syntax error at line 1, column 29: expected a number after -, found string "'b'"`, false},
 	}
+	limited := []struct {
+		src, want, limit string
+	}{
+		{"INSERT INTO t (a) VALUES (1), (2), (3)", `error at line 1, column 36: more than 2 rows in one INSERT (--sql-max-insert-rows)`, LimitInsertRows},
+		{"INSERT INTO t (a, b, c) VALUES (1, 2, 3)", `error at line 1, column 22: more than 2 columns in one table (--feed-max-columns-per-table)`, LimitColumns},
+		{"CREATE TABLE t (a TAG, b TAG, c TAG)", `error at line 1, column 31: more than 2 columns in one table (--feed-max-columns-per-table)`, LimitColumns},
+		{"SELECT a, b, c FROM t LIMIT 1", `error at line 1, column 14: more than 2 columns in one table (--feed-max-columns-per-table)`, LimitColumns},
+		{"SELECT * FROM t WHERE a = 'x' AND b = 'y' AND c = 'z' LIMIT 1", `error at line 1, column 47: more than 2 comparisons (one per column of a table, --feed-max-columns-per-table)`, LimitColumns},
+	}
+	for _, tt := range limited {
+		t.Run(tt.src, func(t *testing.T) {
+			_, err := Parse(tt.src, Limits{MaxInsertRows: 2, MaxColumns: 2})
+			var e *Error
+			require.ErrorAs(t, err, &e)
+			require.Equal(t, tt.want, err.Error())
+			require.Equal(t, tt.limit, e.Limit)
+		})
+	}
 	for _, tt := range tests {
 		t.Run(tt.src, func(t *testing.T) {
-			_, err := Parse(tt.src)
+			_, err := Parse(tt.src, Limits{})
 			var e *Error
 			require.ErrorAs(t, err, &e)
 			require.Equal(t, tt.want, err.Error())
 			require.Equal(t, tt.limit, e.LimitRequired)
+			require.Empty(t, e.Limit)
 		})
 	}
 }
@@ -154,7 +173,7 @@ func FuzzParse(f *testing.F) {
 		f.Add(s)
 	}
 	f.Fuzz(func(t *testing.T, src string) {
-		st, err := Parse(src)
+		st, err := Parse(src, Limits{MaxInsertRows: 3, MaxColumns: 4})
 		if err == nil {
 			require.NotNil(t, st)
 			return
