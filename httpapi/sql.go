@@ -212,7 +212,7 @@ func (a *API) sqlRequest(w http.ResponseWriter, r *http.Request) (string, timeFo
 		return "", 0, false
 	}
 	if len(qs) == 0 || strings.TrimSpace(qs[0]) == "" {
-		writeClientErr(w, CodeInvalidParameter, "q is required: one SQL statement")
+		writeClientErr(w, CodeInvalidParameter, `q is required: one SQL statement, as a form field, a JSON body {"q": …} or in the query string`)
 		return "", 0, false
 	}
 	if len(qs[0]) > maxBytes {
