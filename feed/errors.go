@@ -8,6 +8,8 @@ import (
 var (
 	// ErrTableNotFound is returned for a table that does not exist.
 	ErrTableNotFound = errors.New("feed: table not found")
+	// ErrTableExists is returned by DefineTable for a table that exists.
+	ErrTableExists = errors.New("feed: table already exists")
 	// ErrSyncOff is returned by Drain on a table whose sync is OFF.
 	ErrSyncOff = errors.New("feed: sync is off for this table")
 	// ErrStaleEpoch is returned by Drain when the cursor's epoch is not the
@@ -40,6 +42,9 @@ var (
 	// Rows visit function may return it too: the page's Cursor then
 	// resumes at that row.
 	ErrPageFull = errors.New("feed: page full")
+	// ErrBusy is returned by AppendWithin when the queue stayed full for
+	// the whole submit timeout.
+	ErrBusy = errors.New("feed: sequencer queue full")
 	// ErrClosed is returned once the sequencer has stopped.
 	ErrClosed = errors.New("feed: sequencer stopped")
 	// ErrFieldTypeConflict rejects a field whose type differs from the

@@ -66,6 +66,7 @@ const (
 	opSetSync
 	opTruncate
 	opDrop
+	opDefine
 )
 
 type op struct {
@@ -73,7 +74,9 @@ type op struct {
 	batch *Batch
 	name  string
 	flag  bool
-	done  chan struct{}
+	// cols are the columns opDefine declares.
+	cols []Column
+	done chan struct{}
 	// Outcome, valid once done is closed.
 	res     Result
 	status  SyncStatus
@@ -165,6 +168,29 @@ func (s *Sequencer) Append(ctx context.Context, b *Batch) (Result, error) {
 	return p.Wait(ctx)
 }
 
+// Submitter queues batches for the sequencer: the Sequencer's Submit, as
+// the listeners see it.
+type Submitter interface {
+	Submit(ctx context.Context, b *Batch) (*Pending, error)
+}
+
+// AppendWithin submits b to s, waiting at most submitTimeout for room in
+// the queue (ErrBusy past it while ctx still lives), then waits until the
+// batch is durable or ctx ends, as Append. The HTTP writes and SQL INSERT
+// use it so that a saturated sequencer answers 503 instead of holding them.
+func AppendWithin(ctx context.Context, s Submitter, b *Batch, submitTimeout time.Duration) (Result, error) {
+	sctx, cancel := context.WithTimeout(ctx, submitTimeout)
+	p, err := s.Submit(sctx, b)
+	cancel()
+	if err != nil {
+		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
+			return Result{}, ErrBusy
+		}
+		return Result{}, err
+	}
+	return p.Wait(ctx)
+}
+
 // Pending is a submitted batch.
 type Pending struct{ o *op }
 
@@ -198,10 +224,15 @@ func (s *Sequencer) enqueue(ctx context.Context, o *op) error {
 
 // control runs a table operation in the sequencer and waits for it.
 func (s *Sequencer) control(ctx context.Context, kind opKind, name string, flag bool) (*op, error) {
-	if err := s.checkTableName(name); err != nil {
+	return s.runOp(ctx, &op{kind: kind, name: name, flag: flag})
+}
+
+// runOp runs the table operation o in the sequencer and waits for it.
+func (s *Sequencer) runOp(ctx context.Context, o *op) (*op, error) {
+	if err := s.checkTableName(o.name); err != nil {
 		return nil, err
 	}
-	o := &op{kind: kind, name: name, flag: flag, done: make(chan struct{})}
+	o.done = make(chan struct{})
 	if err := s.enqueue(ctx, o); err != nil {
 		return nil, err
 	}
@@ -450,7 +481,12 @@ func (s *Sequencer) applyBatch(o *op) error {
 		p := &o.batch.Points[i]
 		if t == nil || t.name != p.Table {
 			var err error
-			if t, err = s.tableForWrite(p.Table); err != nil {
+			if _, ok := s.tables[p.Table]; !ok && o.batch.NoCreate {
+				t, err = nil, fmt.Errorf("%w: %s", ErrTableNotFound, QuoteInput(p.Table))
+			} else {
+				t, err = s.tableForWrite(p.Table)
+			}
+			if err != nil {
 				o.res.Rejected = append(o.res.Rejected, &RejectError{Line: p.Line, Key: p.Table, Err: err, Msg: err.Error()})
 				t = nil
 				continue

@@ -145,6 +145,19 @@ func appendSeriesKey(dst []byte, cols []store.Column, tags []store.Field) []byte
 	return dst
 }
 
+// AppendSeries appends the canonical Point.Series of tags, which must be
+// sorted by key: "k=v,k2=v2", each key and value escaped with
+// AppendEscapedTag.
+func AppendSeries(dst []byte, tags []Tag) []byte {
+	for i, t := range tags {
+		if i > 0 {
+			dst = append(dst, ',')
+		}
+		dst = AppendEscapedTag(append(AppendEscapedTag(dst, t.Key), '='), t.Value)
+	}
+	return dst
+}
+
 // AppendEscapedTag appends s escaped as an ILP tag key or value (commas,
 // equals signs and spaces get a backslash) and returns the extended buffer.
 // Point.Series uses this rendering.

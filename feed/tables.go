@@ -2,7 +2,9 @@ package feed
 
 import (
 	"context"
+	"fmt"
 	"sort"
+	"strings"
 
 	"github.com/ingestd/ingestd/store"
 )
@@ -83,6 +85,10 @@ func (s *Sequencer) Tables() []TableInfo {
 // runControl executes a table operation in the sequencer goroutine.
 func (s *Sequencer) runControl(o *op) {
 	t, ok := s.tables[o.name]
+	if o.kind == opDefine {
+		s.runDefine(o, ok)
+		return
+	}
 	if o.kind == opCreate && !ok {
 		if o.err = s.checkTableLimit(); o.err != nil {
 			return
@@ -163,4 +169,80 @@ func (s *Sequencer) runControl(o *op) {
 		return
 	}
 	o.status = t.status()
+}
+
+// DefineTable creates table name with sync and the declared columns (SQL
+// CREATE TABLE t (col TYPE, …) [WITH (SYNC)], SPEC §11): cols are tags
+// (KindTag) and fields (KindFloat, KindInt, KindUint, KindString,
+// KindBool) in the order given, listed tags first as every schema is
+// (SPEC §2); "time" is implicit and not among them. A table dropped before
+// resumes above its old epoch and sequence, as with CreateTable. Unlike
+// CreateTable it changes nothing of an existing table: it returns
+// ErrTableExists. Other errors: ErrInvalidTableName and ErrInvalidName (a
+// *NameError, or a column named "time" or with the reserved x_ prefix),
+// ErrDuplicateColumn, ErrColumnLimit (more than
+// Config.MaxColumnsPerTable), ErrTableLimit, ErrClosed. Safe for
+// concurrent use.
+func (s *Sequencer) DefineTable(ctx context.Context, name string, sync bool, cols []Column) (SyncStatus, error) {
+	if len(cols) > s.cfg.MaxColumnsPerTable {
+		return SyncStatus{}, fmt.Errorf("%w: %d columns declared, more than --feed-max-columns-per-table=%d", ErrColumnLimit, len(cols), s.cfg.MaxColumnsPerTable)
+	}
+	seen := make(map[string]struct{}, len(cols))
+	for _, c := range cols {
+		if err := CheckName("column", c.Name, s.cfg.MaxNameBytes); err != nil {
+			return SyncStatus{}, err
+		}
+		if strings.HasPrefix(c.Name, "x_") || c.Name == "time" {
+			return SyncStatus{}, fmt.Errorf("%w: column %s is reserved (the x_ prefix and \"time\" are engine-owned)", ErrInvalidName, QuoteInput(c.Name))
+		}
+		switch c.Kind {
+		case KindTag, KindFloat, KindInt, KindUint, KindString, KindBool:
+		default:
+			return SyncStatus{}, fmt.Errorf("%w: column %s has kind %d, not a tag or field kind", ErrInvalidName, QuoteInput(c.Name), c.Kind)
+		}
+		if _, dup := seen[c.Name]; dup {
+			return SyncStatus{}, fmt.Errorf("%w: %s", ErrDuplicateColumn, QuoteInput(c.Name))
+		}
+		seen[c.Name] = struct{}{}
+	}
+	o, err := s.runOp(ctx, &op{kind: opDefine, name: name, flag: sync, cols: cols})
+	if err != nil {
+		return SyncStatus{}, err
+	}
+	return o.status, nil
+}
+
+// runDefine creates the table of an opDefine, or refuses it when the table
+// exists. Sequencer goroutine only.
+func (s *Sequencer) runDefine(o *op, exists bool) {
+	if exists {
+		o.err = fmt.Errorf("%w: %s", ErrTableExists, QuoteInput(o.name))
+		return
+	}
+	if o.err = s.checkTableLimit(); o.err != nil {
+		return
+	}
+	t := s.createTable(o.name, o.flag)
+	for _, c := range storeColumns(o.cols) {
+		t.colByName[c.Name] = uint32(len(t.meta.Columns))
+		t.meta.Columns = append(t.meta.Columns, c)
+	}
+	t.mu.Lock()
+	t.pub.cols = t.meta.Columns
+	t.mu.Unlock()
+	o.created = true
+	if err := s.st.PutMeta(t.meta); err != nil {
+		o.err = storageErr("create table", err)
+		return
+	}
+	o.status = t.status()
+}
+
+// storeColumns converts declared columns to stored ones.
+func storeColumns(cs []Column) []store.Column {
+	out := make([]store.Column, len(cs))
+	for i, c := range cs {
+		out[i] = store.Column(c)
+	}
+	return out
 }

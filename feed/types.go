@@ -59,6 +59,10 @@ type Point struct {
 // Batch is what a listener hands the sequencer: points in arrival order.
 type Batch struct {
 	Points []Point
+	// NoCreate rejects the points of a table that does not exist
+	// (ErrTableNotFound) instead of creating it, as a SQL INSERT must: the
+	// table may be dropped between the INSERT's checks and its commit.
+	NoCreate bool
 }
 
 // Result tells how a batch was applied: Accepted points are durable, and

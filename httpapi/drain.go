@@ -15,6 +15,9 @@ const (
 	formatJSON   = "json"
 	formatNDJSON = "ndjson"
 	formatLP     = "lp"
+	// formatCSV is InfluxDB /query's CSV, for SQL results asked for with
+	// Accept: text/csv.
+	formatCSV = "csv"
 )
 
 // maxWait caps the long-poll wait (SPEC §6).
@@ -98,6 +101,14 @@ func (a *API) drain(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
+	a.servePage(w, r, req, format, tf)
+}
+
+// servePage reads one drain page and writes it in format, or writes the
+// drain's refusal: GET /drain and a SQL drain (SELECT … WHERE x_seq > N)
+// answer alike. formatCSV (SQL only) carries the envelope in the same
+// headers as ndjson and lp.
+func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRequest, format string, tf timeFormat) {
 	req.Stop = a.stopping
 	enc := encoder{timeFormat: tf, buf: a.pageBuf()}
 	defer func() { a.releasePageBuf(enc.buf) }()
@@ -116,6 +127,8 @@ func (a *API) drain(w http.ResponseWriter, r *http.Request) {
 			if !enc.line(req.Table, cols, vals) {
 				return errNoFieldForLP
 			}
+		case formatCSV:
+			enc.csvRow(req.Table, vals)
 		}
 		if rows > 0 && len(enc.buf) > a.maxPageBytes {
 			// The page ends before this row; the next one starts with it.
@@ -135,18 +148,21 @@ func (a *API) drain(w http.ResponseWriter, r *http.Request) {
 	}
 	h := w.Header()
 	switch format {
-	case formatNDJSON, formatLP:
+	case formatNDJSON, formatLP, formatCSV:
 		h.Set("Ingestd-Epoch", strconv.FormatUint(pg.Epoch, 10))
 		h.Set("Ingestd-After", strconv.FormatUint(pg.After, 10))
 		h.Set("Ingestd-Next", strconv.FormatUint(pg.Next, 10))
 		h.Set("Ingestd-Seq", strconv.FormatUint(pg.Seq, 10))
 		h.Set("Ingestd-Watermark", strconv.FormatUint(pg.Watermark, 10))
 		h.Set("Ingestd-More", strconv.FormatBool(pg.More))
-		ctype := "text/plain; charset=utf-8"
-		if format == formatNDJSON {
-			ctype = "application/x-ndjson"
+		switch format {
+		case formatNDJSON:
+			writePage(w, "application/x-ndjson", enc.buf)
+		case formatCSV:
+			writePage(w, contentTypeCSV, csvHeader(columnNames(pg.Columns)), enc.buf)
+		default:
+			writePage(w, "text/plain; charset=utf-8", enc.buf)
 		}
-		writePage(w, ctype, enc.buf)
 		return
 	}
 	head := make([]byte, 0, 256)

@@ -27,6 +27,14 @@ const (
 	CodeTooManyConsumers     = "too_many_consumers"
 	CodeTableLimit           = "table_limit"
 	CodeConsumerNotFound     = "consumer_not_found"
+	CodeTableExists          = "table_exists"
+	CodeColumnLimit          = "column_limit"
+	CodeSyntaxError          = "syntax_error"
+	CodeInvalidValue         = "invalid_value"
+	CodeRowRejected          = "row_rejected"
+	CodeScanLimit            = "scan_limit"
+	CodeTooLarge             = "request_too_large"
+	CodeMethodNotAllowed     = "method_not_allowed"
 	CodeUnavailable          = "unavailable"
 	CodeInternal             = "internal"
 )
@@ -38,7 +46,7 @@ const (
 const statusClientClosed = 499
 
 // errorBody is the JSON error object. Epoch, Seq and Watermark are set on
-// drain refusals.
+// drain refusals; Line and Column (1-based) on SQL errors.
 type errorBody struct {
 	Code      string  `json:"code"`
 	Message   string  `json:"message"`
@@ -46,6 +54,8 @@ type errorBody struct {
 	Epoch     *uint64 `json:"epoch,omitempty"`
 	Seq       *uint64 `json:"seq,omitempty"`
 	Watermark *uint64 `json:"watermark,omitempty"`
+	Line      int     `json:"line,omitempty"`
+	Column    int     `json:"column,omitempty"`
 }
 
 // errorStatus is the one table from errors to responses: status and code.
@@ -75,13 +85,17 @@ func errorStatus(err error) (int, string) {
 		return http.StatusBadRequest, CodeInvalidTableName
 	case errors.Is(err, feed.ErrInvalidName):
 		return http.StatusBadRequest, CodeInvalidName
+	case errors.Is(err, feed.ErrTableExists):
+		return http.StatusConflict, CodeTableExists
+	case errors.Is(err, feed.ErrColumnLimit):
+		return http.StatusConflict, CodeColumnLimit
 	case errors.Is(err, feed.ErrTableLimit):
 		return http.StatusConflict, CodeTableLimit
 	case errors.Is(err, feed.ErrTooManyConsumers):
 		return http.StatusConflict, CodeTooManyConsumers
 	case errors.Is(err, feed.ErrConsumerNotFound):
 		return http.StatusNotFound, CodeConsumerNotFound
-	case errors.Is(err, feed.ErrClosed):
+	case errors.Is(err, feed.ErrClosed), errors.Is(err, feed.ErrBusy):
 		return http.StatusServiceUnavailable, CodeUnavailable
 	case errors.Is(err, context.Canceled):
 		return statusClientClosed, ""

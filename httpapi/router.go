@@ -26,6 +26,8 @@ type Tables interface {
 	SetSync(ctx context.Context, name string, enabled bool) (feed.SyncStatus, error)
 	Truncate(ctx context.Context, name string) (feed.SyncStatus, error)
 	Drop(ctx context.Context, name string) error
+	// DefineTable creates a table with declared columns (SQL CREATE TABLE).
+	DefineTable(ctx context.Context, name string, sync bool, cols []feed.Column) (feed.SyncStatus, error)
 	Status(name string) (feed.SyncStatus, error)
 	Table(name string) (feed.TableInfo, error)
 	Tables() []feed.TableInfo
@@ -43,11 +45,18 @@ type Consumers interface {
 	DeleteConsumer(table, name string) error
 }
 
+// Writer submits rows to the sequencer (SQL INSERT), as package ilp does
+// lines.
+type Writer interface {
+	Submit(ctx context.Context, b *feed.Batch) (*feed.Pending, error)
+}
+
 // Feed is the sequencer as the API sees it.
 type Feed interface {
 	Tables
 	Drainer
 	Consumers
+	Writer
 }
 
 // Options are what New wires into the router.
@@ -62,8 +71,28 @@ type Options struct {
 	Logger  *slog.Logger
 	// MaxPageBytes ends a drain page before the row that would take its
 	// rows past this many bytes (a page holds at least one row, whatever
-	// its size); 0 means DefaultDrainMaxPageBytes.
+	// its size); 0 means DefaultDrainMaxPageBytes. SQL results are bounded
+	// alike.
 	MaxPageBytes int
+	// MaxDrainLimit is the feed's --max-drain-limit, the largest LIMIT of
+	// a SQL read; 0 means feed.DefaultMaxDrainLimit.
+	MaxDrainLimit int
+	// SQLMaxStatementBytes bounds a SQL request (Config.SQLMaxStatementBytes);
+	// 0 means DefaultSQLMaxStatementBytes.
+	SQLMaxStatementBytes int
+	// SQLMaxScanRows bounds the rows a SQL read looks at
+	// (Config.SQLMaxScanRows); 0 means DefaultSQLMaxScanRows.
+	SQLMaxScanRows int
+	// SQLMaxInsertRows bounds the rows of one INSERT
+	// (Config.SQLMaxInsertRows); 0 means DefaultSQLMaxInsertRows.
+	SQLMaxInsertRows int
+	// SQLMaxColumns bounds a statement's column lists and WHERE
+	// comparisons (the feed's columns per table, plus time); 0 means none
+	// beyond SQLMaxStatementBytes.
+	SQLMaxColumns int
+	// SubmitTimeout bounds how long a SQL INSERT waits for room in the
+	// sequencer's queue before 503; 0 means feed.DefaultSubmitTimeout.
+	SubmitTimeout time.Duration
 }
 
 // API is the HTTP surface. SetReady toggles /health between 200 and 503;
@@ -87,6 +116,11 @@ type API struct {
 type metrics struct {
 	requests *prometheus.CounterVec
 	latency  *prometheus.HistogramVec
+	// SQL: statements by kind and outcome, rows a read looked at, and
+	// requests refused at a limit.
+	sqlStatements *prometheus.CounterVec
+	sqlScanned    prometheus.Counter
+	sqlRefused    *prometheus.CounterVec
 }
 
 // New builds the router. reg may be nil (no metrics).
@@ -96,6 +130,21 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	}
 	if opts.MaxPageBytes <= 0 {
 		opts.MaxPageBytes = DefaultDrainMaxPageBytes
+	}
+	if opts.MaxDrainLimit <= 0 {
+		opts.MaxDrainLimit = feed.DefaultMaxDrainLimit
+	}
+	if opts.SQLMaxStatementBytes <= 0 {
+		opts.SQLMaxStatementBytes = DefaultSQLMaxStatementBytes
+	}
+	if opts.SQLMaxScanRows <= 0 {
+		opts.SQLMaxScanRows = DefaultSQLMaxScanRows
+	}
+	if opts.SQLMaxInsertRows <= 0 {
+		opts.SQLMaxInsertRows = DefaultSQLMaxInsertRows
+	}
+	if opts.SubmitTimeout <= 0 {
+		opts.SubmitTimeout = feed.DefaultSubmitTimeout
 	}
 	f := promauto.With(reg)
 	a := &API{opts: opts, maxPageBytes: opts.MaxPageBytes, logger: opts.Logger.With("component", "httpapi"), stopping: make(chan struct{}), m: &metrics{
@@ -107,6 +156,15 @@ func New(opts Options, reg prometheus.Registerer) *API {
 			Name: "ingestd_http_request_duration_seconds", Help: "HTTP request latency by route pattern.",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
 		}, []string{"route"}),
+		sqlStatements: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ingestd_sql_statements_total", Help: "SQL statements by kind (create_table, alter_table, show_sync, show_columns, show_tables, truncate, drop_table, insert, drain, read, invalid) and outcome (ok, error).",
+		}, []string{"statement", "outcome"}),
+		sqlScanned: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_sql_scanned_rows_total", Help: "Rows SQL reads looked at (in their time range, before tag filters and ORDER BY).",
+		}),
+		sqlRefused: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ingestd_sql_limit_refusals_total", Help: "SQL requests refused at a limit: statement_bytes (--sql-max-statement-bytes), insert_rows (--sql-max-insert-rows), columns (--feed-max-columns-per-table) or scan_rows (--sql-max-scan-rows).",
+		}, []string{"limit"}),
 	}}
 	r := chi.NewRouter()
 	r.Use(a.influxHeaders, a.instrument, strictQuery)
@@ -138,6 +196,8 @@ func New(opts Options, reg prometheus.Registerer) *API {
 		r.Delete("/consumers/{consumer}", a.deleteConsumer)
 	})
 	r.Get("/drain", a.drain)
+	r.Get("/api/v1/sql", a.sql)
+	r.Post("/api/v1/sql", a.sql)
 	a.router = r
 	return a
 }

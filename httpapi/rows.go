@@ -1,32 +1,12 @@
 package httpapi
 
 import (
-	"math"
 	"net/http"
 	"strconv"
-	"time"
 
 	"github.com/ingestd/ingestd/feed"
+	sqlp "github.com/ingestd/ingestd/httpapi/sql"
 )
-
-// Time bounds representable as int64 nanoseconds (years 1677 to 2262).
-var (
-	minTime = time.Unix(0, math.MinInt64)
-	maxTime = time.Unix(0, math.MaxInt64)
-)
-
-// parseTime reads a time bound: RFC 3339 or integer nanoseconds, within
-// int64 nanoseconds (an RFC 3339 time outside them would wrap around).
-func parseTime(s string) (int64, bool) {
-	if ns, err := strconv.ParseInt(s, 10, 64); err == nil {
-		return ns, true
-	}
-	t, err := time.Parse(time.RFC3339Nano, s)
-	if err != nil || t.Before(minTime) || t.After(maxTime) {
-		return 0, false
-	}
-	return t.UnixNano(), true
-}
 
 // rows serves GET /api/v1/tables/{table}/rows?start=&end=&limit=&cursor=
 // [&format=json|lp][&time_format=]: one page of a copy by time range
@@ -55,7 +35,7 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 		if s == "" {
 			continue
 		}
-		if *b.dst, *b.has = parseTime(s); !*b.has {
+		if *b.dst, *b.has = sqlp.ParseTime(s); !*b.has {
 			writeClientErr(w, CodeInvalidParameter, b.name+" must be RFC 3339 or integer nanoseconds within ±2^63 ns (years 1677 to 2262), got "+feed.QuoteInput(s))
 			return
 		}

@@ -26,6 +26,9 @@ const (
 	DefaultIdleTimeout           = 2 * time.Minute
 	DefaultMaxHeaderBytes        = 64 << 10
 	DefaultDrainMaxPageBytes     = 16 << 20
+	DefaultSQLMaxStatementBytes  = 1 << 20
+	DefaultSQLMaxScanRows        = 1_000_000
+	DefaultSQLMaxInsertRows      = 10_000
 )
 
 // Config bounds what HTTP clients can hold: connections, time per request
@@ -53,6 +56,14 @@ type Config struct {
 	// DrainMaxPageBytes ends a drain page before the row that would take
 	// its rows past this many bytes (Options.MaxPageBytes).
 	DrainMaxPageBytes int
+	// SQLMaxStatementBytes bounds a POST /api/v1/sql body (JSON or form,
+	// as sent) and a GET's q, in bytes (413 past it).
+	SQLMaxStatementBytes int
+	// SQLMaxScanRows bounds the rows of its time range a SQL read with a
+	// tag filter or ORDER BY looks at (400 scan_limit past it).
+	SQLMaxScanRows int
+	// SQLMaxInsertRows bounds the rows of one SQL INSERT (413 past it).
+	SQLMaxInsertRows int
 }
 
 // DefaultConfig returns the defaults.
@@ -65,6 +76,9 @@ func DefaultConfig() Config {
 		IdleTimeout:           DefaultIdleTimeout,
 		MaxHeaderBytes:        DefaultMaxHeaderBytes,
 		DrainMaxPageBytes:     DefaultDrainMaxPageBytes,
+		SQLMaxStatementBytes:  DefaultSQLMaxStatementBytes,
+		SQLMaxScanRows:        DefaultSQLMaxScanRows,
+		SQLMaxInsertRows:      DefaultSQLMaxInsertRows,
 	}
 }
 
@@ -77,6 +91,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.IdleTimeout, "http-idle-timeout", c.IdleTimeout, "close a keep-alive HTTP connection idle this long")
 	fs.IntVar(&c.MaxHeaderBytes, "http-max-header-bytes", c.MaxHeaderBytes, "largest request line and headers in bytes (431 past it)")
 	fs.IntVar(&c.DrainMaxPageBytes, "drain-max-page-bytes", c.DrainMaxPageBytes, "a drain page ends before the row that would take its rows past this many bytes (a page holds at least one row)")
+	fs.IntVar(&c.SQLMaxStatementBytes, "sql-max-statement-bytes", c.SQLMaxStatementBytes, "largest POST /api/v1/sql body (or GET q) in bytes (413 past it)")
+	fs.IntVar(&c.SQLMaxInsertRows, "sql-max-insert-rows", c.SQLMaxInsertRows, "most rows in one SQL INSERT (413 past it)")
+	fs.IntVar(&c.SQLMaxScanRows, "sql-max-scan-rows", c.SQLMaxScanRows, "most rows of its time range a SQL read with a tag filter or ORDER BY may look at (400 scan_limit past it)")
 }
 
 // Validate reports the first invalid setting.
@@ -96,6 +113,12 @@ func (c *Config) Validate() error {
 		return errors.New("httpapi: --http-max-header-bytes must be positive")
 	case c.DrainMaxPageBytes < 1:
 		return errors.New("httpapi: --drain-max-page-bytes must be positive")
+	case c.SQLMaxStatementBytes < 1:
+		return errors.New("httpapi: --sql-max-statement-bytes must be positive")
+	case c.SQLMaxScanRows < 1:
+		return errors.New("httpapi: --sql-max-scan-rows must be positive")
+	case c.SQLMaxInsertRows < 1:
+		return errors.New("httpapi: --sql-max-insert-rows must be positive")
 	}
 	return nil
 }

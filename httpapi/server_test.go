@@ -279,6 +279,9 @@ func TestServerConfigValidate(t *testing.T) {
 		{"idle timeout", func(c *Config) { c.IdleTimeout = 0 }, "--http-idle-timeout"},
 		{"header bytes", func(c *Config) { c.MaxHeaderBytes = 0 }, "--http-max-header-bytes"},
 		{"drain page bytes", func(c *Config) { c.DrainMaxPageBytes = 0 }, "--drain-max-page-bytes"},
+		{"sql statement bytes", func(c *Config) { c.SQLMaxStatementBytes = 0 }, "--sql-max-statement-bytes"},
+		{"sql scan rows", func(c *Config) { c.SQLMaxScanRows = 0 }, "--sql-max-scan-rows"},
+		{"sql insert rows", func(c *Config) { c.SQLMaxInsertRows = -1 }, "--sql-max-insert-rows"},
 	}
 	def := DefaultConfig()
 	require.NoError(t, def.Validate())

@@ -293,21 +293,12 @@ func (in *Ingest) release(n int64) {
 }
 
 // errBusy marks a write refused because the sequencer queue stayed full.
-var errBusy = errors.New("ilp: sequencer queue full")
+var errBusy = feed.ErrBusy
 
 // append submits a batch, waiting at most submitTimeout for queue room, then
 // waits for the commit.
 func (in *Ingest) append(ctx context.Context, b *feed.Batch) (feed.Result, error) {
-	sctx, cancel := context.WithTimeout(ctx, in.submitTimeout)
-	p, err := in.app.Submit(sctx, b)
-	cancel()
-	if err != nil {
-		if errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil {
-			return feed.Result{}, errBusy
-		}
-		return feed.Result{}, err
-	}
-	return p.Wait(ctx)
+	return feed.AppendWithin(ctx, in.app, b, in.submitTimeout)
 }
 
 func (in *Ingest) writeAppendError(w http.ResponseWriter, err error) {

@@ -61,6 +61,10 @@ var fuzzSeeds = []fuzzSeed{
 	{"GET", "/drain?table=cpu&after=1&limit=1&wait=5s", "", "", ""},
 	{"DELETE", "/api/v1/tables/cpu/consumers/m1", "", "", ""},
 	{"DELETE", "/api/v1/tables/sensor", "", "", "GET /api/v1/tables"},
+	{"POST", "/api/v1/sql", "Content-Type: application/x-www-form-urlencoded", "q=CREATE+TABLE+s+(host+TAG,+p00+DOUBLE,+n+BIGINT)+WITH+(SYNC)", "GET /api/v1/sql?q=SHOW+COLUMNS+FROM+s"},
+	{"POST", "/api/v1/sql", "Content-Type: application/json", `{"q":"INSERT INTO s (time, host, p00, n) VALUES (1, 'a', 1.5, -2), ('2025-11-29T10:00:00Z', 'b', NULL, 3)"}`, "GET /api/v1/sql?q=SELECT+*+FROM+s+WHERE+x_seq+>+0+LIMIT+5"},
+	{"GET", "/api/v1/sql?q=SELECT+*+FROM+cpu+WHERE+time+>%3D+0+AND+host+%3D+'a'+ORDER+BY+time+DESC+LIMIT+3&time_format=ms", "Accept: text/csv", "", ""},
+	{"POST", "/api/v1/sql?q=ALTER+TABLE+s+SET+SYNC+OFF", "", "", "POST /api/v1/sql?q=TRUNCATE+s"},
 }
 
 // FuzzRouter sends random requests (methods, paths, parameters, headers,

@@ -306,6 +306,9 @@ func wire(cfg config, db *store.DB, logger *slog.Logger, reg *prometheus.Registr
 		Feed: seq, WriteV1: in.HandlerV1(), WriteV2: in.HandlerV2(),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		APISpec: ingestd.APISpec(), Logger: logger, MaxPageBytes: cfg.http.DrainMaxPageBytes,
+		MaxDrainLimit: cfg.feed.MaxDrainLimit, SubmitTimeout: cfg.feed.SubmitTimeout,
+		SQLMaxStatementBytes: cfg.http.SQLMaxStatementBytes, SQLMaxScanRows: cfg.http.SQLMaxScanRows,
+		SQLMaxInsertRows: cfg.http.SQLMaxInsertRows, SQLMaxColumns: cfg.feed.MaxColumnsPerTable + 1,
 	}, reg)
 	return seq, in, api, nil
 }

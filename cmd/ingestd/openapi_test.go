@@ -21,6 +21,8 @@ import (
 func TestResponsesMatchAPISpec(t *testing.T) {
 	openapi3filter.RegisterBodyDecoder("application/x-ndjson", openapi3filter.FileBodyDecoder)
 	defer openapi3filter.UnregisterBodyDecoder("application/x-ndjson")
+	openapi3filter.RegisterBodyDecoder("text/csv", openapi3filter.FileBodyDecoder)
+	defer openapi3filter.UnregisterBodyDecoder("text/csv")
 	raw, err := os.ReadFile("../../api.yaml")
 	require.NoError(t, err)
 	loader := openapi3.NewLoader()
@@ -31,6 +33,7 @@ func TestResponsesMatchAPISpec(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.feed.MaxConsumersPerTable = 1
 	cfg.ilp.MaxBodyBytes = 1 << 10
+	cfg.http.SQLMaxStatementBytes = 1 << 10
 	d := startDaemon(t, cfg)
 	doc.Servers = openapi3.Servers{{URL: d.URL}}
 	router, err := gorillamux.NewRouter(doc)
@@ -42,6 +45,8 @@ func TestResponsesMatchAPISpec(t *testing.T) {
 		status             int
 	}
 	big := strings.Repeat("m v=1 1\n", 200)
+	form := map[string]string{"Content-Type": "application/x-www-form-urlencoded"}
+	jsonBody := map[string]string{"Content-Type": "application/json"}
 	calls := []call{
 		{"GET", "/ping", "", nil, 204},
 		{"HEAD", "/ping", "", nil, 204},
@@ -102,6 +107,29 @@ func TestResponsesMatchAPISpec(t *testing.T) {
 		{"GET", "/api/v1/tables/cpu/rows?limit=1&cursor=%21%21", "", nil, 400},
 		{"GET", "/api/v1/tables/cpu/rows", "", nil, 400},
 		{"GET", "/api/v1/tables/nosuch/rows?limit=1", "", nil, 404},
+		{"POST", "/api/v1/sql", "q=SELECT+*+FROM+cpu+WHERE+x_seq+>+0+LIMIT+2", form, 200},
+		{"GET", "/api/v1/sql?q=SELECT+*+FROM+cpu+WHERE+x_seq+>+0+LIMIT+2", "", map[string]string{"Accept": "text/csv"}, 200},
+		{"GET", "/api/v1/sql?q=SHOW+SYNC+FROM+cpu&time_format=ns", "", nil, 200},
+		{"GET", "/api/v1/sql?q=SELECT+time,v+FROM+cpu+WHERE+host+%3D+'a'+ORDER+BY+time+DESC+LIMIT+2", "", nil, 200},
+		{"GET", "/api/v1/sql?q=SHOW+TABLES", "", map[string]string{"Accept": "application/csv"}, 200},
+		{"POST", "/api/v1/sql", `{"q":"CREATE TABLE sq (host TAG, v DOUBLE) WITH (SYNC)"}`, jsonBody, 200},
+		{"POST", "/api/v1/sql", `{"q":"CREATE TABLE sq (v DOUBLE)"}`, jsonBody, 409},
+		{"POST", "/api/v1/sql", `{"q":"CREATE TABLE sq (v DOUBLE)","x":1}`, jsonBody, 400},
+		{"POST", "/api/v1/sql", "q=INSERT+INTO+sq+(host,v)+VALUES+('a',1),('b',2)", form, 200},
+		{"POST", "/api/v1/sql", "q=INSERT+INTO+sq+(host,v)+VALUES+('a','x')", form, 400},
+		{"POST", "/api/v1/sql", "q=INSERT+INTO+sq+(nope)+VALUES+(1)", form, 400},
+		{"POST", "/api/v1/sql?q=SHOW+COLUMNS+FROM+sq", "", nil, 200},
+		{"POST", "/api/v1/sql", "q=SELECT+*+FROM+sq+WHERE+x_seq+>+5+LIMIT+1", form, 409},
+		{"POST", "/api/v1/sql", "q=SELECT+*+FROM+sq+WHERE+x_epoch+%3D+7+AND+x_seq+>+0+LIMIT+1", form, 409},
+		{"POST", "/api/v1/sql", "q=SELECT+*+FROM+sq", form, 400},
+		{"POST", "/api/v1/sql", "q=SELEC", form, 400},
+		{"POST", "/api/v1/sql", "q=SELECT+*+FROM+nosuch+LIMIT+1", form, 404},
+		{"POST", "/api/v1/sql", "q=" + strings.Repeat("x", 2000), form, 413},
+		{"GET", "/api/v1/sql?q=DROP+TABLE+sq", "", nil, 405},
+		{"POST", "/api/v1/sql", "q=ALTER+TABLE+sq+SET+SYNC+OFF", form, 200},
+		{"POST", "/api/v1/sql", "q=SELECT+*+FROM+sq+WHERE+x_seq+>+0+LIMIT+1", form, 409},
+		{"POST", "/api/v1/sql", "q=TRUNCATE+sq", form, 200},
+		{"POST", "/api/v1/sql", "q=DROP+TABLE+sq", form, 200},
 		{"PUT", "/api/v1/tables/cpu/sync", `{"enabled":false}`, nil, 200},
 		{"GET", "/drain?table=cpu&after=0&limit=1", "", nil, 409},
 		{"POST", "/api/v1/tables/cpu/truncate", "", nil, 200},
