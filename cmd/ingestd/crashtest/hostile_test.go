@@ -33,6 +33,7 @@ type procUse struct {
 	rss        int64 // VmRSS, bytes
 	threads    int   // Threads of /proc/PID/status
 	fds        int   // entries of /proc/PID/fd
+	sockets    int   // of them, sockets (connections and listeners)
 	goroutines int   // go_goroutines of /metrics (-1: not read)
 }
 
@@ -72,8 +73,15 @@ func procFigures(pid int) (procUse, error) {
 			}
 		}
 	}
-	fds, err := os.ReadDir(fmt.Sprintf("/proc/%d/fd", pid))
+	dir := fmt.Sprintf("/proc/%d/fd", pid)
+	fds, err := os.ReadDir(dir)
 	u.fds = len(fds)
+	for _, fd := range fds {
+		// A descriptor closed since the listing is skipped.
+		if l, err := os.Readlink(dir + "/" + fd.Name()); err == nil && strings.HasPrefix(l, "socket:") {
+			u.sockets++
+		}
+	}
 	return u, err
 }
 
@@ -134,6 +142,7 @@ func (h *hostile) record(u procUse) {
 	h.peak.rss = max(h.peak.rss, u.rss)
 	h.peak.threads = max(h.peak.threads, u.threads)
 	h.peak.fds = max(h.peak.fds, u.fds)
+	h.peak.sockets = max(h.peak.sockets, u.sockets)
 }
 
 // watch samples /proc every 20 ms until the returned stop is called (a
@@ -159,17 +168,20 @@ func (h *hostile) watch() (stop func()) {
 	return func() { close(done); <-exited }
 }
 
-// requirePeak fails when the peak RSS or descriptors sampled passed the
-// baseline by more than rss and fds.
-func (h *hostile) requirePeak(t testing.TB, rss int64, fds int) {
+// requirePeak fails when the peak RSS or sockets sampled passed the
+// baseline by more than rss and sockets. Sockets, not all descriptors: the
+// attacks are on connections, and badger's files come and go with its
+// flushes and compactions whatever the clients do (a flush under load
+// added one, which failed a bound on all descriptors).
+func (h *hostile) requirePeak(t testing.TB, rss int64, sockets int) {
 	t.Helper()
 	h.mu.Lock()
 	pk := h.peak
 	h.mu.Unlock()
-	t.Logf("peak during the attack: RSS %d MiB (+%d MiB), %d threads, %d fds (+%d)",
-		pk.rss>>20, (pk.rss-h.base.rss)>>20, pk.threads, pk.fds, pk.fds-h.base.fds)
+	t.Logf("peak during the attack: RSS %d MiB (+%d MiB), %d threads, %d fds (+%d), %d sockets (+%d)",
+		pk.rss>>20, (pk.rss-h.base.rss)>>20, pk.threads, pk.fds, pk.fds-h.base.fds, pk.sockets, pk.sockets-h.base.sockets)
 	require.LessOrEqual(t, pk.rss-h.base.rss, rss, "peak RSS %d MiB over a baseline of %d MiB", pk.rss>>20, h.base.rss>>20)
-	require.LessOrEqual(t, pk.fds-h.base.fds, fds, "peak fds %d over a baseline of %d", pk.fds, h.base.fds)
+	require.LessOrEqual(t, pk.sockets-h.base.sockets, sockets, "peak sockets %d over a baseline of %d", pk.sockets, h.base.sockets)
 	require.LessOrEqual(t, pk.threads, maxThreads)
 }
 
@@ -629,7 +641,10 @@ func TestHostileIdleTCPConns(t *testing.T) {
 	}
 	conns = nil
 	stop()
-	h.requirePeak(t, 32<<20, maxConns+8)
+	// At most maxConns live connections, plus each evicted one for the
+	// tcpShutdownRead it goes on reading (one per writer), plus the test's
+	// own HTTP connections (two).
+	h.requirePeak(t, 32<<20, maxConns+writers+2)
 	h.requireRecovered(t)
 }
 
