@@ -242,14 +242,8 @@ func TestOverwriteEntriesAfterRestart(t *testing.T) {
 // fragments).
 func TestGapRuns(t *testing.T) {
 	const series, perCommit, commits = 20, 50, 8
-	cfg := DefaultConfig()
-	cfg.Dir = t.TempDir()
-	cfg.UnsafeNoSync = true
-	db, err := Open(cfg, nil, nil)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, db.Close()) }()
-	tid := db.AllocTableID()
-	seq := uint64(0)
+	st := newSeqTable(t)
+	db := st.db
 	commit := func(from int64, col uint32) {
 		t.Helper()
 		var frags []Fragment
@@ -258,8 +252,7 @@ func TestGapRuns(t *testing.T) {
 				frags = append(frags, Fragment{Series: uint64(s + 1), Time: from + k, Fields: []Field{intField(col, from+k)}})
 			}
 		}
-		require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: seq + 1, Fragments: frags}}))
-		seq += uint64(len(frags))
+		st.commit(t, frags...)
 	}
 	// Newest first, then the odd slots of a second range after its even
 	// ones (writer 2's batches landing before writer 1's).
@@ -278,25 +271,16 @@ func TestGapRuns(t *testing.T) {
 	}
 	after := db.stats.load()
 	reads := after.pointGets - before.pointGets + after.runSeeks - before.runSeeks + after.gapSeeks - before.gapSeeks
-	t.Logf("%d late points: %d point gets, %d run seeks, %d gap seeks", seq, after.pointGets-before.pointGets, after.runSeeks-before.runSeeks, after.gapSeeks-before.gapSeeks)
+	t.Logf("%d late points: %d point gets, %d run seeks, %d gap seeks", st.seq, after.pointGets-before.pointGets, after.runSeeks-before.runSeeks, after.gapSeeks-before.gapSeeks)
 	require.LessOrEqual(t, reads, uint64(3*series*len(order)), "reads: at most 3 per series and commit")
-	n := 0
-	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksPoint, tid)})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			n++
-		}
-		return nil
-	}))
-	require.Zero(t, n, "no point-index entry for new points")
+	require.Zero(t, pointEntries(t, db, st.tid), "no point-index entry for new points")
 
-	first := seq
+	first := st.seq
 	for _, from := range order {
 		commit(from, 2)
 	}
-	rows := readAll(t, db, tid, 0, seq, 1000)
-	require.Len(t, rows, int(seq))
+	rows := readAll(t, db, st.tid, 0, st.seq, 1000)
+	require.Len(t, rows, int(st.seq))
 	for _, r := range rows {
 		require.Equal(t, []Field{intField(1, r.Time), intField(2, r.Time)}, r.Fields, "x_seq %d (first pass up to %d)", r.Seq, first)
 	}
@@ -379,15 +363,9 @@ func TestLatePlacementModel(t *testing.T) {
 // coalesced union of two fragments.
 // Pages of 10,000 rows, as `ingestd bench` drains.
 func BenchmarkReadSeqResent(b *testing.B) {
-	cfg := DefaultConfig()
-	cfg.Dir = b.TempDir()
-	cfg.UnsafeNoSync = true
-	db, err := Open(cfg, nil, nil)
-	require.NoError(b, err)
-	defer func() { require.NoError(b, db.Close()) }()
-	tid := db.AllocTableID()
+	st := newSeqTable(b)
+	db, tid := st.db, st.tid
 	const series, times, block = 100, 500, 1000
-	seq := uint64(0)
 	for pass := range 2 {
 		var frags []Fragment
 		for ts := range int64(times) {
@@ -398,13 +376,13 @@ func BenchmarkReadSeqResent(b *testing.B) {
 				}
 				frags = append(frags, Fragment{Series: s + 1, Time: ts, Fields: fields})
 				if len(frags) == block {
-					require.NoError(b, db.Commit([]TableCommit{{TableID: tid, FirstSeq: seq + 1, Fragments: frags}}))
-					seq += block
+					st.commit(b, frags...)
 					frags = nil
 				}
 			}
 		}
 	}
+	seq := st.seq
 	b.ResetTimer()
 	for b.Loop() {
 		after, rows := uint64(0), 0
@@ -428,32 +406,57 @@ func BenchmarkReadSeqResent(b *testing.B) {
 // the points beyond them are indexed, and every point stays exact.
 func TestGapRunsBounded(t *testing.T) {
 	const gaps = maxGapRuns + 4
-	cfg := DefaultConfig()
-	cfg.Dir = t.TempDir()
-	cfg.UnsafeNoSync = true
-	db, err := Open(cfg, nil, nil)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, db.Close()) }()
-	tid := db.AllocTableID()
-	seq := uint64(0)
-	commit := func(frags ...Fragment) {
-		t.Helper()
-		require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: seq + 1, Fragments: frags}}))
-		seq += uint64(len(frags))
-	}
+	st := newSeqTable(t)
+	db := st.db
 	for i := range int64(gaps + 1) { // runs at 0, 10, 20, …: gaps between them
-		commit(Fragment{Series: 1, Time: 10 * i, Fields: []Field{intField(1, 10*i)}})
+		st.commit(t, Fragment{Series: 1, Time: 10 * i, Fields: []Field{intField(1, 10*i)}})
 	}
 	var late []Fragment
 	for i := range int64(gaps) {
 		late = append(late, Fragment{Series: 1, Time: 10*i + 5, Fields: []Field{intField(1, 10*i+5)}})
 	}
 	before := db.stats.load()
-	commit(late...)
+	st.commit(t, late...)
 	after := db.stats.load()
 	require.Equal(t, uint64(2*maxGapRuns), after.gapSeeks-before.gapSeeks, "gap seeks: two per gap, for maxGapRuns gaps")
+	require.Equal(t, gaps-maxGapRuns, pointEntries(t, db, st.tid), "the points beyond maxGapRuns gaps are indexed")
+	st.commit(t, late...) // every late point again: each found
+	for _, r := range readAll(t, db, st.tid, 0, st.seq, 100) {
+		require.Equal(t, []Field{intField(1, r.Time)}, r.Fields, "x_seq %d", r.Seq)
+	}
+	require.Len(t, db.table(st.tid).dups, gaps, "every resent point is an overwrite")
+}
+
+// seqTable is one synced table of a fresh store (no fsync), committed to
+// in x_seq order.
+type seqTable struct {
+	db       *DB
+	tid, seq uint64
+}
+
+func newSeqTable(tb testing.TB) *seqTable {
+	tb.Helper()
+	cfg := DefaultConfig()
+	cfg.Dir = tb.TempDir()
+	cfg.UnsafeNoSync = true
+	db, err := Open(cfg, nil, nil)
+	require.NoError(tb, err)
+	tb.Cleanup(func() { require.NoError(tb, db.Close()) })
+	return &seqTable{db: db, tid: db.AllocTableID()}
+}
+
+// commit writes frags as one block, x_seq following the last.
+func (s *seqTable) commit(tb testing.TB, frags ...Fragment) {
+	tb.Helper()
+	require.NoError(tb, s.db.Commit([]TableCommit{{TableID: s.tid, FirstSeq: s.seq + 1, Fragments: frags}}))
+	s.seq += uint64(len(frags))
+}
+
+// pointEntries counts table instance tid's point-index entries.
+func pointEntries(tb testing.TB, db *DB, tid uint64) int {
+	tb.Helper()
 	n := 0
-	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {
+	require.NoError(tb, db.bdb.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksPoint, tid)})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -461,10 +464,5 @@ func TestGapRunsBounded(t *testing.T) {
 		}
 		return nil
 	}))
-	require.Equal(t, gaps-maxGapRuns, n, "the points beyond maxGapRuns gaps are indexed")
-	commit(late...) // every late point again: each found
-	for _, r := range readAll(t, db, tid, 0, seq, 100) {
-		require.Equal(t, []Field{intField(1, r.Time)}, r.Fields, "x_seq %d", r.Seq)
-	}
-	require.Len(t, db.table(tid).dups, gaps, "every resent point is an overwrite")
+	return n
 }

@@ -418,16 +418,7 @@ func TestSeriesRuns(t *testing.T) {
 	for i, r := range rows {
 		require.ElementsMatch(t, want[i], r.Fields, "x_seq %d", r.Seq)
 	}
-	n := 0
-	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksPoint, tid)})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			n++
-		}
-		return nil
-	}))
-	require.Equal(t, 2, n, "only the repeated points have point-index entries (the late new one joins a gap run)")
+	require.Equal(t, 2, pointEntries(t, db, tid), "only the repeated points have point-index entries (the late new one joins a gap run)")
 	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {
 		_, err := txn.Get(pointKey(nil, ksRun, tid, 2, 5))
 		return err
