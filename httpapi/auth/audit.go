@@ -1,0 +1,72 @@
+package auth
+
+import (
+	"log/slog"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+)
+
+// Audit is the audit log (seed 001: control actions recorded without keys
+// or tokens): its own slog logger, one "audit" line per table or sync
+// change, truncate, drop, consumer deletion, consumer's first drain and
+// refused credential, with the token's name, the action, the table, the
+// outcome and the remote address. It never records a token, a password or
+// a cursor value. Refused credentials are limited to a number of lines per
+// second (a client cannot flood the log); the rest are counted. A nil
+// *Audit records nothing. Safe for concurrent use.
+type Audit struct {
+	logger     *slog.Logger
+	perSecond  int
+	mu         sync.Mutex // guards second and n
+	second     int64
+	n          int
+	suppressed prometheus.Counter
+}
+
+// NewAudit returns the audit log writing to logger (nil: discard), with at
+// most failuresPerSecond lines per second for refused credentials. reg
+// may be nil (no metrics).
+func NewAudit(logger *slog.Logger, failuresPerSecond int, reg prometheus.Registerer) *Audit {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
+	return &Audit{logger: logger.With("log", "audit"), perSecond: failuresPerSecond,
+		suppressed: promauto.With(reg).NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_audit_suppressed_total",
+			Help: "Audit lines of refused credentials not written because --audit-max-failures-per-second was reached.",
+		})}
+}
+
+// Record writes one audit line: token is the token's name ("" without an
+// auth file), action what was done ("table.truncate", …), outcome "ok" or
+// the error code; attrs are more key-value pairs (a consumer's name).
+func (a *Audit) Record(token, action, table, outcome, remote string, attrs ...any) {
+	if a == nil {
+		return
+	}
+	a.logger.Info("audit", append([]any{"token", token, "action", action, "table", table, "outcome", outcome, "remote_addr", remote}, attrs...)...)
+}
+
+// failure records a refused credential unless this second's quota is
+// spent.
+func (a *Audit) failure(reason, token, action, table, remote string) {
+	if a == nil {
+		return
+	}
+	now := time.Now().Unix()
+	a.mu.Lock()
+	if now != a.second {
+		a.second, a.n = now, 0
+	}
+	a.n++
+	ok := a.n <= a.perSecond
+	a.mu.Unlock()
+	if !ok {
+		a.suppressed.Inc()
+		return
+	}
+	a.logger.Warn("audit", "token", token, "action", action, "table", table, "outcome", "refused_"+reason, "remote_addr", remote)
+}
