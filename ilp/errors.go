@@ -24,13 +24,16 @@ const (
 	ReasonInvalidTable  = "invalid_table"
 	ReasonTableLimit    = "table_limit"
 	ReasonInvalidName   = "invalid_name"
+	// ReasonForbidden is a TCP line for a table the connection's grant
+	// may not write (SPEC §10).
+	ReasonForbidden = "forbidden"
 )
 
 var reasons = []string{
 	ReasonSyntax, ReasonLineTooLong, ReasonKeyTooLong, ReasonStringTooLong, ReasonReservedKey,
 	ReasonDuplicateTag, ReasonFieldType, ReasonTagField, ReasonTimestamp, ReasonInvalidUTF8,
 	ReasonNoFields, ReasonColumnLimit, ReasonSeriesLimit, ReasonInvalidTable, ReasonTableLimit,
-	ReasonInvalidName,
+	ReasonInvalidName, ReasonForbidden,
 }
 
 var (

@@ -46,6 +46,8 @@ type rigOptions struct {
 	// logEvery is the least time between two rejection logs; 0 keeps the
 	// default, negative logs every rejection.
 	logEvery time.Duration
+	// auth is set on the Ingest before it serves.
+	auth Auth
 }
 
 // newRig starts a rig with ILP's defaults changed by mod (may be nil) and
@@ -93,6 +95,7 @@ func newRigOpts(t testing.TB, opts rigOptions, tables ...string) *rig {
 	if opts.logEvery != 0 {
 		r.in.logLimit.every = max(0, opts.logEvery)
 	}
+	r.in.SetAuth(opts.auth)
 
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)

@@ -211,6 +211,14 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	}
 	batch := &feed.Batch{}
 	perrs, _ := NewParser(in.cfg.Limits).ParseAll(batch, TrimBOM(buf.Bytes()), 1, prec, recv.UnixNano())
+	if in.auth.Request != nil {
+		if g := in.auth.Request(r); g != nil {
+			if err := checkTables(g, batch, r.RemoteAddr); err != nil {
+				writeGrantError(w, err)
+				return
+			}
+		}
+	}
 	var res feed.Result
 	if len(batch.Points) > 0 {
 		res, err = in.append(r.Context(), batch)
@@ -234,6 +242,40 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	default:
 		writeError(w, http.StatusBadRequest, codeInvalid, fmt.Sprintf("%s dropped=%d", msg, dropped), line)
 	}
+}
+
+// checkTables checks that g may write every table of batch (each distinct
+// run of points once): one forbidden table refuses the whole request, so
+// nothing is written (InfluxDB answers a write to a bucket the token may
+// not write with 403 and writes nothing).
+func checkTables(g Grant, batch *feed.Batch, remote string) error {
+	last := ""
+	for i := range batch.Points {
+		t := batch.Points[i].Table
+		if i > 0 && t == last {
+			continue
+		}
+		if err := g.CheckWrite(t, remote); err != nil {
+			return err
+		}
+		last = t
+	}
+	return nil
+}
+
+// writeGrantError answers a write refused by its grant: the error's own
+// status and code when it has them, else 403 forbidden; nothing was
+// written.
+func writeGrantError(w http.ResponseWriter, err error) {
+	status, code := http.StatusForbidden, "forbidden"
+	var se interface {
+		Status() int
+		Code() string
+	}
+	if errors.As(err, &se) {
+		status, code = se.Status(), se.Code()
+	}
+	writeError(w, status, code, err.Error()+"; nothing was written", 0)
 }
 
 // bodyChunk is how many bytes of a write body are held against

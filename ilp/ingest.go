@@ -5,6 +5,8 @@ import (
 
 	"context"
 	"log/slog"
+	"net"
+	"net/http"
 	"sync"
 	"time"
 
@@ -36,7 +38,38 @@ type Ingest struct {
 	// inflight holds the bytes of HTTP write bodies
 	// (Config.MaxInflightWriteBytes).
 	inflight *semaphore.Weighted
+	auth     Auth
 }
+
+// Grant limits what one writer may write (SPEC §10); package
+// httpapi/auth's *Grant is one. Implementations are safe for concurrent
+// use.
+type Grant interface {
+	// CheckWrite returns nil when the writer may write table now, else
+	// an error saying why (shown to the client; an error with Status()
+	// int and Code() string methods sets the HTTP status and code, else
+	// 403 forbidden). remote is the peer's address, for the audit log.
+	CheckWrite(table, remote string) error
+	// Done is closed when the grant ends (its token revoked or changed):
+	// a TCP connection holding it is then closed.
+	Done() <-chan struct{}
+}
+
+// Auth connects the listeners to access control. The zero Auth admits
+// every writer for every table, as without an auth file.
+type Auth struct {
+	// Request returns the grant a write request was admitted with (the
+	// router checked its credentials); nil, or a nil result, is no limit.
+	Request func(r *http.Request) Grant
+	// Conn admits a new TCP connection (completing any TLS handshake) and
+	// returns its grant (nil: no limit); an error closes the connection,
+	// counted as refused. nil admits every connection.
+	Conn func(ctx context.Context, c net.Conn) (Grant, error)
+}
+
+// SetAuth sets the access control of the listeners; call it before they
+// serve.
+func (in *Ingest) SetAuth(a Auth) { in.auth = a }
 
 // New returns an Ingest handing batches to app. submitTimeout bounds the
 // wait for room in the sequencer queue before HTTP answers 503. logger may

@@ -20,6 +20,12 @@ const (
 const (
 	closedIdleTimeout = "idle_timeout"
 	closedEvicted     = "evicted"
+	// closedRefused: Auth.Conn refused the connection (TLS handshake
+	// failed, or the auth file's TCP rule does not admit it).
+	closedRefused = "refused"
+	// closedRevoked: the connection's grant ended (token revoked or its
+	// scopes changed); the peer may reconnect under the new rules.
+	closedRevoked = "revoked"
 )
 
 type metrics struct {
@@ -52,7 +58,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		closed: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_ilp_tcp_connections_closed_total",
-			Help: "ILP TCP connections the server closed, by reason: idle_timeout (nothing sent for --ilp-tcp-idle-timeout), evicted (the longest-idle one, to make room at --ilp-tcp-max-conns).",
+			Help: "ILP TCP connections the server closed, by reason: idle_timeout (nothing sent for --ilp-tcp-idle-timeout), evicted (the longest-idle one, to make room at --ilp-tcp-max-conns), refused (TLS handshake failed or the auth file's TCP rule does not admit it), revoked (its token was revoked or changed).",
 		}, []string{"reason"}),
 		acceptErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_ilp_tcp_accept_errors_total",
@@ -67,7 +73,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Help: "HTTP writes answered 503 because their body found no room under --http-max-inflight-write-bytes within --feed-submit-timeout.",
 		}),
 	}
-	for _, r := range []string{closedIdleTimeout, closedEvicted} {
+	for _, r := range []string{closedIdleTimeout, closedEvicted, closedRefused, closedRevoked} {
 		m.closed.WithLabelValues(r)
 	}
 	for _, t := range []string{transportHTTP, transportTCP} {

@@ -58,6 +58,36 @@ type tcpSlot struct {
 	evicted atomic.Bool
 }
 
+// admit runs Auth.Conn on a new connection: its grant, and whether it may
+// stay open. A grant's end wakes the connection's read (wake); stop that
+// watch when the connection ends.
+func (in *Ingest) admit(ctx context.Context, c net.Conn) (g Grant, ok bool, stop func()) {
+	stop = func() {}
+	if in.auth.Conn == nil {
+		return nil, true, stop
+	}
+	g, err := in.auth.Conn(ctx, c)
+	if err != nil {
+		in.m.closed.WithLabelValues(closedRefused).Inc()
+		if ok, suppressed := in.acceptLog.allow(time.Now()); ok {
+			in.logger.Warn("tcp connection refused", "peer", c.RemoteAddr().String(), "err", err, "suppressed", suppressed)
+		}
+		return nil, false, stop
+	}
+	if g == nil {
+		return nil, true, stop
+	}
+	done := make(chan struct{})
+	go func() {
+		select {
+		case <-g.Done():
+			_ = c.SetReadDeadline(time.Unix(1, 0))
+		case <-done:
+		}
+	}()
+	return g, true, func() { close(done) }
+}
+
 // ServeTCP accepts newline-delimited ILP on ln until ctx ends (SPEC §3.2).
 // Lines are handed to the sequencer at least every TCPFlushInterval or
 // when TCPBatchLines or TCPBatchBytes accumulate; bad lines are dropped, counted and logged
@@ -174,6 +204,8 @@ type tcpConn struct {
 	batchBytes int
 	pending    *feed.Pending
 	flushAt    time.Time
+	// grant limits the tables written (nil: none).
+	grant Grant
 }
 
 func (in *Ingest) serveConn(srvCtx context.Context, s *tcpSlot) {
@@ -184,7 +216,16 @@ func (in *Ingest) serveConn(srvCtx context.Context, s *tcpSlot) {
 	// Submits outlive ctx: shutdown commits what was read, and the
 	// sequencer stops only after every connection has returned.
 	ctx := context.WithoutCancel(srvCtx)
-	tc := &tcpConn{in: in, c: c, peer: c.RemoteAddr().String(), parser: NewParser(in.cfg.Limits), batch: &feed.Batch{}}
+	grant, ok, stopWatch := in.admit(srvCtx, c)
+	defer stopWatch()
+	if !ok {
+		return
+	}
+	var ended <-chan struct{} // nil (never ready) without a grant
+	if grant != nil {
+		ended = grant.Done()
+	}
+	tc := &tcpConn{in: in, c: c, peer: c.RemoteAddr().String(), parser: NewParser(in.cfg.Limits), batch: &feed.Batch{}, grant: grant}
 	var (
 		lr      = newLineReader(in.cfg.Limits.MaxLineBytes)
 		drainBy time.Time // at shutdown or eviction: when to stop reading
@@ -208,7 +249,18 @@ func (in *Ingest) serveConn(srvCtx context.Context, s *tcpSlot) {
 			deadline, idle = time.Unix(0, s.lastRead.Load()).Add(in.cfg.TCPIdleTimeout), true
 		}
 		_ = c.SetReadDeadline(deadline)
-		// After setting the deadline: shutdown and eviction set it too.
+		// After setting the deadline: shutdown, eviction and a grant's
+		// end set it too.
+		select {
+		case <-ended:
+			// Lines read from now on are refused by the grant anyway.
+			in.m.closed.WithLabelValues(closedRevoked).Inc()
+			in.logger.Info("tcp connection closed: its token was revoked or changed", "peer", tc.peer)
+			tc.flush(ctx)
+			tc.wait(ctx)
+			return
+		default:
+		}
 		if srvCtx.Err() != nil || s.evicted.Load() {
 			if drainBy.IsZero() {
 				// Read what the peer has already sent.
@@ -286,8 +338,18 @@ func (tc *tcpConn) parse(line []byte, lineNo int, now time.Time) {
 		tc.flushAt = now.Add(tc.in.cfg.TCPFlushInterval)
 	}
 	tc.batchBytes += len(line) + 1
+	n := len(tc.batch.Points)
 	if perr := tc.parser.Parse(tc.batch, line, lineNo, Nanosecond, now.UnixNano()); perr != nil {
 		tc.reject(perr)
+		return
+	}
+	if tc.grant == nil || len(tc.batch.Points) == n {
+		return
+	}
+	if err := tc.grant.CheckWrite(tc.batch.Points[n].Table, tc.peer); err != nil {
+		tc.batch.Points = tc.batch.Points[:n]
+		tc.in.m.rejected.WithLabelValues(transportTCP, ReasonForbidden).Inc()
+		tc.logReject(lineNo, ReasonForbidden, err)
 	}
 }
 
