@@ -37,21 +37,22 @@ func (cs *consumerSet) load(list []store.Consumer) {
 	}
 }
 
-// record sets a consumer's position, adding it when new, within max.
-func (cs *consumerSet) record(name string, epoch, position uint64, now time.Time, max int) error {
+// record sets a consumer's position, adding it when new, within max. It
+// reports whether it added the consumer.
+func (cs *consumerSet) record(name string, epoch, position uint64, now time.Time, max int) (bool, error) {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	c, ok := cs.byName[name]
 	if !ok {
 		if len(cs.byName) >= max {
-			return fmt.Errorf("%w: %d named consumers already (--max-consumers-per-table); DELETE one first", ErrTooManyConsumers, max)
+			return false, fmt.Errorf("%w: %d named consumers already (--max-consumers-per-table); DELETE one first", ErrTooManyConsumers, max)
 		}
 		c = &store.Consumer{Name: name}
 		cs.byName[name] = c
 	}
 	c.Epoch, c.Position, c.LastSeen = epoch, position, now.UnixNano()
 	cs.dirty[name] = true
-	return nil
+	return !ok, nil
 }
 
 func (cs *consumerSet) list() []store.Consumer {

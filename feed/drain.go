@@ -43,6 +43,10 @@ type Page struct {
 	More      bool // Next < Watermark
 	Columns   []Column
 	Rows      int
+	// NewConsumer is set when this drain registered DrainRequest.Consumer
+	// (its first drain, or its first since it was deleted): the audit log
+	// records it.
+	NewConsumer bool
 }
 
 // Drain reads the page of req.Table after req.After, at most req.Limit rows,
@@ -89,7 +93,7 @@ func (s *Sequencer) drain(ctx context.Context, req DrainRequest, visit func(cols
 		defer tm.Stop()
 		timeout = tm.C
 	}
-	recorded := false
+	recorded, added := false, false
 	for {
 		t, err := s.lookup(req.Table)
 		if err != nil {
@@ -106,13 +110,15 @@ func (s *Sequencer) drain(ctx context.Context, req DrainRequest, visit func(cols
 			return Page{}, &RefusalError{Err: ErrCursorBeyondSequence, Status: st}
 		}
 		if req.Consumer != "" && !recorded {
-			if err := t.consumers.record(req.Consumer, p.epoch, req.After, s.now(), s.cfg.MaxConsumersPerTable); err != nil {
+			if added, err = t.consumers.record(req.Consumer, p.epoch, req.After, s.now(), s.cfg.MaxConsumersPerTable); err != nil {
 				return Page{}, err
 			}
 			recorded = true
 		}
 		if timeout == nil || p.watermark > req.After {
-			return s.readPage(ctx, req, &p, visit)
+			pg, err := s.readPage(ctx, req, &p, visit)
+			pg.NewConsumer = added
+			return pg, err
 		}
 		select {
 		case <-p.changed:
