@@ -1,6 +1,7 @@
 package httpapi
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strconv"
@@ -8,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/httpapi/auth"
 )
 
 // Drain output formats (SPEC §6).
@@ -109,7 +111,17 @@ func (a *API) drain(w http.ResponseWriter, r *http.Request) {
 // answer alike. formatCSV (SQL only) carries the envelope in the same
 // headers as ndjson and lp.
 func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRequest, format string, tf timeFormat) {
-	req.Stop = a.stopping
+	req.Stop = a.stopCtx.Done()
+	// Checked at admission and on every pull (seed 001): a reload that
+	// revokes the token or changes its scopes ends the long-poll at once,
+	// and the page is answered only if the token still holds the scope.
+	grant := auth.FromContext(r.Context())
+	if grant != nil {
+		stop, cancel := context.WithCancel(a.stopCtx)
+		defer cancel()
+		defer context.AfterFunc(grant.Context(), cancel)()
+		req.Stop = stop.Done()
+	}
 	enc := encoder{timeFormat: tf, buf: a.pageBuf()}
 	defer func() { a.releasePageBuf(enc.buf) }()
 	rows := 0
@@ -142,9 +154,18 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 		writeClientErr(w, CodeInvalidParameter, err.Error())
 		return
 	}
+	if grant != nil && grant.Err() != nil {
+		if _, aerr := a.opts.Auth.Check(r, auth.Drain, req.Table, "drain"); aerr != nil {
+			auth.WriteError(w, aerr)
+			return
+		}
+	}
 	if err != nil {
 		writeErr(w, err)
 		return
+	}
+	if pg.NewConsumer {
+		a.audit(r, "consumer.first_drain", req.Table, nil, "consumer", req.Consumer)
 	}
 	h := w.Header()
 	switch format {

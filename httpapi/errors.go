@@ -36,6 +36,12 @@ const (
 	CodeTooLarge             = "request_too_large"
 	CodeMethodNotAllowed     = "method_not_allowed"
 	CodeUnavailable          = "unavailable"
+	// CodeUnauthorized and CodeForbidden are InfluxDB 2.x's codes of 401
+	// and 403 (package auth writes them for tokens; CodeForbidden also
+	// refuses cross-site requests).
+	CodeUnauthorized         = "unauthorized"
+	CodeForbidden            = "forbidden"
+	CodeUnsupportedMediaType = "unsupported_media_type"
 	CodeInternal             = "internal"
 )
 
@@ -141,8 +147,13 @@ func writeErr(w http.ResponseWriter, err error) {
 
 // writeClientErr writes a 400 with the given code.
 func writeClientErr(w http.ResponseWriter, code, msg string) {
+	writeJSONErr(w, http.StatusBadRequest, code, msg)
+}
+
+// writeJSONErr writes the JSON error object with status and code.
+func writeJSONErr(w http.ResponseWriter, status int, code, msg string) {
 	msg = capMessage(msg)
-	writeJSON(w, http.StatusBadRequest, errorBody{Code: code, Message: msg, Error: msg})
+	writeJSON(w, status, errorBody{Code: code, Message: msg, Error: msg})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

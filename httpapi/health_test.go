@@ -45,7 +45,7 @@ func TestHealthFollowsLifecycle(t *testing.T) {
 		})
 	}
 	select {
-	case <-api.stopping:
+	case <-api.stopCtx.Done():
 	default:
 		t.Fatal("BeginShutdown did not close the channel that ends long-polls")
 	}

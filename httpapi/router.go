@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	"log/slog"
+	"mime"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -15,6 +16,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/httpapi/auth"
 )
 
 // Version is reported in X-Influxdb-Version and /health.
@@ -93,18 +95,26 @@ type Options struct {
 	// SubmitTimeout bounds how long a SQL INSERT waits for room in the
 	// sequencer's queue before 503; 0 means feed.DefaultSubmitTimeout.
 	SubmitTimeout time.Duration
+	// Auth checks each route's token and scope (New sets which; README
+	// "Access control"); nil (no --auth-file) admits every request.
+	Auth *auth.Authenticator
+	// Audit records table and sync changes, truncates, drops, consumer
+	// deletions and each consumer's first drain; nil records nothing.
+	Audit *auth.Audit
 }
 
 // API is the HTTP surface. SetReady toggles /health between 200 and 503;
 // BeginShutdown also ends long-polls.
 type API struct {
-	opts     Options
-	logger   *slog.Logger
-	ready    atomic.Bool
-	router   chi.Router
-	m        *metrics
-	stopping chan struct{}
-	stopOnce sync.Once
+	opts   Options
+	logger *slog.Logger
+	ready  atomic.Bool
+	router chi.Router
+	m      *metrics
+	// stopCtx ends at BeginShutdown: every long-poll then answers.
+	stopCtx context.Context
+	stopAll context.CancelFunc
+	csrf    *http.CrossOriginProtection
 	// maxPageBytes is Options.MaxPageBytes, the default applied.
 	maxPageBytes int
 	// pageBufs recycles drain and rows page buffers (*[]byte): a JSON page
@@ -121,7 +131,15 @@ type metrics struct {
 	sqlStatements *prometheus.CounterVec
 	sqlScanned    prometheus.Counter
 	sqlRefused    *prometheus.CounterVec
+	refused       *prometheus.CounterVec
 }
+
+// Reasons a request is refused before its route's handler, the closed
+// label set of ingestd_http_requests_refused_total.
+const (
+	refusedCrossSite   = "cross_site"
+	refusedContentType = "content_type"
+)
 
 // New builds the router. reg may be nil (no metrics).
 func New(opts Options, reg prometheus.Registerer) *API {
@@ -147,7 +165,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 		opts.SubmitTimeout = feed.DefaultSubmitTimeout
 	}
 	f := promauto.With(reg)
-	a := &API{opts: opts, maxPageBytes: opts.MaxPageBytes, logger: opts.Logger.With("component", "httpapi"), stopping: make(chan struct{}), m: &metrics{
+	a := &API{opts: opts, maxPageBytes: opts.MaxPageBytes, logger: opts.Logger.With("component", "httpapi"), csrf: http.NewCrossOriginProtection(), m: &metrics{
 		requests: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_http_requests_total", Help: "HTTP requests by route pattern and status code.",
 		}, []string{"route", "code"}),
@@ -165,41 +183,95 @@ func New(opts Options, reg prometheus.Registerer) *API {
 		sqlRefused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_sql_limit_refusals_total", Help: "SQL requests refused at a limit: statement_bytes (--sql-max-statement-bytes), insert_rows (--sql-max-insert-rows), columns (--feed-max-columns-per-table) or scan_rows (--sql-max-scan-rows).",
 		}, []string{"limit"}),
+		refused: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ingestd_http_requests_refused_total",
+			Help: "Requests refused before their route's handler, by reason: cross_site (403: a state-changing request whose Origin or Sec-Fetch-Site names another site), content_type (415: a control route's body declared as other than application/json).",
+		}, []string{"reason"}),
 	}}
+	a.stopCtx, a.stopAll = context.WithCancel(context.Background())
+	a.m.refused.WithLabelValues(refusedCrossSite)
+	a.m.refused.WithLabelValues(refusedContentType)
+	// Each route's scope (README "Access control"). Open: /ping, /health,
+	// /metrics, /api.yaml.
+	need := opts.Auth.Require
+	table := func(r *http.Request) string { return pathParam(r, "table") }
+	drainTable := func(r *http.Request) string { return r.URL.Query().Get("table") }
 	r := chi.NewRouter()
-	r.Use(a.influxHeaders, a.instrument, strictQuery)
+	r.Use(a.influxHeaders, a.instrument, a.crossSite, strictQuery)
 	r.Get("/ping", a.ping)
 	r.Head("/ping", a.ping)
 	r.Get("/health", a.health)
-	r.Get("/query", a.query)
-	r.Post("/query", a.query)
+	r.With(need(auth.Any, "query", nil)).Get("/query", a.query)
+	r.With(need(auth.Any, "query", nil)).Post("/query", a.query)
 	if opts.WriteV1 != nil {
-		r.Method(http.MethodPost, "/write", opts.WriteV1)
+		r.With(need(auth.Write, "write", nil)).Method(http.MethodPost, "/write", opts.WriteV1)
 	}
 	if opts.WriteV2 != nil {
-		r.Method(http.MethodPost, "/api/v2/write", opts.WriteV2)
+		r.With(need(auth.Write, "write", nil)).Method(http.MethodPost, "/api/v2/write", opts.WriteV2)
 	}
 	if opts.Metrics != nil {
 		r.Method(http.MethodGet, "/metrics", opts.Metrics)
 	}
 	r.Get("/api.yaml", a.spec)
-	r.Get("/api/v1/tables", a.listTables)
+	r.With(need(auth.Any, "table.list", nil)).Get("/api/v1/tables", a.listTables)
 	r.Route("/api/v1/tables/{table}", func(r chi.Router) {
-		r.Get("/", a.getTable)
-		r.Put("/", a.putTable)
-		r.Delete("/", a.deleteTable)
-		r.Get("/sync", a.getSync)
-		r.Put("/sync", a.putSync)
-		r.Post("/truncate", a.truncate)
-		r.Get("/rows", a.rows)
-		r.Get("/consumers", a.listConsumers)
-		r.Delete("/consumers/{consumer}", a.deleteConsumer)
+		read := r.With(need(auth.Drain|auth.Admin, "table.read", table))
+		read.Get("/", a.getTable)
+		read.Get("/sync", a.getSync)
+		admin := r.With(need(auth.Admin, "table.admin", table), a.jsonOnly)
+		admin.Put("/", a.putTable)
+		admin.Delete("/", a.deleteTable)
+		admin.Put("/sync", a.putSync)
+		admin.Post("/truncate", a.truncate)
+		admin.Delete("/consumers/{consumer}", a.deleteConsumer)
+		drain := r.With(need(auth.Drain, "table.read", table))
+		drain.Get("/rows", a.rows)
+		drain.Get("/consumers", a.listConsumers)
 	})
-	r.Get("/drain", a.drain)
-	r.Get("/api/v1/sql", a.sql)
-	r.Post("/api/v1/sql", a.sql)
+	r.With(need(auth.Drain, "drain", drainTable)).Get("/drain", a.drain)
+	// Each statement is checked against its own scope (sql.go).
+	r.With(need(auth.Any, "sql", nil)).Get("/api/v1/sql", a.sql)
+	r.With(need(auth.Any, "sql", nil)).Post("/api/v1/sql", a.sql)
 	a.router = r
 	return a
+}
+
+// crossSite refuses a state-changing request (any method but GET, HEAD
+// and OPTIONS) that a browser sent from another site: Sec-Fetch-Site other
+// than same-origin or none, or, without it, an Origin whose host differs
+// from the request's Host (Go's http.CrossOriginProtection). Requests
+// without either header (Telegraf, client libraries, curl) pass. The
+// refusal is 403 forbidden.
+func (a *API) crossSite(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if err := a.csrf.Check(r); err != nil {
+			a.m.refused.WithLabelValues(refusedCrossSite).Inc()
+			writeJSONErr(w, http.StatusForbidden, CodeForbidden, "cross-site request refused: "+err.Error()+
+				" (a browser page of another site may not change data; non-browser clients send no Origin or Sec-Fetch-Site)")
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
+}
+
+// jsonOnly refuses a control route's body declared as other than
+// application/json with 415: a browser can send text/plain, form and
+// multipart bodies to another site without asking it first (CORS's simple
+// requests), never application/json. A body without Content-Type is read
+// as JSON (Go's and most clients send none).
+func (a *API) jsonOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ct := r.Header.Get("Content-Type"); ct != "" {
+			mt, _, err := mime.ParseMediaType(ct)
+			if err != nil || mt != "application/json" {
+				a.m.refused.WithLabelValues(refusedContentType).Inc()
+				writeJSONErr(w, http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
+					"Content-Type must be application/json, got "+feed.QuoteInput(ct))
+				return
+			}
+		}
+		next.ServeHTTP(w, r)
+	})
 }
 
 // pathParam returns the path parameter key, unescaped. chi routes on the
@@ -232,7 +304,7 @@ func (a *API) SetReady(ready bool) { a.ready.Store(ready) }
 // http.Server.Shutdown need not wait for them. Safe to call more than once.
 func (a *API) BeginShutdown() {
 	a.SetReady(false)
-	a.stopOnce.Do(func() { close(a.stopping) })
+	a.stopAll()
 }
 
 func (a *API) influxHeaders(next http.Handler) http.Handler {

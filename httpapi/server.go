@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"io"
@@ -190,6 +191,9 @@ func NewServer(cfg Config, h http.Handler, logger *slog.Logger, reg prometheus.R
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ConnState: func(c net.Conn, st http.ConnState) {
+			if tc, ok := c.(*tls.Conn); ok {
+				c = tc.NetConn()
+			}
 			if tc, ok := c.(*trackedConn); ok {
 				tc.setState(st)
 			}
@@ -204,6 +208,14 @@ func NewServer(cfg Config, h http.Handler, logger *slog.Logger, reg prometheus.R
 // (EMFILE, ENFILE) are retried after a backoff (net/http's), counted.
 func (s *Server) Serve(ln net.Listener) error {
 	return s.srv.Serve(&limitListener{Listener: ln, s: s, conns: map[*trackedConn]struct{}{}})
+}
+
+// ServeTLS is Serve over TLS with cfg (HTTP/1.1 only: cfg's NextProtos
+// should not offer h2). The connection limits and timeouts count the
+// connections under TLS, handshake included: a handshake must end within
+// --http-read-header-timeout like a request's headers.
+func (s *Server) ServeTLS(ln net.Listener, cfg *tls.Config) error {
+	return s.srv.Serve(tls.NewListener(&limitListener{Listener: ln, s: s, conns: map[*trackedConn]struct{}{}}, cfg))
 }
 
 // Shutdown stops accepting, closes idle connections and waits for active

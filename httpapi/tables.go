@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/httpapi/auth"
 )
 
 // maxControlBody bounds table-management request bodies.
@@ -69,13 +70,36 @@ func decodeBody(r *http.Request, v any, optional bool) error {
 	return nil
 }
 
-func (a *API) listTables(w http.ResponseWriter, _ *http.Request) {
+// listTables lists the tables; with an auth file, those on which the
+// token holds some scope.
+func (a *API) listTables(w http.ResponseWriter, r *http.Request) {
+	g := auth.FromContext(r.Context())
 	ts := a.opts.Feed.Tables()
-	out := make([]tableJSON, len(ts))
-	for i, t := range ts {
-		out[i] = tableBody(t, false)
+	out := make([]tableJSON, 0, len(ts))
+	for _, t := range ts {
+		if g == nil || g.Allows(auth.Any, t.Name) {
+			out = append(out, tableBody(t, false))
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"tables": out})
+}
+
+// audit records r's control action on table in the audit log: outcome
+// "ok", or err's error code.
+func (a *API) audit(r *http.Request, action, table string, err error, attrs ...any) {
+	outcome := "ok"
+	if err != nil {
+		status, code := errorStatus(err)
+		outcome = code
+		if status == statusClientClosed {
+			outcome = "client_closed"
+		}
+	}
+	token := ""
+	if g := auth.FromContext(r.Context()); g != nil {
+		token = g.Name()
+	}
+	a.opts.Audit.Record(token, action, table, outcome, r.RemoteAddr, attrs...)
 }
 
 func (a *API) getTable(w http.ResponseWriter, r *http.Request) {
@@ -97,6 +121,7 @@ func (a *API) putTable(w http.ResponseWriter, r *http.Request) {
 	}
 	name := pathParam(r, "table")
 	created, st, err := a.opts.Feed.CreateTable(r.Context(), name, body.Sync)
+	a.audit(r, "table.create", name, err, "created", created, "sync", body.Sync)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -109,7 +134,9 @@ func (a *API) putTable(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) deleteTable(w http.ResponseWriter, r *http.Request) {
-	if err := a.opts.Feed.Drop(r.Context(), pathParam(r, "table")); err != nil {
+	err := a.opts.Feed.Drop(r.Context(), pathParam(r, "table"))
+	a.audit(r, "table.drop", pathParam(r, "table"), err)
+	if err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -138,6 +165,7 @@ func (a *API) putSync(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	st, err := a.opts.Feed.SetSync(r.Context(), pathParam(r, "table"), *body.Enabled)
+	a.audit(r, "sync.set", pathParam(r, "table"), err, "enabled", *body.Enabled)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -147,6 +175,7 @@ func (a *API) putSync(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) truncate(w http.ResponseWriter, r *http.Request) {
 	st, err := a.opts.Feed.Truncate(r.Context(), pathParam(r, "table"))
+	a.audit(r, "table.truncate", pathParam(r, "table"), err)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -175,7 +204,9 @@ func (a *API) listConsumers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) deleteConsumer(w http.ResponseWriter, r *http.Request) {
-	if err := a.opts.Feed.DeleteConsumer(pathParam(r, "table"), pathParam(r, "consumer")); err != nil {
+	err := a.opts.Feed.DeleteConsumer(pathParam(r, "table"), pathParam(r, "consumer"))
+	a.audit(r, "consumer.delete", pathParam(r, "table"), err, "consumer", pathParam(r, "consumer"))
+	if err != nil {
 		writeErr(w, err)
 		return
 	}
