@@ -85,7 +85,7 @@ func FuzzRouter(f *testing.F) {
 	reg := prometheus.NewRegistry()
 	db, err := store.Open(cfg.store, logger, reg)
 	require.NoError(f, err)
-	seq, _, api, err := wire(cfg, db, logger, reg)
+	seq, _, api, err := wire(cfg, db, logger, reg, nil)
 	require.NoError(f, err)
 	api.SetReady(true)
 	ctx, cancel := context.WithCancel(context.Background())

@@ -11,6 +11,7 @@ import (
 
 	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/httpapi"
+	"github.com/ingestd/ingestd/httpapi/auth"
 	"github.com/ingestd/ingestd/ilp"
 	"github.com/ingestd/ingestd/store"
 )
@@ -28,7 +29,7 @@ type daemon struct {
 func testConfig(dir string) config {
 	cfg := config{
 		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
-		httpAddr: "127.0.0.1:0", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
+		auth: auth.DefaultConfig(), httpAddr: "127.0.0.1:0", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
 	}
 	cfg.store.Dir = dir
 	cfg.ilp.TCPAddr = "127.0.0.1:0"

@@ -11,6 +11,7 @@ package main
 
 import (
 	"context"
+	"crypto/tls"
 	"errors"
 	"flag"
 	"fmt"
@@ -34,6 +35,7 @@ import (
 	"github.com/ingestd/ingestd"
 	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/httpapi"
+	"github.com/ingestd/ingestd/httpapi/auth"
 	"github.com/ingestd/ingestd/ilp"
 	"github.com/ingestd/ingestd/store"
 )
@@ -51,6 +53,7 @@ type config struct {
 	feed            feed.Config
 	ilp             ilp.Config
 	http            httpapi.Config
+	auth            auth.Config
 	httpAddr        string
 	logLevel        string
 	logFormat       string
@@ -73,6 +76,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) {
 	c.feed.RegisterFlags(fs)
 	c.ilp.RegisterFlags(fs)
 	c.http.RegisterFlags(fs)
+	c.auth.RegisterFlags(fs)
 	fs.StringVar(&c.httpAddr, "http-addr", c.httpAddr, "HTTP listen address (writes, drain, tables, metrics)")
 	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&c.logFormat, "log-format", c.logFormat, "log format: text or json")
@@ -95,7 +99,7 @@ func (c *config) validate() error {
 	if c.memoryLimitBytes < 0 {
 		return errors.New("--memory-limit-bytes must not be negative")
 	}
-	return errors.Join(c.store.Validate(), c.feed.Validate(), c.ilp.Validate(), c.http.Validate())
+	return errors.Join(c.store.Validate(), c.feed.Validate(), c.ilp.Validate(), c.http.Validate(), c.auth.Validate())
 }
 
 // usage heads `ingestd --help`.
@@ -104,6 +108,7 @@ const usage = `Usage:
   ingestd mirror [flags]       keep a replica of one table in an InfluxDB-compatible server
   ingestd bench [flags]        load harness: send TSBS data, wait, drain, report
   ingestd health [--url URL]   probe a running ingestd's /health (exit 0 when ready)
+  ingestd token create|list|revoke --auth-file F   manage the tokens of --auth-file
 Each subcommand has its own --help. Every flag can also be set as an environment
 variable: INGESTD_ + the flag name in upper case with - as _ (INGESTD_DATA_DIR);
 for the mirror INGESTD_MIRROR_*. Flags of the daemon:
@@ -114,7 +119,7 @@ for the mirror INGESTD_MIRROR_*. Flags of the daemon:
 func run(ctx context.Context, args []string, stderr io.Writer) int {
 	cfg := config{
 		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
-		httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
+		auth: auth.DefaultConfig(), httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
 		memoryLimitBytes: DefaultMemoryLimitBytes,
 	}
 	fs := flag.NewFlagSet("ingestd", flag.ContinueOnError)
@@ -132,11 +137,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			return runHealth(ctx, args[1:], stderr)
 		case "bench":
 			return runBench(ctx, args[1:], os.Stdout, stderr)
+		case "token":
+			return runToken(args[1:], os.Stdout, stderr)
 		case "help":
 			fs.Usage()
 			return 0
 		}
-		fmt.Fprintf(stderr, "ingestd: unknown command %q (commands: mirror, bench, health, help; flags start with -)\n", args[0])
+		fmt.Fprintf(stderr, "ingestd: unknown command %q (commands: mirror, bench, health, token, help; flags start with -)\n", args[0])
 		return 2
 	}
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("INGESTD")); err != nil {
@@ -189,7 +196,12 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
 		}
 	}()
-	seq, in, api, err := wire(cfg, db, logger, reg)
+	sec, err := newSecurity(cfg.auth, logger, reg)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, sec.close()) }()
+	seq, in, api, err := wire(cfg, db, logger, reg, sec)
 	if err != nil {
 		return err
 	}
@@ -228,7 +240,16 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 	go func() { seqDone <- seq.Run(seqCtx) }()
 
 	httpDone := make(chan error, 1)
-	go func() { httpDone <- srv.Serve(httpLn) }()
+	go func() {
+		if tc := sec.tls.ServerConfig(); tc != nil {
+			httpDone <- srv.ServeTLS(httpLn, tc)
+			return
+		}
+		httpDone <- srv.Serve(httpLn)
+	}()
+	secCtx, secCancel := context.WithCancel(context.Background())
+	secDone := sec.run(secCtx)
+	defer func() { secCancel(); <-secDone }()
 
 	tcpCtx, tcpCancel := context.WithCancel(context.Background())
 	defer tcpCancel()
@@ -237,8 +258,12 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 	if tcpLn != nil {
 		tcpDone = make(chan error, 1)
 		tcpAddr = tcpLn.Addr().String()
+		if tc := sec.tls.ServerConfig(); tc != nil {
+			tcpLn = tls.NewListener(tcpLn, tc)
+		}
 		go func() { tcpDone <- in.ServeTCP(tcpCtx, tcpLn) }()
 	}
+	sec.warnAtStart(logger, httpLn.Addr(), tcpLn)
 	api.SetReady(true)
 	if started != nil {
 		started(httpLn.Addr().String(), tcpAddr)
@@ -290,8 +315,9 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 }
 
 // wire builds the sequencer over db, the ILP ingest and the HTTP API that
-// serves both, registering their metrics on reg (and serving reg's).
-func wire(cfg config, db *store.DB, logger *slog.Logger, reg *prometheus.Registry) (*feed.Sequencer, *ilp.Ingest, *httpapi.API, error) {
+// serves both, registering their metrics on reg (and serving reg's), with
+// sec's access control and audit log (nil: none).
+func wire(cfg config, db *store.DB, logger *slog.Logger, reg *prometheus.Registry, sec *security) (*feed.Sequencer, *ilp.Ingest, *httpapi.API, error) {
 	seq, err := feed.New(cfg.feed, db, logger, reg)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("start feed: %w", err)
@@ -302,14 +328,19 @@ func wire(cfg config, db *store.DB, logger *slog.Logger, reg *prometheus.Registr
 	if err != nil {
 		return nil, nil, nil, err
 	}
-	api := httpapi.New(httpapi.Options{
+	opts := httpapi.Options{
 		Feed: seq, WriteV1: in.HandlerV1(), WriteV2: in.HandlerV2(),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		APISpec: ingestd.APISpec(), Logger: logger, MaxPageBytes: cfg.http.DrainMaxPageBytes,
 		MaxDrainLimit: cfg.feed.MaxDrainLimit, SubmitTimeout: cfg.feed.SubmitTimeout,
 		SQLMaxStatementBytes: cfg.http.SQLMaxStatementBytes, SQLMaxScanRows: cfg.http.SQLMaxScanRows,
 		SQLMaxInsertRows: cfg.http.SQLMaxInsertRows, SQLMaxColumns: cfg.feed.MaxColumnsPerTable + 1,
-	}, reg)
+	}
+	if sec != nil {
+		opts.Auth, opts.Audit = sec.authn, sec.audit
+		in.SetAuth(sec.ilpAuth())
+	}
+	api := httpapi.New(opts, reg)
 	return seq, in, api, nil
 }
 

@@ -1,0 +1,173 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"io/fs"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/peterbourgon/ff/v3"
+
+	"github.com/ingestd/ingestd/httpapi/auth"
+)
+
+// tokenUsage heads `ingestd token --help`.
+const tokenUsage = `Usage:
+  ingestd token create --auth-file F --name N --scope S [--scope S ...]
+      print a new random token once and add its hashed entry to F (created if absent)
+  ingestd token list --auth-file F      list the tokens of F (names, scopes, state; never hashes)
+  ingestd token revoke --auth-file F --name N
+      mark token N revoked (kept in F so its use is logged as revoked)
+Scopes: write, drain or admin, optionally :glob of tables (path.Match syntax, * = all):
+  --scope 'write:*' --scope 'drain:sensor*' --scope admin:room
+A running ingestd picks the change up within --auth-reload-interval, or at once on SIGHUP.
+Flags (INGESTD_AUTH_FILE also sets --auth-file):
+`
+
+// stringList is a repeatable string flag.
+type stringList []string
+
+func (l *stringList) String() string     { return strings.Join(*l, ",") }
+func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
+
+// runToken runs `ingestd token create|list|revoke`. Exit codes: 0 done, 1
+// the file could not be read or written or the name is wrong, 2 bad flags.
+func runToken(args []string, stdout, stderr io.Writer) int {
+	var (
+		file, name string
+		scopes     stringList
+	)
+	fset := flag.NewFlagSet("ingestd token", flag.ContinueOnError)
+	fset.SetOutput(stderr)
+	fset.StringVar(&file, "auth-file", "", "the auth file (YAML, or TOML when it ends in .toml)")
+	fset.StringVar(&name, "name", "", "the token's name (create, revoke)")
+	fset.Var(&scopes, "scope", "a scope of the new token, repeatable (create)")
+	fset.Usage = func() {
+		fmt.Fprint(stderr, tokenUsage)
+		fset.PrintDefaults()
+	}
+	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
+		fset.Usage()
+		return 2
+	}
+	cmd := args[0]
+	if err := ff.Parse(fset, args[1:], ff.WithEnvVarPrefix("INGESTD")); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		fmt.Fprintln(stderr, "ingestd token:", err)
+		return 2
+	}
+	if file == "" {
+		fmt.Fprintln(stderr, "ingestd token: --auth-file is required")
+		return 2
+	}
+	var err error
+	switch cmd {
+	case "create":
+		if name == "" || len(scopes) == 0 {
+			fmt.Fprintln(stderr, "ingestd token create: --name and at least one --scope are required")
+			return 2
+		}
+		err = tokenCreate(file, name, scopes, stdout, stderr)
+	case "list":
+		err = tokenList(file, stdout)
+	case "revoke":
+		if name == "" {
+			fmt.Fprintln(stderr, "ingestd token revoke: --name is required")
+			return 2
+		}
+		err = tokenRevoke(file, name, stderr)
+	default:
+		fmt.Fprintf(stderr, "ingestd token: unknown command %q (create, list, revoke)\n", cmd)
+		return 2
+	}
+	if err != nil {
+		fmt.Fprintln(stderr, "ingestd token:", err)
+		return 1
+	}
+	return 0
+}
+
+// readOrEmpty reads the auth file, or returns an empty one when absent.
+func readOrEmpty(file string) (auth.File, error) {
+	f, err := auth.ReadFile(file)
+	if errors.Is(err, fs.ErrNotExist) {
+		return auth.File{}, nil
+	}
+	return f, err
+}
+
+func tokenCreate(file, name string, scopes []string, stdout, stderr io.Writer) error {
+	f, err := readOrEmpty(file)
+	if err != nil {
+		return err
+	}
+	for _, e := range f.Tokens {
+		if e.Name == name {
+			return fmt.Errorf("a token named %q is already in %s (revoked or not): choose another name", name, file)
+		}
+	}
+	tok, hash, err := auth.NewToken()
+	if err != nil {
+		return err
+	}
+	f.Tokens = append(f.Tokens, auth.Entry{Name: name, Hash: hash, Scopes: scopes, Created: time.Now().UTC().Format(time.RFC3339)})
+	if err := auth.WriteFile(file, f); err != nil {
+		return err
+	}
+	fmt.Fprintln(stdout, tok)
+	fmt.Fprintf(stderr, "token %q (%s) added to %s; it is shown only this once\n", name, strings.Join(scopes, " "), file)
+	return nil
+}
+
+func tokenList(file string, stdout io.Writer) error {
+	f, err := auth.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	tw := tabwriter.NewWriter(stdout, 0, 8, 2, ' ', 0)
+	fmt.Fprintln(tw, "NAME\tSTATE\tSCOPES\tCREATED\tREVOKED")
+	for _, e := range f.Tokens {
+		state := "active"
+		if e.Revoked != "" {
+			state = "revoked"
+		}
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\n", e.Name, state, strings.Join(e.Scopes, " "), dash(e.Created), dash(e.Revoked))
+	}
+	return tw.Flush()
+}
+
+func dash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func tokenRevoke(file, name string, stderr io.Writer) error {
+	f, err := auth.ReadFile(file)
+	if err != nil {
+		return err
+	}
+	for i := range f.Tokens {
+		e := &f.Tokens[i]
+		if e.Name != name {
+			continue
+		}
+		if e.Revoked != "" {
+			return fmt.Errorf("token %q was already revoked at %s", name, e.Revoked)
+		}
+		e.Revoked = time.Now().UTC().Format(time.RFC3339)
+		if err := auth.WriteFile(file, f); err != nil {
+			return err
+		}
+		fmt.Fprintf(stderr, "token %q revoked in %s\n", name, file)
+		return nil
+	}
+	return fmt.Errorf("no token named %q in %s", name, file)
+}
