@@ -6,6 +6,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 
@@ -137,9 +138,34 @@ func TestResponsesMatchAPISpec(t *testing.T) {
 		{"DELETE", "/api/v1/tables/cpu", "", nil, 204},
 		{"DELETE", "/api/v1/tables/cpu", "", nil, 404},
 	}
+	// The refusals of access control, on a daemon with an auth file.
+	authFile := filepath.Join(t.TempDir(), "auth.yaml")
+	tok := secTokens(t, authFile, map[string][]string{"w": {"write:cpu"}})
+	acfg := testConfig(t.TempDir())
+	acfg.auth.File = authFile
+	ad := startDaemon(t, acfg)
+	doc.Servers = append(doc.Servers, &openapi3.Server{URL: ad.URL})
+	router, err = gorillamux.NewRouter(doc)
+	require.NoError(t, err)
+	bearer := map[string]string{"Authorization": "Bearer " + tok["w"]}
+	calls = append(calls,
+		call{"GET", ad.URL + "/drain?table=cpu&after=0&limit=1", "", nil, 401},
+		call{"POST", ad.URL + "/write", "cpu v=1", map[string]string{"Authorization": "Token nope"}, 401},
+		call{"POST", ad.URL + "/write", "mem v=1", bearer, 403},
+		call{"POST", ad.URL + "/api/v2/write", "mem v=1", bearer, 403},
+		call{"GET", ad.URL + "/api/v1/tables/cpu", "", bearer, 403},
+		call{"PUT", ad.URL + "/api/v1/tables/cpu", "", bearer, 403},
+		call{"GET", ad.URL + "/ping", "", nil, 204},
+		call{"POST", "/api/v1/tables/cpu/truncate", "", map[string]string{"Origin": "http://evil.example"}, 403},
+		call{"PUT", "/api/v1/tables/cpu/sync", `{"enabled":true}`, map[string]string{"Content-Type": "text/plain"}, 415},
+	)
 	for _, c := range calls {
 		t.Run(c.method+" "+c.path, func(t *testing.T) {
-			req, err := http.NewRequest(c.method, d.URL+c.path, strings.NewReader(c.body))
+			target := c.path
+			if !strings.HasPrefix(target, "http") {
+				target = d.URL + c.path
+			}
+			req, err := http.NewRequest(c.method, target, strings.NewReader(c.body))
 			require.NoError(t, err)
 			for k, v := range c.header {
 				req.Header.Set(k, v)
