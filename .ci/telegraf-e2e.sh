@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Real Telegraf against ingestd (SPEC §3): builds Telegraf v1.37 from the Go
 # module proxy as a custom build with only the plugins the test needs, then
-# runs TestTelegraf (cmd/ingestd/clients_test.go), which starts ingestd and
-# runs Telegraf once per output configuration of deploy/telegraf/ over the
+# runs TestTelegraf (cmd/ingestd/clients_test.go), which starts ingestd (and
+# one with --auth-file and TLS for the token variants) and runs Telegraf once
+# per output configuration of deploy/telegraf/ over the
 # fixture cmd/ingestd/testdata/telegraf/metrics.lp, then checks through the
 # drain that every metric arrived once per output with its exact values.
 # Fails loudly: on a build error, a mismatch, or a test that did not run.
@@ -27,10 +28,11 @@ echo "telegraf-e2e: built in $(( $(date +%s) - start ))s: $("$bin_dir/telegraf" 
 out="$bin_dir/test.log"
 INGESTD_TELEGRAF="$bin_dir/telegraf" go test -count=1 -v -run '^TestTelegraf$' ./cmd/ingestd 2>&1 | tee "$out"
 # A skipped or missing test must not pass for a green run.
-for sub in 'influxdb_to_/write' 'influxdb_v2_to_/api/v2/write' 'socket_writer_over_TCP'; do
+for sub in 'influxdb_to_/write' 'influxdb_v2_to_/api/v2/write' 'socket_writer_over_TCP' \
+  'influxdb_with_a_token' 'influxdb_v2_with_a_token' 'socket_writer_over_TLS_with_a_client_certificate'; do
   if ! grep -q -- "--- PASS: TestTelegraf/$sub " "$out"; then
     echo "telegraf-e2e: TestTelegraf/$sub did not pass" >&2
     exit 1
   fi
 done
-echo "telegraf-e2e: every output delivered every metric once, exactly"
+echo "telegraf-e2e: every output (and its token variant) delivered every metric once, exactly"

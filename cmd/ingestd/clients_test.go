@@ -29,6 +29,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/httpapi"
+	"github.com/ingestd/ingestd/httpapi/auth"
 )
 
 // clRow is a drained row: column name to the cell's JSON text (time in
@@ -43,16 +44,22 @@ func clStart(t testing.TB, mod func(*config), tables ...string) *daemon {
 		mod(&cfg)
 	}
 	d := startDaemon(t, cfg)
+	clCreate(t, d, tables...)
+	return d
+}
+
+// clCreate creates tables WITH SYNC through d.client().
+func clCreate(t testing.TB, d *daemon, tables ...string) {
+	t.Helper()
 	for _, tb := range tables {
 		req, err := http.NewRequest(http.MethodPut, d.URL+"/api/v1/tables/"+url.PathEscape(tb), strings.NewReader(`{"sync": true}`))
 		require.NoError(t, err)
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := d.client().Do(req)
 		require.NoError(t, err)
 		_, _ = io.Copy(io.Discard, resp.Body)
 		require.NoError(t, resp.Body.Close())
 		require.Equal(t, http.StatusCreated, resp.StatusCode, "create table %s", tb)
 	}
-	return d
 }
 
 // clDrain returns every row of table's feed, in x_seq order.
@@ -61,7 +68,7 @@ func clDrain(t testing.TB, d *daemon, table string) []clRow {
 	rows := []clRow{}
 	after := "0"
 	for {
-		resp, err := http.Get(d.URL + "/drain?time_format=ns&limit=1000&table=" + url.QueryEscape(table) + "&after=" + after)
+		resp, err := d.client().Get(d.URL + "/drain?time_format=ns&limit=1000&table=" + url.QueryEscape(table) + "&after=" + after)
 		require.NoError(t, err)
 		body, err := io.ReadAll(resp.Body)
 		require.NoError(t, err)
@@ -467,7 +474,7 @@ func TestInfluxHeaders(t *testing.T) {
 // clTCPConnections reads ingestd_ilp_tcp_connections from /metrics.
 func clTCPConnections(t testing.TB, d *daemon) string {
 	t.Helper()
-	resp, err := http.Get(d.URL + "/metrics")
+	resp, err := d.client().Get(d.URL + "/metrics")
 	require.NoError(t, err)
 	body, err := io.ReadAll(resp.Body)
 	require.NoError(t, err)
@@ -479,6 +486,28 @@ func clTCPConnections(t testing.TB, d *daemon) string {
 	}
 	t.Fatalf("no ingestd_ilp_tcp_connections in /metrics")
 	return ""
+}
+
+// clSecureDaemon starts a daemon with an auth file and TLS (client
+// certificates verified when given) and creates tables WITH SYNC. Its
+// token "telegraf" may write tgtok* tables, and a client certificate for
+// CN=telegraf names it on TCP. It returns the daemon (its https URL, and a
+// client with an admin and drain token for the cl* helpers) and the
+// environment the token variants of deploy/telegraf/ read.
+func clSecureDaemon(t testing.TB, tables ...string) (*daemon, []string) {
+	t.Helper()
+	pki := newPKI(t, "ingestd-telegraf-test")
+	certFile, keyFile, _ := pki.issue(t, "server", true)
+	clientCert, clientKey, _ := pki.issue(t, "telegraf", false)
+	d, _, tok := authDaemon(t, map[string][]string{"telegraf": {"write:tgtok*"}, "ops": {"admin", "drain"}}, func(c *config) {
+		c.auth.TLSCert, c.auth.TLSKey, c.auth.TLSClientCA = certFile, keyFile, pki.caFile
+		c.auth.TLSClientAuth = auth.ClientAuthVerifyIfSent
+	})
+	d.URL = strings.Replace(d.URL, "http://", "https://", 1)
+	d.hc = pki.tlsClient(t, d.URL, tok["ops"], nil).hc
+	clCreate(t, d, tables...)
+	return d, []string{"INGESTD_TOKEN=" + tok["telegraf"], "INGESTD_TLS_CA=" + pki.caFile,
+		"INGESTD_TLS_CERT=" + clientCert, "INGESTD_TLS_KEY=" + clientKey}
 }
 
 // telegrafEnv names the Telegraf binary TestTelegraf runs.
@@ -512,26 +541,41 @@ func TestTelegraf(t *testing.T) {
 		{"time": "1767225600123456789", "author": jsonStr("Zoë"), "text": jsonStr("naïve café ✓"), "n": "1"},
 		{"time": "1767225601000000000", "author": `"ann"`, "text": `""`, "n": "-1"},
 	}
+	// secure: the token variants, against a daemon with --auth-file and
+	// TLS (HTTPS with a token; TCP with a client certificate naming it).
 	outputs := []struct {
 		name, conf, prefix string
+		secure             bool
 	}{
 		{name: "influxdb to /write", conf: "outputs-influxdb.conf", prefix: "tgv1_"},
 		{name: "influxdb_v2 to /api/v2/write", conf: "outputs-influxdb_v2.conf", prefix: "tgv2_"},
 		{name: "socket_writer over TCP", conf: "outputs-socket_writer.conf", prefix: "tgtcp_"},
+		{name: "influxdb with a token", conf: "outputs-influxdb-token.conf", prefix: "tgtok1_", secure: true},
+		{name: "influxdb_v2 with a token", conf: "outputs-influxdb_v2-token.conf", prefix: "tgtok2_", secure: true},
+		{name: "socket_writer over TLS with a client certificate", conf: "outputs-socket_writer-tls.conf", prefix: "tgtoktcp_", secure: true},
 	}
-	var tables []string
+	var tables, secureTables []string
 	for _, o := range outputs {
-		tables = append(tables, o.prefix+"sensor", o.prefix+"notes")
+		if o.secure {
+			secureTables = append(secureTables, o.prefix+"sensor", o.prefix+"notes")
+		} else {
+			tables = append(tables, o.prefix+"sensor", o.prefix+"notes")
+		}
 	}
 	d := clStart(t, nil, tables...)
+	ds, secureEnv := clSecureDaemon(t, secureTables...)
 	for _, o := range outputs {
 		t.Run(o.name, func(t *testing.T) {
 			conf, err := filepath.Abs(filepath.Join("..", "..", "deploy", "telegraf", o.conf))
 			require.NoError(t, err)
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 			defer cancel()
+			d, env := d, []string(nil)
+			if o.secure {
+				d, env = ds, secureEnv
+			}
 			cmd := exec.CommandContext(ctx, bin, "--once", "--strict-env-handling", "--config", input, "--config", conf)
-			cmd.Env = append(os.Environ(),
+			cmd.Env = append(append(os.Environ(), env...),
 				"INGESTD_URL="+d.URL, "INGESTD_TCP="+d.TCPAddr, "TG_FIXTURE="+fixture, "TG_PREFIX="+o.prefix)
 			out, err := cmd.CombinedOutput()
 			require.NoError(t, err, "telegraf: %s", out)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"log/slog"
+	"net/http"
 	"testing"
 	"time"
 
@@ -20,8 +21,11 @@ import (
 type daemon struct {
 	URL     string // http://127.0.0.1:port
 	TCPAddr string
-	cancel  context.CancelFunc
-	done    chan error
+	// hc, when set, is the client of the cl* helpers of clients_test.go
+	// (TLS roots, a token); nil is http.DefaultClient.
+	hc     *http.Client
+	cancel context.CancelFunc
+	done   chan error
 }
 
 // testConfig returns the defaults with loopback listeners on free ports and
@@ -58,6 +62,14 @@ func startDaemon(t testing.TB, cfg config) *daemon {
 	}
 	t.Cleanup(func() { d.stop(t) })
 	return d
+}
+
+// client is d.hc, or http.DefaultClient.
+func (d *daemon) client() *http.Client {
+	if d.hc != nil {
+		return d.hc
+	}
+	return http.DefaultClient
 }
 
 // stop shuts the daemon down gracefully and requires a clean exit. It may
