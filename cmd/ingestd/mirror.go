@@ -32,6 +32,7 @@ type mirrorConfig struct {
 	table       string        // table to mirror
 	target      string        // full write URL of the target (…/write?db=… or …/api/v2/write?bucket=…)
 	targetToken string        // sent as "Authorization: Token …" when set
+	sourceToken string        // sent to the source as "Authorization: Token …" when set
 	cursorFile  string        // where (epoch, next) is kept
 	consumer    string        // consumer name reported to the source
 	limit       int           // rows per page
@@ -46,7 +47,8 @@ func (c *mirrorConfig) registerFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.source, "source", c.source, "base URL of the source ingestd, e.g. http://localhost:8086")
 	fs.StringVar(&c.table, "table", c.table, "table to mirror")
 	fs.StringVar(&c.target, "target", c.target, "write URL of any InfluxDB-compatible target, e.g. http://replica:8086/write?db=mirror or …/api/v2/write?org=o&bucket=b")
-	fs.StringVar(&c.targetToken, "target-token", c.targetToken, "InfluxDB 2.x token for the target (sent as Authorization: Token …; never logged)")
+	fs.StringVar(&c.targetToken, "target-token", c.targetToken, "token for the target: InfluxDB 2.x's, or an ingestd one with write and admin on the table (sent as Authorization: Token …; never logged)")
+	fs.StringVar(&c.sourceToken, "source-token", c.sourceToken, "token for a source ingestd with --auth-file, with the drain scope on the table (sent as Authorization: Token …; never logged)")
 	fs.StringVar(&c.cursorFile, "cursor-file", c.cursorFile, "file holding the mirror's (epoch, next); written only after the target acknowledged")
 	fs.StringVar(&c.consumer, "consumer", c.consumer, "consumer name reported to the source (lag metrics); default mirror-<table>")
 	fs.IntVar(&c.limit, "limit", c.limit, "rows per drained or copied page")
@@ -249,7 +251,7 @@ func (mr *mirror) bootstrap(ctx context.Context) (*mirrorCursor, error) {
 		var body []byte
 		err := mr.retry(ctx, "source", func() error {
 			var err error
-			hdr, body, err = mr.get(ctx, mr.cfg.source+"/api/v1/tables/"+url.PathEscape(mr.cfg.table)+"/rows?"+q.Encode())
+			hdr, body, err = mr.get(ctx, mr.cfg.source+"/api/v1/tables/"+url.PathEscape(mr.cfg.table)+"/rows?"+q.Encode(), mr.cfg.sourceToken)
 			return err
 		})
 		if err != nil {
@@ -291,7 +293,7 @@ func (mr *mirror) follow(ctx context.Context, cur *mirrorCursor) error {
 		var body []byte
 		err := mr.retry(ctx, "source", func() error {
 			var err error
-			hdr, body, err = mr.get(ctx, mr.cfg.source+"/drain?"+q.Encode())
+			hdr, body, err = mr.get(ctx, mr.cfg.source+"/drain?"+q.Encode(), mr.cfg.sourceToken)
 			return err
 		})
 		if err != nil {
@@ -337,13 +339,14 @@ func (e *httpStatusError) Error() string {
 	return fmt.Sprintf("HTTP %d: %s", e.status, strings.TrimSpace(e.body))
 }
 
-// get fetches a source URL; 409 stale_epoch and cursor_beyond_sequence
-// become errResync.
-func (mr *mirror) get(ctx context.Context, u string) (http.Header, []byte, error) {
+// get fetches a URL with token (none when empty); 409 stale_epoch and
+// cursor_beyond_sequence become errResync.
+func (mr *mirror) get(ctx context.Context, u, token string) (http.Header, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
 		return nil, nil, err
 	}
+	setToken(req, token)
 	resp, err := mr.client.Do(req)
 	if err != nil {
 		return nil, nil, err
@@ -380,9 +383,7 @@ func (mr *mirror) write(ctx context.Context, body []byte) error {
 			return err
 		}
 		req.Header.Set("Content-Type", "text/plain; charset=utf-8")
-		if mr.cfg.targetToken != "" {
-			req.Header.Set("Authorization", "Token "+mr.cfg.targetToken)
-		}
+		setToken(req, mr.cfg.targetToken)
 		resp, err := mr.client.Do(req)
 		if err != nil {
 			return err
@@ -437,7 +438,7 @@ type syncStatus struct {
 func (mr *mirror) sourceSync(ctx context.Context) (syncStatus, error) {
 	var st syncStatus
 	err := mr.retry(ctx, "source", func() error {
-		_, body, err := mr.get(ctx, mr.cfg.source+"/api/v1/tables/"+url.PathEscape(mr.cfg.table)+"/sync")
+		_, body, err := mr.get(ctx, mr.cfg.source+"/api/v1/tables/"+url.PathEscape(mr.cfg.table)+"/sync", mr.cfg.sourceToken)
 		if err != nil {
 			return err
 		}
@@ -459,7 +460,7 @@ func (mr *mirror) targetBase() string {
 func (mr *mirror) probeTargetIngestd(ctx context.Context) (bool, error) {
 	ingestd := false
 	err := mr.retry(ctx, "target", func() error {
-		_, _, err := mr.get(ctx, mr.targetBase()+"/api/v1/tables")
+		_, _, err := mr.get(ctx, mr.targetBase()+"/api/v1/tables", mr.cfg.targetToken)
 		var se *httpStatusError
 		switch {
 		case err == nil:
@@ -482,6 +483,7 @@ func (mr *mirror) truncateTarget(ctx context.Context) error {
 		if err != nil {
 			return err
 		}
+		setToken(req, mr.cfg.targetToken)
 		resp, err := mr.client.Do(req)
 		if err != nil {
 			return err
@@ -494,6 +496,14 @@ func (mr *mirror) truncateTarget(ctx context.Context) error {
 		}
 		return &httpStatusError{status: resp.StatusCode, body: "truncate target table"}
 	})
+}
+
+// setToken sends token as "Authorization: Token …" (InfluxDB 2.x's form,
+// which ingestd takes too) when set.
+func setToken(req *http.Request, token string) {
+	if token != "" {
+		req.Header.Set("Authorization", "Token "+token)
+	}
 }
 
 // loadCursor reads the cursor file; nil when there is none (bootstrap).

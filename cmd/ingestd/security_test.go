@@ -745,3 +745,40 @@ func TestTLSRequireClientCert(t *testing.T) {
 	r = pki.tlsClient(t, base, "", &client).get(t, "/api/v1/tables")
 	require.Equal(t, http.StatusUnauthorized, r.Status, "a certificate is not a token on HTTP")
 }
+
+// TestMirrorWithTokens: `ingestd mirror` reads a source with --auth-file
+// through --source-token (drain scope) and writes to, and truncates, a
+// target with --auth-file through --target-token (write and admin).
+func TestMirrorWithTokens(t *testing.T) {
+	t.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections) // the mirror's client
+	src, _, stok := authDaemon(t, map[string][]string{"ops": {"admin", "write", "drain"}, "mirror": {"drain:m"}}, nil)
+	dst, _, dtok := authDaemon(t, map[string][]string{"ops": {"admin", "drain"}, "mirror": {"write:m", "admin:m"}}, nil)
+	a := newFeedClient(t, src.URL)
+	a.hc.Transport = tokenTransport{tok: stok["ops"], rt: a.hc.Transport}
+	b := newFeedClient(t, dst.URL)
+	b.hc.Transport = tokenTransport{tok: dtok["ops"], rt: b.hc.Transport}
+	a.createSyncTable(t, "m")
+	a.write(t, "m,host=h1 v=1i 1\nm,host=h2 v=2i 2")
+	b.createSyncTable(t, "m")
+	tokenClient(t, dst, dtok["mirror"]).mustWrite(t, "m,host=stale v=9i 9\n")
+
+	cursorFile := filepath.Join(t.TempDir(), "m.cursor")
+	cfg := mirrorConfig{
+		source: src.URL, sourceToken: stok["mirror"], table: "m", target: dst.URL + "/write?db=x", targetToken: dtok["mirror"],
+		cursorFile: cursorFile, consumer: "mirror-m", limit: 100, wait: 200 * time.Millisecond, maxBackoff: 20 * time.Millisecond,
+		logLevel: "info", logFormat: "text",
+	}
+	var logs mirrorLogBuffer
+	mr := newMirror(cfg, newLogger(&logs, "info", "text"), nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- mr.run(ctx) }()
+	defer func() {
+		cancel()
+		<-runErr
+		require.NotContains(t, logs.String(), stok["mirror"])
+		require.NotContains(t, logs.String(), dtok["mirror"])
+	}()
+	feedEventually(t, time.Minute, func() bool { c, ok := readMirrorCursor(t, cursorFile); return ok && c.Next == 2 }, "the copy is acknowledged")
+	require.Equal(t, feedRowsByPoint(t, a, "m"), feedRowsByPoint(t, b, "m"), "the target was truncated (admin token) before the copy")
+}
