@@ -16,7 +16,7 @@ go build -o "$tmp/ingestd" ./cmd/ingestd
 pids+=($!)
 for _ in $(seq 100); do curl -sf "http://127.0.0.1:$ING/ping" && break; sleep 0.1; done
 
-curl -sf -XPUT "http://127.0.0.1:$ING/api/v1/tables/cpu" -d '{"sync":true}' >/dev/null
+curl -sf -XPUT "http://127.0.0.1:$ING/api/v1/tables/cpu" -H 'Content-Type: application/json' -d '{"sync":true}' >/dev/null
 seq 1 100 | sed 's/.*/cpu,host=h usage=&i &/' | curl -sf -XPOST "http://127.0.0.1:$ING/write" --data-binary @- >/dev/null
 curl -sf "http://127.0.0.1:$ING/drain?table=cpu&epoch=1&after=40&limit=1&consumer=audit" >/dev/null
 
