@@ -23,7 +23,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -482,7 +481,7 @@ func TestUnauthenticatedWarning(t *testing.T) {
 		t.Run(c.addr, func(t *testing.T) {
 			cfg := testConfig(t.TempDir())
 			cfg.httpAddr = c.addr
-			var buf syncBuffer
+			var buf mirrorLogBuffer
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
 			started := make(chan struct{})
@@ -501,24 +500,6 @@ func TestUnauthenticatedWarning(t *testing.T) {
 			}
 		})
 	}
-}
-
-// syncBuffer is a bytes.Buffer safe for concurrent use.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 // ---- TLS ----
@@ -781,4 +762,27 @@ func TestMirrorWithTokens(t *testing.T) {
 	}()
 	feedEventually(t, time.Minute, func() bool { c, ok := readMirrorCursor(t, cursorFile); return ok && c.Next == 2 }, "the copy is acknowledged")
 	require.Equal(t, feedRowsByPoint(t, a, "m"), feedRowsByPoint(t, b, "m"), "the target was truncated (admin token) before the copy")
+}
+
+// TestAuthFileWatched: without SIGHUP, a change of the auth file on disk is
+// seen within --auth-reload-interval (a new token works, a revoked one is
+// refused), and a broken file leaves the tokens in force.
+func TestAuthFileWatched(t *testing.T) {
+	d, file, tok := authDaemon(t, map[string][]string{"a": {"admin", "drain"}}, func(c *config) { c.auth.ReloadInterval = 20 * time.Millisecond })
+	newTok := secTokens(t, file, map[string][]string{"b": {"drain"}})["b"]
+	pollUntil(t, 10*time.Second, func() bool {
+		return tokenClient(t, d, newTok).get(t, "/api/v1/tables").Status == http.StatusOK
+	}, "the new token works")
+	var stderr bytes.Buffer
+	require.Equal(t, 0, runToken([]string{"revoke", "--auth-file", file, "--name", "b"}, io.Discard, &stderr), stderr.String())
+	pollUntil(t, 10*time.Second, func() bool {
+		return tokenClient(t, d, newTok).get(t, "/api/v1/tables").Status == http.StatusUnauthorized
+	}, "the revoked token is refused")
+
+	require.NoError(t, os.WriteFile(file, []byte("tokens: [\n"), 0o600))
+	anon := newClient(t, d)
+	pollUntil(t, 10*time.Second, func() bool {
+		return strings.Contains(string(anon.get(t, "/metrics").Body), `ingestd_auth_reloads_total{outcome="error"} 1`)
+	}, "the broken file is seen and refused")
+	require.Equal(t, http.StatusOK, tokenClient(t, d, tok["a"]).get(t, "/api/v1/tables").Status, "the tokens in force stay")
 }
