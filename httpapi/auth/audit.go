@@ -1,6 +1,7 @@
 package auth
 
 import (
+	"context"
 	"log/slog"
 	"sync"
 	"time"
@@ -14,16 +15,18 @@ import (
 // change, truncate, drop, consumer deletion, consumer's first drain and
 // refused credential, with the token's name, the action, the table, the
 // outcome and the remote address. It never records a token, a password or
-// a cursor value. Refused credentials are limited to a number of lines per
-// second (a client cannot flood the log); the rest are counted. A nil
+// a cursor value. Records bypass the logger's level (--log-level warn
+// still writes them). Refused credentials are limited to a number of lines
+// per second (a client cannot flood the log); the rest are counted. A nil
 // *Audit records nothing. Safe for concurrent use.
 type Audit struct {
-	logger     *slog.Logger
+	handler    slog.Handler
 	perSecond  int
 	mu         sync.Mutex // guards second and n
 	second     int64
 	n          int
 	suppressed prometheus.Counter
+	now        func() time.Time
 }
 
 // NewAudit returns the audit log writing to logger (nil: discard), with at
@@ -33,7 +36,7 @@ func NewAudit(logger *slog.Logger, failuresPerSecond int, reg prometheus.Registe
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	return &Audit{logger: logger.With("log", "audit"), perSecond: failuresPerSecond,
+	return &Audit{handler: logger.With("log", "audit").Handler(), perSecond: failuresPerSecond, now: time.Now,
 		suppressed: promauto.With(reg).NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_audit_suppressed_total",
 			Help: "Audit lines of refused credentials not written because --audit-max-failures-per-second was reached.",
@@ -47,7 +50,14 @@ func (a *Audit) Record(token, action, table, outcome, remote string, attrs ...an
 	if a == nil {
 		return
 	}
-	a.logger.Info("audit", append([]any{"token", token, "action", action, "table", table, "outcome", outcome, "remote_addr", remote}, attrs...)...)
+	a.write(slog.LevelInfo, append([]any{"token", token, "action", action, "table", table, "outcome", outcome, "remote_addr", remote}, attrs...))
+}
+
+// write hands one record to the handler directly, whatever its level.
+func (a *Audit) write(level slog.Level, attrs []any) {
+	r := slog.NewRecord(a.now(), level, "audit", 0)
+	r.Add(attrs...)
+	_ = a.handler.Handle(context.Background(), r)
 }
 
 // failure records a refused credential unless this second's quota is
@@ -56,7 +66,7 @@ func (a *Audit) failure(reason, token, action, table, remote string) {
 	if a == nil {
 		return
 	}
-	now := time.Now().Unix()
+	now := a.now().Unix()
 	a.mu.Lock()
 	if now != a.second {
 		a.second, a.n = now, 0
@@ -68,5 +78,5 @@ func (a *Audit) failure(reason, token, action, table, remote string) {
 		a.suppressed.Inc()
 		return
 	}
-	a.logger.Warn("audit", "token", token, "action", action, "table", table, "outcome", "refused_"+reason, "remote_addr", remote)
+	a.write(slog.LevelWarn, []any{"token", token, "action", action, "table", table, "outcome", "refused_" + reason, "remote_addr", remote})
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/base64"
 	"encoding/json"
 	"errors"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -377,4 +378,28 @@ func TestConnAllowlist(t *testing.T) {
 	var e *Error
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, ReasonTCPDenied, e.Reason)
+}
+
+// TestAudit: records bypass the logger's level; refused credentials are
+// limited per second and the rest counted.
+func TestAudit(t *testing.T) {
+	var buf strings.Builder
+	reg := prometheus.NewRegistry()
+	a := NewAudit(slog.New(slog.NewJSONHandler(&buf, &slog.HandlerOptions{Level: slog.LevelError})), 2, reg)
+	clock := time.Unix(1_800_000_000, 0)
+	a.now = func() time.Time { return clock }
+	a.Record("ops", "table.truncate", "sensor", "ok", "127.0.0.1:1")
+	for range 5 {
+		a.failure(ReasonUnknown, "", "drain", "t", "127.0.0.1:2")
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 3, buf.String())
+	require.Contains(t, lines[0], `"level":"INFO","msg":"audit","log":"audit","token":"ops","action":"table.truncate","table":"sensor","outcome":"ok","remote_addr":"127.0.0.1:1"`)
+	require.Contains(t, lines[1], `"outcome":"refused_unknown"`)
+	require.Equal(t, 3.0, value(t, a.suppressed))
+	clock = clock.Add(time.Second)
+	a.failure(ReasonRevoked, "old", "drain", "t", "127.0.0.1:2")
+	require.Contains(t, buf.String(), `"token":"old"`, "a new second, a new quota")
+	var none *Audit
+	none.Record("x", "y", "z", "ok", "r") // no panic, nothing recorded
 }
