@@ -379,8 +379,11 @@ func credential(r *http.Request) (string, *Error) {
 	case strings.EqualFold(scheme, "Token"), strings.EqualFold(scheme, "Bearer"):
 		return checkLen(rest)
 	case strings.EqualFold(scheme, "Basic"):
+		if len(rest) > 2*MaxTokenBytes {
+			return "", malformed(fmt.Sprintf("Basic credentials are longer than %d bytes", 2*MaxTokenBytes))
+		}
 		raw, err := base64.StdEncoding.DecodeString(rest)
-		if err != nil || len(rest) > 2*MaxTokenBytes {
+		if err != nil {
 			return "", malformed("Basic credentials are not base64")
 		}
 		_, pass, ok := bytes.Cut(raw, []byte{':'})
