@@ -229,7 +229,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 		drain.Get("/consumers", a.listConsumers)
 	})
 	r.With(need(auth.Drain, "drain", drainTable)).Get("/drain", a.drain)
-	// Each statement is checked against its own scope (sql.go).
+	// Each statement is checked against its own scope (sqlAllowed).
 	r.With(need(auth.Any, "sql", nil)).Get("/api/v1/sql", a.sql)
 	r.With(need(auth.Any, "sql", nil)).Post("/api/v1/sql", a.sql)
 	a.router = r

@@ -786,3 +786,74 @@ func TestAuthFileWatched(t *testing.T) {
 	}, "the broken file is seen and refused")
 	require.Equal(t, http.StatusOK, tokenClient(t, d, tok["a"]).get(t, "/api/v1/tables").Status, "the tokens in force stay")
 }
+
+// TestSQLScopes: each SQL statement needs the scope of its REST twin on
+// its table (CREATE, ALTER, TRUNCATE, DROP admin; INSERT write; SELECT
+// drain; SHOW SYNC and SHOW COLUMNS drain or admin; SHOW TABLES any token,
+// listing the token's tables), its table changes are audited, and a
+// cross-site POST is refused.
+func TestSQLScopes(t *testing.T) {
+	auditFile := filepath.Join(t.TempDir(), "audit.log")
+	d, _, tok := authDaemon(t, map[string][]string{
+		"admin": {"admin:sq*"}, "w": {"write:sq*"}, "d": {"drain:sq*"}, "other": {"drain:zz", "admin:zz"},
+	}, func(c *config) { c.auth.AuditLogFile = auditFile })
+	sql := func(name, stmt string, hdr http.Header) response {
+		tk, ok := tok[name]
+		if !ok {
+			tk = name // a token that is not in the file
+		}
+		h := http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}
+		for k, v := range hdr {
+			h[k] = v
+		}
+		return tokenClient(t, d, tk).do(t, http.MethodPost, "/api/v1/sql", h, strings.NewReader(url.Values{"q": {stmt}}.Encode()))
+	}
+	cases := []struct {
+		tok, stmt string
+		status    int
+	}{
+		{"w", "CREATE TABLE sq1 (host TAG, v DOUBLE) WITH (SYNC)", 403},
+		{"admin", "CREATE TABLE sq1 (host TAG, v DOUBLE) WITH (SYNC)", 200},
+		{"admin", "CREATE TABLE zz (host TAG, v DOUBLE)", 403},
+		{"other", "CREATE TABLE zz (host TAG, v DOUBLE)", 200},
+		{"d", "INSERT INTO sq1 (host, v) VALUES ('a', 1)", 403},
+		{"w", "INSERT INTO sq1 (host, v) VALUES ('a', 1)", 200},
+		{"w", "SELECT * FROM sq1 WHERE x_seq > 0 LIMIT 5", 403},
+		{"d", "SELECT * FROM sq1 WHERE x_seq > 0 LIMIT 5", 200},
+		{"d", "SELECT * FROM sq1 LIMIT 5", 200},
+		{"other", "SELECT * FROM sq1 LIMIT 5", 403},
+		{"d", "SHOW SYNC FROM sq1", 200},
+		{"admin", "SHOW COLUMNS FROM sq1", 200},
+		{"w", "SHOW COLUMNS FROM sq1", 403},
+		{"d", "ALTER TABLE sq1 SET SYNC OFF", 403},
+		{"admin", "ALTER TABLE sq1 SET SYNC", 200},
+		{"d", "TRUNCATE sq1", 403},
+		{"admin", "TRUNCATE sq1", 200},
+		{"w", "DROP TABLE zz", 403},
+		{"ingestd_unknown", "SHOW TABLES", 401},
+	}
+	for _, c := range cases {
+		r := sql(c.tok, c.stmt, nil)
+		require.Equal(t, c.status, r.Status, "%s: %s: %s", c.tok, c.stmt, r.Body)
+		if c.status == 403 {
+			require.Equal(t, "forbidden", decodeError(t, r, 403).Code)
+		}
+	}
+	r := sql("other", "SHOW TABLES", nil)
+	require.Equal(t, http.StatusOK, r.Status)
+	require.Contains(t, string(r.Body), `"zz"`)
+	require.NotContains(t, string(r.Body), `"sq1"`, "SHOW TABLES lists only the token's tables")
+	r = sql("admin", "DROP TABLE sq1", http.Header{"Origin": {"http://evil.example"}})
+	require.Equal(t, "forbidden", decodeError(t, r, http.StatusForbidden).Code, "a cross-site SQL POST")
+	require.Equal(t, http.StatusOK, sql("admin", "DROP TABLE sq1", nil).Status)
+	d.stop(t)
+	raw, err := os.ReadFile(auditFile)
+	require.NoError(t, err)
+	for _, want := range []string{`"token":"admin","action":"table.create","table":"sq1","outcome":"ok"`,
+		`"token":"admin","action":"sync.set","table":"sq1","outcome":"ok"`,
+		`"token":"admin","action":"table.truncate","table":"sq1","outcome":"ok"`,
+		`"token":"admin","action":"table.drop","table":"sq1","outcome":"ok"`,
+		`"token":"w","action":"sql","table":"sq1","outcome":"refused_forbidden"`} {
+		require.Contains(t, string(raw), want)
+	}
+}
