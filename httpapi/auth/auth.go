@@ -170,12 +170,16 @@ type tokenSet struct {
 // *Authenticator (no --auth-file) admits everything: its Require is a
 // pass-through and Conn admits every connection. Safe for concurrent use.
 type Authenticator struct {
-	cfg    Config
-	cur    atomic.Pointer[tokenSet]
-	mu     sync.Mutex // serializes reloads
-	logger *slog.Logger
-	audit  *Audit
-	m      *metrics
+	cfg Config
+	cur atomic.Pointer[tokenSet]
+	mu  sync.Mutex // serializes reloads; guards pending and failed
+	// pending is the SHA-256 of a changed file the watcher saw once and
+	// will apply when it sees it again; failed that of the last content
+	// that could not be loaded (reported once by the watcher).
+	pending, failed *[sha256.Size]byte
+	logger          *slog.Logger
+	audit           *Audit
+	m               *metrics
 }
 
 type metrics struct {
@@ -215,7 +219,7 @@ func New(cfg Config, logger *slog.Logger, audit *Audit, reg prometheus.Registere
 	}
 	a.m.reloads.WithLabelValues("ok")
 	a.m.reloads.WithLabelValues("error")
-	if _, err := a.reload(); err != nil {
+	if _, err := a.reload(false); err != nil {
 		return nil, err
 	}
 	return a, nil
@@ -230,29 +234,51 @@ func (a *Authenticator) Reload() error {
 	if a == nil {
 		return nil
 	}
-	_, err := a.reload()
+	_, err := a.reload(false)
 	return err
 }
 
-// reload loads the file and reports whether it changed.
-func (a *Authenticator) reload() (bool, error) {
+// reload loads the file and reports whether it changed. With settle (the
+// watcher), a changed content is applied only once it has been read the
+// same twice in a row, one interval apart, so that a file caught
+// mid-write (truncated, half written) is never applied, and content that
+// could not be loaded is reported once.
+func (a *Authenticator) reload(settle bool) (bool, error) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
 	raw, err := os.ReadFile(a.cfg.File)
 	if err != nil {
-		return a.reloadFailed(fmt.Errorf("auth: %w", err))
+		err = fmt.Errorf("auth: %w", err)
+		raw = []byte(err.Error()) // settles and is reported like content
 	}
 	sum := sha256.Sum256(raw)
 	old := a.cur.Load()
 	if old != nil && old.sum == sum {
+		a.pending, a.failed = nil, nil
 		return false, nil
 	}
-	f, err := decodeFile(a.cfg.File, raw)
-	if err != nil {
-		return a.reloadFailed(err)
+	if settle {
+		if a.pending == nil || *a.pending != sum {
+			a.pending = &sum
+			return false, nil
+		}
+		if a.failed != nil && *a.failed == sum {
+			return false, nil
+		}
 	}
-	p, err := f.check()
+	if err == nil && len(bytes.TrimSpace(raw)) == 0 {
+		err = fmt.Errorf("auth: %s is empty (write \"tokens: []\" to serve with no token)", a.cfg.File)
+	}
+	var f File
+	if err == nil {
+		f, err = decodeFile(a.cfg.File, raw)
+	}
+	var p parsed
+	if err == nil {
+		p, err = f.check()
+	}
 	if err != nil {
+		a.failed = &sum
 		return a.reloadFailed(err)
 	}
 	next := &tokenSet{byName: map[string]*Grant{}, revoked: p.revoked, allow: p.allow, sum: sum}
@@ -336,8 +362,9 @@ func samePrefixes(x, y []netip.Prefix) bool {
 }
 
 // Run checks the auth file every cfg.ReloadInterval until ctx ends and
-// reloads it when its content changed (a failed reload is logged and
-// counted; the tokens in force stay). It returns nil when ctx ends; with a
+// reloads it when its content changed and stayed the same for one
+// interval (a failed reload is logged and counted once; the tokens in
+// force stay). It returns nil when ctx ends; with a
 // 0 interval or a nil Authenticator it only waits for ctx.
 func (a *Authenticator) Run(ctx context.Context) error {
 	if a == nil || a.cfg.ReloadInterval == 0 {
@@ -351,7 +378,7 @@ func (a *Authenticator) Run(ctx context.Context) error {
 		case <-ctx.Done():
 			return nil
 		case <-t.C:
-			_, _ = a.reload()
+			_, _ = a.reload(true)
 		}
 	}
 }

@@ -403,3 +403,46 @@ func TestAudit(t *testing.T) {
 	var none *Audit
 	none.Record("x", "y", "z", "ok", "r") // no panic, nothing recorded
 }
+
+// TestReloadSettles: the watcher applies a changed file only once it has
+// read the same content twice in a row (a file caught mid-write is never
+// applied), reports content it cannot load once, and refuses an empty
+// file (a truncation caught before the write) instead of revoking every
+// token.
+func TestReloadSettles(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "auth.yaml")
+	tok := tokens(t, p, map[string][]string{"a": {"drain"}})
+	a := newAuth(t, p, prometheus.NewRegistry())
+	req := httptest.NewRequest(http.MethodGet, "/", nil)
+	req.Header.Set("Authorization", "Token "+tok["a"])
+	g, err := a.Check(req, Drain, "t", "test")
+	require.NoError(t, err)
+
+	require.NoError(t, os.WriteFile(p, nil, 0o600)) // truncated, not yet written
+	changed, err := a.reload(true)
+	require.NoError(t, err)
+	require.False(t, changed, "seen once: not applied")
+	changed, err = a.reload(true)
+	require.ErrorContains(t, err, "is empty")
+	require.False(t, changed)
+	require.NoError(t, g.Err(), "an empty file revokes nothing")
+	_, err = a.reload(true)
+	require.NoError(t, err, "reported once")
+	require.Equal(t, 1.0, value(t, a.m.reloads.WithLabelValues("error")))
+
+	tokens(t, p, map[string][]string{"b": {"drain"}})
+	changed, err = a.reload(true)
+	require.NoError(t, err)
+	require.False(t, changed)
+	require.NoError(t, g.Err())
+	changed, err = a.reload(true)
+	require.NoError(t, err)
+	require.True(t, changed, "the same content twice: applied")
+	require.ErrorIs(t, g.Err(), ErrRevoked)
+
+	require.NoError(t, os.WriteFile(p, nil, 0o600))
+	cfg := DefaultConfig()
+	cfg.File = p
+	_, err = New(cfg, nil, nil, nil)
+	require.ErrorContains(t, err, "is empty", "an empty file does not start")
+}

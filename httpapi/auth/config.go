@@ -27,7 +27,8 @@ type Config struct {
 	File string
 	// ReloadInterval is how often the auth file is checked for changes
 	// (its content, so editors' atomic renames and Kubernetes' secret
-	// symlink swaps are seen too); 0 reloads only on SIGHUP.
+	// symlink swaps are seen too); a change is applied once two checks in
+	// a row read the same. 0 reloads only on SIGHUP.
 	ReloadInterval time.Duration
 	// TLSCert and TLSKey (PEM files) turn on TLS on the HTTP and TCP
 	// listeners; both are read again on SIGHUP.
@@ -60,7 +61,7 @@ func DefaultConfig() Config {
 // RegisterFlags registers the security flags on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.File, "auth-file", c.File, "token file (YAML, or TOML when it ends in .toml) made by `ingestd token create`; empty: no authentication")
-	fs.DurationVar(&c.ReloadInterval, "auth-reload-interval", c.ReloadInterval, "how often the auth file is checked for changes (0: only on SIGHUP)")
+	fs.DurationVar(&c.ReloadInterval, "auth-reload-interval", c.ReloadInterval, "how often the auth file is checked for changes, applied once two checks read the same (0: only on SIGHUP)")
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate (chain) for TLS on the HTTP and TCP listeners; read again on SIGHUP (empty: no TLS)")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key of --tls-cert; read again on SIGHUP")
 	fs.StringVar(&c.TLSClientCA, "tls-client-ca", c.TLSClientCA, "PEM CA certificates that client certificates are verified against (empty: none asked for)")
