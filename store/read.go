@@ -12,7 +12,9 @@ import (
 // ReadSeq visits, in ascending x_seq, the fragments of table instance tid
 // with after < x_seq <= upto, at most limit of them, each as the coalesced
 // row at its (series, ts): the union of every fragment stored there, the
-// later write winning per column. The Row and its Fields are valid only
+// later write winning per column. It returns ErrHistoryExpired, before
+// visiting anything, when after is below the instance's history horizon
+// minus one as its read view sees it. The Row and its Fields are valid only
 // during the call to visit; visit's error stops the read and is returned.
 // Safe for concurrent use with Commit.
 func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*Row) error) error {
@@ -22,6 +24,15 @@ func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*Row) error
 	st := db.table(tid)
 	txn := db.bdb.NewTransaction(false)
 	defer txn.Discard()
+	// The horizon as this read's view sees it: a sweep that removed a
+	// fragment above after committed its raised horizon first.
+	horizon, err := readHorizon(txn, tid)
+	if err != nil {
+		return err
+	}
+	if after+1 < horizon {
+		return fmt.Errorf("%w: after=%d is below the horizon %d", ErrHistoryExpired, after, horizon)
+	}
 	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 2, Prefix: tablePrefix(ksSync, tid)})
 	defer it.Close()
 	var (
@@ -54,6 +65,10 @@ func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*Row) error
 			}
 			if err := br.next(&f); err != nil {
 				return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+			}
+			if f.Series == removedSeries {
+				// Below the horizon by construction; never skipped silently.
+				return fmt.Errorf("%w: x_seq %d was removed", ErrHistoryExpired, seq)
 			}
 			row = Row{Seq: seq, Series: f.Series, Time: f.Time, Fields: f.Fields}
 			if row.Fields, err = co.rowFields(st, txn, tid, &f, ref{seq: seq}); err != nil {
@@ -189,8 +204,8 @@ func (c *coalescer) coalesce(txn *badger.Txn, tid uint64, self *Fragment, selfRe
 			if err != nil {
 				return nil, err
 			}
-			if !found {
-				continue // its block was never stored (a crash split its commit)
+			if !found || f.Series == removedSeries {
+				continue // its block was never stored (a crash split its commit), or a sweep removed it
 			}
 			fields = f.Fields
 		}

@@ -76,7 +76,7 @@ func (db *DB) ReadRows(tid uint64, cur RowCursor, start, end int64, limit int, v
 						return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
 					}
 					cur.Index = idx + 1
-					if f.Time < start || f.Time >= end {
+					if f.Series == removedSeries || f.Time < start || f.Time >= end {
 						continue
 					}
 					row = Row{Series: f.Series, Time: f.Time, Fields: f.Fields}

@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"sync"
 	"syscall"
+	"time"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -23,6 +24,13 @@ const (
 	DefaultBlockCacheBytes = 64 << 20
 	DefaultMemTableBytes   = 64 << 20
 	DefaultMinFreeBytes    = 256 << 20
+	// DefaultGCInterval is how often the value-log garbage collector runs.
+	DefaultGCInterval = time.Minute
+	// DefaultGCMaxBytesPerSecond bounds the collector's I/O.
+	DefaultGCMaxBytesPerSecond = 64 << 20
+	// DefaultValueLogMaxEntries is how many values a value-log file holds
+	// at most before badger starts the next one.
+	DefaultValueLogMaxEntries = 256
 )
 
 // MaxValueBytes is the largest value the store can hold (badger's value
@@ -52,11 +60,26 @@ type Config struct {
 	// stops before: badger's background flushes and compactions need room
 	// too. 0 disables the check.
 	MinFreeBytes int64
+	// GCInterval is how often the value-log garbage collector runs in the
+	// background (CollectGarbage); 0 disables it.
+	GCInterval time.Duration
+	// GCMaxBytesPerSecond bounds the collector's I/O: after rewriting a
+	// file it pauses as long as reading and writing that file takes at this
+	// rate. 0: no pause.
+	GCMaxBytesPerSecond int64
+	// ValueLogMaxEntries is how many values (blocks, and index values
+	// above 4 KiB) one value-log file holds before badger starts the next
+	// (also past MaxValueBytes). Only a file badger no longer writes can be
+	// collected, so this bounds how much dead space the newest file can
+	// hold: lower means space comes back sooner, at the cost of more files
+	// (each an open file and a mapping).
+	ValueLogMaxEntries int
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
-	return Config{Dir: DefaultDir, BlockCacheBytes: DefaultBlockCacheBytes, MemTableBytes: DefaultMemTableBytes, MinFreeBytes: DefaultMinFreeBytes}
+	return Config{Dir: DefaultDir, BlockCacheBytes: DefaultBlockCacheBytes, MemTableBytes: DefaultMemTableBytes, MinFreeBytes: DefaultMinFreeBytes,
+		GCInterval: DefaultGCInterval, GCMaxBytesPerSecond: DefaultGCMaxBytesPerSecond, ValueLogMaxEntries: DefaultValueLogMaxEntries}
 }
 
 // RegisterFlags registers the store's flags on fs.
@@ -66,6 +89,9 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.BlockCacheBytes, "store-block-cache-bytes", c.BlockCacheBytes, "badger block cache size in bytes")
 	fs.Int64Var(&c.MemTableBytes, "store-memtable-bytes", c.MemTableBytes, "badger memtable size in bytes")
 	fs.Int64Var(&c.MinFreeBytes, "store-min-free-bytes", c.MinFreeBytes, "free space the data directory must keep: below it writes fail and ingestd stops (0: no check)")
+	fs.DurationVar(&c.GCInterval, "store-gc-interval", c.GCInterval, "how often the value-log garbage collector gives the space of removed data back (0: never)")
+	fs.Int64Var(&c.GCMaxBytesPerSecond, "store-gc-max-bytes-per-second", c.GCMaxBytesPerSecond, "I/O bound of the value-log garbage collector: after rewriting a file it pauses as long as that file takes at this rate (0: no pause)")
+	fs.IntVar(&c.ValueLogMaxEntries, "store-value-log-max-entries", c.ValueLogMaxEntries, "values per value-log file before the next is started (only files no longer written are collected)")
 }
 
 // Validate reports the first invalid setting.
@@ -81,6 +107,15 @@ func (c *Config) Validate() error {
 	}
 	if c.MinFreeBytes < 0 {
 		return errors.New("store: --store-min-free-bytes must not be negative")
+	}
+	if c.GCInterval < 0 {
+		return errors.New("store: --store-gc-interval must not be negative")
+	}
+	if c.GCMaxBytesPerSecond < 0 {
+		return errors.New("store: --store-gc-max-bytes-per-second must not be negative")
+	}
+	if c.ValueLogMaxEntries < 1 || c.ValueLogMaxEntries > math.MaxInt32 {
+		return errors.New("store: --store-value-log-max-entries must be within 1..2147483647")
 	}
 	return nil
 }
@@ -107,6 +142,11 @@ type DB struct {
 	tables map[uint64]*tableState // by table instance id
 
 	stats lookupStats
+
+	// gc is the value-log collector (nil in memory); gcBytesPerSecond is
+	// Config.GCMaxBytesPerSecond.
+	gc               *gcState
+	gcBytesPerSecond int64
 }
 
 // tableState is the store's in-memory state of one table instance.
@@ -172,13 +212,25 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		WithBlockCacheSize(cfg.BlockCacheBytes).
 		WithIndexCacheSize(32 << 20).
 		WithMemTableSize(cfg.MemTableBytes).
-		WithValueLogFileSize(MaxValueBytes)
+		WithValueLogFileSize(MaxValueBytes).
+		WithValueLogMaxEntries(uint32(max(cfg.ValueLogMaxEntries, 1)))
 	db.bdb, err = badger.Open(opts)
 	if err != nil {
 		return nil, fmt.Errorf("open badger in %s: %w", cfg.Dir, err)
 	}
 	if err := db.load(); err != nil {
 		return nil, errors.Join(err, db.bdb.Close())
+	}
+	if !cfg.InMemory {
+		db.gc, db.gcBytesPerSecond = newGCState(), cfg.GCMaxBytesPerSecond
+		if reg != nil {
+			reg.MustRegister(db.gc.runs, db.gc.seconds, db.gc.rewrites)
+		}
+		if cfg.GCInterval > 0 {
+			go db.runGC(cfg.GCInterval, cfg.GCMaxBytesPerSecond)
+		} else {
+			close(db.gc.done)
+		}
 	}
 	if reg != nil {
 		reg.MustRegister(sizeCollector{db}, statsCollector{db})
@@ -338,6 +390,10 @@ func (db *DB) table(tid uint64) *tableState {
 
 // Close flushes and closes the database and releases the directory lock.
 func (db *DB) Close() error {
+	if db.gc != nil {
+		close(db.gc.stop)
+		<-db.gc.done
+	}
 	err := db.bdb.Close()
 	if db.lock != nil {
 		err = errors.Join(err, db.lock.Close())
@@ -428,7 +484,8 @@ func (db *DB) DropTableData(tid uint64) error {
 	delete(db.tables, tid)
 	db.mu.Unlock()
 	return db.bdb.DropPrefix(tablePrefix(ksSeries, tid), tablePrefix(ksSync, tid),
-		tablePrefix(ksUnsync, tid), tablePrefix(ksPoint, tid), tablePrefix(ksDup, tid), tablePrefix(ksRun, tid))
+		tablePrefix(ksUnsync, tid), tablePrefix(ksPoint, tid), tablePrefix(ksDup, tid), tablePrefix(ksRun, tid),
+		horizonKey(tid))
 }
 
 // Commit durably writes the given table commits: per table, metadata and
@@ -724,19 +781,6 @@ func (w *committer) markDup(st *tableState, tid uint64, f *Fragment, refs []byte
 	st.dups[id] = string(refs)
 	st.dupMu.Unlock()
 	return nil
-}
-
-// sizeCollector reports badger's LSM and value-log sizes.
-type sizeCollector struct{ db *DB }
-
-var sizeDesc = prometheus.NewDesc("ingestd_store_size_bytes", "Size of the badger database on disk by part (lsm, vlog).", []string{"part"}, nil)
-
-func (c sizeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sizeDesc }
-
-func (c sizeCollector) Collect(ch chan<- prometheus.Metric) {
-	lsm, vlog := c.db.bdb.Size()
-	ch <- prometheus.MustNewConstMetric(sizeDesc, prometheus.GaugeValue, float64(lsm), "lsm")
-	ch <- prometheus.MustNewConstMetric(sizeDesc, prometheus.GaugeValue, float64(vlog), "vlog")
 }
 
 // badgerLogger routes badger's logs to slog at one level lower than badger

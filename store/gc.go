@@ -1,0 +1,167 @@
+package store
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"sync"
+	"syscall"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// gcDiscardRatio is the share of a value-log file that must be garbage
+// for the collector to rewrite it (badger's recommended 0.5: a lifetime
+// write amplification of at most 2).
+const gcDiscardRatio = 0.5
+
+// gcState is the background value-log collector (see doc.go, "Space
+// given back").
+type gcState struct {
+	stop chan struct{}
+	done chan struct{}
+	// mu serializes passes (the background loop and CollectGarbage).
+	mu sync.Mutex
+
+	runs     *prometheus.CounterVec
+	seconds  prometheus.Counter
+	rewrites prometheus.Counter
+}
+
+func newGCState() *gcState {
+	return &gcState{
+		stop: make(chan struct{}),
+		done: make(chan struct{}),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ingestd_store_gc_passes_total", Help: "Value-log garbage collection passes by result (rewrote: at least one file rewritten and deleted; nothing; error).",
+		}, []string{"result"}),
+		seconds: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_store_gc_seconds_total", Help: "Time spent in value-log garbage collection passes, pauses for --store-gc-max-bytes-per-second excluded.",
+		}),
+		rewrites: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_store_gc_file_rewrites_total", Help: "Value-log files rewritten (their live values copied forward) and deleted by the garbage collector.",
+		}),
+	}
+}
+
+// runGC is the background loop: a pass every interval until Close.
+func (db *DB) runGC(interval time.Duration, bytesPerSecond int64) {
+	defer close(db.gc.done)
+	t := time.NewTicker(interval)
+	defer t.Stop()
+	for {
+		select {
+		case <-db.gc.stop:
+			return
+		case <-t.C:
+			if _, err := db.collect(bytesPerSecond); err != nil {
+				db.logger.Warn("value-log garbage collection", "err", err)
+			}
+		}
+	}
+}
+
+// CollectGarbage runs one value-log garbage collection pass now: it
+// rewrites, one at a time, every value-log file at least half of which is
+// garbage (values of deleted or rewritten keys, as badger's compactions
+// have counted them), deleting the old file, and waits between two
+// rewrites as long as writing one file takes at --store-gc-max-bytes-
+// per-second. It returns how many files it rewrote. The file badger is
+// writing to is never rewritten. Safe for concurrent use; passes run one
+// at a time.
+func (db *DB) CollectGarbage() (int, error) { return db.collect(db.gcBytesPerSecond) }
+
+func (db *DB) collect(bytesPerSecond int64) (n int, err error) {
+	if db.gc == nil {
+		return 0, nil
+	}
+	db.gc.mu.Lock()
+	defer db.gc.mu.Unlock()
+	start := time.Now()
+	paused := time.Duration(0)
+	defer func() {
+		db.gc.seconds.Add((time.Since(start) - paused).Seconds())
+		switch {
+		case err != nil:
+			db.gc.runs.WithLabelValues("error").Inc()
+		case n > 0:
+			db.gc.runs.WithLabelValues("rewrote").Inc()
+		default:
+			db.gc.runs.WithLabelValues("nothing").Inc()
+		}
+	}()
+	for {
+		_, before := db.diskSize()
+		err := db.bdb.RunValueLogGC(gcDiscardRatio)
+		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
+			return n, nil
+		}
+		if err != nil {
+			return n, err
+		}
+		n++
+		db.gc.rewrites.Inc()
+		// Bound the I/O: a rewrite reads one file (at most the value log's
+		// size, at most MaxValueBytes plus its last value) and writes its
+		// live part; pause as long as that many bytes take at the rate.
+		if bytesPerSecond > 0 {
+			wait := time.Duration(float64(min(before, 2*MaxValueBytes)) / float64(bytesPerSecond) * float64(time.Second))
+			t := time.NewTimer(wait)
+			select {
+			case <-t.C:
+			case <-db.gc.stop:
+				t.Stop()
+				return n, nil
+			}
+			paused += wait
+		}
+	}
+}
+
+// diskSize returns the bytes the data directory's files occupy on disk
+// (allocated blocks, as du counts them: badger preallocates value-log
+// files sparsely), the LSM tree's (.sst) and the value log's (.vlog)
+// apart; the memtable logs, manifest and other files count as lsm.
+func (db *DB) diskSize() (lsm, vlog int64) {
+	if db.dir == "" || db.lock == nil {
+		l, v := db.bdb.Size()
+		return l, v
+	}
+	entries, err := os.ReadDir(db.dir)
+	if err != nil {
+		return 0, 0
+	}
+	for _, e := range entries {
+		info, err := e.Info()
+		if err != nil || !info.Mode().IsRegular() {
+			continue // deleted meanwhile
+		}
+		size := info.Size()
+		if st, ok := info.Sys().(*syscall.Stat_t); ok {
+			size = st.Blocks * 512
+		}
+		if filepath.Ext(e.Name()) == ".vlog" {
+			vlog += size
+		} else {
+			lsm += size
+		}
+	}
+	return lsm, vlog
+}
+
+// sizeCollector reports the data directory's size at every scrape.
+type sizeCollector struct{ db *DB }
+
+var sizeDesc = prometheus.NewDesc("ingestd_store_size_bytes",
+	"Bytes the data directory occupies on disk (allocated blocks, measured at each scrape) by part: vlog (value-log files), lsm (everything else: LSM tables, memtable logs, manifest).",
+	[]string{"part"}, nil)
+
+func (c sizeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sizeDesc }
+
+func (c sizeCollector) Collect(ch chan<- prometheus.Metric) {
+	lsm, vlog := c.db.diskSize()
+	ch <- prometheus.MustNewConstMetric(sizeDesc, prometheus.GaugeValue, float64(lsm), "lsm")
+	ch <- prometheus.MustNewConstMetric(sizeDesc, prometheus.GaugeValue, float64(vlog), "vlog")
+}
