@@ -24,6 +24,14 @@ const (
 	DefaultConsumerFlush      = time.Second
 	DefaultMaxTombstones      = 10_000
 	DefaultMaxGroupBytes      = 64 << 20
+	// DefaultSweepInterval is how often retention and history trimming
+	// look for work.
+	DefaultSweepInterval = 10 * time.Second
+	// DefaultSweepBatchFragments bounds what one sweep batch removes.
+	DefaultSweepBatchFragments = 10_000
+	// DefaultConsumerHoldMaxAge bounds how long a silent consumer holds
+	// the history horizon.
+	DefaultConsumerHoldMaxAge = 24 * time.Hour
 )
 
 // maxMetaBytes bounds a table's metadata value (its columns as JSON, each
@@ -82,6 +90,36 @@ type Config struct {
 	// written durably (and at shutdown). A crash may lose at most this much
 	// of their progress; positions only feed lag metrics and listings.
 	ConsumerFlushInterval time.Duration
+	// DefaultRetention is the retention of every table that has none of
+	// its own (SPEC §9): rows whose time is older than now minus it are
+	// removed in the background, and writes older than it are refused.
+	// 0 keeps rows forever.
+	DefaultRetention time.Duration
+	// SweepInterval is how often the sweeper looks for aged rows and
+	// history to trim; while a table has more, batches follow at once,
+	// interleaved with writes.
+	SweepInterval time.Duration
+	// SweepBatchFragments bounds one sweep batch: the fragments it removes
+	// (plus at most the fragments of one point), or the blocks it looks at
+	// to trim history. A batch runs in the sequencer between group
+	// commits, so it bounds how long writes wait for it.
+	SweepBatchFragments int
+	// FeedHistory is how long a committed fragment stays drainable
+	// (SPEC §9): the history horizon rises above fragments committed
+	// longer ago. 0: no age limit.
+	FeedHistory time.Duration
+	// FeedHistoryFragments is how many x_seq numbers below the watermark
+	// stay drainable (gaps included): the horizon rises to watermark -
+	// FeedHistoryFragments + 1. 0: no count limit.
+	FeedHistoryFragments uint64
+	// ConsumerHoldsHistory makes every named consumer hold the history
+	// horizon at its acknowledged position + 1 (in the table's current
+	// epoch), until it was last seen more than ConsumerHoldMaxAge ago.
+	// Retention is not held: aged rows go whoever has not read them.
+	ConsumerHoldsHistory bool
+	// ConsumerHoldMaxAge bounds a hold, so that a dead consumer cannot
+	// keep history forever.
+	ConsumerHoldMaxAge time.Duration
 }
 
 // DefaultConfig returns the defaults.
@@ -100,6 +138,10 @@ func DefaultConfig() Config {
 
 		MaxConsumersPerTable:  DefaultMaxConsumers,
 		ConsumerFlushInterval: DefaultConsumerFlush,
+
+		SweepInterval:       DefaultSweepInterval,
+		SweepBatchFragments: DefaultSweepBatchFragments,
+		ConsumerHoldMaxAge:  DefaultConsumerHoldMaxAge,
 	}
 }
 
@@ -138,6 +180,32 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxTombstones, "feed-max-tombstones", c.MaxTombstones, "most dropped tables remembered by name; past it the oldest fold into one floor new tables start above (0: none)")
 	fs.IntVar(&c.MaxNameBytes, "max-name-bytes", c.MaxNameBytes, "longest table, measurement, tag key, field key or consumer name in bytes (at most 32000, so that every storage key fits)")
 	fs.DurationVar(&c.ConsumerFlushInterval, "feed-consumer-flush-interval", c.ConsumerFlushInterval, "how often changed consumer positions are written durably")
+	fs.Var(retentionFlag{&c.DefaultRetention}, "default-retention", "retention of tables without their own: rows older than now minus it are removed and writes older than it refused (e.g. 30d, 12h; 0: keep forever)")
+	fs.DurationVar(&c.SweepInterval, "retention-sweep-interval", c.SweepInterval, "how often the sweeper looks for aged rows and feed history to trim")
+	fs.IntVar(&c.SweepBatchFragments, "retention-batch-size", c.SweepBatchFragments, "most fragments one sweep batch removes (one batch holds the sequencer)")
+	fs.Var(retentionFlag{&c.FeedHistory}, "feed-history", "how long a committed fragment stays drainable; older ones fall below the history horizon (0: no age limit)")
+	fs.Uint64Var(&c.FeedHistoryFragments, "feed-history-fragments", c.FeedHistoryFragments, "how many x_seq numbers below the watermark stay drainable (0: no count limit)")
+	fs.BoolVar(&c.ConsumerHoldsHistory, "consumer-holds-history", c.ConsumerHoldsHistory, "named consumers hold the feed's history horizon at their position, for at most --consumer-hold-max-age after they were last seen")
+	fs.DurationVar(&c.ConsumerHoldMaxAge, "consumer-hold-max-age", c.ConsumerHoldMaxAge, "how long after it was last seen a named consumer still holds the history horizon")
+}
+
+// retentionFlag is a flag.Value of a retention (ParseRetention syntax).
+type retentionFlag struct{ dst *time.Duration }
+
+func (f retentionFlag) String() string {
+	if f.dst == nil {
+		return "0"
+	}
+	return FormatRetention(*f.dst)
+}
+
+func (f retentionFlag) Set(s string) error {
+	d, err := ParseRetention(s)
+	if err != nil {
+		return err
+	}
+	*f.dst = d
+	return nil
 }
 
 // Validate reports the first invalid setting.
@@ -175,6 +243,16 @@ func (c *Config) Validate() error {
 			c.MaxColumnsPerTable, c.MaxNameBytes, maxMetaBytes)
 	case c.ConsumerFlushInterval <= 0:
 		return errors.New("feed: --feed-consumer-flush-interval must be positive")
+	case c.DefaultRetention < 0 || c.DefaultRetention > 0 && c.DefaultRetention < MinRetention:
+		return fmt.Errorf("feed: --default-retention must be 0 (forever) or at least %s", MinRetention)
+	case c.SweepInterval <= 0:
+		return errors.New("feed: --retention-sweep-interval must be positive")
+	case c.SweepBatchFragments < 1:
+		return errors.New("feed: --retention-batch-size must be at least 1")
+	case c.FeedHistory < 0:
+		return errors.New("feed: --feed-history must not be negative")
+	case c.ConsumerHoldMaxAge <= 0:
+		return errors.New("feed: --consumer-hold-max-age must be positive")
 	}
 	return nil
 }

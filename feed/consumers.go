@@ -17,6 +17,12 @@ type ConsumerInfo struct {
 	Epoch    uint64
 	Position uint64
 	LastSeen time.Time
+	// HoldsHistory is true while the consumer holds the table's history
+	// horizon at Position+1 (Config.ConsumerHoldsHistory, current epoch),
+	// which it does until HoldUntil (LastSeen + Config.ConsumerHoldMaxAge;
+	// zero when it holds nothing).
+	HoldsHistory bool
+	HoldUntil    time.Time
 }
 
 // consumerSet is a table's named consumers.
@@ -108,9 +114,14 @@ func (s *Sequencer) Consumers(table string) ([]ConsumerInfo, error) {
 		return nil, err
 	}
 	list := t.consumers.list()
+	epoch, now := t.status().Epoch, s.now()
 	out := make([]ConsumerInfo, len(list))
 	for i, c := range list {
 		out[i] = ConsumerInfo{Name: c.Name, Epoch: c.Epoch, Position: c.Position, LastSeen: time.Unix(0, c.LastSeen).UTC()}
+		if s.holds(c, epoch, now) {
+			out[i].HoldsHistory = true
+			out[i].HoldUntil = out[i].LastSeen.Add(s.cfg.ConsumerHoldMaxAge)
+		}
 	}
 	return out, nil
 }

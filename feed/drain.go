@@ -52,8 +52,8 @@ type Page struct {
 // Drain reads the page of req.Table after req.After, at most req.Limit rows,
 // in ascending x_seq and never above the watermark, calling visit with the
 // page's columns and each row's values in that order (Kind 0 = absent).
-// cols and vals are valid only during the call. Refusals are *RefusalError wrapping ErrSyncOff, ErrStaleEpoch or
-// ErrCursorBeyondSequence (checked in that order); an unknown table is
+// cols and vals are valid only during the call. Refusals are *RefusalError wrapping ErrSyncOff, ErrStaleEpoch,
+// ErrCursorBeyondSequence or ErrHistoryExpired (after < horizon-1; checked in that order); an unknown table is
 // ErrTableNotFound, an unknown column ErrUnknownColumn, a bad limit
 // ErrInvalidLimit, a column named twice ErrDuplicateColumn. visit may
 // return ErrPageFull to end the page before the row it was called with
@@ -108,6 +108,8 @@ func (s *Sequencer) drain(ctx context.Context, req DrainRequest, visit func(cols
 			return Page{}, &RefusalError{Err: ErrStaleEpoch, Status: st}
 		case req.After > p.seq:
 			return Page{}, &RefusalError{Err: ErrCursorBeyondSequence, Status: st}
+		case req.After+1 < p.horizon:
+			return Page{}, historyRefusal(st)
 		}
 		if req.Consumer != "" && !recorded {
 			if added, err = t.consumers.record(req.Consumer, p.epoch, req.After, s.now(), s.cfg.MaxConsumersPerTable); err != nil {
@@ -117,6 +119,18 @@ func (s *Sequencer) drain(ctx context.Context, req DrainRequest, visit func(cols
 		}
 		if timeout == nil || p.watermark > req.After {
 			pg, err := s.readPage(ctx, req, &p, visit)
+			if isHistoryExpired(err) {
+				// A sweep raised the horizon after the snapshot: the
+				// store's view refused the read before any row. The
+				// durable horizon may be ahead of the published one.
+				st := t.status()
+				h, herr := s.st.Horizon(p.tid)
+				if herr != nil {
+					return Page{}, herr
+				}
+				st.Horizon = max(st.Horizon, h)
+				return Page{}, historyRefusal(st)
+			}
 			pg.NewConsumer = added
 			return pg, err
 		}

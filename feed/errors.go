@@ -62,11 +62,23 @@ var (
 	// ErrSeriesLimit rejects a line that would add a series past
 	// Config.MaxSeriesPerTable.
 	ErrSeriesLimit = errors.New("series limit exceeded")
+	// ErrBeyondRetention rejects a point whose time is older than now
+	// minus its table's retention (InfluxDB: "points beyond retention
+	// policy").
+	ErrBeyondRetention = errors.New("points beyond retention policy")
+	// ErrHistoryExpired is returned by Drain when after is below the
+	// table's history horizon minus one (SPEC §9): fragments the cursor
+	// has not seen were trimmed or removed. Resync with the copy by time
+	// range, then drain from the watermark it reports.
+	ErrHistoryExpired = errors.New("feed: change history expired, resync with the copy by time range (/rows) and drain from the watermark it reports")
+	// ErrInvalidRetention is returned for a retention that
+	// ParseRetention refuses.
+	ErrInvalidRetention = errors.New("feed: invalid retention")
 )
 
 // RefusalError is a drain refusal with the table's state at the time, so a
-// client can decide how to resync. It wraps ErrSyncOff, ErrStaleEpoch or
-// ErrCursorBeyondSequence.
+// client can decide how to resync. It wraps ErrSyncOff, ErrStaleEpoch,
+// ErrCursorBeyondSequence or ErrHistoryExpired.
 type RefusalError struct {
 	Err    error
 	Status SyncStatus
@@ -80,7 +92,7 @@ func (e *RefusalError) Unwrap() error { return e.Err }
 type RejectError struct {
 	Line int    // the point's line number in its request (1-based)
 	Key  string // the column at fault
-	Err  error  // ErrFieldTypeConflict, ErrTagFieldConflict, ErrColumnLimit, ErrSeriesLimit, ErrTableLimit, ErrInvalidTableName, a *NameError
+	Err  error  // ErrFieldTypeConflict, ErrTagFieldConflict, ErrColumnLimit, ErrSeriesLimit, ErrTableLimit, ErrBeyondRetention, ErrInvalidTableName, a *NameError
 	Msg  string // detail
 }
 

@@ -15,6 +15,8 @@ const (
 	reasonColumnLimit = "column_limit"
 	reasonSeriesLimit = "series_limit"
 	reasonInvalidName = "invalid_name"
+	// reasonBeyondRetention: older than the table's retention.
+	reasonBeyondRetention = "beyond_retention"
 )
 
 type metrics struct {
@@ -29,6 +31,14 @@ type metrics struct {
 	tombstonesPruned prometheus.Counter
 	// groupSplits counts group commits cut at Config.MaxGroupBytes.
 	groupSplits prometheus.Counter
+	// removedRows counts fragments removed by retention, per table;
+	// sweepSeconds times sweep batches; oldestRetained is each table's
+	// oldest retained row time after its last complete sweep.
+	removedRows    *prometheus.CounterVec
+	sweepSeconds   prometheus.Histogram
+	oldestRetained *prometheus.GaugeVec
+	// horizonRaises counts raises of a history horizon by cause.
+	horizonRaises *prometheus.CounterVec
 }
 
 func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
@@ -62,6 +72,23 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 		tombstonesPruned: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_feed_tombstones_pruned_total", Help: "Dropped tables' tombstones folded into the floor past --feed-max-tombstones.",
 		}),
+		removedRows: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ingestd_retention_removed_rows_total", Help: "Fragments (stored rows) removed by retention, per table.",
+		}, []string{"table"}),
+		// A batch takes from ~100 µs (nothing aged) to seconds (large blocks rewritten).
+		sweepSeconds: f.NewHistogram(prometheus.HistogramOpts{
+			Name: "ingestd_retention_sweep_duration_seconds", Help: "Duration of one retention sweep batch (the time it holds the sequencer).",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
+		}),
+		oldestRetained: f.NewGaugeVec(prometheus.GaugeOpts{
+			Name: "ingestd_retention_oldest_retained_time_seconds", Help: "Time (Unix seconds) of the oldest row a table with a retention still holds, as of its last complete sweep.",
+		}, []string{"table"}),
+		horizonRaises: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ingestd_feed_horizon_raises_total", Help: "Raises of a table's history horizon, by cause (retention: aged rows removed; history: --feed-history or --feed-history-fragments).",
+		}, []string{"cause"}),
+	}
+	for _, c := range []string{causeRetention, causeHistory} {
+		m.horizonRaises.WithLabelValues(c)
 	}
 	m.queueDepth = f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ingestd_feed_queue_depth", Help: "Batches waiting for the sequencer.",
@@ -76,7 +103,7 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ingestd_feed_queue_capacity", Help: "Batches the sequencer queue holds (--feed-queue-length).",
 	}, func() float64 { return float64(cap(s.queue)) })
-	for _, r := range []string{reasonFieldType, reasonTagField, reasonColumnLimit, reasonSeriesLimit, reasonInvalidName} {
+	for _, r := range []string{reasonFieldType, reasonTagField, reasonColumnLimit, reasonSeriesLimit, reasonInvalidName, reasonBeyondRetention} {
 		m.rejected.WithLabelValues(r)
 	}
 	if reg != nil {
@@ -90,6 +117,9 @@ var (
 	tableWMDesc       = prometheus.NewDesc("ingestd_feed_table_watermark", "Highest x_seq a drain may return, per sync table.", []string{"table"}, nil)
 	tableEpochDesc    = prometheus.NewDesc("ingestd_feed_table_epoch", "Current epoch, per sync table.", []string{"table"}, nil)
 	tableInFlightDesc = prometheus.NewDesc("ingestd_feed_table_in_flight", "seq - watermark, per sync table.", []string{"table"}, nil)
+	tableHorizonDesc  = prometheus.NewDesc("ingestd_feed_table_horizon", "Lowest x_seq still drainable (history horizon), per sync table.", []string{"table"}, nil)
+	holdingDesc       = prometheus.NewDesc("ingestd_feed_consumer_holds_history",
+		"1 while a named consumer holds its table's history horizon (--consumer-holds-history, seen within --consumer-hold-max-age, current epoch), else 0.", []string{"table", "consumer"}, nil)
 	lagFragmentsDesc  = prometheus.NewDesc("ingestd_feed_consumer_lag_fragments",
 		"Fragments a named consumer has not applied: watermark - position (the whole watermark when its epoch is stale).", []string{"table", "consumer"}, nil)
 	lagSecondsDesc = prometheus.NewDesc("ingestd_feed_consumer_lag_seconds",
@@ -112,19 +142,22 @@ func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- lagFragmentsDesc
 	ch <- lagSecondsDesc
 	ch <- consumerPositionDesc
+	ch <- tableHorizonDesc
+	ch <- holdingDesc
 }
 
 func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 	for _, t := range c.s.liveTables() {
 		p := t.snapshot()
 		st := p.statusLocked()
-		if !st.Enabled || !utf8.ValidString(t.name) {
+		if !st.Enabled || !validLabel(t.name) {
 			continue
 		}
 		ch <- prometheus.MustNewConstMetric(tableSeqDesc, prometheus.GaugeValue, float64(st.Seq), t.name)
 		ch <- prometheus.MustNewConstMetric(tableWMDesc, prometheus.GaugeValue, float64(st.Watermark), t.name)
 		ch <- prometheus.MustNewConstMetric(tableEpochDesc, prometheus.GaugeValue, float64(st.Epoch), t.name)
 		ch <- prometheus.MustNewConstMetric(tableInFlightDesc, prometheus.GaugeValue, float64(st.Seq-st.Watermark), t.name)
+		ch <- prometheus.MustNewConstMetric(tableHorizonDesc, prometheus.GaugeValue, float64(st.Horizon), t.name)
 		c.collectLag(ch, t, p)
 	}
 }
@@ -151,5 +184,14 @@ func (c tableCollector) collectLag(ch chan<- prometheus.Metric, t *table, p publ
 		ch <- prometheus.MustNewConstMetric(lagFragmentsDesc, prometheus.GaugeValue, float64(lag), t.name, cons.Name)
 		ch <- prometheus.MustNewConstMetric(lagSecondsDesc, prometheus.GaugeValue, secs, t.name, cons.Name)
 		ch <- prometheus.MustNewConstMetric(consumerPositionDesc, prometheus.GaugeValue, float64(cons.Position), t.name, cons.Name)
+		holding := 0.0
+		if c.s.holds(cons, p.epoch, now) {
+			holding = 1
+		}
+		ch <- prometheus.MustNewConstMetric(holdingDesc, prometheus.GaugeValue, holding, t.name, cons.Name)
 	}
 }
+
+// validLabel reports whether name can be a label value (valid UTF-8, or
+// the whole scrape fails).
+func validLabel(name string) bool { return utf8.ValidString(name) }

@@ -56,6 +56,10 @@ type Sequencer struct {
 	// bound its fragments' encoded size (fragmentBytes).
 	groupPointCount int
 	groupBytes      int
+
+	// sweep is the retention and history-trim pass in progress
+	// (sequencer goroutine only).
+	sweep sweeper
 }
 
 type opKind uint8
@@ -76,7 +80,11 @@ type op struct {
 	flag  bool
 	// cols are the columns opDefine declares.
 	cols []Column
-	done chan struct{}
+	// keepSync (opCreate) leaves an existing table's sync as it is;
+	// retention (opCreate), when non-nil, sets the table's own retention.
+	keepSync  bool
+	retention *time.Duration
+	done      chan struct{}
 	// Outcome, valid once done is closed.
 	res     Result
 	status  SyncStatus
@@ -90,6 +98,9 @@ type groupTable struct {
 	frags     []store.Fragment
 	newSeries []store.Series
 	metaDirty bool
+	// cutoff is the oldest time (Unix nanoseconds) the table's retention
+	// accepts in this group (math.MinInt64: no retention).
+	cutoff int64
 	// created is set when a write in this group created the table; tomb is
 	// the tombstone it replaced, if any.
 	created bool
@@ -131,6 +142,9 @@ func New(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Registerer)
 			return nil, fmt.Errorf("load series of %s: %w", m.Name, err)
 		}
 		t := newTable(m, series)
+		if t.pub.horizon, err = loadHorizon(st, m.ID); err != nil {
+			return nil, fmt.Errorf("%s: %w", m.Name, err)
+		}
 		cs, err := st.LoadConsumers(m.Name)
 		if err != nil {
 			return nil, fmt.Errorf("load consumers of %s: %w", m.Name, err)
@@ -268,9 +282,27 @@ func (s *Sequencer) Run(ctx context.Context) error {
 	defer close(s.stopped)
 	flush := time.NewTicker(s.cfg.ConsumerFlushInterval)
 	defer flush.Stop()
+	sweepTick := time.NewTicker(s.cfg.SweepInterval)
+	defer sweepTick.Stop()
+	s.sweep.startPass(s)
 	var batch []*op
 	for {
+		// While a sweep pass has steps left, one step is ready at every
+		// turn: select picks among it and the queued operations at random,
+		// so a sweep batch never holds writes up for more than one batch.
+		var step <-chan struct{}
+		if s.sweep.busy() {
+			step = closedChan
+		}
 		select {
+		case <-step:
+			if err := s.sweepStep(); err != nil {
+				s.stop()
+				s.failQueued(err)
+				return err
+			}
+		case <-sweepTick.C:
+			s.sweep.startPass(s)
 		case <-flush.C:
 			s.flushConsumers()
 		case o := <-s.queue:
@@ -294,6 +326,13 @@ func (s *Sequencer) Run(ctx context.Context) error {
 		}
 	}
 }
+
+// closedChan is always ready.
+var closedChan = func() chan struct{} {
+	c := make(chan struct{})
+	close(c)
+	return c
+}()
 
 // stop refuses new operations and waits until no Submit is mid-enqueue.
 func (s *Sequencer) stop() {
@@ -520,7 +559,7 @@ func fragmentBytes(p *Point) int {
 func (s *Sequencer) tableForWrite(name string) (*table, error) {
 	if t, ok := s.tables[name]; ok {
 		if t.group == nil {
-			t.group = &groupTable{t: t, frags: make([]store.Fragment, 0, t.lastFrags)}
+			t.group = &groupTable{t: t, frags: make([]store.Fragment, 0, t.lastFrags), cutoff: s.writeCutoff(t)}
 			s.groupTables = append(s.groupTables, t.group)
 		}
 		return t, nil
@@ -533,7 +572,7 @@ func (s *Sequencer) tableForWrite(name string) (*table, error) {
 	}
 	tomb, dropped := s.tombstones[name]
 	t := s.createTable(name, s.cfg.syncOnCreate(name))
-	t.group = &groupTable{t: t, metaDirty: true, created: true}
+	t.group = &groupTable{t: t, metaDirty: true, created: true, cutoff: s.writeCutoff(t)}
 	if dropped {
 		t.group.tomb = &tomb
 	}
@@ -636,6 +675,11 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 		return &RejectError{Line: p.Line, Key: key, Err: err, Msg: msg}
 	}
 	s.newCols = s.newCols[:0]
+	if p.Time < t.group.cutoff {
+		return reject(ErrBeyondRetention, "", reasonBeyondRetention,
+			fmt.Sprintf("time %s is older than the retention of table %s (%s)",
+				time.Unix(0, p.Time).UTC().Format(time.RFC3339Nano), QuoteInput(t.name), FormatRetention(s.retention(t))))
+	}
 	sid, known := t.series[p.Series]
 	if !known {
 		if len(t.series) >= s.cfg.MaxSeriesPerTable {

@@ -10,6 +10,7 @@ type Storage interface {
 	Committer
 	Reader
 	ConsumerStore
+	Sweeper
 }
 
 // Loader reads the durable state at start-up.

@@ -3,6 +3,7 @@ package feed
 import (
 	"iter"
 	"sync"
+	"time"
 
 	"github.com/ingestd/ingestd/store"
 )
@@ -37,6 +38,8 @@ type published struct {
 	seq       uint64
 	watermark uint64
 	tid       uint64
+	horizon   uint64          // lowest x_seq still drainable (SPEC §9)
+	retention *int64          // the table's own retention in ns (nil: the default)
 	cols      []store.Column  // schema, "time" excluded
 	tags      [][]store.Field // tag set by series id (index 0 unused)
 	// changed is closed (and replaced) when the watermark, sync or epoch
@@ -71,17 +74,30 @@ func (t *table) snapshot() published {
 
 // statusLocked returns the sync status. t.mu must be held.
 func (p *published) statusLocked() SyncStatus {
-	return SyncStatus{Enabled: p.sync, Epoch: p.epoch, Seq: p.seq, Watermark: p.watermark}
+	return SyncStatus{Enabled: p.sync, Epoch: p.epoch, Seq: p.seq, Watermark: p.watermark, Horizon: p.horizon}
 }
 
-// info returns the table's description.
-func (p *published) info(name string) TableInfo {
+// setRetention sets the table's own retention. Sequencer goroutine only.
+func (t *table) setRetention(d time.Duration) {
+	ns := int64(d)
+	t.meta.Retention = &ns
+	t.mu.Lock()
+	t.pub.retention = &ns
+	t.mu.Unlock()
+}
+
+// info returns the table's description; def is the default retention.
+func (p *published) info(name string, def time.Duration) TableInfo {
 	cols := make([]Column, 0, len(p.cols)+1)
 	cols = append(cols, Column{Name: "time", Kind: KindTime})
 	for _, c := range schemaOrder(p.cols) {
 		cols = append(cols, Column(c))
 	}
-	return TableInfo{Name: name, Sync: p.statusLocked(), Columns: cols}
+	info := TableInfo{Name: name, Sync: p.statusLocked(), Columns: cols, Retention: def}
+	if p.retention != nil {
+		info.Retention, info.OwnRetention = time.Duration(*p.retention), true
+	}
+	return info
 }
 
 // schemaOrder yields the positions and columns of a schema in listing order
@@ -124,7 +140,7 @@ func newTable(meta store.TableMeta, series []store.Series) *table {
 		t.series[string(key)] = s.ID
 	}
 	t.pub = published{
-		sync: meta.Sync, epoch: meta.Epoch, seq: t.seq, watermark: t.seq, tid: meta.ID,
+		sync: meta.Sync, epoch: meta.Epoch, seq: t.seq, watermark: t.seq, tid: meta.ID, horizon: 1, retention: meta.Retention,
 		cols: meta.Columns, tags: tags, changed: make(chan struct{}),
 	}
 	return t

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sort"
 	"strings"
+	"time"
 
 	"github.com/ingestd/ingestd/store"
 )
@@ -31,6 +32,37 @@ func (s *Sequencer) SetSync(ctx context.Context, name string, enabled bool) (Syn
 		return SyncStatus{}, err
 	}
 	return o.status, nil
+}
+
+// TableOptions are the settings PutTable applies; a nil field is left
+// as it is (or takes its default on a new table).
+type TableOptions struct {
+	// Sync enables or disables the table's feed (a new table: off).
+	Sync *bool
+	// Retention is the table's own retention (0: forever; see
+	// ParseRetention); nil leaves it, or follows Config.DefaultRetention.
+	Retention *time.Duration
+}
+
+// PutTable creates table name with opts, or applies opts to the existing
+// table (PUT /api/v1/tables/{t}; SPEC §5 and §9). It reports created, and
+// the table as it then is. A retention is applied from the next sweep
+// and the next write on; ErrInvalidRetention for one outside
+// MinRetention..MaxRetention (0 allowed).
+func (s *Sequencer) PutTable(ctx context.Context, name string, opts TableOptions) (created bool, info TableInfo, err error) {
+	if r := opts.Retention; r != nil && (*r < 0 || *r > 0 && *r < MinRetention) {
+		return false, TableInfo{}, fmt.Errorf("%w: %s (0, or at least %s)", ErrInvalidRetention, *r, MinRetention)
+	}
+	o := &op{kind: opCreate, name: name, keepSync: opts.Sync == nil, retention: opts.Retention}
+	if opts.Sync != nil {
+		o.flag = *opts.Sync
+	}
+	if o, err = s.runOp(ctx, o); err != nil {
+		return false, TableInfo{}, err
+	}
+	info, err = s.Table(name)
+	info.Sync = o.status
+	return o.created, info, err
 }
 
 // Truncate deletes every row of a table and its columns, bumps its epoch
@@ -67,7 +99,7 @@ func (s *Sequencer) Table(name string) (TableInfo, error) {
 		return TableInfo{}, err
 	}
 	p := t.snapshot()
-	return p.info(name), nil
+	return p.info(name, s.cfg.DefaultRetention), nil
 }
 
 // Tables lists every table, ordered by name.
@@ -77,7 +109,7 @@ func (s *Sequencer) Tables() []TableInfo {
 	out := make([]TableInfo, len(ts))
 	for i, t := range ts {
 		p := t.snapshot()
-		out[i] = p.info(t.name)
+		out[i] = p.info(t.name, s.cfg.DefaultRetention)
 	}
 	return out
 }
@@ -95,6 +127,9 @@ func (s *Sequencer) runControl(o *op) {
 		}
 		t = s.createTable(o.name, o.flag)
 		o.created = true
+		if o.retention != nil {
+			t.setRetention(*o.retention)
+		}
 		if err := s.st.PutMeta(t.meta); err != nil {
 			o.err = storageErr("create table", err)
 			return
@@ -108,7 +143,14 @@ func (s *Sequencer) runControl(o *op) {
 	}
 	switch o.kind {
 	case opCreate, opSetSync:
-		if t.meta.Sync != o.flag {
+		if o.retention != nil {
+			t.setRetention(*o.retention)
+			if err := s.st.PutMeta(t.meta); err != nil {
+				o.err = storageErr("set retention", err)
+				return
+			}
+		}
+		if !o.keepSync && t.meta.Sync != o.flag {
 			t.meta.Sync = o.flag
 			if o.flag {
 				t.meta.Epoch++
@@ -126,7 +168,7 @@ func (s *Sequencer) runControl(o *op) {
 		old := t.meta.ID
 		nt := newTable(store.TableMeta{
 			Name: t.name, ID: s.st.AllocTableID(), Sync: t.meta.Sync,
-			Epoch: t.meta.Epoch + 1, SeqLease: t.meta.SeqLease,
+			Epoch: t.meta.Epoch + 1, SeqLease: t.meta.SeqLease, Retention: t.meta.Retention,
 		}, nil)
 		nt.seq = t.seq
 		nt.pub.seq, nt.pub.watermark = t.seq, t.seq
@@ -155,6 +197,8 @@ func (s *Sequencer) runControl(o *op) {
 		s.tombstones[t.name] = tomb
 		s.mu.Unlock()
 		t.notify()
+		s.m.removedRows.DeleteLabelValues(t.name)
+		s.m.oldestRetained.DeleteLabelValues(t.name)
 		if err := s.pruneTombstones(); err != nil {
 			o.err = err
 			return

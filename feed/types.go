@@ -1,6 +1,8 @@
 package feed
 
 import (
+	"time"
+
 	"github.com/ingestd/ingestd/store"
 )
 
@@ -84,11 +86,19 @@ type SyncStatus struct {
 	Epoch     uint64
 	Seq       uint64 // highest x_seq handed out
 	Watermark uint64 // highest x_seq a drain may return now
+	// Horizon is the lowest x_seq still drainable (SPEC §9): a drain with
+	// after < Horizon-1 is refused with ErrHistoryExpired. 1 while nothing
+	// of the table's history was trimmed or removed.
+	Horizon uint64
 }
 
 // TableInfo describes a table (list and SHOW COLUMNS).
 type TableInfo struct {
-	Name    string
-	Sync    SyncStatus
+	Name string
+	Sync SyncStatus
+	// Retention is the retention in force (the table's own, else the
+	// default; 0: forever) and OwnRetention whether the table has its own.
+	Retention    time.Duration
+	OwnRetention bool
 	Columns []Column // "time" first, then tags and fields in order of first appearance
 }

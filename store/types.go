@@ -93,6 +93,9 @@ type TableMeta struct {
 	SeqLease uint64   `json:"seq_lease"` // no x_seq at or below it may be handed out again
 	Columns  []Column `json:"columns"`
 	Dropped  bool     `json:"dropped,omitempty"`
+	// Retention, when set, is the table's own retention in nanoseconds
+	// (0: forever); nil follows the server's default.
+	Retention *int64 `json:"retention_ns,omitempty"`
 }
 
 // TableCommit is what one commit writes to one table instance.

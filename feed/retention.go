@@ -1,0 +1,319 @@
+package feed
+
+import (
+	"errors"
+	"fmt"
+	"math"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/ingestd/ingestd/store"
+)
+
+// MinRetention is the shortest retention a table may have (0 means
+// forever).
+const MinRetention = time.Second
+
+// MaxRetention is the longest: about 290 years, Go's time.Duration range.
+const MaxRetention = time.Duration(math.MaxInt64)
+
+// Sweeper is the store's side of retention and of the history horizon;
+// its methods are called from the sequencer goroutine only, except
+// Horizon (safe for concurrent use).
+type Sweeper interface {
+	// SweepBefore removes, in one bounded batch, the fragments of a table
+	// instance older than cutoff (Unix nanoseconds), raising its horizon
+	// above every synced fragment it removes.
+	SweepBefore(tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error)
+	// RaiseHorizon durably raises a table instance's horizon to h (never
+	// lowers it) and returns the horizon in force.
+	RaiseHorizon(tid, h uint64) (uint64, error)
+	// Horizon returns a table instance's horizon (1: nothing trimmed).
+	Horizon(tid uint64) (uint64, error)
+	// FirstSeqSince finds the first x_seq from from on committed at or
+	// after cutoff, looking at most maxBlocks blocks.
+	FirstSeqSince(tid, from uint64, cutoff int64, maxBlocks int) (seq uint64, found, more bool, err error)
+}
+
+// ParseRetention reads a retention: "0" or "INF" (forever), a Go duration
+// ("720h", "90m") or InfluxDB's duration literals with days and weeks
+// ("30d", "2w", "1d12h"). A retention must be 0 or within
+// MinRetention..MaxRetention; anything else is ErrInvalidRetention.
+func ParseRetention(s string) (time.Duration, error) {
+	in := strings.TrimSpace(s)
+	if in == "0" || strings.EqualFold(in, "inf") {
+		return 0, nil
+	}
+	var total time.Duration
+	rest := in
+	for rest != "" {
+		i := 0
+		for i < len(rest) && rest[i] >= '0' && rest[i] <= '9' {
+			i++
+		}
+		j := i
+		for j < len(rest) && (rest[j] < '0' || rest[j] > '9') {
+			j++
+		}
+		unit := map[string]time.Duration{"ns": time.Nanosecond, "us": time.Microsecond, "µs": time.Microsecond, "ms": time.Millisecond,
+			"s": time.Second, "m": time.Minute, "h": time.Hour, "d": 24 * time.Hour, "w": 7 * 24 * time.Hour}[rest[i:j]]
+		n, err := strconv.ParseInt(rest[:i], 10, 64)
+		if i == 0 || unit == 0 || err != nil || n > int64(MaxRetention/unit) || total > MaxRetention-time.Duration(n)*unit {
+			return 0, fmt.Errorf("%w: %s (a duration such as 30d, 12h, 1w, or 0 / INF for forever)", ErrInvalidRetention, QuoteInput(s))
+		}
+		total += time.Duration(n) * unit
+		rest = rest[j:]
+	}
+	if total < MinRetention {
+		return 0, fmt.Errorf("%w: %s is shorter than %s (use 0 to keep rows forever)", ErrInvalidRetention, QuoteInput(s), MinRetention)
+	}
+	return total, nil
+}
+
+// FormatRetention renders a retention as ParseRetention reads it: "0" for
+// forever, else whole weeks, days, hours, minutes and seconds ("30d",
+// "1d12h"), with Go's rendering for anything finer than a second.
+func FormatRetention(d time.Duration) string {
+	if d == 0 {
+		return "0"
+	}
+	if d%time.Second != 0 {
+		return d.String()
+	}
+	var b strings.Builder
+	for _, u := range []struct {
+		unit time.Duration
+		name string
+	}{{7 * 24 * time.Hour, "w"}, {24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if n := d / u.unit; n > 0 {
+			b.WriteString(strconv.FormatInt(int64(n), 10))
+			b.WriteString(u.name)
+			d -= n * u.unit
+		}
+	}
+	return b.String()
+}
+
+// retention returns t's retention in force. Sequencer goroutine only.
+func (s *Sequencer) retention(t *table) time.Duration {
+	if t.meta.Retention != nil {
+		return time.Duration(*t.meta.Retention)
+	}
+	return s.cfg.DefaultRetention
+}
+
+// sweeper walks the live tables, one bounded step per sequencer turn (see
+// Run): a retention batch, then the history trim, per table. Sequencer
+// goroutine only.
+type sweeper struct {
+	// todo are the tables of the current pass not yet done; a table's
+	// name stays first while it has more to do.
+	todo []string
+	// trimmed is set once the table first in todo has had its retention
+	// batches and is at its history trim.
+	trimmed bool
+}
+
+// startPass queues every live table for a pass unless one is running.
+func (sw *sweeper) startPass(s *Sequencer) {
+	if len(sw.todo) > 0 {
+		return
+	}
+	for _, t := range s.liveTables() {
+		sw.todo = append(sw.todo, t.name)
+	}
+	sw.trimmed = false
+}
+
+// busy reports whether the pass has steps left.
+func (sw *sweeper) busy() bool { return len(sw.todo) > 0 }
+
+// step runs one bounded step of the pass. It returns the storage error
+// that must stop the sequencer.
+func (s *Sequencer) sweepStep() error {
+	sw := &s.sweep
+	if !sw.busy() {
+		return nil
+	}
+	t, ok := s.tables[sw.todo[0]]
+	if !ok { // dropped since the pass began
+		sw.next()
+		return nil
+	}
+	var more bool
+	var err error
+	if !sw.trimmed {
+		more, err = s.sweepRetention(t)
+		if !more {
+			sw.trimmed = true
+			more = true // the trim follows
+		}
+	} else {
+		more, err = s.trimHistory(t)
+		if !more {
+			sw.next()
+		}
+	}
+	return err
+}
+
+// next moves to the pass's next table.
+func (sw *sweeper) next() {
+	sw.todo = sw.todo[1:]
+	sw.trimmed = false
+}
+
+// sweepRetention runs one retention batch on t and reports whether t has
+// more aged rows.
+func (s *Sequencer) sweepRetention(t *table) (bool, error) {
+	ret := s.retention(t)
+	if ret == 0 {
+		s.m.oldestRetained.DeleteLabelValues(t.name)
+		return false, nil
+	}
+	start := s.now()
+	cutoff := retentionCutoff(start, ret)
+	res, err := s.st.SweepBefore(t.meta.ID, cutoff, s.cfg.SweepBatchFragments)
+	if err != nil {
+		return false, storageErr("retention sweep", err)
+	}
+	s.m.sweepSeconds.Observe(s.now().Sub(start).Seconds())
+	if res.Removed > 0 {
+		s.m.removedRows.WithLabelValues(t.name).Add(float64(res.Removed))
+	}
+	if !res.More && validLabel(t.name) {
+		if res.HasOldest {
+			s.m.oldestRetained.WithLabelValues(t.name).Set(float64(res.Oldest) / 1e9)
+		} else {
+			s.m.oldestRetained.DeleteLabelValues(t.name)
+		}
+	}
+	s.publishHorizon(t, res.Horizon, causeRetention)
+	return res.More, nil
+}
+
+// writeCutoff is the oldest time (Unix nanoseconds) a write to t may
+// carry now: math.MinInt64 without retention. Sequencer goroutine only.
+func (s *Sequencer) writeCutoff(t *table) int64 {
+	ret := s.retention(t)
+	if ret == 0 {
+		return math.MinInt64
+	}
+	return retentionCutoff(s.now(), ret)
+}
+
+// retentionCutoff is the oldest time (Unix nanoseconds) a table with
+// retention ret keeps at now: older rows are removed, older writes
+// refused.
+func retentionCutoff(now time.Time, ret time.Duration) int64 {
+	n := now.UnixNano()
+	if n < math.MinInt64+int64(ret) {
+		return math.MinInt64
+	}
+	return n - int64(ret)
+}
+
+// trimHistory raises t's horizon by one bounded step to what
+// Config.FeedHistory, Config.FeedHistoryFragments and the consumers'
+// holds allow, and reports whether there is more to look at.
+func (s *Sequencer) trimHistory(t *table) (bool, error) {
+	if !t.meta.Sync || s.cfg.FeedHistory == 0 && s.cfg.FeedHistoryFragments == 0 {
+		return false, nil
+	}
+	p := t.snapshot()
+	target := p.watermark + 1 // every fragment up to the watermark may go
+	if n := s.cfg.FeedHistoryFragments; n > 0 && p.watermark >= n {
+		target = min(target, p.watermark-n+1)
+	} else if n > 0 {
+		target = 1
+	}
+	more := false
+	if s.cfg.FeedHistory > 0 && target > p.horizon {
+		seq, found, m, err := s.st.FirstSeqSince(t.meta.ID, p.horizon, retentionCutoff(s.now(), s.cfg.FeedHistory), s.cfg.SweepBatchFragments)
+		if err != nil {
+			return false, storageErr("find the history horizon", err)
+		}
+		more = m
+		if found || m {
+			target = min(target, seq)
+		}
+	}
+	if hold, ok := s.hold(t, &p); ok {
+		target = min(target, hold)
+	}
+	if target <= p.horizon {
+		return more, nil
+	}
+	// Only fragments this instance stores need the horizon: after a
+	// TRUNCATE nothing below the new epoch's first fragment was ever
+	// drainable in it, so nothing is trimmed.
+	first, found, _, err := s.st.FirstSeqSince(t.meta.ID, p.horizon, math.MinInt64, 1)
+	if err != nil {
+		return false, storageErr("find the history horizon", err)
+	}
+	if !found || first >= target {
+		return more, nil
+	}
+	h, err := s.st.RaiseHorizon(t.meta.ID, target)
+	if err != nil {
+		return false, storageErr("raise the history horizon", err)
+	}
+	s.publishHorizon(t, h, causeHistory)
+	return more, nil
+}
+
+// hold returns the lowest horizon the named consumers of t hold
+// (position + 1 of each consumer in the current epoch seen within
+// Config.ConsumerHoldMaxAge), ok=false when none holds.
+func (s *Sequencer) hold(t *table, p *published) (uint64, bool) {
+	if !s.cfg.ConsumerHoldsHistory {
+		return 0, false
+	}
+	now := s.now()
+	h, ok := uint64(0), false
+	for _, c := range t.consumers.list() {
+		if s.holds(c, p.epoch, now) && (!ok || c.Position+1 < h) {
+			h, ok = c.Position+1, true
+		}
+	}
+	return h, ok
+}
+
+// holds reports whether consumer c holds its table's horizon at now.
+func (s *Sequencer) holds(c store.Consumer, epoch uint64, now time.Time) bool {
+	return s.cfg.ConsumerHoldsHistory && c.Epoch == epoch && now.Sub(time.Unix(0, c.LastSeen)) <= s.cfg.ConsumerHoldMaxAge
+}
+
+// Horizon raise causes, the label of ingestd_feed_horizon_raises_total.
+const (
+	causeRetention = "retention"
+	causeHistory   = "history"
+)
+
+// publishHorizon makes h t's published horizon when it is higher.
+func (s *Sequencer) publishHorizon(t *table, h uint64, cause string) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if h > t.pub.horizon {
+		t.pub.horizon = h
+		s.m.horizonRaises.WithLabelValues(cause).Inc()
+	}
+}
+
+// loadHorizon reads a table instance's horizon at start-up.
+func loadHorizon(st Sweeper, tid uint64) (uint64, error) {
+	h, err := st.Horizon(tid)
+	if err != nil {
+		return 0, fmt.Errorf("load history horizon: %w", err)
+	}
+	return h, nil
+}
+
+// historyRefusal is the refusal of a drain below t's horizon.
+func historyRefusal(st SyncStatus) error {
+	return &RefusalError{Err: fmt.Errorf("%w (after is below horizon-1 = %d)", ErrHistoryExpired, st.Horizon-1), Status: st}
+}
+
+// isHistoryExpired reports a store read that found the history gone.
+func isHistoryExpired(err error) bool { return errors.Is(err, store.ErrHistoryExpired) }
