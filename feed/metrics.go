@@ -120,7 +120,7 @@ var (
 	tableHorizonDesc  = prometheus.NewDesc("ingestd_feed_table_horizon", "Lowest x_seq still drainable (history horizon), per sync table.", []string{"table"}, nil)
 	holdingDesc       = prometheus.NewDesc("ingestd_feed_consumer_holds_history",
 		"1 while a named consumer holds its table's history horizon (--consumer-holds-history, seen within --consumer-hold-max-age, current epoch), else 0.", []string{"table", "consumer"}, nil)
-	lagFragmentsDesc  = prometheus.NewDesc("ingestd_feed_consumer_lag_fragments",
+	lagFragmentsDesc = prometheus.NewDesc("ingestd_feed_consumer_lag_fragments",
 		"Fragments a named consumer has not applied: watermark - position (the whole watermark when its epoch is stale).", []string{"table", "consumer"}, nil)
 	lagSecondsDesc = prometheus.NewDesc("ingestd_feed_consumer_lag_seconds",
 		"How long ago the server committed the oldest fragment a named consumer has not applied; 0 when caught up.", []string{"table", "consumer"}, nil)

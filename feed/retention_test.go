@@ -280,7 +280,6 @@ func TestRetentionRemovesExactlyAged(t *testing.T) {
 	requireHistoryExpired(t, err, st.Horizon)
 }
 
-
 // copyRows copies a table by time range (every page).
 func copyRows(t *testing.T, s *Sequencer, table string) []row {
 	t.Helper()

@@ -100,5 +100,5 @@ type TableInfo struct {
 	// default; 0: forever) and OwnRetention whether the table has its own.
 	Retention    time.Duration
 	OwnRetention bool
-	Columns []Column // "time" first, then tags and fields in order of first appearance
+	Columns      []Column // "time" first, then tags and fields in order of first appearance
 }
