@@ -16,6 +16,7 @@ const (
 	CodeSyncOff              = "sync_off"
 	CodeStaleEpoch           = "stale_epoch"
 	CodeCursorBeyondSequence = "cursor_beyond_sequence"
+	CodeHistoryExpired       = "history_expired"
 	CodeLimitRequired        = "limit_required"
 	CodeInvalidLimit         = "invalid_limit"
 	CodeInvalidParameter     = "invalid_parameter"
@@ -60,6 +61,7 @@ type errorBody struct {
 	Epoch     *uint64 `json:"epoch,omitempty"`
 	Seq       *uint64 `json:"seq,omitempty"`
 	Watermark *uint64 `json:"watermark,omitempty"`
+	Horizon   *uint64 `json:"horizon,omitempty"`
 	Line      int     `json:"line,omitempty"`
 	Column    int     `json:"column,omitempty"`
 }
@@ -79,6 +81,10 @@ func errorStatus(err error) (int, string) {
 		return http.StatusConflict, CodeStaleEpoch
 	case errors.Is(err, feed.ErrCursorBeyondSequence):
 		return http.StatusConflict, CodeCursorBeyondSequence
+	case errors.Is(err, feed.ErrHistoryExpired):
+		return http.StatusConflict, CodeHistoryExpired
+	case errors.Is(err, feed.ErrInvalidRetention):
+		return http.StatusBadRequest, CodeInvalidBody
 	case errors.Is(err, feed.ErrUnknownColumn):
 		return http.StatusBadRequest, CodeUnknownColumn
 	case errors.Is(err, feed.ErrDuplicateColumn):
@@ -138,6 +144,9 @@ func writeErr(w http.ResponseWriter, err error) {
 	var ref *feed.RefusalError
 	if errors.As(err, &ref) {
 		body.Epoch, body.Seq, body.Watermark = &ref.Status.Epoch, &ref.Status.Seq, &ref.Status.Watermark
+		if errors.Is(err, feed.ErrHistoryExpired) {
+			body.Horizon = &ref.Status.Horizon
+		}
 	}
 	if status == http.StatusServiceUnavailable {
 		w.Header().Set("Retry-After", "1")

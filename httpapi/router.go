@@ -24,7 +24,7 @@ const Version = "0.1.0"
 
 // Tables is the table management the API needs (SPEC §5).
 type Tables interface {
-	CreateTable(ctx context.Context, name string, sync bool) (bool, feed.SyncStatus, error)
+	PutTable(ctx context.Context, name string, opts feed.TableOptions) (bool, feed.TableInfo, error)
 	SetSync(ctx context.Context, name string, enabled bool) (feed.SyncStatus, error)
 	Truncate(ctx context.Context, name string) (feed.SyncStatus, error)
 	Drop(ctx context.Context, name string) error

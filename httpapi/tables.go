@@ -20,10 +20,11 @@ type syncJSON struct {
 	Epoch     uint64 `json:"epoch"`
 	Seq       uint64 `json:"seq"`
 	Watermark uint64 `json:"watermark"`
+	Horizon   uint64 `json:"horizon"`
 }
 
 func syncBody(s feed.SyncStatus) syncJSON {
-	return syncJSON{Enabled: s.Enabled, Epoch: s.Epoch, Seq: s.Seq, Watermark: s.Watermark}
+	return syncJSON{Enabled: s.Enabled, Epoch: s.Epoch, Seq: s.Seq, Watermark: s.Watermark, Horizon: s.Horizon}
 }
 
 type columnJSON struct {
@@ -32,13 +33,14 @@ type columnJSON struct {
 }
 
 type tableJSON struct {
-	Name    string       `json:"name"`
-	Sync    syncJSON     `json:"sync"`
-	Columns []columnJSON `json:"columns,omitempty"`
+	Name      string       `json:"name"`
+	Sync      syncJSON     `json:"sync"`
+	Retention string       `json:"retention"`
+	Columns   []columnJSON `json:"columns,omitempty"`
 }
 
 func tableBody(t feed.TableInfo, withColumns bool) tableJSON {
-	out := tableJSON{Name: t.Name, Sync: syncBody(t.Sync)}
+	out := tableJSON{Name: t.Name, Sync: syncBody(t.Sync), Retention: feed.FormatRetention(t.Retention)}
 	if withColumns {
 		out.Columns = make([]columnJSON, len(t.Columns))
 		for i, c := range t.Columns {
@@ -113,15 +115,32 @@ func (a *API) getTable(w http.ResponseWriter, r *http.Request) {
 
 func (a *API) putTable(w http.ResponseWriter, r *http.Request) {
 	var body struct {
-		Sync bool `json:"sync"`
+		Sync      *bool   `json:"sync"`
+		Retention *string `json:"retention"`
 	}
 	if err := decodeBody(r, &body, true); err != nil {
 		writeClientErr(w, CodeInvalidBody, err.Error())
 		return
 	}
+	opts := feed.TableOptions{Sync: body.Sync}
+	if body.Retention != nil {
+		d, err := feed.ParseRetention(*body.Retention)
+		if err != nil {
+			writeClientErr(w, CodeInvalidBody, err.Error())
+			return
+		}
+		opts.Retention = &d
+	}
 	name := pathParam(r, "table")
-	created, st, err := a.opts.Feed.CreateTable(r.Context(), name, body.Sync)
-	a.audit(r, "table.create", name, err, "created", created, "sync", body.Sync)
+	created, info, err := a.opts.Feed.PutTable(r.Context(), name, opts)
+	attrs := []any{"created", created}
+	if body.Sync != nil {
+		attrs = append(attrs, "sync", *body.Sync)
+	}
+	if opts.Retention != nil {
+		attrs = append(attrs, "retention", feed.FormatRetention(*opts.Retention))
+	}
+	a.audit(r, "table.create", name, err, attrs...)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -130,7 +149,8 @@ func (a *API) putTable(w http.ResponseWriter, r *http.Request) {
 	if created {
 		status = http.StatusCreated
 	}
-	writeJSON(w, status, tableJSON{Name: name, Sync: syncBody(st)})
+	info.Name = name
+	writeJSON(w, status, tableBody(info, false))
 }
 
 func (a *API) deleteTable(w http.ResponseWriter, r *http.Request) {
@@ -188,6 +208,9 @@ type consumerJSON struct {
 	Epoch    uint64 `json:"epoch"`
 	Position uint64 `json:"position"`
 	LastSeen string `json:"last_seen"`
+	// HoldsHistory and HoldUntil report a hold on the history horizon.
+	HoldsHistory bool   `json:"holds_history"`
+	HoldUntil    string `json:"hold_until,omitempty"`
 }
 
 func (a *API) listConsumers(w http.ResponseWriter, r *http.Request) {
@@ -198,7 +221,10 @@ func (a *API) listConsumers(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]consumerJSON, len(cs))
 	for i, c := range cs {
-		out[i] = consumerJSON{Name: c.Name, Epoch: c.Epoch, Position: c.Position, LastSeen: c.LastSeen.Format(time.RFC3339Nano)}
+		out[i] = consumerJSON{Name: c.Name, Epoch: c.Epoch, Position: c.Position, LastSeen: c.LastSeen.Format(time.RFC3339Nano), HoldsHistory: c.HoldsHistory}
+		if c.HoldsHistory {
+			out[i].HoldUntil = c.HoldUntil.Format(time.RFC3339Nano)
+		}
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"consumers": out})
 }

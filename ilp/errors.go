@@ -27,13 +27,15 @@ const (
 	// ReasonForbidden is a TCP line for a table the connection's grant
 	// may not write (SPEC §10).
 	ReasonForbidden = "forbidden"
+	// ReasonBeyondRetention: older than the table's retention.
+	ReasonBeyondRetention = "beyond_retention"
 )
 
 var reasons = []string{
 	ReasonSyntax, ReasonLineTooLong, ReasonKeyTooLong, ReasonStringTooLong, ReasonReservedKey,
 	ReasonDuplicateTag, ReasonFieldType, ReasonTagField, ReasonTimestamp, ReasonInvalidUTF8,
 	ReasonNoFields, ReasonColumnLimit, ReasonSeriesLimit, ReasonInvalidTable, ReasonTableLimit,
-	ReasonInvalidName, ReasonForbidden,
+	ReasonInvalidName, ReasonForbidden, ReasonBeyondRetention,
 }
 
 var (

@@ -101,6 +101,8 @@ func rejectReason(r *feed.RejectError) string {
 		return ReasonTableLimit
 	case errors.Is(r.Err, feed.ErrInvalidName):
 		return ReasonInvalidName
+	case errors.Is(r.Err, feed.ErrBeyondRetention):
+		return ReasonBeyondRetention
 	}
 	return ReasonInvalidTable
 }
