@@ -209,7 +209,7 @@ type consumerJSON struct {
 	Position uint64 `json:"position"`
 	LastSeen string `json:"last_seen"`
 	// HoldsHistory and HoldUntil report a hold on the history horizon.
-	HoldsHistory bool   `json:"holds_history"`
+	HoldsHistory bool   `json:"holds_history,omitempty"`
 	HoldUntil    string `json:"hold_until,omitempty"`
 }
 

@@ -110,6 +110,7 @@ type feedSync struct {
 	Epoch     uint64 `json:"epoch"`
 	Seq       uint64 `json:"seq"`
 	Watermark uint64 `json:"watermark"`
+	Horizon   uint64 `json:"horizon"`
 }
 
 func (c *feedClient) sync(t testing.TB, table string) feedSync {
@@ -659,7 +660,7 @@ func TestRowsHTTP(t *testing.T) {
 	c.write(t, lp.String()) // auto-created, sync OFF: the copy has it anyway
 	require.Equal(t, http.StatusOK, c.do(t, http.MethodPut, feedTablePath("r")+"/sync", `{"enabled": true}`).status)
 	c.write(t, fmt.Sprintf("r,host=h0 v=40i %d\nr,host=h1 w=9.5 %d", ts(4), ts(9)))
-	require.Equal(t, feedSync{Enabled: true, Epoch: 1, Seq: 2, Watermark: 2}, c.sync(t, "r"))
+	require.Equal(t, feedSync{Enabled: true, Epoch: 1, Seq: 2, Watermark: 2, Horizon: 1}, c.sync(t, "r"))
 	row := func(k int) map[string]string {
 		m := map[string]string{"time": strconv.FormatInt(ts(k), 10), "host": fmt.Sprintf(`"h%d"`, k%2), "v": strconv.Itoa(k), "s": fmt.Sprintf(`"k%d"`, k)}
 		switch k {
@@ -828,7 +829,7 @@ func TestTableAPIEscapedNames(t *testing.T) {
 			c.write(t, measurement+" v=1i 1\n"+measurement+" v=2i 2")
 			var st feedSync
 			require.NoError(t, json.Unmarshal(c.getOK(t, path+"/sync").body, &st))
-			require.Equal(t, feedSync{Enabled: true, Epoch: 1, Seq: 2, Watermark: 2}, st)
+			require.Equal(t, feedSync{Enabled: true, Epoch: 1, Seq: 2, Watermark: 2, Horizon: 1}, st)
 			var p feedRowsPage
 			feedDecodeStrict(t, c.getOK(t, path+"/rows?limit=10").body, &p)
 			require.Equal(t, name, p.Table)

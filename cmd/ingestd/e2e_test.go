@@ -97,6 +97,7 @@ type syncState struct {
 	Epoch     uint64 `json:"epoch"`
 	Seq       uint64 `json:"seq"`
 	Watermark uint64 `json:"watermark"`
+	Horizon   uint64 `json:"horizon"`
 }
 
 func (c *apiClient) syncStatus(t testing.TB, table string) syncState {
@@ -485,22 +486,22 @@ func TestE2ETables(t *testing.T) {
 	t.Run("create is idempotent", func(t *testing.T) {
 		r := c.putTable(t, "t", true)
 		require.Equal(t, http.StatusCreated, r.Status, "%s", r.Body)
-		require.JSONEq(t, `{"name":"t","sync":{"enabled":true,"epoch":1,"seq":0,"watermark":0}}`, string(r.Body))
+		require.JSONEq(t, `{"name":"t","sync":{"enabled":true,"epoch":1,"seq":0,"watermark":0,"horizon":1},"retention":"0"}`, string(r.Body))
 		r = c.putTable(t, "t", true)
 		require.Equal(t, http.StatusOK, r.Status, "repeat PUT: %s", r.Body)
-		require.JSONEq(t, `{"name":"t","sync":{"enabled":true,"epoch":1,"seq":0,"watermark":0}}`, string(r.Body))
+		require.JSONEq(t, `{"name":"t","sync":{"enabled":true,"epoch":1,"seq":0,"watermark":0,"horizon":1},"retention":"0"}`, string(r.Body))
 	})
 	t.Run("show sync of a new sync table", func(t *testing.T) {
 		r := c.get(t, "/api/v1/tables/t/sync")
 		require.Equal(t, http.StatusOK, r.Status)
-		require.JSONEq(t, `{"enabled":true,"epoch":1,"seq":0,"watermark":0}`, string(r.Body))
+		require.JSONEq(t, `{"enabled":true,"epoch":1,"seq":0,"watermark":0,"horizon":1}`, string(r.Body))
 	})
 	t.Run("set sync off keeps the epoch, on bumps it, on again is a no-op", func(t *testing.T) {
-		require.Equal(t, syncState{Enabled: false, Epoch: 1}, c.setSync(t, "t", false))
-		require.Equal(t, syncState{Enabled: false, Epoch: 1}, c.syncStatus(t, "t"))
-		require.Equal(t, syncState{Enabled: true, Epoch: 2}, c.setSync(t, "t", true))
-		require.Equal(t, syncState{Enabled: true, Epoch: 2}, c.setSync(t, "t", true))
-		require.Equal(t, syncState{Enabled: true, Epoch: 2}, c.syncStatus(t, "t"))
+		require.Equal(t, syncState{Enabled: false, Epoch: 1, Horizon: 1}, c.setSync(t, "t", false))
+		require.Equal(t, syncState{Enabled: false, Epoch: 1, Horizon: 1}, c.syncStatus(t, "t"))
+		require.Equal(t, syncState{Enabled: true, Epoch: 2, Horizon: 1}, c.setSync(t, "t", true))
+		require.Equal(t, syncState{Enabled: true, Epoch: 2, Horizon: 1}, c.setSync(t, "t", true))
+		require.Equal(t, syncState{Enabled: true, Epoch: 2, Horizon: 1}, c.syncStatus(t, "t"))
 	})
 	t.Run("show columns lists types in schema order and no x_ column", func(t *testing.T) {
 		c.mustWrite(t, `t,region=eu,host=a v=1.5,n=2i,u=3u,s="x",b=true `+strconv.FormatInt(baseTS, 10)+"\n"+
@@ -508,16 +509,17 @@ func TestE2ETables(t *testing.T) {
 		r := c.get(t, "/api/v1/tables/t")
 		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 		var got struct {
-			Name    string    `json:"name"`
-			Sync    syncState `json:"sync"`
-			Columns []struct {
+			Name      string    `json:"name"`
+			Sync      syncState `json:"sync"`
+			Retention string    `json:"retention"`
+			Columns   []struct {
 				Name string `json:"name"`
 				Type string `json:"type"`
 			} `json:"columns"`
 		}
 		decodeStrict(t, r.Body, &got)
 		require.Equal(t, "t", got.Name)
-		require.Equal(t, syncState{Enabled: true, Epoch: 2, Seq: 2, Watermark: 2}, got.Sync)
+		require.Equal(t, syncState{Enabled: true, Epoch: 2, Seq: 2, Watermark: 2, Horizon: 1}, got.Sync)
 		var cols []string
 		for _, col := range got.Columns {
 			require.False(t, strings.HasPrefix(col.Name, "x_"), "engine-owned column %q listed: %s", col.Name, r.Body)
@@ -538,9 +540,10 @@ func TestE2ETables(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 		var got struct {
 			Tables []struct {
-				Name    string          `json:"name"`
-				Sync    syncState       `json:"sync"`
-				Columns json.RawMessage `json:"columns"`
+				Name      string          `json:"name"`
+				Sync      syncState       `json:"sync"`
+				Retention string          `json:"retention"`
+				Columns   json.RawMessage `json:"columns"`
 			} `json:"tables"`
 		}
 		decodeStrict(t, r.Body, &got)
@@ -549,8 +552,8 @@ func TestE2ETables(t *testing.T) {
 			byName[tb.Name] = tb.Sync
 		}
 		require.Equal(t, map[string]syncState{
-			"t":     {Enabled: true, Epoch: 2, Seq: 2, Watermark: 2},
-			"plain": {Enabled: false, Epoch: 0, Seq: 0, Watermark: 0},
+			"t":     {Enabled: true, Epoch: 2, Seq: 2, Watermark: 2, Horizon: 1},
+			"plain": {Enabled: false, Epoch: 0, Seq: 0, Watermark: 0, Horizon: 1},
 		}, byName, "%s", r.Body)
 	})
 	t.Run("truncate bumps the epoch, keeps the sequence and empties the feed", func(t *testing.T) {
@@ -558,7 +561,7 @@ func TestE2ETables(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 		var st syncState
 		decodeStrict(t, r.Body, &st)
-		require.Equal(t, syncState{Enabled: true, Epoch: 3, Seq: 2, Watermark: 2}, st)
+		require.Equal(t, syncState{Enabled: true, Epoch: 3, Seq: 2, Watermark: 2, Horizon: 1}, st)
 		require.Equal(t, st, c.syncStatus(t, "t"))
 		sum := drainAll(t, c, "t", 10, nil, func([]string, []json.RawMessage) {})
 		require.Equal(t, 0, sum.Rows, "a truncated table's feed is empty")
@@ -608,7 +611,7 @@ func TestE2EDrain(t *testing.T) {
 		"d,host=a v=1.5,n=9007199254740993i,u=18446744073709551615u 1767225600000000001\n"+
 		"d,host=b v=-2.25,n=-9223372036854775808i 1767225600000000002\n"+
 		"d,host=a s=\"hi\",ok=true 1767225600000000003\n")
-	require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: 3, Watermark: 3}, c.syncStatus(t, "d"),
+	require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: 3, Watermark: 3, Horizon: 1}, c.syncStatus(t, "d"),
 		"after a 204 every line is stamped and visible")
 	wantCols := []string{"time", "host", "v", "n", "u", "s", "ok", "x_seq"}
 	q := func(kv ...string) url.Values {
@@ -723,12 +726,12 @@ func TestE2EDrainRefusals(t *testing.T) {
 	c.createSyncTable(t, "on")
 	c.mustWrite(t, idLines("on", 0, 3))
 	on := c.syncStatus(t, "on")
-	require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: 3, Watermark: 3}, on)
+	require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: 3, Watermark: 3, Horizon: 1}, on)
 
 	c.createSyncTable(t, "off")
 	c.mustWrite(t, idLines("off", 0, 2))
 	off := c.setSync(t, "off", false)
-	require.Equal(t, syncState{Enabled: false, Epoch: 1, Seq: 2, Watermark: 2}, off)
+	require.Equal(t, syncState{Enabled: false, Epoch: 1, Seq: 2, Watermark: 2, Horizon: 1}, off)
 
 	for _, tc := range []struct {
 		name   string
@@ -1055,7 +1058,7 @@ func TestE2ETCP(t *testing.T) {
 	require.NoError(t, err)
 	pollUntil(t, 30*time.Second, func() bool { return c.syncStatus(t, "tcp").Watermark >= 500 },
 		"all 500 good TCP lines become visible")
-	require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: 500, Watermark: 500}, c.syncStatus(t, "tcp"),
+	require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: 500, Watermark: 500, Horizon: 1}, c.syncStatus(t, "tcp"),
 		"only the good lines get an x_seq")
 	require.Equal(t, idRange(0, 500), drainColumn(t, c, "tcp", "id"))
 	require.NoError(t, conn.Close())
@@ -1089,7 +1092,7 @@ func TestE2EGracefulStop(t *testing.T) {
 
 		d2 := startDaemon(t, testConfig(dir))
 		c2 := newClient(t, d2)
-		require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: n, Watermark: n}, c2.syncStatus(t, "gs"))
+		require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: n, Watermark: n, Horizon: 1}, c2.syncStatus(t, "gs"))
 		require.Equal(t, idRange(0, n), drainColumn(t, c2, "gs", "id"), "every line read before the stop survives it")
 	})
 	t.Run("a second daemon on a directory in use fails at once", func(t *testing.T) {

@@ -66,7 +66,7 @@ func TestTSBS(t *testing.T) {
 		require.Equal(t, tsbsLines, lines)
 		require.Equal(t, (tsbsLines+tsbsBatchLines-1)/tsbsBatchLines, batches)
 		for _, name := range tsbsTables {
-			require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: tsbsPerTable, Watermark: tsbsPerTable}, c.syncStatus(t, name),
+			require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: tsbsPerTable, Watermark: tsbsPerTable, Horizon: 1}, c.syncStatus(t, name),
 				"table %s: after every 204 each line is stamped and visible", name)
 		}
 		t.Logf("ingested %d lines in %d gzip batches in %s", lines, batches, time.Since(begin).Round(time.Millisecond))
@@ -95,7 +95,7 @@ func TestTSBS(t *testing.T) {
 			return true
 		}, "every table's watermark reaches %d", tsbsPerTable)
 		for _, name := range tsbsTables {
-			require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: tsbsPerTable, Watermark: tsbsPerTable}, c.syncStatus(t, name),
+			require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: tsbsPerTable, Watermark: tsbsPerTable, Horizon: 1}, c.syncStatus(t, name),
 				"table %s: one x_seq per line", name)
 		}
 		t.Logf("ingested %d bytes over TCP in %s", n, time.Since(begin).Round(time.Millisecond))
