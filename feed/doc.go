@@ -28,6 +28,37 @@
 //     and is bumped by enabling sync on a table whose sync is OFF and by
 //     TRUNCATE; a drain naming another epoch is refused (ErrStaleEpoch).
 //
+//   - The history horizon (SPEC §9) is the lowest x_seq a drain may still
+//     start at: a drain with after < horizon-1 is refused with
+//     ErrHistoryExpired (never a page that skips). It only rises, durably
+//     (the store keeps it per table instance; TRUNCATE starts a new
+//     instance at 1), for three reasons: --feed-history (fragments
+//     committed longer ago) and --feed-history-fragments (x_seq numbers
+//     further below the watermark) trim it, held back by named consumers
+//     with --consumer-holds-history (at position+1, in the current epoch,
+//     until --consumer-hold-max-age after they were last seen); and a
+//     retention sweep raises it above every fragment it removes (holds do
+//     not stop retention). Trimming history removes no rows: fragments
+//     below the horizon stay the table's rows, which the copy by time
+//     range (the resync the refusal asks for) returns, until retention
+//     removes them.
+//
+// # Retention
+//
+// A table's retention (its own, else --default-retention; 0 keeps rows
+// forever) refuses points older than now minus it at the door of the
+// group (ErrBeyondRetention, a partial write like InfluxDB's "points
+// beyond retention policy") and removes older rows in the background.
+// The sweeper is part of the sequencer goroutine: every
+// --retention-sweep-interval it starts a pass over the live tables, and
+// each of its steps (one store batch of at most --retention-batch-size
+// fragments, or one bounded look for the history horizon) is one turn of
+// the sequencer's loop, chosen at random against the queued writes, so a
+// sweep never holds writes up longer than one batch, and a batch sees
+// every commit before it and none in flight. The horizon a batch raises
+// is durable before its fragments go (see store/doc.go), so a drain that
+// read the old published horizon is refused by the store's own view.
+//
 // # When a commit fails
 //
 // A group commit, and every metadata write, fails only when the store
@@ -54,7 +85,9 @@
 // # Locks
 //
 // table.mu guards a table's published state (sync, epoch, seq, watermark,
-// instance id and the schema and series snapshots). Sequencer.mu guards the
-// table maps. Order: Sequencer.mu before table.mu; the store's own locks are
-// taken only inside store calls, never while holding either.
+// horizon, own retention, instance id and the schema and series
+// snapshots). Sequencer.mu guards the table maps. Order: Sequencer.mu
+// before table.mu; the store's own locks are taken only inside store
+// calls, never while holding either. The sweeper's state is owned by the
+// sequencer goroutine (no lock); consumerSet.mu is taken alone.
 package feed

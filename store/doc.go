@@ -26,6 +26,7 @@
 //	                                 for points not proven new by their series' high-water time
 //	'd' tid sid ts                -> overwrite marker: (series, ts) holds more than one fragment
 //	'c' name 0x00 consumer        -> a named consumer's acknowledged position (JSON)
+//	'h' tid                       -> the instance's feed history horizon (uvarint; absent: 1)
 //
 // Consumers are keyed by table name, not instance: they outlive TRUNCATE
 // (their epoch then tells them apart) and go with DROP.
@@ -113,6 +114,57 @@
 // times (uvarint column, kind byte, value) where a float is 8 bytes
 // little-endian IEEE 754, an integer a zig-zag varint, an unsigned integer
 // a uvarint, a string a uvarint length and its bytes, a boolean one byte.
+//
+// # Retention and the history horizon
+//
+// SweepBefore removes the fragments older than a cutoff in bounded
+// batches. It finds them through the indexes, which hold every fragment
+// by (series, time): the series runs (in-order fragments) and the
+// point-index entries (late and repeated ones), both keyed ks tid sid ts,
+// so per series the aged entries come first and one seek skips the rest.
+// A removed fragment is not cut out of its block: the block is rewritten
+// with the fragment replaced by a placeholder (series 0, which no written
+// fragment has, time 0, no fields), so that the x_seq numbers and block
+// indexes of every other fragment, which runs and point entries refer to,
+// stay valid; a block left with placeholders only is deleted. Aged run
+// entries go (a shortened run is stored again under its new first time),
+// aged point-index entries and overwrite markers go, and the overwrite
+// set in memory forgets them.
+//
+// The history horizon of an instance is the lowest x_seq a drain may
+// still start at (after >= horizon-1). It only rises: the feed raises it
+// for --feed-history, and every sweep batch raises it above the highest
+// x_seq it removes, because a drain must never pass a removed fragment in
+// silence. ReadSeq reads the horizon in its own read view and refuses a
+// read below it (ErrHistoryExpired), and meeting a placeholder above its
+// start is refused the same way, which the order of a batch's writes
+// makes impossible: (1) the horizon, (2) the rewritten blocks, (3) the
+// new runs, then the deletion of the old runs and point entries. A batch
+// larger than one transaction commits in that order, so a crash at any
+// point leaves a prefix: the horizon may be raised with nothing removed
+// yet (drains are refused a little early, never skip), blocks may hold
+// placeholders whose index entries remain (the next sweep finds them,
+// "removes" them again, which changes nothing, and deletes the entries).
+// A crash never loses a retained fragment, because only fragments older
+// than the cutoff are ever named. The copy by time range (ReadRows) and
+// coalescing skip placeholders. TRUNCATE and DROP drop the horizon with
+// the instance, so a new instance starts at 1.
+//
+// # Space given back
+//
+// Blocks live in badger's value log, which only a value-log garbage
+// collection shrinks: badger's compactions count the bytes of deleted and
+// overwritten values per value-log file, and RunValueLogGC rewrites a
+// file at least half garbage (copying its live values forward) and
+// deletes it. CollectGarbage runs such passes, one file at a time,
+// pausing after each as long as rewriting that file takes at
+// --store-gc-max-bytes-per-second; a background loop calls it every
+// --store-gc-interval. badger never collects the file it is writing, so
+// --store-value-log-max-entries (256 values) starts a new file sooner than
+// the 256 MiB size limit would: this bounds the garbage the newest file
+// can hold. ingestd_store_size_bytes walks the data directory at every
+// scrape and reports allocated blocks (badger preallocates value-log
+// files sparsely, so their length says nothing).
 //
 // # Version rule
 //

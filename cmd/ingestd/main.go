@@ -107,6 +107,7 @@ const usage = `Usage:
   ingestd [flags]              run the daemon (ILP over HTTP and TCP, the change feed)
   ingestd mirror [flags]       keep a replica of one table in an InfluxDB-compatible server
   ingestd bench [flags]        load harness: send TSBS data, wait, drain, report
+  ingestd diskbench [flags]    write+truncate rounds against a running ingestd: is disk given back?
   ingestd health [--url URL]   probe a running ingestd's /health (exit 0 when ready)
   ingestd token create|list|revoke --auth-file F   manage the tokens of --auth-file
 Each subcommand has its own --help. Every flag can also be set as an environment
@@ -139,11 +140,13 @@ func run(ctx context.Context, args []string, stderr io.Writer) int {
 			return runBench(ctx, args[1:], os.Stdout, stderr)
 		case "token":
 			return runToken(args[1:], os.Stdout, stderr)
+		case "diskbench":
+			return runDiskBench(ctx, args[1:], os.Stdout, stderr)
 		case "help":
 			fs.Usage()
 			return 0
 		}
-		fmt.Fprintf(stderr, "ingestd: unknown command %q (commands: mirror, bench, health, token, help; flags start with -)\n", args[0])
+		fmt.Fprintf(stderr, "ingestd: unknown command %q (commands: mirror, bench, diskbench, health, token, help; flags start with -)\n", args[0])
 		return 2
 	}
 	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("INGESTD")); err != nil {

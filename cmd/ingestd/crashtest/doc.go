@@ -8,6 +8,9 @@
 //     acknowledged line is lost, no x_seq is reused or runs backwards and
 //     the consumer's replica equals the source (-crash.cycles,
 //     -crash.duration).
+//   - TestCrashRetentionAndTruncate SIGKILLs it during retention sweeps,
+//     TRUNCATEs and value-log collections: nothing retained is lost,
+//     nothing aged stays, a drain from the history horizon reads on.
 //   - TestShutdownUnderLoad, TestSecondProcess, TestUnwritableDataDir and
 //     TestDiskFull cover SIGTERM, the directory lock and storage failures.
 //   - TestBackPressure saturates the sequencer: 503 with Retry-After, TCP
