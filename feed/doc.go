@@ -27,7 +27,6 @@
 //   - The epoch starts at 1 for a table created with sync ON (0 otherwise),
 //     and is bumped by enabling sync on a table whose sync is OFF and by
 //     TRUNCATE; a drain naming another epoch is refused (ErrStaleEpoch).
-//
 //   - The history horizon (SPEC §9) is the lowest x_seq a drain may still
 //     start at: a drain with after < horizon-1 is refused with
 //     ErrHistoryExpired (never a page that skips). It only rises, durably
