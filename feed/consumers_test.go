@@ -186,7 +186,7 @@ func TestDrainWait(t *testing.T) {
 				require.ErrorIs(t, r.err, ErrStaleEpoch)
 				var ref *RefusalError
 				require.ErrorAs(t, r.err, &ref)
-				require.Equal(t, SyncStatus{Enabled: true, Epoch: 2, Seq: 10, Watermark: 10}, ref.Status)
+				require.Equal(t, SyncStatus{Enabled: true, Epoch: 2, Seq: 10, Watermark: 10, Horizon: 1}, ref.Status)
 				require.Empty(t, r.p.vals)
 			},
 		},

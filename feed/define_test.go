@@ -23,7 +23,7 @@ func TestDefineTable(t *testing.T) {
 	declared := []Column{{"p00", KindFloat}, {"host", KindTag}, {"n", KindInt}, {"ok", KindBool}}
 	st, err := h.s.DefineTable(ctx, "sensor", true, declared)
 	require.NoError(t, err)
-	require.Equal(t, SyncStatus{Enabled: true, Epoch: 1}, st)
+	require.Equal(t, SyncStatus{Enabled: true, Epoch: 1, Horizon: 1}, st)
 	want := []Column{{"time", KindTime}, {"host", KindTag}, {"p00", KindFloat}, {"n", KindInt}, {"ok", KindBool}}
 	info, err := h.s.Table("sensor")
 	require.NoError(t, err)
@@ -43,7 +43,7 @@ func TestDefineTable(t *testing.T) {
 	require.ErrorIs(t, err, ErrTableExists)
 	st, err = h.s.Status("sensor")
 	require.NoError(t, err)
-	require.Equal(t, SyncStatus{Enabled: true, Epoch: 1, Seq: 1, Watermark: 1}, st, "an existing table is left as it was")
+	require.Equal(t, SyncStatus{Enabled: true, Epoch: 1, Seq: 1, Watermark: 1, Horizon: 1}, st, "an existing table is left as it was")
 
 	for _, tc := range []struct {
 		name  string

@@ -50,7 +50,7 @@ func TestDrainPaging(t *testing.T) {
 				mustAppend(t, h.s, pts...)
 			}
 			st := status(t, h.s, "t")
-			require.Equal(t, SyncStatus{Enabled: true, Epoch: 1, Seq: uint64(n), Watermark: uint64(n)}, st)
+			require.Equal(t, SyncStatus{Enabled: true, Epoch: 1, Seq: uint64(n), Watermark: uint64(n), Horizon: 1}, st)
 
 			seen := map[uint64]int{}
 			after, pages := tc.after, 0
@@ -329,8 +329,8 @@ func TestDrainRefusals(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = h.s.CreateTable(ctx, "fresh", true)
 	require.NoError(t, err)
-	require.Equal(t, SyncStatus{Enabled: true, Epoch: 2, Seq: 3, Watermark: 3}, status(t, h.s, "on"))
-	require.Equal(t, SyncStatus{Enabled: false, Epoch: 1, Seq: 1, Watermark: 1}, status(t, h.s, "off"))
+	require.Equal(t, SyncStatus{Enabled: true, Epoch: 2, Seq: 3, Watermark: 3, Horizon: 1}, status(t, h.s, "on"))
+	require.Equal(t, SyncStatus{Enabled: false, Epoch: 1, Seq: 1, Watermark: 1, Horizon: 1}, status(t, h.s, "off"))
 
 	cases := []struct {
 		name    string

@@ -272,7 +272,7 @@ func TestRowsPaging(t *testing.T) {
 		mustAppend(t, h.s, off(6))
 		for _, limit := range []int{1, 2, 100} {
 			first, rows := copyAll(t, h.s, RowsRequest{Table: "t", Limit: limit}, nil)
-			require.Equal(t, SyncStatus{Enabled: false, Epoch: 1, Seq: 2, Watermark: 2}, status(t, h.s, "t"))
+			require.Equal(t, SyncStatus{Enabled: false, Epoch: 1, Seq: 2, Watermark: 2, Horizon: 1}, status(t, h.s, "t"))
 			require.Equal(t, uint64(1), first.Epoch)
 			require.Equal(t, uint64(2), first.Watermark)
 			require.ElementsMatch(t, []map[string]Value{

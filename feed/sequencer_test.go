@@ -364,10 +364,10 @@ type tableStep struct {
 
 func TestEpochs(t *testing.T) {
 	on := func(epoch, seq uint64) SyncStatus {
-		return SyncStatus{Enabled: true, Epoch: epoch, Seq: seq, Watermark: seq}
+		return SyncStatus{Enabled: true, Epoch: epoch, Seq: seq, Watermark: seq, Horizon: 1}
 	}
 	off := func(epoch, seq uint64) SyncStatus {
-		return SyncStatus{Epoch: epoch, Seq: seq, Watermark: seq}
+		return SyncStatus{Epoch: epoch, Seq: seq, Watermark: seq, Horizon: 1}
 	}
 	cases := []struct {
 		name  string
@@ -892,7 +892,7 @@ func TestDropAndRecreate(t *testing.T) {
 				// The old schema is gone too: "old" may now be a string.
 				mustAppend(t, h.s, pt("t", ts, tg("dc", "new"), fld("old", sv("x"))))
 			}
-			require.Equal(t, SyncStatus{}, status(t, h.s, "other"), "the other table is untouched")
+			require.Equal(t, SyncStatus{Horizon: 1}, status(t, h.s, "other"), "the other table is untouched")
 		})
 	}
 }
@@ -1151,11 +1151,11 @@ func TestAutoCreate(t *testing.T) {
 		rejectErr error // the write is rejected and creates nothing
 		want      SyncStatus
 	}{
-		{name: "no globs", table: "cpu_1", want: SyncStatus{}},
-		{name: "matching glob", globs: []string{"cpu*"}, table: "cpu_1", want: SyncStatus{Enabled: true, Epoch: 1, Seq: 1, Watermark: 1}},
-		{name: "other glob", globs: []string{"cpu*"}, table: "mem", want: SyncStatus{}},
-		{name: "second glob", globs: []string{"cpu*", "disk"}, table: "disk", want: SyncStatus{Enabled: true, Epoch: 1, Seq: 1, Watermark: 1}},
-		{name: "glob matches the whole name", globs: []string{"disk"}, table: "disk2", want: SyncStatus{}},
+		{name: "no globs", table: "cpu_1", want: SyncStatus{Horizon: 1}},
+		{name: "matching glob", globs: []string{"cpu*"}, table: "cpu_1", want: SyncStatus{Enabled: true, Epoch: 1, Seq: 1, Watermark: 1, Horizon: 1}},
+		{name: "other glob", globs: []string{"cpu*"}, table: "mem", want: SyncStatus{Horizon: 1}},
+		{name: "second glob", globs: []string{"cpu*", "disk"}, table: "disk", want: SyncStatus{Enabled: true, Epoch: 1, Seq: 1, Watermark: 1, Horizon: 1}},
+		{name: "glob matches the whole name", globs: []string{"disk"}, table: "disk2", want: SyncStatus{Horizon: 1}},
 		{name: "reserved name", globs: []string{"*"}, table: "x_sys", rejectErr: ErrInvalidTableName},
 		{name: "rejected first line", globs: []string{"cpu*"}, table: "cpu_1", tags: tg("v", "x"), rejectErr: ErrTagFieldConflict},
 		{name: "rejected first line without sync", table: "mem", tags: tg("v", "x"), rejectErr: ErrTagFieldConflict},

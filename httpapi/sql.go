@@ -334,10 +334,11 @@ func uintValue(v uint64) feed.Value { return feed.Value{Kind: feed.KindUint, Num
 func stringValue(s string) feed.Value { return feed.Value{Kind: feed.KindString, Str: s} }
 
 // syncResult is SHOW SYNC's answer (seed 000: enabled, epoch, seq,
-// watermark), also the answer of CREATE TABLE, ALTER TABLE and TRUNCATE.
+// watermark; SPEC §9: horizon), also the answer of CREATE TABLE, ALTER
+// TABLE and TRUNCATE.
 func syncResult(table string, s feed.SyncStatus) result {
-	return result{name: table, cols: []string{"enabled", "epoch", "seq", "watermark"},
-		rows: [][]feed.Value{{boolValue(s.Enabled), uintValue(s.Epoch), uintValue(s.Seq), uintValue(s.Watermark)}}}
+	return result{name: table, cols: []string{"enabled", "epoch", "seq", "watermark", "horizon"},
+		rows: [][]feed.Value{{boolValue(s.Enabled), uintValue(s.Epoch), uintValue(s.Seq), uintValue(s.Watermark), uintValue(s.Horizon)}}}
 }
 
 // sqlTypes names column kinds as CREATE TABLE declares them.
