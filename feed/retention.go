@@ -129,8 +129,9 @@ func (sw *sweeper) startPass(s *Sequencer) {
 // busy reports whether the pass has steps left.
 func (sw *sweeper) busy() bool { return len(sw.todo) > 0 }
 
-// step runs one bounded step of the pass. It returns the storage error
-// that must stop the sequencer.
+// sweepStep runs one bounded step of the sweep pass: a retention batch
+// or a history trim of the pass's current table. It returns the storage
+// error that must stop the sequencer.
 func (s *Sequencer) sweepStep() error {
 	sw := &s.sweep
 	if !sw.busy() {
@@ -179,7 +180,7 @@ func (s *Sequencer) sweepRetention(t *table) (bool, error) {
 		return false, storageErr("retention sweep", err)
 	}
 	s.m.sweepSeconds.Observe(s.now().Sub(start).Seconds())
-	if res.Removed > 0 {
+	if res.Removed > 0 && validLabel(t.name) {
 		s.m.removedRows.WithLabelValues(t.name).Add(float64(res.Removed))
 	}
 	if !res.More && validLabel(t.name) {
