@@ -412,8 +412,9 @@ func drainAndDropAll(t testing.TB, c *apiClient) []peerRow {
 
 // tableEntry is one table of GET /api/v1/tables.
 type tableEntry struct {
-	Name string    `json:"name"`
-	Sync syncState `json:"sync"`
+	Name      string    `json:"name"`
+	Sync      syncState `json:"sync"`
+	Retention string    `json:"retention"`
 }
 
 // listTables returns GET /api/v1/tables.

@@ -365,9 +365,10 @@ func checkTSBSSchema(t testing.TB, c *apiClient, name string, tb *tsbsTable) []s
 	r := c.get(t, "/api/v1/tables/"+name)
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	var got struct {
-		Name    string    `json:"name"`
-		Sync    syncState `json:"sync"`
-		Columns []struct {
+		Name      string    `json:"name"`
+		Sync      syncState `json:"sync"`
+		Retention string    `json:"retention"`
+		Columns   []struct {
 			Name string `json:"name"`
 			Type string `json:"type"`
 		} `json:"columns"`
