@@ -346,7 +346,7 @@ func TestCrossSite(t *testing.T) {
 		})
 	}
 	st := c.syncStatus(t, "sensor")
-	require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: 1, Watermark: 1}, st, "nothing changed: no truncate, no write, sync on")
+	require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: 1, Watermark: 1, Horizon: 1}, st, "nothing changed: no truncate, no write, sync on")
 
 	allowed := []struct {
 		name, method, path, body string
