@@ -339,8 +339,8 @@ func (e *httpStatusError) Error() string {
 	return fmt.Sprintf("HTTP %d: %s", e.status, strings.TrimSpace(e.body))
 }
 
-// get fetches a URL with token (none when empty); 409 stale_epoch and
-// cursor_beyond_sequence become errResync.
+// get fetches a URL with token (none when empty); 409 stale_epoch,
+// cursor_beyond_sequence and history_expired become errResync.
 func (mr *mirror) get(ctx context.Context, u, token string) (http.Header, []byte, error) {
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
 	if err != nil {
@@ -361,7 +361,7 @@ func (mr *mirror) get(ctx context.Context, u, token string) (http.Header, []byte
 			Code string `json:"code"`
 		}
 		_ = json.Unmarshal(body, &e)
-		if resp.StatusCode == http.StatusConflict && (e.Code == "stale_epoch" || e.Code == "cursor_beyond_sequence") {
+		if resp.StatusCode == http.StatusConflict && (e.Code == "stale_epoch" || e.Code == "cursor_beyond_sequence" || e.Code == "history_expired") {
 			return nil, nil, fmt.Errorf("%w: %s", errResync, e.Code)
 		}
 		return nil, nil, &httpStatusError{status: resp.StatusCode, code: e.Code, body: string(body)}

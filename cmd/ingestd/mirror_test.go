@@ -595,3 +595,21 @@ func TestMirrorTargetDownAtStart(t *testing.T) {
 	feedEventually(t, time.Minute, func() bool { c, ok := readMirrorCursor(t, cursorFile); return ok && c.Next == 2 }, "the copy is acknowledged")
 	require.Equal(t, feedRowsByPoint(t, a, "m"), feedRowsByPoint(t, b, "m"), "the target was truncated before the copy")
 }
+
+// TestMirrorRefusalsResync: the drain refusals that ask for a full resync
+// (stale_epoch, cursor_beyond_sequence, history_expired) become errResync;
+// any other 409 stays an error to retry.
+func TestMirrorRefusalsResync(t *testing.T) {
+	code := make(chan string, 1)
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		w.WriteHeader(http.StatusConflict)
+		fmt.Fprintf(w, `{"code":%q,"message":"refused"}`, <-code)
+	}))
+	defer srv.Close()
+	mr := newMirror(mirrorConfig{}, nil, prometheus.NewRegistry())
+	for c, resync := range map[string]bool{"stale_epoch": true, "cursor_beyond_sequence": true, "history_expired": true, "too_many_consumers": false} {
+		code <- c
+		_, _, err := mr.get(context.Background(), srv.URL, "")
+		require.Equal(t, resync, errors.Is(err, errResync), "%s: %v", c, err)
+	}
+}
