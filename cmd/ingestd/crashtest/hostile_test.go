@@ -517,7 +517,7 @@ func TestHostileIdleHTTPConns(t *testing.T) {
 	// evicted in place of one of this test's.
 	poll(t, 10*time.Second, func() bool {
 		u, err := procFigures(h.pid)
-		return err == nil && u.fds <= h.base.fds
+		return err == nil && u.sockets <= h.base.sockets
 	}, "the server to close the harness's connection")
 	stop := h.watch()
 	var conns []net.Conn
