@@ -117,13 +117,19 @@ func (s *Sequencer) Consumers(table string) ([]ConsumerInfo, error) {
 	epoch, now := t.status().Epoch, s.now()
 	out := make([]ConsumerInfo, len(list))
 	for i, c := range list {
-		out[i] = ConsumerInfo{Name: c.Name, Epoch: c.Epoch, Position: c.Position, LastSeen: time.Unix(0, c.LastSeen).UTC()}
-		if s.holds(c, epoch, now) {
-			out[i].HoldsHistory = true
-			out[i].HoldUntil = out[i].LastSeen.Add(s.cfg.ConsumerHoldMaxAge)
-		}
+		out[i] = s.consumerInfo(c, epoch, now)
 	}
 	return out, nil
+}
+
+// consumerInfo describes c of a table at epoch, as of now.
+func (s *Sequencer) consumerInfo(c store.Consumer, epoch uint64, now time.Time) ConsumerInfo {
+	info := ConsumerInfo{Name: c.Name, Epoch: c.Epoch, Position: c.Position, LastSeen: time.Unix(0, c.LastSeen).UTC()}
+	if s.holds(c, epoch, now) {
+		info.HoldsHistory = true
+		info.HoldUntil = info.LastSeen.Add(s.cfg.ConsumerHoldMaxAge)
+	}
+	return info
 }
 
 // DeleteConsumer forgets a named consumer, active or not (SPEC §6).

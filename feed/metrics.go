@@ -1,7 +1,6 @@
 package feed
 
 import (
-	"time"
 	"unicode/utf8"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -165,30 +164,18 @@ func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 // collectLag reports each named consumer's lag from one snapshot of the
 // table, so it is never negative, also while the consumer is offline.
 func (c tableCollector) collectLag(ch chan<- prometheus.Metric, t *table, p published) {
-	now := c.s.now()
-	for _, cons := range t.consumers.list() {
-		if !utf8.ValidString(cons.Name) {
+	for _, l := range c.s.consumerLags(t, p) {
+		if !utf8.ValidString(l.Name) {
 			continue
 		}
-		pos := cons.Position
-		if cons.Epoch != p.epoch || pos > p.watermark {
-			pos = 0 // a stale epoch must resync everything
-		}
-		lag := p.watermark - pos
-		secs := 0.0
-		if lag > 0 {
-			if ts, ok, err := c.s.st.SeqTime(p.tid, pos+1); err == nil && ok {
-				secs = max(0, now.Sub(time.Unix(0, ts)).Seconds())
-			}
-		}
-		ch <- prometheus.MustNewConstMetric(lagFragmentsDesc, prometheus.GaugeValue, float64(lag), t.name, cons.Name)
-		ch <- prometheus.MustNewConstMetric(lagSecondsDesc, prometheus.GaugeValue, secs, t.name, cons.Name)
-		ch <- prometheus.MustNewConstMetric(consumerPositionDesc, prometheus.GaugeValue, float64(cons.Position), t.name, cons.Name)
+		ch <- prometheus.MustNewConstMetric(lagFragmentsDesc, prometheus.GaugeValue, float64(l.Fragments), t.name, l.Name)
+		ch <- prometheus.MustNewConstMetric(lagSecondsDesc, prometheus.GaugeValue, l.Seconds, t.name, l.Name)
+		ch <- prometheus.MustNewConstMetric(consumerPositionDesc, prometheus.GaugeValue, float64(l.Position), t.name, l.Name)
 		holding := 0.0
-		if c.s.holds(cons, p.epoch, now) {
+		if l.HoldsHistory {
 			holding = 1
 		}
-		ch <- prometheus.MustNewConstMetric(holdingDesc, prometheus.GaugeValue, holding, t.name, cons.Name)
+		ch <- prometheus.MustNewConstMetric(holdingDesc, prometheus.GaugeValue, holding, t.name, l.Name)
 	}
 }
 

@@ -494,6 +494,7 @@ func (s *Sequencer) flushGroup() error {
 	s.m.committed.Add(float64(points))
 	for _, g := range s.groupTables {
 		g.t.mu.Lock()
+		g.t.pub.points += uint64(len(g.frags))
 		if g.t.pub.watermark != g.t.seq {
 			g.t.pub.watermark = g.t.seq
 			g.t.notifyLocked()

@@ -40,6 +40,7 @@ type published struct {
 	tid       uint64
 	horizon   uint64          // lowest x_seq still drainable (SPEC §9)
 	retention *int64          // the table's own retention in ns (nil: the default)
+	points    uint64          // points committed since the process started
 	cols      []store.Column  // schema, "time" excluded
 	tags      [][]store.Field // tag set by series id (index 0 unused)
 	// changed is closed (and replaced) when the watermark, sync or epoch
@@ -93,7 +94,7 @@ func (p *published) info(name string, def time.Duration) TableInfo {
 	for _, c := range schemaOrder(p.cols) {
 		cols = append(cols, Column(c))
 	}
-	info := TableInfo{Name: name, Sync: p.statusLocked(), Columns: cols, Retention: def}
+	info := TableInfo{Name: name, Sync: p.statusLocked(), Columns: cols, Retention: def, Points: p.points}
 	if p.retention != nil {
 		info.Retention, info.OwnRetention = time.Duration(*p.retention), true
 	}

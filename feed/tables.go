@@ -172,6 +172,7 @@ func (s *Sequencer) runControl(o *op) {
 		}, nil)
 		nt.seq = t.seq
 		nt.pub.seq, nt.pub.watermark = t.seq, t.seq
+		nt.pub.points = t.snapshot().points
 		nt.consumers = t.consumers
 		if err := s.st.PutMeta(nt.meta); err != nil {
 			o.err = storageErr("truncate", err)

@@ -101,4 +101,7 @@ type TableInfo struct {
 	Retention    time.Duration
 	OwnRetention bool
 	Columns      []Column // "time" first, then tags and fields in order of first appearance
+	// Points counts the points committed to the table since the process
+	// started (TRUNCATE keeps counting): the status page's ingest rate.
+	Points uint64
 }

@@ -74,12 +74,18 @@ type Config struct {
 	// hold: lower means space comes back sooner, at the cost of more files
 	// (each an open file and a mapping).
 	ValueLogMaxEntries int
+	// TableStatsMaxAge is how long TableStats keeps a table's counts before
+	// counting again (0: count at every call). Counting reads every key of
+	// the table, so this bounds what frequent status-page and
+	// /api/v1/tables requests cost.
+	TableStatsMaxAge time.Duration
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Dir: DefaultDir, BlockCacheBytes: DefaultBlockCacheBytes, MemTableBytes: DefaultMemTableBytes, MinFreeBytes: DefaultMinFreeBytes,
-		GCInterval: DefaultGCInterval, GCMaxBytesPerSecond: DefaultGCMaxBytesPerSecond, ValueLogMaxEntries: DefaultValueLogMaxEntries}
+		GCInterval: DefaultGCInterval, GCMaxBytesPerSecond: DefaultGCMaxBytesPerSecond, ValueLogMaxEntries: DefaultValueLogMaxEntries,
+		TableStatsMaxAge: DefaultTableStatsMaxAge}
 }
 
 // RegisterFlags registers the store's flags on fs.
@@ -92,6 +98,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.GCInterval, "store-gc-interval", c.GCInterval, "how often the value-log garbage collector gives the space of removed data back (0: never)")
 	fs.Int64Var(&c.GCMaxBytesPerSecond, "store-gc-max-bytes-per-second", c.GCMaxBytesPerSecond, "I/O bound of the value-log garbage collector: after rewriting a file it pauses as long as that file takes at this rate (0: no pause)")
 	fs.IntVar(&c.ValueLogMaxEntries, "store-value-log-max-entries", c.ValueLogMaxEntries, "values per value-log file before the next is started (only files no longer written are collected)")
+	fs.DurationVar(&c.TableStatsMaxAge, "store-table-stats-max-age", c.TableStatsMaxAge, "how long a table's counted fragments, rows and bytes are reused before they are counted again (0: every request counts)")
 }
 
 // Validate reports the first invalid setting.
@@ -116,6 +123,9 @@ func (c *Config) Validate() error {
 	}
 	if c.ValueLogMaxEntries < 1 || c.ValueLogMaxEntries > math.MaxInt32 {
 		return errors.New("store: --store-value-log-max-entries must be within 1..2147483647")
+	}
+	if c.TableStatsMaxAge < 0 {
+		return errors.New("store: --store-table-stats-max-age must not be negative")
 	}
 	return nil
 }
@@ -147,6 +157,9 @@ type DB struct {
 	// Config.GCMaxBytesPerSecond.
 	gc               *gcState
 	gcBytesPerSecond int64
+	// statsMaxAge is Config.TableStatsMaxAge.
+	statsMaxAge time.Duration
+	tableStats  tableStatsCache
 }
 
 // tableState is the store's in-memory state of one table instance.
@@ -177,7 +190,8 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	db := &DB{logger: logger.With("component", "store"), tables: map[uint64]*tableState{}, dir: cfg.Dir, freeBytes: freeBytes}
+	db := &DB{logger: logger.With("component", "store"), tables: map[uint64]*tableState{}, dir: cfg.Dir, freeBytes: freeBytes,
+		statsMaxAge: cfg.TableStatsMaxAge, tableStats: tableStatsCache{byTID: map[uint64]TableStats{}}}
 	opts := badger.DefaultOptions(cfg.Dir)
 	if cfg.InMemory {
 		opts = badger.DefaultOptions("").WithInMemory(true)
@@ -233,7 +247,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(sizeCollector{db}, statsCollector{db})
+		reg.MustRegister(sizeCollector{db}, statsCollector{db}, freeCollector{db})
 	}
 	return db, nil
 }

@@ -1,0 +1,149 @@
+package store
+
+import (
+	"encoding/binary"
+	"sync"
+	"time"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// DefaultTableStatsMaxAge is the default Config.TableStatsMaxAge.
+const DefaultTableStatsMaxAge = 10 * time.Second
+
+// TableStats is what one table instance holds in the store, as counted by
+// TableStats (issue 17: fragments, rows and bytes per table).
+type TableStats struct {
+	// Fragments is the number of stored fragments, synced and unsynced
+	// (one per accepted point write; exact).
+	Fragments uint64
+	// Overwritten is the number of points holding more than one fragment
+	// (the overwrite markers; exact).
+	Overwritten uint64
+	// Series is the number of distinct tag sets (exact).
+	Series uint64
+	// Bytes is the size of the table's keys and values in bytes as badger
+	// accounts them (key plus value, before compression). Files on disk
+	// also hold superseded data until compaction and value-log GC, so this
+	// is an estimate of the table's share, not of the directory's size.
+	Bytes uint64
+	// ComputedAt is when the figures were counted (the store keeps them
+	// for Config.TableStatsMaxAge).
+	ComputedAt time.Time
+}
+
+// RowsEstimate is the number of distinct points (what a query counting rows
+// would answer), estimated as Fragments - Overwritten: exact unless a
+// point was written three times or more, an upper bound otherwise.
+func (s TableStats) RowsEstimate() uint64 { return s.Fragments - min(s.Overwritten, s.Fragments) }
+
+// tableStatsCache keeps each instance's last TableStats; mu also makes the
+// scans run one at a time, so that no number of concurrent requests costs
+// more than one scan of the store at once.
+type tableStatsCache struct {
+	mu    sync.Mutex
+	byTID map[uint64]TableStats
+}
+
+// TableStats counts what table instance tid holds: one read of every key
+// of the instance (values are not read, except the few header bytes of each
+// block). A count younger than Config.TableStatsMaxAge is returned as is.
+// Safe for concurrent use; scans run one at a time.
+func (db *DB) TableStats(tid uint64) (TableStats, error) {
+	c := &db.tableStats
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	now := time.Now()
+	for id, s := range c.byTID { // forget dropped instances too
+		if now.Sub(s.ComputedAt) >= db.statsMaxAge {
+			delete(c.byTID, id)
+		}
+	}
+	if s, ok := c.byTID[tid]; ok {
+		return s, nil
+	}
+	s, err := db.scanTableStats(tid)
+	if err != nil {
+		return TableStats{}, err
+	}
+	s.ComputedAt = now
+	if db.statsMaxAge > 0 {
+		c.byTID[tid] = s
+	}
+	return s, nil
+}
+
+func (db *DB) scanTableStats(tid uint64) (TableStats, error) {
+	var s TableStats
+	err := db.bdb.View(func(txn *badger.Txn) error {
+		for _, ks := range []byte{ksSync, ksUnsync, ksRun, ksPoint, ksDup, ksSeries} {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ks, tid)})
+			for it.Rewind(); it.Valid(); it.Next() {
+				item := it.Item()
+				s.Bytes += uint64(item.EstimatedSize())
+				switch ks {
+				case ksSync, ksUnsync:
+					var n uint64
+					if err := item.Value(func(v []byte) error {
+						var err error
+						n, err = blockCount(v)
+						return err
+					}); err != nil {
+						it.Close()
+						return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+					}
+					s.Fragments += n
+				case ksDup:
+					s.Overwritten++
+				case ksSeries:
+					s.Series++
+				}
+			}
+			it.Close()
+		}
+		return nil
+	})
+	return s, err
+}
+
+// blockCount reads the fragment count from a block's header (uvarint
+// firstSeq, varint commit time, uvarint count; see doc.go).
+func blockCount(v []byte) (uint64, error) {
+	_, n := binary.Uvarint(v)
+	if n <= 0 {
+		return 0, errShort
+	}
+	v = v[n:]
+	if _, n = binary.Varint(v); n <= 0 {
+		return 0, errShort
+	}
+	count, n := binary.Uvarint(v[n:])
+	if n <= 0 {
+		return 0, errShort
+	}
+	return count, nil
+}
+
+// FreeBytes reports the free space of the data directory's file system in
+// bytes (0 for an in-memory store).
+func (db *DB) FreeBytes() (uint64, error) {
+	if db.dir == "" || db.lock == nil {
+		return 0, nil
+	}
+	return db.freeBytes(db.dir)
+}
+
+var freeDesc = prometheus.NewDesc("ingestd_store_free_bytes",
+	"Free space of the data directory's file system in bytes (ingestd stops writing below --store-min-free-bytes).", nil, nil)
+
+// freeCollector reports FreeBytes at each scrape.
+type freeCollector struct{ db *DB }
+
+func (c freeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- freeDesc }
+
+func (c freeCollector) Collect(ch chan<- prometheus.Metric) {
+	if free, err := c.db.FreeBytes(); err == nil {
+		ch <- prometheus.MustNewConstMetric(freeDesc, prometheus.GaugeValue, float64(free))
+	}
+}
