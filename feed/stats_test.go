@@ -1,0 +1,90 @@
+package feed
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestTableStats counts what a table holds through the real store: every
+// fragment, the points written more than once, the series, and bytes that
+// grow with the data; TRUNCATE empties the counts but not the points
+// committed since start, which the status page's rates read.
+func TestTableStats(t *testing.T) {
+	h := openHarness(t, t.TempDir(), DefaultConfig())
+	defer h.close()
+	ctx := context.Background()
+	_, _, err := h.s.CreateTable(ctx, "cpu", true)
+	require.NoError(t, err)
+
+	// 3 series × 2 times, then (a, 1) overwritten once: 7 fragments, 6 rows.
+	var pts []Point
+	for _, host := range []string{"a", "b", "c"} {
+		for ts := int64(1); ts <= 2; ts++ {
+			pts = append(pts, pt("cpu", ts, tg("host", host), fld("v", fv(float64(ts)))))
+		}
+	}
+	mustAppend(t, h.s, pts...)
+	mustAppend(t, h.s, pt("cpu", 1, tg("host", "a"), fld("v", fv(9))))
+	// An unsynced table's fragments count too.
+	mustAppend(t, h.s, pt("room", 5, tg("name", "lab"), fld("temp", fv(21))))
+
+	st, err := h.s.TableStats("cpu")
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), st.Fragments)
+	require.Equal(t, uint64(6), st.RowsEstimate)
+	require.Equal(t, uint64(3), st.Series)
+	require.Positive(t, st.Bytes)
+	require.WithinDuration(t, time.Now(), st.ComputedAt, time.Minute)
+
+	room, err := h.s.TableStats("room")
+	require.NoError(t, err)
+	require.Equal(t, TableStats{Fragments: 1, RowsEstimate: 1, Series: 1, Bytes: room.Bytes, ComputedAt: room.ComputedAt}, room)
+	require.Less(t, room.Bytes, st.Bytes, "bytes grow with the data")
+
+	info, err := h.s.Table("cpu")
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), info.Points)
+
+	_, err = h.s.Truncate(ctx, "cpu")
+	require.NoError(t, err)
+	st, err = h.s.TableStats("cpu") // a new instance: not the cached count
+	require.NoError(t, err)
+	require.Equal(t, TableStats{ComputedAt: st.ComputedAt}, st)
+	info, err = h.s.Table("cpu")
+	require.NoError(t, err)
+	require.Equal(t, uint64(7), info.Points, "TRUNCATE keeps counting")
+
+	_, err = h.s.TableStats("nosuch")
+	require.ErrorIs(t, err, ErrTableNotFound)
+}
+
+// TestConsumerLags lists each consumer with the lag the metrics report.
+func TestConsumerLags(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	clk := newFakeClock(t0)
+	h := openClockHarness(t, t.TempDir(), DefaultConfig(), nil, clk)
+	defer h.close()
+	_, _, err := h.s.CreateTable(context.Background(), "t", true)
+	require.NoError(t, err)
+	mustAppend(t, h.s, seqPoints("t", 0, 100)...)
+	for name, after := range map[string]uint64{"behind": 40, "live": 100} {
+		_, err := tryDrain(h.s, DrainRequest{Table: "t", After: after, Limit: 1, Consumer: name})
+		require.NoError(t, err)
+	}
+	clk.add(90 * time.Second)
+	lags, err := h.s.ConsumerLags("t")
+	require.NoError(t, err)
+	require.Len(t, lags, 2)
+	require.Equal(t, "behind", lags[0].Name)
+	require.Equal(t, uint64(40), lags[0].Position)
+	require.Equal(t, uint64(60), lags[0].Fragments)
+	require.InDelta(t, 90, lags[0].Seconds, 0.001)
+	require.Equal(t, "live", lags[1].Name)
+	require.Equal(t, uint64(0), lags[1].Fragments)
+	require.Zero(t, lags[1].Seconds)
+	_, err = h.s.ConsumerLags("nosuch")
+	require.ErrorIs(t, err, ErrTableNotFound)
+}

@@ -1,0 +1,53 @@
+package store
+
+import (
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestTableStatsMaxAge: counts are reused for Config.TableStatsMaxAge and
+// counted anew at 0; a large block in the value log is counted from its
+// header like a small one in the LSM tree.
+func TestTableStatsMaxAge(t *testing.T) {
+	for _, maxAge := range []time.Duration{0, time.Hour} {
+		t.Run(maxAge.String(), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Dir = t.TempDir()
+			cfg.TableStatsMaxAge = maxAge
+			db, err := Open(cfg, nil, nil)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, db.Close()) }()
+			tid := db.AllocTableID()
+			commit := func(first uint64, n int) {
+				frags := make([]Fragment, n)
+				for i := range frags {
+					frags[i] = Fragment{Series: 1, Time: int64(first) + int64(i), Fields: []Field{intField(1, int64(i))}}
+				}
+				require.NoError(t, db.Commit([]TableCommit{{TableID: tid, NewSeries: []Series{{ID: 1}}, FirstSeq: first, Fragments: frags}}))
+			}
+			commit(1, 3)
+			st, err := db.TableStats(tid)
+			require.NoError(t, err)
+			require.Equal(t, uint64(3), st.Fragments)
+			require.Equal(t, uint64(1), st.Series)
+
+			commit(4, 2000) // a block above the value threshold: in the value log
+			again, err := db.TableStats(tid)
+			require.NoError(t, err)
+			if maxAge == 0 {
+				require.Equal(t, uint64(2003), again.Fragments)
+				require.Equal(t, uint64(2003), again.RowsEstimate())
+				require.Greater(t, again.Bytes, st.Bytes)
+			} else {
+				require.Equal(t, st, again, "reused within --store-table-stats-max-age")
+			}
+		})
+	}
+}
+
+func TestRowsEstimate(t *testing.T) {
+	require.Equal(t, uint64(7), TableStats{Fragments: 9, Overwritten: 2}.RowsEstimate())
+	require.Zero(t, TableStats{Fragments: 1, Overwritten: 2}.RowsEstimate(), "never negative")
+}
