@@ -50,7 +50,7 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 		}),
 		// Groups hold from one line to MaxGroupPoints (100k by default).
 		groupPoints: f.NewHistogram(prometheus.HistogramOpts{
-			Name: "ingestd_feed_commit_points", Help: "Points per group commit.",
+			Name: "ingestd_feed_commit_batch_points", Help: "Batch size of each group commit, in points.",
 			Buckets: prometheus.ExponentialBuckets(1, 4, 10),
 		}),
 		committed: f.NewCounter(prometheus.CounterOpts{
