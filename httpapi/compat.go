@@ -1,33 +1,105 @@
 package httpapi
 
 import (
+	"fmt"
 	"net/http"
 	"regexp"
+	"sort"
+	"strconv"
+	"sync"
+
+	"github.com/ingestd/ingestd/feed"
 )
 
+// DefaultMaxDatabases is the default Config.MaxDatabases.
+const DefaultMaxDatabases = 1000
+
+// defaultDatabase is the database SHOW DATABASES always lists.
+const defaultDatabase = "ingestd"
+
 var (
-	createDatabase = regexp.MustCompile(`(?i)^\s*CREATE\s+DATABASE\s+`)
+	createDatabase = regexp.MustCompile(`(?is)^\s*CREATE\s+DATABASE\s+("(?:[^"\\]|\\.)*"|[^\s;"]+)(?:\s+WITH\s[^;]*)?\s*;?\s*$`)
 	showDatabases  = regexp.MustCompile(`(?i)^\s*SHOW\s+DATABASES\s*;?\s*$`)
 )
 
+// databases is the set of databases clients created with CREATE DATABASE,
+// kept in memory (until restart) and bounded by Options.MaxDatabases.
+// They do not namespace tables: a measurement is a table whichever
+// database a write names.
+type databases struct {
+	mu    sync.Mutex // guards names
+	names map[string]struct{}
+}
+
 // query answers the InfluxQL statements real writers send (SPEC §3.1):
-// CREATE DATABASE (Telegraf's v1 output at start) succeeds without effect,
-// since databases do not namespace tables; SHOW DATABASES lists one,
-// "ingestd". Anything else is 400 with an error key.
+// CREATE DATABASE (Telegraf's v1 output at start) records the name, which
+// SHOW DATABASES then lists with "ingestd", as InfluxDB 1.x does; databases
+// do not namespace tables. A name breaking the name rules (SPEC §8) and a
+// create past Options.MaxDatabases are 400 invalid_parameter; anything else
+// is 400 with an error key.
 func (a *API) query(w http.ResponseWriter, r *http.Request) {
 	q := r.FormValue("q")
-	switch {
-	case createDatabase.MatchString(q):
+	if m := createDatabase.FindStringSubmatch(q); m != nil {
+		if err := a.createDatabase(m[1]); err != nil {
+			writeClientErr(w, CodeInvalidParameter, err.Error())
+			return
+		}
 		writeJSON(w, http.StatusOK, map[string]any{"results": []any{map[string]any{"statement_id": 0}}})
-	case showDatabases.MatchString(q):
+		return
+	}
+	if showDatabases.MatchString(q) {
+		values := [][]string{}
+		for _, n := range a.databaseNames() {
+			values = append(values, []string{n})
+		}
 		writeJSON(w, http.StatusOK, map[string]any{"results": []any{map[string]any{
 			"statement_id": 0,
 			"series": []any{map[string]any{
-				"name": "databases", "columns": []string{"name"}, "values": [][]string{{"ingestd"}},
+				"name": "databases", "columns": []string{"name"}, "values": values,
 			}},
 		}}})
-	default:
-		msg := "ingestd answers only CREATE DATABASE and SHOW DATABASES; read data with GET /drain"
-		writeJSON(w, http.StatusBadRequest, errorBody{Code: CodeInvalidParameter, Message: msg, Error: msg})
+		return
 	}
+	msg := "ingestd answers only CREATE DATABASE and SHOW DATABASES; read data with GET /drain"
+	writeJSON(w, http.StatusBadRequest, errorBody{Code: CodeInvalidParameter, Message: msg, Error: msg})
+}
+
+// createDatabase records name (an InfluxQL identifier: bare or double
+// quoted with backslash escapes). Creating an existing database is a no-op,
+// as in InfluxDB.
+func (a *API) createDatabase(ident string) error {
+	name := ident
+	if ident[0] == '"' {
+		var err error
+		if name, err = strconv.Unquote(ident); err != nil {
+			return fmt.Errorf("database name %s cannot be read", feed.QuoteInput(ident))
+		}
+	}
+	if err := feed.CheckName("database", name, feed.DefaultMaxNameBytes); err != nil {
+		return err
+	}
+	d := &a.databases
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	if _, ok := d.names[name]; ok || name == defaultDatabase {
+		return nil
+	}
+	if len(d.names) >= a.opts.MaxDatabases {
+		return fmt.Errorf("database limit reached: at most %d databases (--query-max-databases); databases do not namespace tables, write with any db", a.opts.MaxDatabases)
+	}
+	d.names[name] = struct{}{}
+	return nil
+}
+
+// databaseNames lists "ingestd" first, then the created databases by name.
+func (a *API) databaseNames() []string {
+	d := &a.databases
+	d.mu.Lock()
+	out := make([]string, 0, len(d.names)+1)
+	for n := range d.names {
+		out = append(out, n)
+	}
+	d.mu.Unlock()
+	sort.Strings(out)
+	return append([]string{defaultDatabase}, out...)
 }

@@ -101,6 +101,21 @@ type Options struct {
 	// Audit records table and sync changes, truncates, drops, consumer
 	// deletions and each consumer's first drain; nil records nothing.
 	Audit *auth.Audit
+	// Stats gives the status page (GET /) and the table listings each
+	// table's counted contents and each consumer's lag; nil leaves them
+	// out.
+	Stats StatusStats
+	// Gatherer is read by the status page for the server's health (queue
+	// depth, commit latency, disk free, store size); nil shows n/a.
+	Gatherer prometheus.Gatherer
+	// StatusSampleInterval, StatusSamples and StatusMaxTables are
+	// Config's fields of the same names (0: the defaults).
+	StatusSampleInterval time.Duration
+	StatusSamples        int
+	StatusMaxTables      int
+	// MaxDatabases bounds the databases CREATE DATABASE records for SHOW
+	// DATABASES (0: DefaultMaxDatabases).
+	MaxDatabases int
 }
 
 // API is the HTTP surface. SetReady toggles /health between 200 and 503;
@@ -121,6 +136,10 @@ type API struct {
 	// of 10,000 rows is a few MB, which growing anew for every request
 	// would copy about twice.
 	pageBufs sync.Pool
+	// started is when New ran: the status page's uptime.
+	started   time.Time
+	sampler   statusSampler
+	databases databases
 }
 
 type metrics struct {
@@ -164,16 +183,28 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	if opts.SubmitTimeout <= 0 {
 		opts.SubmitTimeout = feed.DefaultSubmitTimeout
 	}
+	if opts.StatusSampleInterval <= 0 {
+		opts.StatusSampleInterval = DefaultStatusSampleInterval
+	}
+	if opts.StatusSamples <= 0 {
+		opts.StatusSamples = DefaultStatusSamples
+	}
+	if opts.MaxDatabases <= 0 {
+		opts.MaxDatabases = DefaultMaxDatabases
+	}
+	if opts.StatusMaxTables <= 0 {
+		opts.StatusMaxTables = DefaultStatusMaxTables
+	}
 	f := promauto.With(reg)
-	a := &API{opts: opts, maxPageBytes: opts.MaxPageBytes, logger: opts.Logger.With("component", "httpapi"), csrf: http.NewCrossOriginProtection(), m: &metrics{
+	a := &API{opts: opts, maxPageBytes: opts.MaxPageBytes, started: time.Now(), databases: databases{names: map[string]struct{}{}}, logger: opts.Logger.With("component", "httpapi"), csrf: http.NewCrossOriginProtection(), m: &metrics{
 		requests: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_http_requests_total", Help: "HTTP requests by route pattern and status code.",
 		}, []string{"route", "code"}),
 		// From sub-millisecond reads to multi-second long-polls and large writes.
 		latency: f.NewHistogramVec(prometheus.HistogramOpts{
-			Name: "ingestd_http_request_duration_seconds", Help: "HTTP request latency by route pattern.",
+			Name: "ingestd_http_request_duration_seconds", Help: "HTTP request latency by route pattern, method and status code (promhttp's labels plus route).",
 			Buckets: prometheus.ExponentialBuckets(0.0005, 2, 16),
-		}, []string{"route"}),
+		}, []string{"route", "method", "code"}),
 		sqlStatements: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_sql_statements_total", Help: "SQL statements by kind (create_table, alter_table, show_sync, show_columns, show_tables, truncate, drop_table, insert, drain, read, invalid) and outcome (ok, error).",
 		}, []string{"statement", "outcome"}),
@@ -198,6 +229,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	drainTable := func(r *http.Request) string { return r.URL.Query().Get("table") }
 	r := chi.NewRouter()
 	r.Use(a.influxHeaders, a.instrument, a.crossSite, strictQuery)
+	r.With(need(auth.Any, "status", nil)).Get("/", a.status)
 	r.Get("/ping", a.ping)
 	r.Head("/ping", a.ping)
 	r.Get("/health", a.health)
@@ -372,8 +404,9 @@ func (a *API) instrument(next http.Handler) http.Handler {
 		if sw.code == 0 {
 			sw.code = http.StatusOK
 		}
-		a.m.requests.WithLabelValues(route, strconv.Itoa(sw.code)).Inc()
-		a.m.latency.WithLabelValues(route).Observe(time.Since(start).Seconds())
+		code := strconv.Itoa(sw.code)
+		a.m.requests.WithLabelValues(route, code).Inc()
+		a.m.latency.WithLabelValues(route, methodLabel(r.Method), code).Observe(time.Since(start).Seconds())
 	})
 }
 
@@ -393,4 +426,14 @@ func (a *API) health(w http.ResponseWriter, _ *http.Request) {
 func (a *API) spec(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/yaml")
 	_, _ = w.Write(a.opts.APISpec)
+}
+
+// methodLabel bounds the method label to the methods the API routes (any
+// other is "other"), so that a client cannot mint label values.
+func methodLabel(m string) string {
+	switch m {
+	case http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete:
+		return m
+	}
+	return "other"
 }

@@ -65,6 +65,19 @@ type Config struct {
 	SQLMaxScanRows int
 	// SQLMaxInsertRows bounds the rows of one SQL INSERT (413 past it).
 	SQLMaxInsertRows int
+	// StatusSampleInterval is how often the status page's sampler records
+	// each table's committed points and the commit latency, and how often
+	// the page refreshes itself.
+	StatusSampleInterval time.Duration
+	// StatusSamples is how many samples the status page keeps (its rates
+	// and sparklines cover StatusSamples × StatusSampleInterval); each
+	// sample holds one counter per table (at most --feed-max-tables).
+	StatusSamples int
+	// StatusMaxTables is how many tables (by name) the status page lists.
+	StatusMaxTables int
+	// MaxDatabases bounds the databases CREATE DATABASE records for SHOW
+	// DATABASES.
+	MaxDatabases int
 }
 
 // DefaultConfig returns the defaults.
@@ -80,6 +93,10 @@ func DefaultConfig() Config {
 		SQLMaxStatementBytes:  DefaultSQLMaxStatementBytes,
 		SQLMaxScanRows:        DefaultSQLMaxScanRows,
 		SQLMaxInsertRows:      DefaultSQLMaxInsertRows,
+		StatusSampleInterval:  DefaultStatusSampleInterval,
+		StatusSamples:         DefaultStatusSamples,
+		StatusMaxTables:       DefaultStatusMaxTables,
+		MaxDatabases:          DefaultMaxDatabases,
 	}
 }
 
@@ -91,6 +108,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.BodyMinBytesPerSecond, "http-body-min-bytes-per-second", c.BodyMinBytesPerSecond, "slowest average rate in bytes per second a request body may arrive at past --http-body-timeout")
 	fs.DurationVar(&c.IdleTimeout, "http-idle-timeout", c.IdleTimeout, "close a keep-alive HTTP connection idle this long")
 	fs.IntVar(&c.MaxHeaderBytes, "http-max-header-bytes", c.MaxHeaderBytes, "largest request line and headers in bytes (431 past it)")
+	fs.DurationVar(&c.StatusSampleInterval, "status-sample-interval", c.StatusSampleInterval, "how often the status page at / samples ingest rates and commit latency, and refreshes itself")
+	fs.IntVar(&c.StatusSamples, "status-samples", c.StatusSamples, "samples the status page keeps per table for its rates and charts (1..10000)")
+	fs.IntVar(&c.MaxDatabases, "query-max-databases", c.MaxDatabases, "databases CREATE DATABASE records for SHOW DATABASES (they do not namespace tables)")
+	fs.IntVar(&c.StatusMaxTables, "status-max-tables", c.StatusMaxTables, "tables the status page lists, by name (1..100000)")
 	fs.IntVar(&c.DrainMaxPageBytes, "drain-max-page-bytes", c.DrainMaxPageBytes, "a drain page ends before the row that would take its rows past this many bytes (a page holds at least one row)")
 	fs.IntVar(&c.SQLMaxStatementBytes, "sql-max-statement-bytes", c.SQLMaxStatementBytes, "largest POST /api/v1/sql body (or GET q) in bytes (413 past it)")
 	fs.IntVar(&c.SQLMaxInsertRows, "sql-max-insert-rows", c.SQLMaxInsertRows, "most rows in one SQL INSERT (413 past it)")
@@ -120,6 +141,14 @@ func (c *Config) Validate() error {
 		return errors.New("httpapi: --sql-max-scan-rows must be positive")
 	case c.SQLMaxInsertRows < 1:
 		return errors.New("httpapi: --sql-max-insert-rows must be positive")
+	case c.StatusSampleInterval < 100*time.Millisecond:
+		return errors.New("httpapi: --status-sample-interval must be at least 100ms")
+	case c.StatusSamples < 1 || c.StatusSamples > 10000:
+		return errors.New("httpapi: --status-samples must be 1..10000")
+	case c.MaxDatabases < 1:
+		return errors.New("httpapi: --query-max-databases must be positive")
+	case c.StatusMaxTables < 1 || c.StatusMaxTables > 100000:
+		return errors.New("httpapi: --status-max-tables must be 1..100000")
 	}
 	return nil
 }

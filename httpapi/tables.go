@@ -37,6 +37,33 @@ type tableJSON struct {
 	Sync      syncJSON     `json:"sync"`
 	Retention string       `json:"retention"`
 	Columns   []columnJSON `json:"columns,omitempty"`
+	Stats     *statsJSON   `json:"stats,omitempty"`
+}
+
+// statsJSON is what a table holds (issue 17); see feed.TableStats.
+type statsJSON struct {
+	Fragments    uint64 `json:"fragments"`
+	RowsEstimate uint64 `json:"rows_estimate"`
+	Series       uint64 `json:"series"`
+	Bytes        uint64 `json:"bytes"`
+	CountedAt    string `json:"counted_at"`
+}
+
+// withStats adds the table's counted contents to out when Options.Stats
+// is set.
+func (a *API) withStats(out *tableJSON) error {
+	if a.opts.Stats == nil {
+		return nil
+	}
+	st, err := a.opts.Stats.TableStats(out.Name)
+	if err != nil {
+		return err
+	}
+	out.Stats = &statsJSON{
+		Fragments: st.Fragments, RowsEstimate: st.RowsEstimate, Series: st.Series, Bytes: st.Bytes,
+		CountedAt: st.ComputedAt.UTC().Format(time.RFC3339Nano),
+	}
+	return nil
 }
 
 func tableBody(t feed.TableInfo, withColumns bool) tableJSON {
@@ -79,9 +106,15 @@ func (a *API) listTables(w http.ResponseWriter, r *http.Request) {
 	ts := a.opts.Feed.Tables()
 	out := make([]tableJSON, 0, len(ts))
 	for _, t := range ts {
-		if g == nil || g.Allows(auth.Any, t.Name) {
-			out = append(out, tableBody(t, false))
+		if g != nil && !g.Allows(auth.Any, t.Name) {
+			continue
 		}
+		tj := tableBody(t, false)
+		if err := a.withStats(&tj); err != nil && !errors.Is(err, feed.ErrTableNotFound) {
+			writeErr(w, err)
+			return
+		}
+		out = append(out, tj)
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"tables": out})
 }
@@ -110,7 +143,12 @@ func (a *API) getTable(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	writeJSON(w, http.StatusOK, tableBody(t, true))
+	out := tableBody(t, true)
+	if err := a.withStats(&out); err != nil {
+		writeErr(w, err)
+		return
+	}
+	writeJSON(w, http.StatusOK, out)
 }
 
 func (a *API) putTable(w http.ResponseWriter, r *http.Request) {

@@ -327,17 +327,28 @@ func TestInfluxDB1Client(t *testing.T) {
 	})
 
 	t.Run("CREATE DATABASE and SHOW DATABASES", func(t *testing.T) {
-		c := newClient(t, clStart(t, nil))
-		resp, err := c.Query(influx1.NewQuery(`CREATE DATABASE "telegraf"`, "", ""))
-		require.NoError(t, err)
-		require.NoError(t, resp.Error())
-		resp, err = c.Query(influx1.NewQuery("SHOW DATABASES", "", ""))
+		c := newClient(t, clStart(t, func(cfg *config) { cfg.http.MaxDatabases = 3 }))
+		for _, q := range []string{`CREATE DATABASE "telegraf"`, "CREATE DATABASE telegraf", "create database metrics WITH DURATION 1d",
+			`CREATE DATABASE "with \"quote\" and space";`, "CREATE DATABASE ingestd"} {
+			resp, err := c.Query(influx1.NewQuery(q, "", ""))
+			require.NoError(t, err)
+			require.NoError(t, resp.Error(), q)
+		}
+		resp, err := c.Query(influx1.NewQuery("SHOW DATABASES", "", ""))
 		require.NoError(t, err)
 		require.NoError(t, resp.Error())
 		require.Len(t, resp.Results, 1)
 		require.Len(t, resp.Results[0].Series, 1)
 		require.Equal(t, "databases", resp.Results[0].Series[0].Name)
-		require.Equal(t, [][]any{{"ingestd"}}, resp.Results[0].Series[0].Values)
+		require.Equal(t, [][]any{{"ingestd"}, {"metrics"}, {"telegraf"}, {`with "quote" and space`}}, resp.Results[0].Series[0].Values,
+			"ingestd first, then the created ones by name, each once")
+		// Past --query-max-databases, and a name breaking the name rules.
+		resp, err = c.Query(influx1.NewQuery("CREATE DATABASE fourth", "", ""))
+		require.NoError(t, err)
+		require.ErrorContains(t, resp.Error(), "--query-max-databases")
+		resp, err = c.Query(influx1.NewQuery("CREATE DATABASE \"a\\tb\"", "", ""))
+		require.NoError(t, err)
+		require.ErrorContains(t, resp.Error(), "control character")
 		// Anything else is refused; the client reports the body's "error".
 		resp, err = c.Query(influx1.NewQuery("SELECT * FROM cpu", "telegraf", ""))
 		require.NoError(t, err)

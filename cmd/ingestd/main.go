@@ -188,7 +188,8 @@ func newLogger(w io.Writer, level, format string) *slog.Logger {
 func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(httpAddr, tcpAddr string)) (err error) {
 	setMemoryLimit(cfg.memoryLimitBytes, logger)
 	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
+		newBuildInfoGauge(readBuildInfo()))
 
 	db, err := store.Open(cfg.store, logger, reg)
 	if err != nil {
@@ -253,6 +254,10 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 	secCtx, secCancel := context.WithCancel(context.Background())
 	secDone := sec.run(secCtx)
 	defer func() { secCancel(); <-secDone }()
+	sampleCtx, sampleCancel := context.WithCancel(context.Background())
+	sampleDone := make(chan struct{})
+	go func() { api.RunStatusSampler(sampleCtx); close(sampleDone) }()
+	defer func() { sampleCancel(); <-sampleDone }()
 
 	tcpCtx, tcpCancel := context.WithCancel(context.Background())
 	defer tcpCancel()
@@ -338,6 +343,8 @@ func wire(cfg config, db *store.DB, logger *slog.Logger, reg *prometheus.Registr
 		MaxDrainLimit: cfg.feed.MaxDrainLimit, SubmitTimeout: cfg.feed.SubmitTimeout,
 		SQLMaxStatementBytes: cfg.http.SQLMaxStatementBytes, SQLMaxScanRows: cfg.http.SQLMaxScanRows,
 		SQLMaxInsertRows: cfg.http.SQLMaxInsertRows, SQLMaxColumns: cfg.feed.MaxColumnsPerTable + 1,
+		Stats: seq, Gatherer: reg, StatusSampleInterval: cfg.http.StatusSampleInterval,
+		StatusSamples: cfg.http.StatusSamples, StatusMaxTables: cfg.http.StatusMaxTables, MaxDatabases: cfg.http.MaxDatabases,
 	}
 	if sec != nil {
 		opts.Auth, opts.Audit = sec.authn, sec.audit

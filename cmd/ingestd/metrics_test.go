@@ -5,6 +5,7 @@ import (
 	"io"
 	"net"
 	"net/http"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +14,8 @@ import (
 	"github.com/prometheus/common/expfmt"
 	"github.com/prometheus/common/model"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/httpapi"
 )
 
 // scrapeMetrics reads the daemon's /metrics and parses the text exposition.
@@ -122,7 +125,9 @@ func TestMetricsAfterKnownActions(t *testing.T) {
 		{"ingestd_http_requests_total", map[string]string{"route": "/write", "code": "204"}, 1},
 		{"ingestd_http_requests_total", map[string]string{"route": "/write", "code": "400"}, 1},
 		{"ingestd_http_requests_total", map[string]string{"route": "/drain", "code": "409"}, 1},
-		{"ingestd_http_request_duration_seconds", map[string]string{"route": "/drain"}, 3},
+		{"ingestd_http_request_duration_seconds", map[string]string{"route": "/drain", "method": "GET", "code": "200"}, 2},
+		{"ingestd_http_request_duration_seconds", map[string]string{"route": "/drain", "method": "GET", "code": "409"}, 1},
+		{"ingestd_http_request_duration_seconds", map[string]string{"route": "/write", "method": "POST", "code": "204"}, 1},
 		{"ingestd_feed_table_seq", map[string]string{"table": "cpu"}, 101},
 		{"ingestd_feed_table_watermark", map[string]string{"table": "cpu"}, 101},
 		{"ingestd_feed_table_epoch", map[string]string{"table": "cpu"}, 1},
@@ -134,6 +139,7 @@ func TestMetricsAfterKnownActions(t *testing.T) {
 		{"ingestd_feed_committed_points_total", nil, 103},
 		{"ingestd_feed_queue_depth", nil, 0},
 		{"ingestd_feed_queue_capacity", nil, 256},
+		{"ingestd_build_info", map[string]string{"version": httpapi.Version, "goversion": runtime.Version()}, 1},
 	}
 	for _, c := range checks {
 		t.Run(c.name+fmt.Sprint(c.labels), func(t *testing.T) {
@@ -144,8 +150,8 @@ func TestMetricsAfterKnownActions(t *testing.T) {
 	}
 	t.Run("present", func(t *testing.T) {
 		for _, name := range []string{
-			"ingestd_feed_commit_duration_seconds", "ingestd_feed_commit_points", "ingestd_ilp_wire_bytes_total",
-			"ingestd_feed_consumer_lag_seconds", "ingestd_store_size_bytes", "go_goroutines", "process_resident_memory_bytes",
+			"ingestd_feed_commit_duration_seconds", "ingestd_feed_commit_batch_points", "ingestd_ilp_wire_bytes_total",
+			"ingestd_feed_consumer_lag_seconds", "ingestd_store_size_bytes", "ingestd_store_free_bytes", "go_goroutines", "process_resident_memory_bytes",
 		} {
 			require.Contains(t, fams, name)
 		}

@@ -1,0 +1,325 @@
+package httpapi
+
+import (
+	"context"
+	_ "embed"
+	"fmt"
+	"html/template"
+	"math"
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	dto "github.com/prometheus/client_model/go"
+
+	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/httpapi/auth"
+)
+
+// Default values of the status page's Config fields.
+const (
+	DefaultStatusSampleInterval = 10 * time.Second
+	DefaultStatusSamples        = 30
+	DefaultStatusMaxTables      = 100
+)
+
+// farBehindSeconds is the consumer lag, in seconds, past which the status
+// page shows a consumer in red: the threshold of the IngestdConsumerStalled
+// alert in deploy/prometheus/ingestd-rules.yml.
+const farBehindSeconds = 900
+
+// StatusStats is what the status page reads besides the Feed: each table's
+// counted contents and each named consumer's lag. *feed.Sequencer
+// implements it.
+type StatusStats interface {
+	TableStats(name string) (feed.TableStats, error)
+	ConsumerLags(table string) ([]feed.ConsumerLag, error)
+}
+
+//go:embed status.html
+var statusHTML string
+
+var statusTmpl = template.Must(template.New("status").Funcs(template.FuncMap{
+	"bytes": formatBytes,
+}).Parse(statusHTML))
+
+// statusSample is one tick of the sampler: each live table's committed
+// points and the commit histogram's totals.
+type statusSample struct {
+	at            time.Time
+	points        map[string]uint64
+	commits       uint64
+	commitSeconds float64
+}
+
+// statusSampler keeps the last Options.StatusSamples samples (a ring in a
+// slice, oldest first); a sample holds at most --feed-max-tables tables.
+type statusSampler struct {
+	mu      sync.Mutex // guards samples
+	samples []statusSample
+}
+
+// RunStatusSampler samples every table's committed points and the commit
+// latency every Options.StatusSampleInterval until ctx ends, for the status
+// page's rates and sparklines. It returns when ctx ends.
+func (a *API) RunStatusSampler(ctx context.Context) {
+	a.sampleStatus()
+	tick := time.NewTicker(a.opts.StatusSampleInterval)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			a.sampleStatus()
+		}
+	}
+}
+
+func (a *API) sampleStatus() {
+	s := statusSample{at: time.Now(), points: map[string]uint64{}}
+	for _, t := range a.opts.Feed.Tables() {
+		s.points[t.Name] = t.Points
+	}
+	m := a.gather()
+	if h := m.histogram("ingestd_feed_commit_duration_seconds"); h != nil {
+		s.commits, s.commitSeconds = h.GetSampleCount(), h.GetSampleSum()
+	}
+	a.sampler.mu.Lock()
+	defer a.sampler.mu.Unlock()
+	if len(a.sampler.samples) == a.opts.StatusSamples {
+		copy(a.sampler.samples, a.sampler.samples[1:])
+		a.sampler.samples = a.sampler.samples[:len(a.sampler.samples)-1]
+	}
+	a.sampler.samples = append(a.sampler.samples, s)
+}
+
+// metricValues is one gather of the registry, by family name.
+type metricValues map[string]*dto.MetricFamily
+
+func (a *API) gather() metricValues {
+	out := metricValues{}
+	if a.opts.Gatherer == nil {
+		return out
+	}
+	fams, err := a.opts.Gatherer.Gather()
+	if err != nil {
+		a.logger.Warn("status page: gather metrics", "err", err)
+	}
+	for _, f := range fams {
+		out[f.GetName()] = f
+	}
+	return out
+}
+
+// sum adds the values of every series of a gauge or counter family; ok is
+// false when the family is absent.
+func (m metricValues) sum(name string) (v float64, ok bool) {
+	f := m[name]
+	if f == nil {
+		return 0, false
+	}
+	for _, x := range f.GetMetric() {
+		v += x.GetGauge().GetValue() + x.GetCounter().GetValue() + x.GetUntyped().GetValue()
+	}
+	return v, true
+}
+
+func (m metricValues) histogram(name string) *dto.Histogram {
+	if f := m[name]; f != nil && len(f.GetMetric()) == 1 {
+		return f.GetMetric()[0].GetHistogram()
+	}
+	return nil
+}
+
+// Sparkline is an inline SVG polyline's points ("x,y x,y …") in a 100×20
+// view box, the last value at the right; empty below two values.
+type Sparkline string
+
+func sparkline(vals []float64) Sparkline {
+	if len(vals) < 2 {
+		return ""
+	}
+	hi := 0.0
+	for _, v := range vals {
+		hi = max(hi, v)
+	}
+	var b strings.Builder
+	for i, v := range vals {
+		y := 19.0
+		if hi > 0 {
+			y = 19 - 18*v/hi
+		}
+		fmt.Fprintf(&b, "%.1f,%.1f ", 100*float64(i)/float64(len(vals)-1), y)
+	}
+	return Sparkline(strings.TrimSpace(b.String()))
+}
+
+type statusTable struct {
+	Name                  string
+	Sync                  bool
+	Epoch, Seq, Watermark uint64
+	Stats                 feed.TableStats
+	StatsErr              string
+	Rate                  string // points/s over the last interval, "" before two samples
+	Spark                 Sparkline
+	Consumers             []statusConsumer
+}
+
+type statusConsumer struct {
+	Table, Name     string
+	Epoch, Position uint64
+	LagFragments    uint64
+	LagSeconds      string
+	LastSeen        string
+	Class           string // "ok", "behind" or "far-behind"
+}
+
+type statusPage struct {
+	Version       string
+	Now           string
+	Refresh       int
+	Uptime        string
+	QueueDepth    string
+	QueueCapacity string
+	CommitLatency string
+	CommitSpark   Sparkline
+	DiskFree      string
+	StoreSize     string
+	Tables        []statusTable
+	Consumers     []statusConsumer
+	MoreTables    int
+	Window        string
+}
+
+// status serves the status page at GET / (issue 17): server health, every
+// table (at most Options.StatusMaxTables, by name; with an auth file those
+// the token holds some scope on, like GET /api/v1/tables) and their named
+// consumers, server-rendered, refreshing itself every sample interval.
+func (a *API) status(w http.ResponseWriter, r *http.Request) {
+	m := a.gather()
+	a.sampler.mu.Lock()
+	samples := append([]statusSample(nil), a.sampler.samples...)
+	a.sampler.mu.Unlock()
+
+	p := statusPage{
+		Version: Version, Now: time.Now().UTC().Format(time.RFC3339),
+		Refresh: int(math.Ceil(a.opts.StatusSampleInterval.Seconds())),
+		Uptime:  time.Since(a.started).Truncate(time.Second).String(),
+		Window:  (time.Duration(a.opts.StatusSamples) * a.opts.StatusSampleInterval).String(),
+	}
+	p.QueueDepth = metricText(m, "ingestd_feed_queue_depth", strconv.FormatFloat)
+	p.QueueCapacity = metricText(m, "ingestd_feed_queue_capacity", strconv.FormatFloat)
+	p.DiskFree = metricText(m, "ingestd_store_free_bytes", func(v float64, _ byte, _, _ int) string { return formatBytes(uint64(v)) })
+	p.StoreSize = metricText(m, "ingestd_store_size_bytes", func(v float64, _ byte, _, _ int) string { return formatBytes(uint64(v)) })
+	p.CommitLatency, p.CommitSpark = commitLatency(samples)
+
+	// With an auth file, the tables on which the token holds some scope
+	// (as GET /api/v1/tables lists them).
+	tables := a.opts.Feed.Tables()
+	if g := auth.FromContext(r.Context()); g != nil {
+		tables = slices.DeleteFunc(tables, func(t feed.TableInfo) bool { return !g.Allows(auth.Any, t.Name) })
+	}
+	if len(tables) > a.opts.StatusMaxTables {
+		p.MoreTables = len(tables) - a.opts.StatusMaxTables
+		tables = tables[:a.opts.StatusMaxTables]
+	}
+	for _, t := range tables {
+		st := statusTable{Name: t.Name, Sync: t.Sync.Enabled, Epoch: t.Sync.Epoch, Seq: t.Sync.Seq, Watermark: t.Sync.Watermark}
+		if a.opts.Stats != nil {
+			stats, err := a.opts.Stats.TableStats(t.Name)
+			if err != nil {
+				st.StatsErr = "unavailable"
+				a.logger.Warn("status page: table stats", "table", t.Name, "err", err)
+			}
+			st.Stats = stats
+			lags, _ := a.opts.Stats.ConsumerLags(t.Name) // a table dropped meanwhile has none
+			for _, l := range lags {
+				c := statusConsumer{
+					Table: t.Name, Name: l.Name, Epoch: l.Epoch, Position: l.Position,
+					LagFragments: l.Fragments, LagSeconds: strconv.FormatFloat(l.Seconds, 'f', 1, 64),
+					LastSeen: l.LastSeen.Format(time.RFC3339), Class: "ok",
+				}
+				switch {
+				case l.Seconds >= farBehindSeconds || l.Epoch != t.Sync.Epoch:
+					c.Class = "far-behind"
+				case l.Fragments > 0:
+					c.Class = "behind"
+				}
+				p.Consumers = append(p.Consumers, c)
+			}
+		}
+		st.Rate, st.Spark = tableRate(samples, t.Name)
+		p.Tables = append(p.Tables, st)
+	}
+	w.Header().Set("Content-Type", "text/html; charset=utf-8")
+	w.Header().Set("Cache-Control", "no-store")
+	if err := statusTmpl.Execute(w, p); err != nil {
+		a.logger.Warn("status page", "err", err)
+	}
+}
+
+func metricText(m metricValues, name string, format func(float64, byte, int, int) string) string {
+	v, ok := m.sum(name)
+	if !ok {
+		return "n/a"
+	}
+	return format(v, 'f', -1, 64)
+}
+
+// tableRate returns a table's points per second between the last two
+// samples and the sparkline of its rate over every sample.
+func tableRate(samples []statusSample, name string) (string, Sparkline) {
+	var rates []float64
+	for i := 1; i < len(samples); i++ {
+		prev, ok1 := samples[i-1].points[name]
+		cur, ok2 := samples[i].points[name]
+		dt := samples[i].at.Sub(samples[i-1].at).Seconds()
+		r := 0.0
+		if ok1 && ok2 && cur >= prev && dt > 0 {
+			r = float64(cur-prev) / dt
+		}
+		rates = append(rates, r)
+	}
+	if len(rates) == 0 {
+		return "", ""
+	}
+	return strconv.FormatFloat(rates[len(rates)-1], 'f', 1, 64), sparkline(rates)
+}
+
+// commitLatency returns the mean group-commit duration between the last two
+// samples that saw commits, and the sparkline of the mean per interval.
+func commitLatency(samples []statusSample) (string, Sparkline) {
+	var means []float64
+	last := ""
+	for i := 1; i < len(samples); i++ {
+		v := 0.0
+		if samples[i].commits > samples[i-1].commits {
+			n := samples[i].commits - samples[i-1].commits
+			v = (samples[i].commitSeconds - samples[i-1].commitSeconds) / float64(n)
+			last = time.Duration(v * float64(time.Second)).Round(time.Microsecond).String()
+		}
+		means = append(means, v)
+	}
+	if last == "" {
+		last = "no commits"
+	}
+	return last, sparkline(means)
+}
+
+// formatBytes renders n in IEC units (KiB, MiB, …) with one decimal.
+func formatBytes(n uint64) string {
+	const unit = 1024
+	if n < unit {
+		return strconv.FormatUint(n, 10) + " B"
+	}
+	div, exp := uint64(unit), 0
+	for m := n / unit; m >= unit; m /= unit {
+		div *= unit
+		exp++
+	}
+	return fmt.Sprintf("%.1f %ciB", float64(n)/float64(div), "KMGTPE"[exp])
+}
