@@ -139,17 +139,16 @@ func (c *benchConfig) validate() error {
 func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := benchConfig{}
 	fs := flag.NewFlagSet("ingestd bench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	cfg.registerFlags(fs)
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	cmd := &command{name: "ingestd bench", usage: `Usage:
+  ingestd bench [flags]
+Load harness: sends TSBS data over HTTP or TCP, waits, drains, reports (README, "Performance").
+`}
+	if code, done := cmd.parse(fs, args, stdout, stderr); done {
+		return code
 	}
 	if err := cfg.validate(); err != nil {
-		fmt.Fprintln(stderr, "ingestd bench:", err)
-		return 2
+		return cmd.usageError(stderr, err.Error())
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()

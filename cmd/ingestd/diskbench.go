@@ -35,7 +35,6 @@ type diskBenchConfig struct {
 func runDiskBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	c := diskBenchConfig{}
 	fs := flag.NewFlagSet("ingestd diskbench", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8086", "the ingestd's HTTP base URL")
 	fs.StringVar(&c.table, "table", "diskbench", "the table to write and truncate (created WITH SYNC)")
 	fs.IntVar(&c.rounds, "rounds", 20, "write+truncate rounds")
@@ -43,15 +42,15 @@ func runDiskBench(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.IntVar(&c.batchLines, "batch-lines", 5000, "lines per gzip request")
 	fs.DurationVar(&c.settle, "settle", 5*time.Second, "after a round, wait until the size has not shrunk for this long (run the server with a --store-gc-interval well below it)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	cmd := &command{name: "ingestd diskbench", usage: `Usage:
+  ingestd diskbench [flags]
+Write+truncate rounds against a running ingestd: is disk space given back?
+`}
+	if code, done := cmd.parse(fs, args, stdout, stderr); done {
+		return code
 	}
 	if c.rounds < 1 || c.rows < 1 || c.batchLines < 1 || c.settle <= 0 {
-		fmt.Fprintln(stderr, "ingestd diskbench: --rounds, --rows, --batch-lines and --settle must be positive")
-		return 2
+		return cmd.usageError(stderr, "--rounds, --rows, --batch-lines and --settle must be positive")
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()

@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"flag"
 	"fmt"
 	"io"
@@ -9,34 +10,48 @@ import (
 	"time"
 )
 
-// runHealth is `ingestd health`: it asks a running ingestd's /health and
-// exits 0 when it answers 200 (ready), 1 otherwise. Container images
-// without a shell use it as their health check.
-func runHealth(ctx context.Context, args []string, stderr io.Writer) int {
+// runHealth is `ingestd health`: it asks a running ingestd's /health,
+// prints its state on stdout ("pass: ready for queries and writes (ingestd
+// 0.1.0)") and exits 0 when it answers 200 (ready), 1 otherwise (the state
+// then goes to stderr). Container images without a shell use it as their
+// health check.
+func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ingestd health", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	url := fs.String("url", "http://127.0.0.1:8086/health", "health URL of the ingestd to probe")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
-	if err := fs.Parse(args); err != nil {
-		return 2
+	cmd := &command{name: "ingestd health", usage: `Usage:
+  ingestd health [--url URL] [--timeout D]
+Prints a running ingestd's state from its /health; exit 0 when ready, 1 otherwise.
+`}
+	if code, done := cmd.parse(fs, args, stdout, stderr); done {
+		return code
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *url, nil)
 	if err != nil {
-		fmt.Fprintln(stderr, "ingestd health:", err)
-		return 2
+		return cmd.usageError(stderr, "--url: "+err.Error())
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
-		fmt.Fprintln(stderr, "ingestd health:", err)
-		return 1
+		fmt.Fprintln(stderr, "ingestd health: fail:", err)
+		return exitFailure
 	}
 	defer func() { _ = resp.Body.Close() }()
-	_, _ = io.Copy(io.Discard, resp.Body)
-	if resp.StatusCode != http.StatusOK {
-		fmt.Fprintln(stderr, "ingestd health: not ready:", resp.Status)
-		return 1
+	var body struct {
+		Status  string `json:"status"`
+		Message string `json:"message"`
+		Version string `json:"version"`
 	}
-	return 0
+	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body); err != nil || body.Status == "" {
+		fmt.Fprintf(stderr, "ingestd health: fail: %s answered %s without a health body\n", *url, resp.Status)
+		return exitFailure
+	}
+	state := fmt.Sprintf("%s: %s (ingestd %s)", body.Status, body.Message, body.Version)
+	if resp.StatusCode != http.StatusOK {
+		fmt.Fprintf(stderr, "ingestd health: %s, HTTP %d\n", state, resp.StatusCode)
+		return exitFailure
+	}
+	fmt.Fprintln(stdout, state)
+	return exitOK
 }

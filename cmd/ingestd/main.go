@@ -4,9 +4,10 @@
 // in any InfluxDB-compatible server; `ingestd health` probes a running
 // ingestd (exit 0 when ready), for container health checks.
 //
-// Exit codes: 0 after a clean shutdown (SIGINT or SIGTERM), 1 on a runtime
-// error (e.g. the data directory is locked by another process or not
-// writable), 2 on bad flags.
+// Exit codes, the same for every subcommand: 0 after a clean shutdown
+// (SIGINT or SIGTERM) and for --help and version, 1 on a runtime error
+// (e.g. the data directory is locked by another process or not writable),
+// 2 on bad flags or arguments.
 package main
 
 import (
@@ -27,7 +28,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/peterbourgon/ff/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -42,7 +42,7 @@ import (
 
 func main() {
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
-	code := run(ctx, os.Args[1:], os.Stderr)
+	code := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	stop()
 	os.Exit(code)
 }
@@ -71,18 +71,34 @@ type config struct {
 // one, a table create+drop churn thousands) kept RSS near 1 GiB long after.
 const DefaultMemoryLimitBytes = 1 << 30
 
-func (c *config) registerFlags(fs *flag.FlagSet) {
-	c.store.RegisterFlags(fs)
-	c.feed.RegisterFlags(fs)
-	c.ilp.RegisterFlags(fs)
-	c.http.RegisterFlags(fs)
-	c.auth.RegisterFlags(fs)
-	fs.StringVar(&c.httpAddr, "http-addr", c.httpAddr, "HTTP listen address (writes, drain, tables, metrics)")
-	fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log level: debug, info, warn, error")
-	fs.StringVar(&c.logFormat, "log-format", c.logFormat, "log format: text or json")
-	fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight HTTP requests may finish on shutdown")
-	fs.StringVar(&c.pprofAddr, "pprof-addr", c.pprofAddr, "serve Go's net/http/pprof profiles on this separate address (empty: off; keep it on loopback)")
-	fs.Int64Var(&c.memoryLimitBytes, "memory-limit-bytes", c.memoryLimitBytes, "soft memory limit of the Go runtime in bytes: the garbage collector works harder near it (0: none, or GOMEMLIMIT when set; GOMEMLIMIT also wins over the default)")
+// registerFlags registers every flag of the daemon on fs and returns the
+// help sections they belong to: HTTP, writes, TCP, feed, store, logging,
+// process.
+func (c *config) registerFlags(fs *flag.FlagSet) *flagGroups {
+	g := newFlagGroups()
+	g.register(fs, "HTTP", nil, func(fs *flag.FlagSet) {
+		fs.StringVar(&c.httpAddr, "http-addr", c.httpAddr, "HTTP listen address (writes, drain, tables, metrics, status page)")
+		c.http.RegisterFlags(fs)
+	})
+	g.register(fs, "", func(name string) string {
+		if strings.Contains(name, "tcp") {
+			return "TCP (line protocol over TCP)"
+		}
+		return "Writes (line protocol over HTTP and TCP)"
+	}, c.ilp.RegisterFlags)
+	g.register(fs, "Security (tokens, TLS)", nil, c.auth.RegisterFlags)
+	g.register(fs, "Feed (sequencer, tables, drain)", nil, c.feed.RegisterFlags)
+	g.register(fs, "Store (badger)", nil, c.store.RegisterFlags)
+	g.register(fs, "Logging", nil, func(fs *flag.FlagSet) {
+		fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log level: debug, info, warn, error")
+		fs.StringVar(&c.logFormat, "log-format", c.logFormat, "log format: text or json")
+	})
+	g.register(fs, "Process", nil, func(fs *flag.FlagSet) {
+		fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight HTTP requests may finish on shutdown")
+		fs.StringVar(&c.pprofAddr, "pprof-addr", c.pprofAddr, "serve Go's net/http/pprof profiles on this separate address (empty: off; keep it on loopback)")
+		fs.Int64Var(&c.memoryLimitBytes, "memory-limit-bytes", c.memoryLimitBytes, "soft memory limit of the Go runtime: the garbage collector works harder near it (0: none, or GOMEMLIMIT when set; GOMEMLIMIT also wins over the default)")
+	})
+	return g
 }
 
 func (c *config) validate() error {
@@ -104,70 +120,78 @@ func (c *config) validate() error {
 
 // usage heads `ingestd --help`.
 const usage = `Usage:
-  ingestd [flags]              run the daemon (ILP over HTTP and TCP, the change feed)
-  ingestd mirror [flags]       keep a replica of one table in an InfluxDB-compatible server
-  ingestd bench [flags]        load harness: send TSBS data, wait, drain, report
-  ingestd diskbench [flags]    write+truncate rounds against a running ingestd: is disk given back?
-  ingestd health [--url URL]   probe a running ingestd's /health (exit 0 when ready)
-  ingestd token create|list|revoke --auth-file F   manage the tokens of --auth-file
-Each subcommand has its own --help. Every flag can also be set as an environment
-variable: INGESTD_ + the flag name in upper case with - as _ (INGESTD_DATA_DIR);
-for the mirror INGESTD_MIRROR_*. Flags of the daemon:
+  ingestd [flags]        run the daemon (ILP over HTTP and TCP, the change feed, the status page at /)
+  ingestd mirror         keep a replica of one table in an InfluxDB-compatible server
+  ingestd bench          load harness: send TSBS data, wait, drain, report
+  ingestd diskbench      write+truncate rounds against a running ingestd: is disk given back?
+  ingestd health         print a running ingestd's state (exit 0 when ready)
+  ingestd token          create, list or revoke the tokens of an --auth-file
+  ingestd version        print the version, commit, build date and Go version (also --version)
+  ingestd help [CMD]     this help, or a command's (also CMD --help)
+
+Every flag can also be set as the environment variable shown beside it (INGESTD_ + the
+flag's name in upper case with - as _). Sizes take units: 32MiB, 1GB, 4096 (bytes).
+Durations: 100ms, 5s, 2m. Exit codes: 0 clean shutdown (SIGINT, SIGTERM) or help,
+1 runtime error (data directory locked, unwritable or full; storage failure),
+2 bad flags or arguments.
 `
 
 // run starts the daemon (or a subcommand) and blocks until ctx ends or a
-// component fails.
-func run(ctx context.Context, args []string, stderr io.Writer) int {
+// component fails. Help and version go to stdout, errors and logs to
+// stderr; it returns the exit code (see the exit* constants).
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		return runCommand(ctx, args[0], args[1:], stdout, stderr)
+	}
+	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
+		return runVersion(nil, stdout, stderr)
+	}
 	cfg := config{
 		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
 		auth: auth.DefaultConfig(), httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
 		memoryLimitBytes: DefaultMemoryLimitBytes,
 	}
 	fs := flag.NewFlagSet("ingestd", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	cfg.registerFlags(fs)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, usage)
-		fs.PrintDefaults()
-	}
-	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
-		switch args[0] {
-		case "mirror":
-			return runMirror(ctx, args[1:], stderr)
-		case "health":
-			return runHealth(ctx, args[1:], stderr)
-		case "bench":
-			return runBench(ctx, args[1:], os.Stdout, stderr)
-		case "token":
-			return runToken(args[1:], os.Stdout, stderr)
-		case "diskbench":
-			return runDiskBench(ctx, args[1:], os.Stdout, stderr)
-		case "help":
-			fs.Usage()
-			return 0
-		}
-		fmt.Fprintf(stderr, "ingestd: unknown command %q (commands: mirror, bench, diskbench, health, token, help; flags start with -)\n", args[0])
-		return 2
-	}
-	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("INGESTD")); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		// The flag package reports bad flags itself; environment values
-		// are reported here.
-		fmt.Fprintln(stderr, "ingestd:", err)
-		return 2
+	cmd := &command{name: "ingestd", usage: usage, envPrefix: "INGESTD", groups: cfg.registerFlags(fs)}
+	if code, done := cmd.parse(fs, args, stdout, stderr); done {
+		return code
 	}
 	if err := cfg.validate(); err != nil {
-		fmt.Fprintln(stderr, "ingestd: invalid configuration:", err)
-		return 2
+		return cmd.usageError(stderr, "invalid configuration: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	logger := newLogger(stderr, cfg.logLevel, cfg.logFormat)
 	if err := serve(ctx, cfg, logger, nil); err != nil {
 		logger.Error("ingestd stopped", "err", err)
-		return 1
+		return exitFailure
 	}
-	return 0
+	return exitOK
+}
+
+// runCommand runs subcommand name; `help CMD` is `CMD --help`.
+func runCommand(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
+	switch name {
+	case "mirror":
+		return runMirror(ctx, args, stdout, stderr)
+	case "health":
+		return runHealth(ctx, args, stdout, stderr)
+	case "bench":
+		return runBench(ctx, args, stdout, stderr)
+	case "token":
+		return runToken(args, stdout, stderr)
+	case "diskbench":
+		return runDiskBench(ctx, args, stdout, stderr)
+	case "version":
+		return runVersion(args, stdout, stderr)
+	case "help":
+		if len(args) == 0 {
+			return run(ctx, []string{"--help"}, stdout, stderr)
+		}
+		if args[0] != "help" {
+			return runCommand(ctx, args[0], []string{"--help"}, stdout, stderr)
+		}
+	}
+	fmt.Fprintf(stderr, "ingestd: unknown command %q (commands: mirror, bench, diskbench, health, token, version, help; see ingestd --help)\n", name)
+	return exitBadUsage
 }
 
 func newLogger(w io.Writer, level, format string) *slog.Logger {

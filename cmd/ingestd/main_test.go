@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"io"
 	"log/slog"
 	"runtime/debug"
 	"testing"
@@ -34,6 +35,6 @@ func TestMemoryLimit(t *testing.T) {
 	require.Equal(t, int64(3<<30), debug.SetMemoryLimit(-1), "GOMEMLIMIT wins over the flag")
 
 	var stderr bytes.Buffer
-	require.Equal(t, 2, run(context.Background(), []string{"--memory-limit-bytes", "-1"}, &stderr))
+	require.Equal(t, 2, run(context.Background(), []string{"--memory-limit-bytes", "-1"}, io.Discard, &stderr))
 	require.Contains(t, stderr.String(), "--memory-limit-bytes must not be negative")
 }

@@ -19,7 +19,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/peterbourgon/ff/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -92,21 +91,23 @@ func (c *mirrorConfig) validate() error {
 
 // runMirror is `ingestd mirror`: it keeps a replica of one table in any
 // InfluxDB-compatible server.
-func runMirror(ctx context.Context, args []string, stderr io.Writer) int {
+func runMirror(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := mirrorConfig{limit: 5000, wait: 10 * time.Second, maxBackoff: 30 * time.Second, logLevel: "info", logFormat: "text"}
 	fs := flag.NewFlagSet("ingestd mirror", flag.ContinueOnError)
-	fs.SetOutput(stderr)
 	cfg.registerFlags(fs)
-	if err := ff.Parse(fs, args, ff.WithEnvVarPrefix("INGESTD_MIRROR")); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "ingestd mirror:", err)
-		return 2
+	cmd := &command{
+		name: "ingestd mirror", envPrefix: "INGESTD_MIRROR",
+		usage: `Usage:
+  ingestd mirror --source URL --table T --target URL --cursor-file F [flags]
+Keeps a replica of one table in any InfluxDB-compatible server (README, "ingestd mirror").
+`,
+		required: map[string]bool{"source": true, "table": true, "target": true, "cursor-file": true},
+	}
+	if code, done := cmd.parse(fs, args, stdout, stderr); done {
+		return code
 	}
 	if err := cfg.validate(); err != nil {
-		fmt.Fprintln(stderr, "ingestd mirror: invalid configuration:", err)
-		return 2
+		return cmd.usageError(stderr, "invalid configuration: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	if cfg.consumer == "" {
 		cfg.consumer = "mirror-" + cfg.table

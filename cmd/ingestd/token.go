@@ -10,8 +10,6 @@ import (
 	"text/tabwriter"
 	"time"
 
-	"github.com/peterbourgon/ff/v3"
-
 	"github.com/ingestd/ingestd/httpapi/auth"
 )
 
@@ -25,7 +23,6 @@ const tokenUsage = `Usage:
 Scopes: write, drain or admin, optionally :glob of tables (path.Match syntax, * = all):
   --scope 'write:*' --scope 'drain:sensor*' --scope admin:room
 A running ingestd picks the change up within --auth-reload-interval, or at once on SIGHUP.
-Flags (INGESTD_AUTH_FILE also sets --auth-file):
 `
 
 // stringList is a repeatable string flag.
@@ -42,55 +39,48 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 		scopes     stringList
 	)
 	fset := flag.NewFlagSet("ingestd token", flag.ContinueOnError)
-	fset.SetOutput(stderr)
 	fset.StringVar(&file, "auth-file", "", "the auth file (YAML, or TOML when it ends in .toml)")
 	fset.StringVar(&name, "name", "", "the token's name (create, revoke)")
 	fset.Var(&scopes, "scope", "a scope of the new token, repeatable (create)")
-	fset.Usage = func() {
-		fmt.Fprint(stderr, tokenUsage)
-		fset.PrintDefaults()
-	}
-	if len(args) == 0 || strings.HasPrefix(args[0], "-") {
-		fset.Usage()
-		return 2
+	c := &command{name: "ingestd token", usage: tokenUsage, envPrefix: "INGESTD", required: map[string]bool{"auth-file": true}}
+	switch {
+	case len(args) == 0:
+		return c.usageError(stderr, "a command is required: create, list or revoke")
+	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help":
+		c.printHelp(stdout, fset)
+		return exitOK
+	case strings.HasPrefix(args[0], "-"):
+		return c.usageError(stderr, "the command (create, list or revoke) comes before the flags")
 	}
 	cmd := args[0]
-	if err := ff.Parse(fset, args[1:], ff.WithEnvVarPrefix("INGESTD")); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		fmt.Fprintln(stderr, "ingestd token:", err)
-		return 2
+	if code, done := c.parse(fset, args[1:], stdout, stderr); done {
+		return code
 	}
 	if file == "" {
-		fmt.Fprintln(stderr, "ingestd token: --auth-file is required")
-		return 2
+		return c.usageError(stderr, "--auth-file is required")
 	}
 	var err error
 	switch cmd {
 	case "create":
 		if name == "" || len(scopes) == 0 {
-			fmt.Fprintln(stderr, "ingestd token create: --name and at least one --scope are required")
-			return 2
+			return c.usageError(stderr, "create: --name and at least one --scope are required")
 		}
 		err = tokenCreate(file, name, scopes, stdout, stderr)
 	case "list":
 		err = tokenList(file, stdout)
 	case "revoke":
 		if name == "" {
-			fmt.Fprintln(stderr, "ingestd token revoke: --name is required")
-			return 2
+			return c.usageError(stderr, "revoke: --name is required")
 		}
 		err = tokenRevoke(file, name, stderr)
 	default:
-		fmt.Fprintf(stderr, "ingestd token: unknown command %q (create, list, revoke)\n", cmd)
-		return 2
+		return c.usageError(stderr, fmt.Sprintf("unknown command %q (create, list, revoke)", cmd))
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "ingestd token:", err)
-		return 1
+		return exitFailure
 	}
-	return 0
+	return exitOK
 }
 
 // readOrEmpty reads the auth file, or returns an empty one when absent.

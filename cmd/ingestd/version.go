@@ -1,6 +1,9 @@
 package main
 
 import (
+	"flag"
+	"fmt"
+	"io"
 	"runtime"
 	"runtime/debug"
 
@@ -56,4 +59,17 @@ func newBuildInfoGauge(b buildInfo) prometheus.Gauge {
 	})
 	g.Set(1)
 	return g
+}
+
+// runVersion is `ingestd version` (and --version): the version, VCS commit,
+// build date and Go version on stdout.
+func runVersion(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("ingestd version", flag.ContinueOnError)
+	cmd := &command{name: "ingestd version", usage: "Usage:\n  ingestd version   print the version, VCS commit, build date and Go version (also ingestd --version)\n"}
+	if code, done := cmd.parse(fs, args, stdout, stderr); done {
+		return code
+	}
+	b := readBuildInfo()
+	fmt.Fprintf(stdout, "ingestd %s\ncommit: %s\nbuilt:  %s\ngo:     %s\n", b.Version, b.Revision, b.BuildDate, b.GoVersion)
+	return exitOK
 }
