@@ -1,0 +1,110 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// readmeBlock is one ```sh code block of a README section: the script
+// (every line that is not an output line) and the output it must print
+// (its "# " lines, in order).
+type readmeBlock struct {
+	line   int // of the opening fence, 1-based
+	script string
+	want   string
+}
+
+// readmeBlocks returns the ```sh blocks of the README section headed
+// "## "+title (up to the next "## " heading).
+func readmeBlocks(t *testing.T, readme, title string) []readmeBlock {
+	t.Helper()
+	lines := strings.Split(readme, "\n")
+	start := -1
+	for i, l := range lines {
+		if l == "## "+title {
+			start = i
+			break
+		}
+	}
+	require.GreaterOrEqual(t, start, 0, "README.md has no section %q", title)
+	var blocks []readmeBlock
+	var cur *readmeBlock
+	var script, want []string
+	for i := start + 1; i < len(lines) && !strings.HasPrefix(lines[i], "## "); i++ {
+		l := lines[i]
+		switch {
+		case cur == nil && l == "```sh":
+			cur = &readmeBlock{line: i + 1}
+			script, want = nil, nil
+		case cur == nil:
+		case l == "```":
+			cur.script = strings.Join(script, "\n") + "\n"
+			if len(want) > 0 {
+				cur.want = strings.Join(want, "\n") + "\n"
+			}
+			blocks = append(blocks, *cur)
+			cur = nil
+		case l == "#" || strings.HasPrefix(l, "# "):
+			want = append(want, strings.TrimPrefix(strings.TrimPrefix(l, "#"), " "))
+		default:
+			script = append(script, l)
+		}
+	}
+	require.Nil(t, cur, "unclosed code block in %q", title)
+	require.NotEmpty(t, blocks, "no ```sh block in %q", title)
+	return blocks
+}
+
+// TestREADMEWalkthrough runs the Walkthrough's code blocks from README.md
+// itself, in order, against a fresh daemon on an empty data directory, and
+// requires each block to print exactly its "# " lines (curl's header lines
+// end in \r\n, compared as \n). localhost:8086 becomes the daemon's
+// address and `go run ./cmd/ingestd` a binary built once. So the README
+// cannot drift from what the commands print (issue 17).
+func TestREADMEWalkthrough(t *testing.T) {
+	if _, err := exec.LookPath("curl"); err != nil {
+		t.Fatal("the README's commands need curl on PATH")
+	}
+	raw, err := os.ReadFile("../../README.md")
+	require.NoError(t, err)
+	blocks := readmeBlocks(t, string(raw), "Walkthrough")
+
+	bin := filepath.Join(t.TempDir(), "ingestd")
+	build := exec.Command("go", "build", "-o", bin, ".")
+	out, err := build.CombinedOutput()
+	require.NoError(t, err, "go build: %s", out)
+
+	d := startDaemon(t, testConfig(t.TempDir()))
+	addr := strings.TrimPrefix(d.URL, "http://")
+	for _, b := range blocks {
+		script := strings.NewReplacer("localhost:8086", addr, "go run ./cmd/ingestd", bin).Replace(b.script)
+		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+		cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", script)
+		var stdout, stderr bytes.Buffer
+		cmd.Stdout, cmd.Stderr = &stdout, &stderr
+		err := cmd.Run()
+		cancel()
+		require.NoError(t, err, "README.md:%d: the block failed: %s", b.line, stderr.String())
+		got := strings.ReplaceAll(stdout.String(), "\r\n", "\n")
+		require.Equal(t, b.want, got, "README.md:%d: the block's output differs from its # lines", b.line)
+	}
+}
+
+// TestReadmeBlocks: a section's blocks, each split into its script and
+// its output lines ("#" alone is an empty output line).
+func TestReadmeBlocks(t *testing.T) {
+	readme := "# x\n## A\n```sh\nnot in B\n```\n## B\ntext\n```sh\nprintf 'a\\n\\nb\\n'\n# a\n#\n# b\necho c\n# c\n```\n```sh\ntrue\n```\n## C\n```sh\nno\n```\n"
+	got := readmeBlocks(t, readme, "B")
+	require.Equal(t, []readmeBlock{
+		{line: 8, script: "printf 'a\\n\\nb\\n'\necho c\n", want: "a\n\nb\nc\n"},
+		{line: 16, script: "true\n"},
+	}, got)
+}
