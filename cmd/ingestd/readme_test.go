@@ -63,38 +63,50 @@ func readmeBlocks(t *testing.T, readme, title string) []readmeBlock {
 	return blocks
 }
 
-// TestREADMEWalkthrough runs the Walkthrough's code blocks from README.md
-// itself, in order, against a fresh daemon on an empty data directory, and
-// requires each block to print exactly its "# " lines (curl's header lines
-// end in \r\n, compared as \n). localhost:8086 becomes the daemon's
-// address and `go run ./cmd/ingestd` a binary built once. So the README
-// cannot drift from what the commands print (issue 17).
+// blockEnd separates the outputs of a section's blocks, which run in one
+// shell as a reader pastes them into one terminal.
+const blockEnd = "--- end of README block ---"
+
+// TestREADMEWalkthrough runs the code blocks of the Walkthrough and of "The
+// same steps as SQL" from README.md itself, each section in one bash
+// session (as pasted into one terminal) against a fresh daemon on an empty
+// data directory, and requires each block to print exactly its "# " lines
+// (curl's header lines end in \r\n, compared as \n). localhost:8086
+// becomes the daemon's address and `go run ./cmd/ingestd` a binary built
+// once. So the README cannot drift from what the commands print (issue
+// 17).
 func TestREADMEWalkthrough(t *testing.T) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("the README's commands need curl on PATH")
 	}
 	raw, err := os.ReadFile("../../README.md")
 	require.NoError(t, err)
-	blocks := readmeBlocks(t, string(raw), "Walkthrough")
-
 	bin := filepath.Join(t.TempDir(), "ingestd")
-	build := exec.Command("go", "build", "-o", bin, ".")
-	out, err := build.CombinedOutput()
+	out, err := exec.Command("go", "build", "-o", bin, ".").CombinedOutput()
 	require.NoError(t, err, "go build: %s", out)
 
-	d := startDaemon(t, testConfig(t.TempDir()))
-	addr := strings.TrimPrefix(d.URL, "http://")
-	for _, b := range blocks {
-		script := strings.NewReplacer("localhost:8086", addr, "go run ./cmd/ingestd", bin).Replace(b.script)
-		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-		cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", script)
-		var stdout, stderr bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &stdout, &stderr
-		err := cmd.Run()
-		cancel()
-		require.NoError(t, err, "README.md:%d: the block failed: %s", b.line, stderr.String())
-		got := strings.ReplaceAll(stdout.String(), "\r\n", "\n")
-		require.Equal(t, b.want, got, "README.md:%d: the block's output differs from its # lines", b.line)
+	for _, section := range []string{"Walkthrough", "The same steps as SQL"} {
+		t.Run(section, func(t *testing.T) {
+			blocks := readmeBlocks(t, string(raw), section)
+			d := startDaemon(t, testConfig(t.TempDir()))
+			subst := strings.NewReplacer("localhost:8086", strings.TrimPrefix(d.URL, "http://"), "go run ./cmd/ingestd", bin)
+			var script strings.Builder
+			for _, b := range blocks {
+				script.WriteString(subst.Replace(b.script))
+				script.WriteString("echo '" + blockEnd + "'\n")
+			}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, "bash", "-e", "-o", "pipefail", "-c", script.String())
+			var stdout, stderr bytes.Buffer
+			cmd.Stdout, cmd.Stderr = &stdout, &stderr
+			require.NoError(t, cmd.Run(), "the section's commands failed: %s\n%s", stderr.String(), stdout.String())
+			outs := strings.Split(strings.ReplaceAll(stdout.String(), "\r\n", "\n"), blockEnd+"\n")
+			require.Len(t, outs, len(blocks)+1, "every block ran")
+			for i, b := range blocks {
+				require.Equal(t, b.want, outs[i], "README.md:%d: the block's output differs from its # lines", b.line)
+			}
+		})
 	}
 }
 
