@@ -165,36 +165,16 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	if opts.Logger == nil {
 		opts.Logger = slog.New(slog.DiscardHandler)
 	}
-	if opts.MaxPageBytes <= 0 {
-		opts.MaxPageBytes = DefaultDrainMaxPageBytes
-	}
-	if opts.MaxDrainLimit <= 0 {
-		opts.MaxDrainLimit = feed.DefaultMaxDrainLimit
-	}
-	if opts.SQLMaxStatementBytes <= 0 {
-		opts.SQLMaxStatementBytes = DefaultSQLMaxStatementBytes
-	}
-	if opts.SQLMaxScanRows <= 0 {
-		opts.SQLMaxScanRows = DefaultSQLMaxScanRows
-	}
-	if opts.SQLMaxInsertRows <= 0 {
-		opts.SQLMaxInsertRows = DefaultSQLMaxInsertRows
-	}
-	if opts.SubmitTimeout <= 0 {
-		opts.SubmitTimeout = feed.DefaultSubmitTimeout
-	}
-	if opts.StatusSampleInterval <= 0 {
-		opts.StatusSampleInterval = DefaultStatusSampleInterval
-	}
-	if opts.StatusSamples <= 0 {
-		opts.StatusSamples = DefaultStatusSamples
-	}
-	if opts.MaxDatabases <= 0 {
-		opts.MaxDatabases = DefaultMaxDatabases
-	}
-	if opts.StatusMaxTables <= 0 {
-		opts.StatusMaxTables = DefaultStatusMaxTables
-	}
+	orDefault(&opts.MaxPageBytes, DefaultDrainMaxPageBytes)
+	orDefault(&opts.MaxDrainLimit, feed.DefaultMaxDrainLimit)
+	orDefault(&opts.SQLMaxStatementBytes, DefaultSQLMaxStatementBytes)
+	orDefault(&opts.SQLMaxScanRows, DefaultSQLMaxScanRows)
+	orDefault(&opts.SQLMaxInsertRows, DefaultSQLMaxInsertRows)
+	orDefault(&opts.SubmitTimeout, feed.DefaultSubmitTimeout)
+	orDefault(&opts.StatusSampleInterval, DefaultStatusSampleInterval)
+	orDefault(&opts.StatusSamples, DefaultStatusSamples)
+	orDefault(&opts.MaxDatabases, DefaultMaxDatabases)
+	orDefault(&opts.StatusMaxTables, DefaultStatusMaxTables)
 	f := promauto.With(reg)
 	a := &API{opts: opts, maxPageBytes: opts.MaxPageBytes, started: time.Now(), databases: databases{names: map[string]struct{}{}}, logger: opts.Logger.With("component", "httpapi"), csrf: http.NewCrossOriginProtection(), m: &metrics{
 		requests: f.NewCounterVec(prometheus.CounterOpts{
@@ -426,6 +406,14 @@ func (a *API) health(w http.ResponseWriter, _ *http.Request) {
 func (a *API) spec(w http.ResponseWriter, _ *http.Request) {
 	w.Header().Set("Content-Type", "application/yaml")
 	_, _ = w.Write(a.opts.APISpec)
+}
+
+// orDefault sets *v to def when it is zero or negative (an Options field
+// left unset).
+func orDefault[T int | time.Duration](v *T, def T) {
+	if *v <= 0 {
+		*v = def
+	}
 }
 
 // methodLabel bounds the method label to the methods the API routes (any
