@@ -325,3 +325,29 @@ func text(n *html.Node) string {
 	}
 	return b.String()
 }
+
+// TestStatusPageAuth: with --auth-file the page needs a valid token (a
+// browser can pass it as ?p=) and shows only the tables, and their
+// consumers, the token holds some scope on.
+func TestStatusPageAuth(t *testing.T) {
+	d, _, tok := authDaemon(t, map[string][]string{"admin": {"admin:*", "drain:*"}, "room": {"drain:room"}}, nil)
+	admin := tokenClient(t, d, tok["admin"])
+	admin.createSyncTable(t, "sensor")
+	admin.createSyncTable(t, "room")
+	resp := admin.get(t, "/drain?table=sensor&epoch=1&after=0&limit=1&consumer=audit")
+	require.Equal(t, http.StatusOK, resp.Status, string(resp.Body))
+
+	anon, err := http.Get(d.URL + "/")
+	require.NoError(t, err)
+	require.NoError(t, anon.Body.Close())
+	require.Equal(t, http.StatusUnauthorized, anon.StatusCode)
+
+	doc := parseHTML(t, getBody(t, d.URL+"/?p="+tok["room"]))
+	require.NotNil(t, find(doc, "tr", "data-table", "room"))
+	require.Nil(t, find(doc, "tr", "data-table", "sensor"), "a table outside the token's scopes is not shown")
+	require.Nil(t, find(doc, "tr", "data-consumer", "audit"), "nor its consumers")
+
+	doc = parseHTML(t, getBody(t, d.URL+"/?p="+tok["admin"]))
+	require.NotNil(t, find(doc, "tr", "data-table", "sensor"))
+	require.NotNil(t, find(doc, "tr", "data-consumer", "audit"))
+}
