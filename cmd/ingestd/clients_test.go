@@ -452,7 +452,7 @@ func TestInfluxHeaders(t *testing.T) {
 		{name: "ping HEAD", method: http.MethodHead, path: "/ping", status: http.StatusNoContent},
 		{name: "health", method: http.MethodGet, path: "/health", status: http.StatusOK},
 		{name: "query form", method: http.MethodPost, path: "/query", hdr: map[string]string{"Content-Type": "application/x-www-form-urlencoded"}, body: form, status: http.StatusOK, want: `{"results":[{"statement_id":0}]}`},
-		{name: "query SHOW DATABASES", method: http.MethodGet, path: "/query?q=SHOW+DATABASES", status: http.StatusOK, want: `{"results":[{"statement_id":0,"series":[{"columns":["name"],"name":"databases","values":[["ingestd"]]}]}]}`},
+		{name: "query SHOW DATABASES", method: http.MethodGet, path: "/query?q=SHOW+DATABASES", status: http.StatusOK, want: `{"results":[{"statement_id":0,"series":[{"columns":["name"],"name":"databases","values":[["ingestd"],["x"]]}]}]}`},
 		{name: "query other 400", method: http.MethodPost, path: "/query?q=SELECT+1", status: http.StatusBadRequest},
 		{name: "drain 404", method: http.MethodGet, path: "/drain?table=nosuch&after=0&limit=1", status: http.StatusNotFound},
 		{name: "unknown route", method: http.MethodGet, path: "/nosuch", status: http.StatusNotFound},

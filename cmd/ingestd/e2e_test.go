@@ -516,9 +516,11 @@ func TestE2ETables(t *testing.T) {
 				Name string `json:"name"`
 				Type string `json:"type"`
 			} `json:"columns"`
+			Stats tableStats `json:"stats"`
 		}
 		decodeStrict(t, r.Body, &got)
 		require.Equal(t, "t", got.Name)
+		require.Equal(t, uint64(2), got.Stats.Fragments, "two lines stored")
 		require.Equal(t, syncState{Enabled: true, Epoch: 2, Seq: 2, Watermark: 2, Horizon: 1}, got.Sync)
 		var cols []string
 		for _, col := range got.Columns {
@@ -544,6 +546,7 @@ func TestE2ETables(t *testing.T) {
 				Sync      syncState       `json:"sync"`
 				Retention string          `json:"retention"`
 				Columns   json.RawMessage `json:"columns"`
+				Stats     tableStats      `json:"stats"`
 			} `json:"tables"`
 		}
 		decodeStrict(t, r.Body, &got)

@@ -35,6 +35,7 @@ type fuzzSeed struct {
 
 // fuzzSeeds cover every route of api.yaml (FuzzRouter checks it).
 var fuzzSeeds = []fuzzSeed{
+	{"GET", "/", "", "", ""},
 	{"GET", "/ping", "", "", ""},
 	{"HEAD", "/ping", "", "", ""},
 	{"GET", "/health", "", "", ""},

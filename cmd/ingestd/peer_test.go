@@ -412,9 +412,10 @@ func drainAndDropAll(t testing.TB, c *apiClient) []peerRow {
 
 // tableEntry is one table of GET /api/v1/tables.
 type tableEntry struct {
-	Name      string    `json:"name"`
-	Sync      syncState `json:"sync"`
-	Retention string    `json:"retention"`
+	Name      string     `json:"name"`
+	Sync      syncState  `json:"sync"`
+	Retention string     `json:"retention"`
+	Stats     tableStats `json:"stats"`
 }
 
 // listTables returns GET /api/v1/tables.

@@ -28,6 +28,16 @@ const chromiumEnv = "INGESTD_CHROMIUM"
 // screenshot (deploy/screenshots/status.png in the README is made so).
 const screenshotEnv = "INGESTD_STATUS_SCREENSHOT"
 
+// tableStats is the "stats" object of GET /api/v1/tables and
+// GET /api/v1/tables/{t}.
+type tableStats struct {
+	Fragments    uint64 `json:"fragments"`
+	RowsEstimate uint64 `json:"rows_estimate"`
+	Series       uint64 `json:"series"`
+	Bytes        uint64 `json:"bytes"`
+	CountedAt    string `json:"counted_at"`
+}
+
 // startStatusDaemon runs a daemon sampling every 200 ms with known tables:
 // sensor WITH SYNC holding 100 lines (one point written twice), room
 // auto-created with sync OFF, a table whose name is markup, and two named
@@ -146,15 +156,8 @@ func TestStatusPage(t *testing.T) {
 	checkStatusDOM(t, parseHTML(t, body))
 
 	// The same counts in the table routes' JSON.
-	type stats struct {
-		Fragments    uint64 `json:"fragments"`
-		RowsEstimate uint64 `json:"rows_estimate"`
-		Series       uint64 `json:"series"`
-		Bytes        uint64 `json:"bytes"`
-		CountedAt    string `json:"counted_at"`
-	}
 	var one struct {
-		Stats stats `json:"stats"`
+		Stats tableStats `json:"stats"`
 	}
 	require.NoError(t, json.Unmarshal(getBody(t, d.URL+"/api/v1/tables/sensor"), &one))
 	require.Equal(t, uint64(101), one.Stats.Fragments)
@@ -165,12 +168,12 @@ func TestStatusPage(t *testing.T) {
 	require.NoError(t, err)
 	var list struct {
 		Tables []struct {
-			Name  string `json:"name"`
-			Stats stats  `json:"stats"`
+			Name  string     `json:"name"`
+			Stats tableStats `json:"stats"`
 		} `json:"tables"`
 	}
 	require.NoError(t, json.Unmarshal(getBody(t, d.URL+"/api/v1/tables"), &list))
-	byName := map[string]stats{}
+	byName := map[string]tableStats{}
 	for _, tb := range list.Tables {
 		byName[tb.Name] = tb.Stats
 	}

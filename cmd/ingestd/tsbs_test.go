@@ -372,8 +372,10 @@ func checkTSBSSchema(t testing.TB, c *apiClient, name string, tb *tsbsTable) []s
 			Name string `json:"name"`
 			Type string `json:"type"`
 		} `json:"columns"`
+		Stats tableStats `json:"stats"`
 	}
 	decodeStrict(t, r.Body, &got)
+	require.Equal(t, got.Sync.Seq, got.Stats.Fragments, "every line of %s is one stored fragment", name)
 	// SPEC §2: time, then tags, then fields, each in order of first
 	// appearance (tags sorted within a line).
 	want := []string{"time:time"}
