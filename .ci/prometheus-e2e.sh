@@ -47,7 +47,7 @@ fi
 # The Grafana dashboard: load on HTTP and TCP (one bad line a round, for the
 # rejected-lines panel) while each panel's PromQL is asked, with Grafana's
 # variables as a dashboard showing every instance sets them.
-curl -sf -XPUT "http://127.0.0.1:$ING/api/v1/tables/mem" -d '{"sync":true}' >/dev/null
+curl -sf -XPUT "http://127.0.0.1:$ING/api/v1/tables/mem" -H 'Content-Type: application/json' -d '{"sync":true}' >/dev/null
 (
   i=0
   while :; do
