@@ -288,8 +288,9 @@ var errInflightFull = errors.New("ilp: write bodies in flight at --http-max-infl
 
 // readBody reads body into buf, at most MaxBodyBytes+1 bytes (one more
 // tells a body too large), holding each chunk against the in-flight bytes
-// before reading it. When there is no room it waits, at most the submit
-// timeout from its first wait in all, then returns errInflightFull. It
+// before reading it. When there is no room it waits as writeQuota allows,
+// at most the submit timeout from the start in all, then returns
+// errInflightFull. It
 // returns what it holds (release it once the write is answered), the
 // bytes read so far and nothing more.
 func (in *Ingest) readBody(ctx context.Context, body io.Reader, buf *bytes.Buffer) (held int64, err error) {
@@ -297,19 +298,17 @@ func (in *Ingest) readBody(ctx context.Context, body io.Reader, buf *bytes.Buffe
 	limit := in.cfg.MaxBodyBytes + 1
 	for int64(buf.Len()) < limit {
 		chunk := min(bodyChunk, limit-int64(buf.Len()))
-		if !in.inflight.TryAcquire(chunk) {
-			if deadline.IsZero() {
-				deadline = time.Now().Add(in.submitTimeout)
+		if deadline.IsZero() {
+			deadline = time.Now().Add(in.submitTimeout)
+		}
+		wctx, cancel := context.WithDeadline(ctx, deadline)
+		err := in.inflight.acquire(wctx, chunk, held > 0)
+		cancel()
+		if err != nil {
+			if ctx.Err() != nil {
+				return held, ctx.Err()
 			}
-			wctx, cancel := context.WithDeadline(ctx, deadline)
-			err := in.inflight.Acquire(wctx, chunk)
-			cancel()
-			if err != nil {
-				if ctx.Err() != nil {
-					return held, ctx.Err()
-				}
-				return held, errInflightFull
-			}
+			return held, errInflightFull
 		}
 		held += chunk
 		in.m.inflight.Add(float64(chunk))
@@ -329,7 +328,7 @@ func (in *Ingest) readBody(ctx context.Context, body io.Reader, buf *bytes.Buffe
 // release gives back n bytes held by readBody.
 func (in *Ingest) release(n int64) {
 	if n > 0 {
-		in.inflight.Release(n)
+		in.inflight.release(n)
 		in.m.inflight.Sub(float64(n))
 	}
 }

@@ -1,8 +1,6 @@
 package ilp
 
 import (
-	"golang.org/x/sync/semaphore"
-
 	"context"
 	"log/slog"
 	"net"
@@ -37,7 +35,7 @@ type Ingest struct {
 	acceptLog rateLimit
 	// inflight holds the bytes of HTTP write bodies
 	// (Config.MaxInflightWriteBytes).
-	inflight *semaphore.Weighted
+	inflight *writeQuota
 	auth     Auth
 }
 
@@ -85,7 +83,7 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 		cfg: cfg, app: app, submitTimeout: submitTimeout,
 		logger: logger.With("component", "ilp"), m: newMetrics(reg), now: time.Now,
 		logLimit: rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},
-		inflight: semaphore.NewWeighted(cfg.MaxInflightWriteBytes),
+		inflight: newWriteQuota(cfg.MaxInflightWriteBytes),
 	}, nil
 }
 
