@@ -19,6 +19,14 @@
 //     DROP + re-create: numbers are leased durably in chunks before any of
 //     them becomes visible, and a restart resumes above the lease (a crash
 //     burns the unused rest, a gap the cursor steps over).
+//     Arrival order is the queue's, except among the writes of one group
+//     commit: they were all in flight together (none answered), so the
+//     sequencer applies them by their lowest point time, which keeps a
+//     series' points of concurrent writers' requests in ascending runs
+//     (store/doc.go). The lines of one write keep their order, and a
+//     writer that waits for an answer before its next write (every HTTP
+//     client, one batch in flight per TCP connection) sees its writes in
+//     the order it sent them.
 //   - seq is the highest x_seq handed out; the watermark is the highest x_seq
 //     a drain may return. The sequencer raises seq when it stamps a group and
 //     the watermark only after the store commit returned, so everything at

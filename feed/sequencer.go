@@ -1,11 +1,13 @@
 package feed
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -84,7 +86,10 @@ type op struct {
 	// retention (opCreate), when non-nil, sets the table's own retention.
 	keepSync  bool
 	retention *time.Duration
-	done      chan struct{}
+	// minTime (opWrite) is the batch's lowest point time, the order in
+	// which commitGroup applies the writes of one group.
+	minTime int64
+	done    chan struct{}
 	// Outcome, valid once done is closed.
 	res     Result
 	status  SyncStatus
@@ -94,8 +99,12 @@ type op struct {
 
 // groupTable is one table's part of a group commit.
 type groupTable struct {
-	t         *table
-	frags     []store.Fragment
+	t     *table
+	frags []store.Fragment
+	// writes are the indexes in frags at which another write's fragments
+	// begin (store.TableCommit.Writes); op is the write frags ends with.
+	writes    []int
+	op        *op
 	newSeries []store.Series
 	metaDirty bool
 	// cutoff is the oldest time (Unix nanoseconds) the table's retention
@@ -164,8 +173,14 @@ func New(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Registerer)
 // queue is full, in which case it blocks (back-pressure) until there is
 // room, ctx ends (ctx.Err()) or the sequencer stops (ErrClosed). The batch
 // must not be modified until Wait returns.
+//
+// Batches in flight together (queued, none answered yet) may be committed
+// in any order (see commitGroup): a writer that needs one write to follow
+// another waits for the first's answer, as the TCP listener does (one
+// batch in flight per connection) and every HTTP client does between
+// requests. The points of one batch keep their line order.
 func (s *Sequencer) Submit(ctx context.Context, b *Batch) (*Pending, error) {
-	o := &op{kind: opWrite, batch: b, done: make(chan struct{})}
+	o := &op{kind: opWrite, batch: b, minTime: minTime(b), done: make(chan struct{})}
 	if err := s.enqueue(ctx, o); err != nil {
 		return nil, err
 	}
@@ -425,7 +440,23 @@ func storageErr(what string, err error) error {
 // commit, or several when their fragments would exceed
 // Config.MaxGroupBytes (a table's block is one store value, which the store
 // bounds), each committed as soon as it is full.
+//
+// The writes are applied in the order of their batches' lowest point time
+// (stable: equal times keep their queue order), not their queue order.
+// They were all in flight together, so either order is one the writers
+// could have seen (SPEC §4's arrival order among requests nobody has been
+// answered yet is the sequencer's to choose, as a database serialises
+// concurrent transactions). It matters for speed: concurrent writers'
+// batches of one time-ordered stream (TSBS's loader, an open-loop client,
+// retries) reach the queue shuffled, and applied as queued every batch
+// that overtook an older one would make the older one's points late,
+// each a gap run or a point-index look-up in the store; sorted, a
+// series' points of one group commit mostly ascend and join its
+// in-order run.
 func (s *Sequencer) commitGroup(ops []*op) error {
+	if len(ops) > 1 {
+		slices.SortStableFunc(ops, func(a, b *op) int { return cmp.Compare(a.minTime, b.minTime) })
+	}
 	s.resetGroup()
 	for _, o := range ops {
 		if err := s.applyBatch(o); err != nil {
@@ -433,6 +464,18 @@ func (s *Sequencer) commitGroup(ops []*op) error {
 		}
 	}
 	return s.flushGroup()
+}
+
+// minTime returns the lowest point time of b (0 when it has none).
+func minTime(b *Batch) int64 {
+	if len(b.Points) == 0 {
+		return 0
+	}
+	m := b.Points[0].Time
+	for i := 1; i < len(b.Points); i++ {
+		m = min(m, b.Points[i].Time)
+	}
+	return m
 }
 
 // resetGroup starts an empty group.
@@ -453,7 +496,7 @@ func (s *Sequencer) flushGroup() error {
 	for _, g := range s.groupTables {
 		t := g.t
 		t.lastFrags = min(len(g.frags), s.cfg.MaxGroupPoints)
-		tc := store.TableCommit{TableID: t.meta.ID, NewSeries: g.newSeries, Fragments: g.frags, CommitTime: s.now().UnixNano()}
+		tc := store.TableCommit{TableID: t.meta.ID, NewSeries: g.newSeries, Fragments: g.frags, Writes: g.writes, CommitTime: s.now().UnixNano()}
 		if t.meta.Sync && len(g.frags) > 0 {
 			tc.FirstSeq = t.seq + 1
 			t.seq += uint64(len(g.frags))
@@ -535,6 +578,12 @@ func (s *Sequencer) applyBatch(o *op) error {
 		if rej := s.applyPoint(t, p); rej != nil {
 			o.res.Rejected = append(o.res.Rejected, rej)
 			continue
+		}
+		if g := t.group; g.op != o {
+			if n := len(g.frags) - 1; n > 0 {
+				g.writes = append(g.writes, n)
+			}
+			g.op = o
 		}
 		o.res.Accepted++
 		s.groupPointCount++

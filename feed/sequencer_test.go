@@ -17,6 +17,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 // --- Test helpers shared by the feed tests ----------------------------------
@@ -1201,4 +1203,49 @@ func TestAutoCreate(t *testing.T) {
 			require.Equal(t, []row{{Seq: 1, Vals: map[string]Value{"time": tmv(42), "host": tagv("a"), "v": fv(1.5)}}}, rows)
 		})
 	}
+}
+
+// TestGroupAppliesWritesInTimeOrder checks that the writes of one group
+// commit are applied in the order of their lowest point time, not their
+// queue order (commitGroup), while the lines of one write keep their
+// order: three batches queued newest first before the sequencer runs
+// get x_seq oldest first, and the out-of-order lines inside one keep
+// theirs.
+func TestGroupAppliesWritesInTimeOrder(t *testing.T) {
+	scfg := store.DefaultConfig()
+	scfg.Dir = t.TempDir()
+	db, err := store.Open(scfg, nil, nil)
+	require.NoError(t, err)
+	cfg := DefaultConfig()
+	cfg.SyncTables = []string{"*"}
+	s, err := New(cfg, db, nil, nil)
+	require.NoError(t, err)
+	h := &harness{t: t, dir: scfg.Dir, db: db, s: s, done: make(chan error, 1)}
+	batch := func(times ...int64) *Batch {
+		b := &Batch{}
+		for i, ts := range times {
+			p := pt("m", ts, tg("host", "a"), fld("v", iv(ts)))
+			p.Line = i + 1
+			b.Points = append(b.Points, p)
+		}
+		return b
+	}
+	var pending []*Pending
+	for _, b := range []*Batch{batch(300, 301), batch(105, 101), batch(200)} {
+		p, err := s.Submit(context.Background(), b)
+		require.NoError(t, err)
+		pending = append(pending, p)
+	}
+	h.start() // one group: all three were queued before Run
+	defer h.close()
+	for _, p := range pending {
+		res, err := p.Wait(context.Background())
+		require.NoError(t, err)
+		require.Empty(t, res.Rejected)
+	}
+	var got []int64
+	for _, r := range drainAll(t, s, "m", 0, 100) {
+		got = append(got, int64(r.Vals["v"].Num))
+	}
+	require.Equal(t, []int64{105, 101, 200, 300, 301}, got, "writes by lowest time, lines of a write in line order")
 }

@@ -378,6 +378,12 @@ type runBuilder struct {
 	firstTs int64
 	ts      []int64
 	idx     []uint64
+	// A series' in-order points of one block form one run per write
+	// (TableCommit.Writes): write is this run's, next the series' run of
+	// the block's following write, last (kept by the first run) the
+	// series' run of the latest write so far.
+	write      int
+	next, last *runBuilder
 }
 
 func (rb *runBuilder) add(ts int64, idx uint64) {
@@ -385,12 +391,20 @@ func (rb *runBuilder) add(ts int64, idx uint64) {
 	rb.idx = append(rb.idx, idx)
 }
 
-// find returns the block index of the fragment at ts (binary search: the
-// times are strictly ascending).
+// find returns the block index of the fragment at ts in rb or the runs
+// following it (binary search in the one whose times span ts: a series'
+// runs of one block are disjoint and ascending, their times strictly
+// ascending).
 func (rb *runBuilder) find(ts int64) (uint64, bool) {
-	i := sort.Search(len(rb.ts), func(i int) bool { return rb.ts[i] >= ts })
-	if i < len(rb.ts) && rb.ts[i] == ts {
-		return rb.idx[i], true
+	for ; rb != nil; rb = rb.next {
+		if ts > rb.ts[len(rb.ts)-1] {
+			continue
+		}
+		i := sort.Search(len(rb.ts), func(i int) bool { return rb.ts[i] >= ts })
+		if i < len(rb.ts) && rb.ts[i] == ts {
+			return rb.idx[i], true
+		}
+		break
 	}
 	return 0, false
 }

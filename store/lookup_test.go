@@ -286,6 +286,58 @@ func TestGapRuns(t *testing.T) {
 	}
 }
 
+// TestGapBetweenWrites checks the pattern of concurrent writers sharing
+// a stream: writes 0 and 4 of a stream land in one group commit, writes 1
+// and 3 in a later one and write 2 last. Writes 1 to 3 are late, but new:
+// the series' runs of the writes of one commit are separate, so the time
+// between them stays a gap, and each costs a few seeks per series, no
+// point get and no point-index entry. A resend of all five then finds
+// every point.
+func TestGapBetweenWrites(t *testing.T) {
+	const series, perWrite = 30, 20
+	st := newSeqTable(t)
+	db := st.db
+	write := func(w int, col uint32) []Fragment {
+		var frags []Fragment
+		for k := range int64(perWrite) {
+			for s := range series {
+				ts := int64(w*perWrite) + k
+				frags = append(frags, Fragment{Series: uint64(s + 1), Time: ts, Fields: []Field{intField(col, ts)}})
+			}
+		}
+		return frags
+	}
+	commit := func(col uint32, ws ...int) {
+		t.Helper()
+		var frags []Fragment
+		var starts []int
+		for i, w := range ws {
+			if i > 0 {
+				starts = append(starts, len(frags))
+			}
+			frags = append(frags, write(w, col)...)
+		}
+		require.NoError(t, db.Commit([]TableCommit{{TableID: st.tid, FirstSeq: st.seq + 1, Fragments: frags, Writes: starts}}))
+		st.seq += uint64(len(frags))
+	}
+	commit(1, 0, 4) // in order: a run per series and write
+	before := db.stats.load()
+	commit(1, 1, 3) // late, in one gap: again a run per series and write
+	commit(1, 2)
+	after := db.stats.load()
+	require.Zero(t, after.pointGets-before.pointGets, "writes 1 to 3's points are new: no point get")
+	require.LessOrEqual(t, after.gapSeeks-before.gapSeeks, uint64(2*2*series), "one gap per series and commit")
+	require.Zero(t, pointEntries(t, db, st.tid), "no point-index entry for new points")
+
+	first := st.seq
+	commit(2, 0, 1, 2, 3, 4)
+	rows := readAll(t, db, st.tid, 0, st.seq, 1000)
+	require.Len(t, rows, int(st.seq))
+	for _, r := range rows {
+		require.Equal(t, []Field{intField(1, r.Time), intField(2, r.Time)}, r.Fields, "x_seq %d (first pass up to %d)", r.Seq, first)
+	}
+}
+
 // TestLatePlacementModel writes random commits mixing in-order, backfilled
 // (descending), random and repeated points over a few series, with
 // restarts, and checks every fragment against a model: its row holds, per
@@ -337,7 +389,16 @@ func TestLatePlacementModel(t *testing.T) {
 					id := pointID{sid, ts}
 					model[id] = append(model[id], write{col, seq})
 				}
-				require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: seq - uint64(n) + 1, Fragments: frags}}))
+				// Up to 3 writes per commit, as a group of concurrent
+				// requests: each series' in-order points per write form
+				// a run of their own.
+				var writes []int
+				for k := 1; k < n && len(writes) < 3; k++ {
+					if rng.IntN(8) == 0 {
+						writes = append(writes, k)
+					}
+				}
+				require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: seq - uint64(n) + 1, Fragments: frags, Writes: writes}}))
 			}
 			rows := readAll(t, db, tid, 0, seq, 97)
 			require.Len(t, rows, int(seq))

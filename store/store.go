@@ -10,6 +10,8 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"sort"
 	"sync"
 	"syscall"
 	"time"
@@ -610,7 +612,11 @@ func (w *committer) index(st *tableState, tc *TableCommit, blockNo uint64, key, 
 	}
 	var lates []late
 	pending := map[pointID][]byte{} // late points of this block so far
+	write := 0                      // the write of fragment i: tc.Writes[write-1] <= i < tc.Writes[write]
 	for i := range tc.Fragments {
+		for write < len(tc.Writes) && tc.Writes[write] <= i {
+			write++
+		}
 		f := &tc.Fragments[i]
 		hi, err := w.maxTs(st, f.Series)
 		if err != nil {
@@ -618,13 +624,19 @@ func (w *committer) index(st *tableState, tc *TableCommit, blockNo uint64, key, 
 		}
 		if f.Time > hi {
 			st.maxTs[f.Series] = f.Time
-			rb := runs[f.Series]
-			if rb == nil {
-				rb = &runBuilder{sid: f.Series, firstTs: f.Time}
-				runs[f.Series] = rb
+			first := runs[f.Series]
+			switch {
+			case first == nil:
+				first = &runBuilder{sid: f.Series, firstTs: f.Time, write: write}
+				first.last = first
+				runs[f.Series] = first
+				order = append(order, first)
+			case first.last.write != write:
+				rb := &runBuilder{sid: f.Series, firstTs: f.Time, write: write}
+				first.last.next, first.last = rb, rb
 				order = append(order, rb)
 			}
-			rb.add(f.Time, uint64(i))
+			first.last.add(f.Time, uint64(i))
 			continue
 		}
 		id := pointID{f.Series, f.Time}
@@ -635,8 +647,9 @@ func (w *committer) index(st *tableState, tc *TableCommit, blockNo uint64, key, 
 				return err
 			}
 			if g != nil {
-				if g.rb == nil {
-					g.rb = &runBuilder{sid: f.Series, firstTs: f.Time}
+				if g.rb == nil || g.rb.write != write {
+					// one run per write, as in-order runs
+					g.rb = &runBuilder{sid: f.Series, firstTs: f.Time, write: write}
 					order = append(order, g.rb)
 				}
 				g.rb.add(f.Time, uint64(i))
@@ -706,17 +719,21 @@ func (w *committer) maxTs(st *tableState, sid uint64) (int64, error) {
 	return hi, nil
 }
 
-// maxGapRuns bounds the gap runs of one series in one block, so that
-// placing a point costs at most that many interval checks: late points
-// scattered over more gaps than this (random backfill) are indexed.
-const maxGapRuns = 16
+// maxGapRuns bounds the gaps of one series in one block (a gap costs
+// three seeks to find; a point placed in one of them a binary search):
+// late points scattered over more gaps than this (random backfill) are
+// indexed. A group commit of many concurrent writes holds a run per
+// write, each in a gap of its own when the writes that precede it in the
+// stream are still in flight, hence a bound well above the writers of a
+// typical load.
+const maxGapRuns = 64
 
 // gapRun is a run of new late points of one series in the block being
 // written: all in (lo, hi), an interval where earlier commits stored no
 // fragment of the series (lookup.gap), in strictly ascending time.
 type gapRun struct {
 	lo, hi int64
-	rb     *runBuilder // nil until its first point
+	rb     *runBuilder // the run of the latest write in the gap; nil until its first point
 }
 
 // gapFor returns the gap run of f's series that f, a late point not placed
@@ -728,22 +745,23 @@ type gapRun struct {
 // it is indexed; otherwise a gap is looked up, and f starts a run in it
 // when there is one. Runs stay disjoint: a gap holds no stored run, two
 // gaps of one series are disjoint or the same (and the same gap has one
-// run per block), and the in-order points of a block lie above every gap
+// run per write of the block, ascending), and the in-order points of a block lie above every gap
 // found before them.
 func (w *committer) gapFor(gaps map[uint64][]*gapRun, cur *runBuilder, f *Fragment) (*gapRun, error) {
 	t := f.Time
 	if cur != nil && t >= cur.firstTs {
 		return nil, nil
 	}
-	for _, g := range gaps[f.Series] {
-		if g.lo < t && t < g.hi {
-			if g.rb != nil && t <= g.rb.ts[len(g.rb.ts)-1] {
-				return nil, nil // not ascending: indexed instead
-			}
-			return g, nil
+	gs := gaps[f.Series] // disjoint, by ascending lo
+	i := sort.Search(len(gs), func(i int) bool { return gs[i].lo >= t })
+	if i > 0 && t < gs[i-1].hi {
+		g := gs[i-1]
+		if g.rb != nil && t <= g.rb.ts[len(g.rb.ts)-1] {
+			return nil, nil // not ascending: indexed instead
 		}
+		return g, nil
 	}
-	if len(gaps[f.Series]) == maxGapRuns {
+	if len(gs) == maxGapRuns {
 		return nil, nil
 	}
 	lo, hi, ok, err := w.look.gap(f.Series, t)
@@ -751,7 +769,7 @@ func (w *committer) gapFor(gaps map[uint64][]*gapRun, cur *runBuilder, f *Fragme
 		return nil, err
 	}
 	g := &gapRun{lo: lo, hi: hi}
-	gaps[f.Series] = append(gaps[f.Series], g)
+	gaps[f.Series] = slices.Insert(gs, i, g)
 	return g, nil
 }
 

@@ -110,6 +110,13 @@ type TableCommit struct {
 	// consecutively; 0 writes an unsynced block (sync OFF).
 	FirstSeq  uint64
 	Fragments []Fragment
+	// Writes, ascending, are the indexes in Fragments at which the
+	// fragments of another write (request, TCP batch) of the group commit
+	// begin. A series' in-order points of two writes go to two series
+	// runs, so that the time between the writes stays a gap that a write
+	// landing later can fill without a point-index look-up (doc.go, Late
+	// points). Nil: one write.
+	Writes []int
 	// CommitTime is when the server commits the block (Unix nanoseconds).
 	CommitTime int64
 }
