@@ -144,6 +144,12 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	wire := &countingReader{r: r.Body}
 	defer func() { in.m.bytes.WithLabelValues(transportHTTP).Add(float64(wire.n)) }()
 	var body io.Reader = wire
+	var zr *gzip.Reader // pooled: put back as soon as the body is read
+	defer func() {
+		if zr != nil {
+			gzipPool.Put(zr)
+		}
+	}()
 	switch enc := strings.ToLower(r.Header.Get("Content-Encoding")); enc {
 	case "", "identity":
 		if r.ContentLength > in.cfg.MaxBodyBytes {
@@ -152,10 +158,8 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 			return
 		}
 	case "gzip", "x-gzip":
-		zr, err := getGzipReader(wire)
-		if zr != nil {
-			defer gzipPool.Put(zr)
-		}
+		var err error
+		zr, err = getGzipReader(wire)
 		if errors.Is(err, io.EOF) {
 			w.WriteHeader(http.StatusNoContent) // an empty gzip body is an empty write
 			return
@@ -177,9 +181,17 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	// The buffer grows as bytes arrive, never by the declared
 	// Content-Length: a client could declare 32 MiB and send nothing.
 	buf := getBodyBuffer()
-	defer putBodyBuffer(buf)
+	defer func() {
+		if buf != nil {
+			putBodyBuffer(buf)
+		}
+	}()
 	held, err := in.readBody(r.Context(), body, buf)
 	defer in.release(held)
+	if zr != nil {
+		gzipPool.Put(zr)
+		zr = nil
+	}
 	n := int64(buf.Len())
 	if errors.Is(err, errInflightFull) {
 		in.m.inflightRefused.Inc()
@@ -211,6 +223,12 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	}
 	batch := &feed.Batch{}
 	perrs, _ := NewParser(in.cfg.Limits).ParseAll(batch, TrimBOM(buf.Bytes()), 1, prec, recv.UnixNano())
+	// The batch holds copies (the parser's arena), so the body goes back
+	// now rather than while the write waits for its commit; its bytes stay
+	// counted against MaxInflightWriteBytes until the answer, standing for
+	// the parsed batch.
+	putBodyBuffer(buf)
+	buf = nil
 	if in.auth.Request != nil {
 		if g := in.auth.Request(r); g != nil {
 			if err := checkTables(g, batch, r.RemoteAddr); err != nil {

@@ -64,12 +64,18 @@ type config struct {
 	memoryLimitBytes int64
 }
 
-// DefaultMemoryLimitBytes is the default --memory-limit-bytes: the peak
-// the Memory table of the README gives for the default flags. Without a
-// limit, the garbage collector lets the heap grow to twice what is live,
-// and a burst of badger memtable flushes (each DROP or TRUNCATE flushes
-// one, a table create+drop churn thousands) kept RSS near 1 GiB long after.
-const DefaultMemoryLimitBytes = 1 << 30
+// DefaultMemoryLimitBytes is the default --memory-limit-bytes. Without a
+// limit, the garbage collector lets the heap grow to twice what is live:
+// a burst of badger memtable flushes (each DROP or TRUNCATE flushes one, a
+// table create+drop churn thousands) kept RSS near 1 GiB long after, and
+// so did an open-loop load above capacity (1,000-line bodies: the bodies
+// and parsed batches in flight, bounded by
+// --http-max-inflight-write-bytes, are about 300 MiB live, the heap grew
+// to twice that), where 512 MiB held it at 500 MiB without slowing it.
+// What is live in the README's Memory table for the default flags and a
+// load in flight stays below it; a store with millions of series (their
+// dictionaries live in memory) needs a higher limit.
+const DefaultMemoryLimitBytes = 512 << 20
 
 // registerFlags registers every flag of the daemon on fs and returns the
 // help sections they belong to: HTTP, writes, TCP, feed, store, logging,
