@@ -28,6 +28,9 @@ func TestImportDirection(t *testing.T) {
 		// Access control: no package of the module (ilp takes its grants
 		// through its own Grant interface).
 		"httpapi/auth": {},
+		// The Go client of the HTTP API speaks HTTP and JSON only: a
+		// program consuming a feed links none of the daemon.
+		"httpapi/client": {},
 		"cmd/ingestd":  {"", "store", "feed", "ilp", "httpapi", "httpapi/auth"},
 		// The crash tests drive the built binary from outside: no package
 		// of the module may be imported.
@@ -74,7 +77,7 @@ func TestEveryPackageIsChecked(t *testing.T) {
 			}
 		}
 	}
-	known := map[string]bool{"store": true, "feed": true, "ilp": true, "httpapi": true, "httpapi/sql": true, "httpapi/auth": true, "cmd/ingestd": true, "cmd/ingestd/crashtest": true}
+	known := map[string]bool{"store": true, "feed": true, "ilp": true, "httpapi": true, "httpapi/sql": true, "httpapi/auth": true, "httpapi/client": true, "cmd/ingestd": true, "cmd/ingestd/crashtest": true}
 	for _, d := range dirs {
 		require.True(t, known[d], "package %s has no import-direction rule in TestImportDirection", d)
 	}

@@ -1,0 +1,360 @@
+package client
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"net/http"
+	"net/url"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// The formats of a drain or copy page (the format parameter).
+const (
+	// FormatJSON is one JSON object with columns and rows (the default).
+	FormatJSON = "json"
+	// FormatNDJSON is one JSON object per row, the envelope in headers.
+	FormatNDJSON = "ndjson"
+	// FormatLP is one ILP line per fragment, POSTable as is to any
+	// InfluxDB /write; the envelope in headers.
+	FormatLP = "lp"
+)
+
+// DrainRequest is one GET /drain (SPEC §6).
+type DrainRequest struct {
+	// Table is the sync table to drain.
+	Table string
+	// Epoch, when not 0, must be the table's current epoch, else the
+	// drain is refused with ErrStaleEpoch (epochs start at 1: 0 sends
+	// none).
+	Epoch uint64
+	// After is the cursor: the previous page's Next (0 from the start).
+	After uint64
+	// Limit is the most rows of the page, 1 to the server's
+	// --max-drain-limit (10000 by default); 0 sends none, which the
+	// server refuses with limit_required (the feed pages, it does not
+	// stream unbounded).
+	Limit int
+	// Columns chooses the columns and their order (time, tags, fields,
+	// x_seq); nil: all, x_seq last.
+	Columns []string
+	// Format is FormatJSON (empty), FormatNDJSON or FormatLP.
+	Format string
+	// TimeFormat renders time as rfc3339 (empty), ns, us, ms or s.
+	TimeFormat string
+	// Wait long-polls: when the page would be empty, the server holds it
+	// up to Wait (at most 60s, whole milliseconds or coarser) for a
+	// fragment above After; 0 answers at once.
+	Wait time.Duration
+	// Consumer, when set, records that this named consumer has applied
+	// everything up to After (feeds the lag metrics; SPEC §6).
+	Consumer string
+}
+
+// query renders r as /drain's query string.
+func (r DrainRequest) query() string {
+	q := url.Values{"table": {r.Table}, "after": {strconv.FormatUint(r.After, 10)}}
+	if r.Limit != 0 {
+		q.Set("limit", strconv.Itoa(r.Limit))
+	}
+	if r.Epoch != 0 {
+		q.Set("epoch", strconv.FormatUint(r.Epoch, 10))
+	}
+	if r.Columns != nil {
+		q.Set("columns", strings.Join(r.Columns, ","))
+	}
+	if r.Format != "" {
+		q.Set("format", r.Format)
+	}
+	if r.TimeFormat != "" {
+		q.Set("time_format", r.TimeFormat)
+	}
+	if r.Wait > 0 {
+		q.Set("wait", r.Wait.String())
+	}
+	if r.Consumer != "" {
+		q.Set("consumer", r.Consumer)
+	}
+	return q.Encode()
+}
+
+// Page is one page of a table's feed (SPEC §6, api.yaml Page).
+type Page struct {
+	// Table is the drained table.
+	Table string
+	// Epoch is the table's epoch the page was read in.
+	Epoch uint64
+	// After echoes the request's cursor.
+	After uint64
+	// Next is where to resume: the last x_seq of a full page, else the
+	// watermark the page was read at. Store (Epoch, Next) after applying
+	// the page.
+	Next uint64
+	// Seq is the table's highest x_seq handed out.
+	Seq uint64
+	// Watermark is the highest x_seq a drain could return.
+	Watermark uint64
+	// More reports Next < Watermark: another page is ready now.
+	More bool
+	// Columns names the cells of every row (JSON pages only).
+	Columns []string
+	// Rows holds the page's rows in ascending x_seq, each cell its JSON
+	// text as the server sent it (numbers exact, absent values null);
+	// JSON pages only. Cells alias Body.
+	Rows [][]json.RawMessage
+	// Body is the answer as sent: the JSON page, or the ndjson or ILP
+	// lines. It is reused by the next DrainInto with this Page.
+	Body []byte
+	// Format is the page's format (FormatJSON, FormatNDJSON, FormatLP).
+	Format string
+
+	buf   bytes.Buffer
+	cells []json.RawMessage
+}
+
+// Lines counts the rows of an ndjson or lp page (its lines), or of a JSON
+// page.
+func (p *Page) Lines() int {
+	if p.Format == FormatJSON {
+		return len(p.Rows)
+	}
+	return bytes.Count(p.Body, []byte{'\n'})
+}
+
+// Drain asks for one page of r.Table's feed. Refusals are *Error:
+// ErrTableNotFound, ErrSyncOff, ErrStaleEpoch, ErrCursorBeyondSequence,
+// ErrHistoryExpired (each carrying the table's state), ErrTooManyConsumers,
+// and 400s for a bad parameter (limit_required when Limit is 0).
+func (c *Client) Drain(ctx context.Context, r DrainRequest) (*Page, error) {
+	pg := &Page{}
+	if err := c.DrainInto(ctx, r, pg); err != nil {
+		return nil, err
+	}
+	return pg, nil
+}
+
+// DrainInto is Drain filling pg, whose buffers it reuses: a consumer
+// draining many pages allocates little. pg's previous Rows and Body are
+// overwritten.
+func (c *Client) DrainInto(ctx context.Context, r DrainRequest, pg *Page) error {
+	path := "/drain?" + r.query()
+	resp, err := c.send(ctx, http.MethodGet, path, nil, nil, &pg.buf)
+	if err != nil {
+		return err
+	}
+	pg.Body, pg.Rows, pg.Format = pg.buf.Bytes(), pg.Rows[:0], r.Format
+	if pg.Format == "" {
+		pg.Format = FormatJSON
+	}
+	if pg.Format != FormatJSON {
+		pg.Columns = nil
+		return c.pageHeaders(resp.Header, pg)
+	}
+	var env struct {
+		Table     string          `json:"table"`
+		Epoch     uint64          `json:"epoch"`
+		After     uint64          `json:"after"`
+		Next      uint64          `json:"next"`
+		Seq       uint64          `json:"seq"`
+		Watermark uint64          `json:"watermark"`
+		More      bool            `json:"more"`
+		Columns   []string        `json:"columns"`
+		Rows      json.RawMessage `json:"rows"`
+	}
+	if err := c.decodePage("GET /drain", pg.Body, &env, &env.Rows, &pg.Rows, &pg.cells); err != nil {
+		return err
+	}
+	pg.Table, pg.Epoch, pg.After, pg.Next, pg.Seq, pg.Watermark, pg.More = env.Table, env.Epoch, env.After, env.Next, env.Seq, env.Watermark, env.More
+	pg.Columns = env.Columns
+	if pg.Columns == nil {
+		return &ProtocolError{Op: "GET /drain", Err: fmt.Errorf("page without columns: %s", clip(pg.Body))}
+	}
+	return nil
+}
+
+// pageHeaders reads the envelope of an ndjson or lp drain page from its
+// Ingestd-* headers.
+func (c *Client) pageHeaders(h http.Header, pg *Page) error {
+	var errs []error
+	num := func(k string) uint64 {
+		n, err := strconv.ParseUint(h.Get(k), 10, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("header %s: %w", k, err))
+		}
+		return n
+	}
+	pg.Epoch, pg.After, pg.Next = num("Ingestd-Epoch"), num("Ingestd-After"), num("Ingestd-Next")
+	pg.Seq, pg.Watermark = num("Ingestd-Seq"), num("Ingestd-Watermark")
+	more, err := strconv.ParseBool(h.Get("Ingestd-More"))
+	if err != nil {
+		errs = append(errs, fmt.Errorf("header Ingestd-More: %w", err))
+	}
+	pg.More = more
+	if err := errors.Join(errs...); err != nil {
+		return &ProtocolError{Op: "GET /drain", Err: err}
+	}
+	return nil
+}
+
+// rowsKey is what precedes the rows of a JSON page as ingestd encodes it:
+// the envelope first, rows last.
+var rowsKey = []byte(`,"rows":[`)
+
+// decodePage decodes a JSON page b into env (its envelope, whose rows
+// field is *rawRows) and *rows (cells aliasing b, backed by *cells,
+// reused). The server writes the
+// rows last: the envelope is decoded with encoding/json and the rows are
+// split by a scanner that validates their shape (an array of arrays of
+// scalars) without decoding a cell. A body of another layout, or any body
+// in strict mode, is decoded whole with encoding/json first.
+func (c *Client) decodePage(op string, b []byte, env any, rawRows *json.RawMessage, rows *[][]json.RawMessage, cells *[]json.RawMessage) error {
+	i := bytes.LastIndex(b, rowsKey)
+	var raw []byte
+	if i >= 0 && !c.strict {
+		head := append(b[:i:i], '}')
+		if err := json.Unmarshal(head, env); err != nil {
+			return &ProtocolError{Op: op, Err: fmt.Errorf("page envelope: %w: %s", err, clip(b))}
+		}
+		raw = b[i+len(rowsKey)-1:]
+		end := bytes.LastIndexByte(raw, '}')
+		if end < 0 || len(bytes.TrimSpace(raw[end+1:])) != 0 {
+			return &ProtocolError{Op: op, Err: fmt.Errorf("page does not end with its rows: %s", clip(b))}
+		}
+		raw = raw[:end]
+	} else {
+		if err := c.decode(op, b, env); err != nil {
+			return err
+		}
+		raw = *rawRows
+	}
+	if err := splitRows(raw, rows, cells); err != nil {
+		return &ProtocolError{Op: op, Err: fmt.Errorf("rows: %w: %s", err, clip(b))}
+	}
+	return nil
+}
+
+// splitRows splits raw, a JSON array of arrays of scalars, into rows of
+// cells aliasing raw, appended to *rows and backed by one slice *cells
+// (both reused). It fails on anything else, null included.
+func splitRows(raw []byte, rows *[][]json.RawMessage, cells *[]json.RawMessage) error {
+	sc := rowScanner{raw: raw}
+	if err := sc.expect('['); err != nil {
+		return err
+	}
+	*cells = (*cells)[:0]
+	var bounds []int // end of each row in *cells
+	for first := true; ; first = false {
+		sc.ws()
+		if sc.peek(']') {
+			sc.i++
+			break
+		}
+		if !first {
+			if err := sc.expect(','); err != nil {
+				return err
+			}
+		}
+		if err := sc.expect('['); err != nil {
+			return err
+		}
+		for firstCell := true; ; firstCell = false {
+			sc.ws()
+			if sc.peek(']') {
+				sc.i++
+				break
+			}
+			if !firstCell {
+				if err := sc.expect(','); err != nil {
+					return err
+				}
+				sc.ws()
+			}
+			cell, err := sc.scalar()
+			if err != nil {
+				return err
+			}
+			*cells = append(*cells, cell)
+		}
+		bounds = append(bounds, len(*cells))
+	}
+	sc.ws()
+	if sc.i != len(raw) {
+		return fmt.Errorf("offset %d: trailing data", sc.i)
+	}
+	start := 0
+	for _, end := range bounds {
+		*rows = append(*rows, (*cells)[start:end:end])
+		start = end
+	}
+	if *rows == nil {
+		*rows = [][]json.RawMessage{}
+	}
+	return nil
+}
+
+// rowScanner walks the rows of a page.
+type rowScanner struct {
+	raw []byte
+	i   int
+}
+
+func (s *rowScanner) ws() {
+	for s.i < len(s.raw) && (s.raw[s.i] == ' ' || s.raw[s.i] == '\t' || s.raw[s.i] == '\n' || s.raw[s.i] == '\r') {
+		s.i++
+	}
+}
+
+func (s *rowScanner) peek(c byte) bool { return s.i < len(s.raw) && s.raw[s.i] == c }
+
+func (s *rowScanner) expect(c byte) error {
+	s.ws()
+	if !s.peek(c) {
+		return fmt.Errorf("offset %d: want %q", s.i, c)
+	}
+	s.i++
+	return nil
+}
+
+// scalar returns the JSON scalar at the scanner: a string (escapes kept),
+// a number, true, false or null.
+func (s *rowScanner) scalar() (json.RawMessage, error) {
+	start := s.i
+	switch {
+	case s.i >= len(s.raw):
+		return nil, fmt.Errorf("offset %d: truncated", s.i)
+	case s.raw[s.i] == '"':
+		for s.i++; s.i < len(s.raw) && s.raw[s.i] != '"'; s.i++ {
+			if s.raw[s.i] == '\\' {
+				s.i++
+			}
+		}
+		if s.i >= len(s.raw) {
+			return nil, fmt.Errorf("offset %d: unterminated string", start)
+		}
+		s.i++ // the closing quote
+	case s.raw[s.i] == '[' || s.raw[s.i] == '{':
+		return nil, fmt.Errorf("offset %d: a cell is not a scalar", s.i)
+	default:
+		for s.i < len(s.raw) && s.raw[s.i] != ',' && s.raw[s.i] != ']' && s.raw[s.i] != ' ' && s.raw[s.i] != '\n' {
+			s.i++
+		}
+		if s.i == start {
+			return nil, fmt.Errorf("offset %d: empty cell", s.i)
+		}
+	}
+	return s.raw[start:s.i:s.i], nil
+}
+
+// CellTexts returns row's cells as their JSON text ("\"h1\"", "1.5",
+// "null"), for printing and exact comparison.
+func CellTexts(row []json.RawMessage) []string {
+	out := make([]string, len(row))
+	for i, cell := range row {
+		out[i] = string(cell)
+	}
+	return out
+}
