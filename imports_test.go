@@ -31,7 +31,7 @@ func TestImportDirection(t *testing.T) {
 		// The Go client of the HTTP API speaks HTTP and JSON only: a
 		// program consuming a feed links none of the daemon.
 		"httpapi/client": {},
-		"cmd/ingestd":  {"", "store", "feed", "ilp", "httpapi", "httpapi/auth"},
+		"cmd/ingestd":    {"", "store", "feed", "ilp", "httpapi", "httpapi/auth"},
 		// The crash tests drive the built binary from outside: no package
 		// of the module may be imported.
 		"cmd/ingestd/crashtest": {},

@@ -229,14 +229,14 @@ func TestForeignAnswers(t *testing.T) {
 	require.Equal(t, "ingestd: HTTP 502: <html>bad gateway</html>", err.Error())
 
 	for name, body := range map[string]string{
-		"not JSON":         "hello",
-		"rows not array":   `{"table":"t","epoch":1,"after":0,"next":0,"seq":0,"watermark":0,"more":false,"columns":[],"rows":{}}`,
-		"nested cell":      `{"table":"t","epoch":1,"after":0,"next":0,"seq":0,"watermark":0,"more":false,"columns":["a"],"rows":[[[1]]]}`,
-		"trailing":         `{"table":"t","epoch":1,"after":0,"next":0,"seq":0,"watermark":0,"more":false,"columns":["a"],"rows":[[1]]} x`,
-		"open string":      `{"table":"t","epoch":1,"after":0,"next":0,"seq":0,"watermark":0,"more":false,"columns":["a"],"rows":[["x]]}`,
-		"without columns":  `{"table":"t","epoch":1,"after":0,"next":0,"seq":0,"watermark":0,"more":false,"rows":[]}`,
-		"bad envelope":     `{"table":"t","epoch":"one","rows":[]}`,
-		"truncated rows":   `{"table":"t","columns":["a"],"rows":[[1],`,
+		"not JSON":        "hello",
+		"rows not array":  `{"table":"t","epoch":1,"after":0,"next":0,"seq":0,"watermark":0,"more":false,"columns":[],"rows":{}}`,
+		"nested cell":     `{"table":"t","epoch":1,"after":0,"next":0,"seq":0,"watermark":0,"more":false,"columns":["a"],"rows":[[[1]]]}`,
+		"trailing":        `{"table":"t","epoch":1,"after":0,"next":0,"seq":0,"watermark":0,"more":false,"columns":["a"],"rows":[[1]]} x`,
+		"open string":     `{"table":"t","epoch":1,"after":0,"next":0,"seq":0,"watermark":0,"more":false,"columns":["a"],"rows":[["x]]}`,
+		"without columns": `{"table":"t","epoch":1,"after":0,"next":0,"seq":0,"watermark":0,"more":false,"rows":[]}`,
+		"bad envelope":    `{"table":"t","epoch":"one","rows":[]}`,
+		"truncated rows":  `{"table":"t","columns":["a"],"rows":[[1],`,
 	} {
 		srv, _ := stub(t, http.StatusOK, nil, body)
 		_, err := newClient(t, srv.URL).Drain(ctx, client.DrainRequest{Table: "t", Limit: 1})

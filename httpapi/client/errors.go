@@ -160,7 +160,9 @@ type ProtocolError struct {
 }
 
 // Error renders "ingestd: GET /drain: bad answer: …".
-func (e *ProtocolError) Error() string { return fmt.Sprintf("ingestd: %s: bad answer: %v", e.Op, e.Err) }
+func (e *ProtocolError) Error() string {
+	return fmt.Sprintf("ingestd: %s: bad answer: %v", e.Op, e.Err)
+}
 
 // Unwrap returns Err.
 func (e *ProtocolError) Unwrap() error { return e.Err }
