@@ -31,7 +31,14 @@ func TestImportDirection(t *testing.T) {
 		// The Go client of the HTTP API speaks HTTP and JSON only: a
 		// program consuming a feed links none of the daemon.
 		"httpapi/client": {},
-		"cmd/ingestd":    {"", "store", "feed", "ilp", "httpapi", "httpapi/auth"},
+		"cmd/ingestd": {"", "store", "feed", "ilp", "httpapi", "httpapi/auth", "httpapi/client",
+			"cmd/ingestd/cli", "cmd/ingestd/mirror", "cmd/ingestd/bench"},
+		// What every command shares (flags, help, exit codes, logger).
+		"cmd/ingestd/cli": {},
+		// The subcommands: HTTP through the client only; bench's decode
+		// mode runs the parser alone.
+		"cmd/ingestd/mirror": {"cmd/ingestd/cli", "httpapi/client"},
+		"cmd/ingestd/bench":  {"cmd/ingestd/cli", "httpapi/client", "feed", "ilp"},
 		// The crash tests drive the built binary from outside: no package
 		// of the module may be imported.
 		"cmd/ingestd/crashtest": {},
@@ -77,7 +84,8 @@ func TestEveryPackageIsChecked(t *testing.T) {
 			}
 		}
 	}
-	known := map[string]bool{"store": true, "feed": true, "ilp": true, "httpapi": true, "httpapi/sql": true, "httpapi/auth": true, "httpapi/client": true, "cmd/ingestd": true, "cmd/ingestd/crashtest": true}
+	known := map[string]bool{"store": true, "feed": true, "ilp": true, "httpapi": true, "httpapi/sql": true, "httpapi/auth": true, "httpapi/client": true, "cmd/ingestd": true, "cmd/ingestd/crashtest": true,
+		"cmd/ingestd/cli": true, "cmd/ingestd/mirror": true, "cmd/ingestd/bench": true}
 	for _, d := range dirs {
 		require.True(t, known[d], "package %s has no import-direction rule in TestImportDirection", d)
 	}

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ingestd/ingestd/cmd/ingestd/cli"
 	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/httpapi"
 	"github.com/ingestd/ingestd/ilp"
@@ -30,14 +31,14 @@ func runCLI(t *testing.T, args ...string) (int, string, string) {
 // every flag once with its environment variable, sizes in units.
 func TestHelp(t *testing.T) {
 	code, out, errOut := runCLI(t, "--help")
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cli.ExitOK, code)
 	require.Empty(t, errOut)
 	var cfg config
 	fs := flag.NewFlagSet("x", flag.ContinueOnError)
 	cfg.registerFlags(fs)
 	fs.VisitAll(func(f *flag.Flag) {
 		require.Equal(t, 1, strings.Count(out, "\n  --"+f.Name+" "), "--%s listed once", f.Name)
-		require.Contains(t, out, "$"+envName("INGESTD", f.Name), f.Name)
+		require.Contains(t, out, "$"+cli.EnvName("INGESTD", f.Name), f.Name)
 	})
 	last := -1
 	for _, section := range []string{"\nHTTP:\n", "\nWrites (line protocol over HTTP and TCP):\n", "\nTCP (line protocol over TCP):\n", "\nSecurity (tokens, TLS):\n",
@@ -59,7 +60,7 @@ func TestHelp(t *testing.T) {
 		require.Contains(t, out, want)
 	}
 	code, same, _ := runCLI(t, "help")
-	require.Equal(t, exitOK, code)
+	require.Equal(t, cli.ExitOK, code)
 	require.Equal(t, out, same, "ingestd help is ingestd --help")
 }
 
@@ -69,7 +70,7 @@ func TestSubcommandHelp(t *testing.T) {
 	for _, cmd := range []string{"mirror", "bench", "diskbench", "health", "token", "version"} {
 		for _, args := range [][]string{{cmd, "--help"}, {cmd, "-h"}, {"help", cmd}} {
 			code, out, errOut := runCLI(t, args...)
-			require.Equal(t, exitOK, code, "%v", args)
+			require.Equal(t, cli.ExitOK, code, "%v", args)
 			require.Empty(t, errOut, "%v", args)
 			require.True(t, strings.HasPrefix(out, "Usage:\n  ingestd "+cmd), "%v: %s", args, out)
 		}
@@ -100,7 +101,7 @@ func TestBadUsage(t *testing.T) {
 		{"token", "create", "--auth-file", "f"},
 	} {
 		code, out, errOut := runCLI(t, args...)
-		require.Equal(t, exitBadUsage, code, "%v", args)
+		require.Equal(t, cli.ExitBadUsage, code, "%v", args)
 		require.Empty(t, out, "%v", args)
 		require.Equal(t, 1, strings.Count(errOut, "\n"), "%v: one line: %q", args, errOut)
 		require.Contains(t, errOut, "--help", "%v", args)
@@ -115,8 +116,8 @@ func TestSizeFlags(t *testing.T) {
 	t.Setenv("INGESTD_STORE_MEMTABLE_BYTES", "1 GiB")
 	cfg := config{store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig()}
 	fs := flag.NewFlagSet("ingestd", flag.ContinueOnError)
-	cmd := &command{name: "ingestd", envPrefix: "INGESTD", groups: cfg.registerFlags(fs)}
-	code, done := cmd.parse(fs, []string{"--max-body-bytes", "32MiB", "--http-max-inflight-write-bytes=1GB", "--max-line-bytes", "4096",
+	cmd := &cli.Command{Name: "ingestd", EnvPrefix: "INGESTD", Groups: cfg.registerFlags(fs)}
+	code, done := cmd.Parse(fs, []string{"--max-body-bytes", "32MiB", "--http-max-inflight-write-bytes=1GB", "--max-line-bytes", "4096",
 		"--store-block-cache-bytes", "64kib"}, io.Discard, io.Discard)
 	require.False(t, done, "exit %d", code)
 	require.Equal(t, int64(32<<20), cfg.ilp.MaxBodyBytes)
@@ -129,7 +130,7 @@ func TestSizeFlags(t *testing.T) {
 func TestVersion(t *testing.T) {
 	for _, args := range [][]string{{"version"}, {"--version"}} {
 		code, out, errOut := runCLI(t, args...)
-		require.Equal(t, exitOK, code)
+		require.Equal(t, cli.ExitOK, code)
 		require.Empty(t, errOut)
 		lines := strings.Split(strings.TrimSuffix(out, "\n"), "\n")
 		require.Len(t, lines, 4, out)
@@ -145,16 +146,16 @@ func TestVersion(t *testing.T) {
 func TestHealthCommand(t *testing.T) {
 	d := startDaemon(t, testConfig(t.TempDir()))
 	code, out, errOut := runCLI(t, "health", "--url", d.URL+"/health")
-	require.Equal(t, exitOK, code, errOut)
+	require.Equal(t, cli.ExitOK, code, errOut)
 	require.Equal(t, "pass: ready for queries and writes (ingestd "+httpapi.Version+")\n", out)
 	require.Empty(t, errOut)
 
 	code, out, errOut = runCLI(t, "health", "--url", d.URL+"/ping", "--timeout", "2s")
-	require.Equal(t, exitFailure, code)
+	require.Equal(t, cli.ExitFailure, code)
 	require.Empty(t, out)
 	require.Contains(t, errOut, "without a health body")
 	d.stop(t)
 	code, _, errOut = runCLI(t, "health", "--url", d.URL+"/health", "--timeout", "2s")
-	require.Equal(t, exitFailure, code)
+	require.Equal(t, cli.ExitFailure, code)
 	require.Contains(t, errOut, "ingestd health: fail:")
 }

@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ingestd/ingestd/cmd/ingestd/cli"
 )
 
 // diskBenchConfig configures `ingestd diskbench`.
@@ -42,15 +44,15 @@ func runDiskBench(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	fs.IntVar(&c.batchLines, "batch-lines", 5000, "lines per gzip request")
 	fs.DurationVar(&c.settle, "settle", 5*time.Second, "after a round, wait until the size has not shrunk for this long (run the server with a --store-gc-interval well below it)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
-	cmd := &command{name: "ingestd diskbench", usage: `Usage:
+	cmd := &cli.Command{Name: "ingestd diskbench", Usage: `Usage:
   ingestd diskbench [flags]
 Write+truncate rounds against a running ingestd: is disk space given back?
 `}
-	if code, done := cmd.parse(fs, args, stdout, stderr); done {
+	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
 		return code
 	}
 	if c.rounds < 1 || c.rows < 1 || c.batchLines < 1 || c.settle <= 0 {
-		return cmd.usageError(stderr, "--rounds, --rows, --batch-lines and --settle must be positive")
+		return cmd.UsageError(stderr, "--rounds, --rows, --batch-lines and --settle must be positive")
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()

@@ -8,6 +8,8 @@ import (
 	"io"
 	"net/http"
 	"time"
+
+	"github.com/ingestd/ingestd/cmd/ingestd/cli"
 )
 
 // runHealth is `ingestd health`: it asks a running ingestd's /health,
@@ -19,23 +21,23 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	fs := flag.NewFlagSet("ingestd health", flag.ContinueOnError)
 	url := fs.String("url", "http://127.0.0.1:8086/health", "health URL of the ingestd to probe")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
-	cmd := &command{name: "ingestd health", usage: `Usage:
+	cmd := &cli.Command{Name: "ingestd health", Usage: `Usage:
   ingestd health [--url URL] [--timeout D]
 Prints a running ingestd's state from its /health; exit 0 when ready, 1 otherwise.
 `}
-	if code, done := cmd.parse(fs, args, stdout, stderr); done {
+	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
 		return code
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, *url, nil)
 	if err != nil {
-		return cmd.usageError(stderr, "--url: "+err.Error())
+		return cmd.UsageError(stderr, "--url: "+err.Error())
 	}
 	resp, err := http.DefaultClient.Do(req)
 	if err != nil {
 		fmt.Fprintln(stderr, "ingestd health: fail:", err)
-		return exitFailure
+		return cli.ExitFailure
 	}
 	defer func() { _ = resp.Body.Close() }()
 	var body struct {
@@ -45,13 +47,13 @@ Prints a running ingestd's state from its /health; exit 0 when ready, 1 otherwis
 	}
 	if err := json.NewDecoder(io.LimitReader(resp.Body, 64<<10)).Decode(&body); err != nil || body.Status == "" {
 		fmt.Fprintf(stderr, "ingestd health: fail: %s answered %s without a health body\n", *url, resp.Status)
-		return exitFailure
+		return cli.ExitFailure
 	}
 	state := fmt.Sprintf("%s: %s (ingestd %s)", body.Status, body.Message, body.Version)
 	if resp.StatusCode != http.StatusOK {
 		fmt.Fprintf(stderr, "ingestd health: %s, HTTP %d\n", state, resp.StatusCode)
-		return exitFailure
+		return cli.ExitFailure
 	}
 	fmt.Fprintln(stdout, state)
-	return exitOK
+	return cli.ExitOK
 }

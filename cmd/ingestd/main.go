@@ -33,6 +33,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ingestd/ingestd"
+	"github.com/ingestd/ingestd/cmd/ingestd/bench"
+	"github.com/ingestd/ingestd/cmd/ingestd/cli"
+	"github.com/ingestd/ingestd/cmd/ingestd/mirror"
 	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/httpapi"
 	"github.com/ingestd/ingestd/httpapi/auth"
@@ -80,26 +83,26 @@ const DefaultMemoryLimitBytes = 512 << 20
 // registerFlags registers every flag of the daemon on fs and returns the
 // help sections they belong to: HTTP, writes, TCP, feed, store, logging,
 // process.
-func (c *config) registerFlags(fs *flag.FlagSet) *flagGroups {
-	g := newFlagGroups()
-	g.register(fs, "HTTP", nil, func(fs *flag.FlagSet) {
+func (c *config) registerFlags(fs *flag.FlagSet) *cli.FlagGroups {
+	g := cli.NewFlagGroups()
+	g.Register(fs, "HTTP", nil, func(fs *flag.FlagSet) {
 		fs.StringVar(&c.httpAddr, "http-addr", c.httpAddr, "HTTP listen address (writes, drain, tables, metrics, status page)")
 		c.http.RegisterFlags(fs)
 	})
-	g.register(fs, "", func(name string) string {
+	g.Register(fs, "", func(name string) string {
 		if strings.Contains(name, "tcp") {
 			return "TCP (line protocol over TCP)"
 		}
 		return "Writes (line protocol over HTTP and TCP)"
 	}, c.ilp.RegisterFlags)
-	g.register(fs, "Security (tokens, TLS)", nil, c.auth.RegisterFlags)
-	g.register(fs, "Feed (sequencer, tables, drain)", nil, c.feed.RegisterFlags)
-	g.register(fs, "Store (badger)", nil, c.store.RegisterFlags)
-	g.register(fs, "Logging", nil, func(fs *flag.FlagSet) {
+	g.Register(fs, "Security (tokens, TLS)", nil, c.auth.RegisterFlags)
+	g.Register(fs, "Feed (sequencer, tables, drain)", nil, c.feed.RegisterFlags)
+	g.Register(fs, "Store (badger)", nil, c.store.RegisterFlags)
+	g.Register(fs, "Logging", nil, func(fs *flag.FlagSet) {
 		fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log level: debug, info, warn, error")
 		fs.StringVar(&c.logFormat, "log-format", c.logFormat, "log format: text or json")
 	})
-	g.register(fs, "Process", nil, func(fs *flag.FlagSet) {
+	g.Register(fs, "Process", nil, func(fs *flag.FlagSet) {
 		fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight HTTP requests may finish on shutdown")
 		fs.StringVar(&c.pprofAddr, "pprof-addr", c.pprofAddr, "serve Go's net/http/pprof profiles on this separate address (empty: off; keep it on loopback)")
 		fs.Int64Var(&c.memoryLimitBytes, "memory-limit-bytes", c.memoryLimitBytes, "soft memory limit of the Go runtime: the garbage collector works harder near it (0: none, or GOMEMLIMIT when set; GOMEMLIMIT also wins over the default)")
@@ -108,12 +111,8 @@ func (c *config) registerFlags(fs *flag.FlagSet) *flagGroups {
 }
 
 func (c *config) validate() error {
-	var lvl slog.Level
-	if err := lvl.UnmarshalText([]byte(c.logLevel)); err != nil {
-		return fmt.Errorf("--log-level: %w", err)
-	}
-	if c.logFormat != "text" && c.logFormat != "json" {
-		return fmt.Errorf("--log-format must be text or json, got %q", c.logFormat)
+	if err := cli.ValidateLog(c.logLevel, c.logFormat); err != nil {
+		return err
 	}
 	if c.shutdownTimeout <= 0 {
 		return errors.New("--shutdown-timeout must be positive")
@@ -158,30 +157,30 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		memoryLimitBytes: DefaultMemoryLimitBytes,
 	}
 	fs := flag.NewFlagSet("ingestd", flag.ContinueOnError)
-	cmd := &command{name: "ingestd", usage: usage, envPrefix: "INGESTD", groups: cfg.registerFlags(fs)}
-	if code, done := cmd.parse(fs, args, stdout, stderr); done {
+	cmd := &cli.Command{Name: "ingestd", Usage: usage, EnvPrefix: "INGESTD", Groups: cfg.registerFlags(fs)}
+	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
 		return code
 	}
 	if err := cfg.validate(); err != nil {
-		return cmd.usageError(stderr, "invalid configuration: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+		return cmd.UsageError(stderr, "invalid configuration: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
-	logger := newLogger(stderr, cfg.logLevel, cfg.logFormat)
+	logger := cli.NewLogger(stderr, cfg.logLevel, cfg.logFormat)
 	if err := serve(ctx, cfg, logger, nil); err != nil {
 		logger.Error("ingestd stopped", "err", err)
-		return exitFailure
+		return cli.ExitFailure
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // runCommand runs subcommand name; `help CMD` is `CMD --help`.
 func runCommand(ctx context.Context, name string, args []string, stdout, stderr io.Writer) int {
 	switch name {
 	case "mirror":
-		return runMirror(ctx, args, stdout, stderr)
+		return mirror.Run(ctx, args, stdout, stderr)
 	case "health":
 		return runHealth(ctx, args, stdout, stderr)
 	case "bench":
-		return runBench(ctx, args, stdout, stderr)
+		return bench.Run(ctx, args, stdout, stderr)
 	case "token":
 		return runToken(args, stdout, stderr)
 	case "diskbench":
@@ -197,17 +196,7 @@ func runCommand(ctx context.Context, name string, args []string, stdout, stderr 
 		}
 	}
 	fmt.Fprintf(stderr, "ingestd: unknown command %q (commands: mirror, bench, diskbench, health, token, version, help; see ingestd --help)\n", name)
-	return exitBadUsage
-}
-
-func newLogger(w io.Writer, level, format string) *slog.Logger {
-	var lvl slog.Level
-	_ = lvl.UnmarshalText([]byte(level))
-	opts := &slog.HandlerOptions{Level: lvl}
-	if format == "json" {
-		return slog.New(slog.NewJSONHandler(w, opts))
-	}
-	return slog.New(slog.NewTextHandler(w, opts))
+	return cli.ExitBadUsage
 }
 
 // serve runs every component and shuts them down in order (STYLE R19):

@@ -24,6 +24,9 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/cmd/ingestd/cli"
+	"github.com/ingestd/ingestd/cmd/ingestd/mirror"
 )
 
 // ---- helpers of the mirror tests ----
@@ -90,14 +93,14 @@ func (p *mirrorProc) wait(t testing.TB) {
 }
 
 // readMirrorCursor reads a mirror cursor file; ok=false while there is none.
-func readMirrorCursor(t testing.TB, path string) (mirrorCursor, bool) {
+func readMirrorCursor(t testing.TB, path string) (mirror.Cursor, bool) {
 	t.Helper()
 	b, err := os.ReadFile(path)
 	if errors.Is(err, os.ErrNotExist) {
-		return mirrorCursor{}, false
+		return mirror.Cursor{}, false
 	}
 	require.NoError(t, err)
-	var c mirrorCursor
+	var c mirror.Cursor
 	require.NoError(t, json.Unmarshal(b, &c), "the cursor file is always whole: %q", b)
 	return c, true
 }
@@ -481,18 +484,19 @@ func TestMirrorTargetErrors(t *testing.T) {
 	}
 
 	cursorFile := filepath.Join(t.TempDir(), "m.cursor")
-	cfg := mirrorConfig{
-		source: a.base, table: "m", target: target.URL + "/write?db=x", cursorFile: cursorFile, consumer: "mirror-m",
-		limit: 5, wait: 200 * time.Millisecond, maxBackoff: 20 * time.Millisecond, logLevel: "info", logFormat: "text",
+	cfg := mirror.Config{
+		Source: a.base, Table: "m", Target: target.URL + "/write?db=x", CursorFile: cursorFile, Consumer: "mirror-m",
+		Limit: 5, Wait: 200 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, LogLevel: "info", LogFormat: "text",
 	}
-	require.NoError(t, cfg.validate())
+	require.NoError(t, cfg.Validate())
 	var logs mirrorLogBuffer
 	reg := prometheus.NewRegistry()
-	mr := newMirror(cfg, newLogger(&logs, "info", "text"), reg)
+	mr, err := mirror.New(cfg, cli.NewLogger(&logs, "info", "text"), reg)
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	runErr := make(chan error, 1)
-	go func() { runErr <- mr.run(ctx) }()
+	go func() { runErr <- mr.Run(ctx) }()
 	defer func() {
 		cancel()
 		select {
@@ -539,7 +543,7 @@ func TestMirrorTargetErrors(t *testing.T) {
 	}
 	c, ok := readMirrorCursor(t, cursorFile)
 	require.True(t, ok)
-	require.Equal(t, mirrorCursor{Source: a.base, Table: "m", Epoch: 1, Next: 10}, c, "not moved while the target has not answered")
+	require.Equal(t, mirror.Cursor{Source: a.base, Table: "m", Epoch: 1, Next: 10}, c, "not moved while the target has not answered")
 	releaseAll()
 	feedEventually(t, time.Minute, cursorAt(13), "the new lines are acknowledged")
 	got = sent()
@@ -565,15 +569,16 @@ func TestMirrorTargetDownAtStart(t *testing.T) {
 	a.write(t, "m,host=h1 v=1i 1\nm,host=h2 v=2i 2")
 
 	cursorFile := filepath.Join(t.TempDir(), "m.cursor")
-	cfg := mirrorConfig{
-		source: a.base, table: "m", target: "http://" + cfgB.httpAddr + "/write?db=x", cursorFile: cursorFile, consumer: "mirror-m",
-		limit: 100, wait: 200 * time.Millisecond, maxBackoff: 20 * time.Millisecond, logLevel: "info", logFormat: "text",
+	cfg := mirror.Config{
+		Source: a.base, Table: "m", Target: "http://" + cfgB.httpAddr + "/write?db=x", CursorFile: cursorFile, Consumer: "mirror-m",
+		Limit: 100, Wait: 200 * time.Millisecond, MaxBackoff: 20 * time.Millisecond, LogLevel: "info", LogFormat: "text",
 	}
 	var logs mirrorLogBuffer
-	mr := newMirror(cfg, newLogger(&logs, "info", "text"), prometheus.NewRegistry())
+	mr, err := mirror.New(cfg, cli.NewLogger(&logs, "info", "text"), prometheus.NewRegistry())
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	runErr := make(chan error, 1)
-	go func() { runErr <- mr.run(ctx) }()
+	go func() { runErr <- mr.Run(ctx) }()
 	defer func() {
 		cancel()
 		select {
@@ -594,22 +599,4 @@ func TestMirrorTargetDownAtStart(t *testing.T) {
 	b := newFeedClient(t, startDaemon(t, cfgB).URL)
 	feedEventually(t, time.Minute, func() bool { c, ok := readMirrorCursor(t, cursorFile); return ok && c.Next == 2 }, "the copy is acknowledged")
 	require.Equal(t, feedRowsByPoint(t, a, "m"), feedRowsByPoint(t, b, "m"), "the target was truncated before the copy")
-}
-
-// TestMirrorRefusalsResync: the drain refusals that ask for a full resync
-// (stale_epoch, cursor_beyond_sequence, history_expired) become errResync;
-// any other 409 stays an error to retry.
-func TestMirrorRefusalsResync(t *testing.T) {
-	code := make(chan string, 1)
-	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
-		w.WriteHeader(http.StatusConflict)
-		fmt.Fprintf(w, `{"code":%q,"message":"refused"}`, <-code)
-	}))
-	defer srv.Close()
-	mr := newMirror(mirrorConfig{}, nil, prometheus.NewRegistry())
-	for c, resync := range map[string]bool{"stale_epoch": true, "cursor_beyond_sequence": true, "history_expired": true, "too_many_consumers": false} {
-		code <- c
-		_, _, err := mr.get(context.Background(), srv.URL, "")
-		require.Equal(t, resync, errors.Is(err, errResync), "%s: %v", c, err)
-	}
 }

@@ -32,6 +32,8 @@ import (
 	influx1 "github.com/influxdata/influxdb1-client/v2"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ingestd/ingestd/cmd/ingestd/cli"
+	"github.com/ingestd/ingestd/cmd/ingestd/mirror"
 	"github.com/ingestd/ingestd/httpapi/auth"
 )
 
@@ -745,16 +747,17 @@ func TestMirrorWithTokens(t *testing.T) {
 	tokenClient(t, dst, dtok["mirror"]).mustWrite(t, "m,host=stale v=9i 9\n")
 
 	cursorFile := filepath.Join(t.TempDir(), "m.cursor")
-	cfg := mirrorConfig{
-		source: src.URL, sourceToken: stok["mirror"], table: "m", target: dst.URL + "/write?db=x", targetToken: dtok["mirror"],
-		cursorFile: cursorFile, consumer: "mirror-m", limit: 100, wait: 200 * time.Millisecond, maxBackoff: 20 * time.Millisecond,
-		logLevel: "info", logFormat: "text",
+	cfg := mirror.Config{
+		Source: src.URL, SourceToken: stok["mirror"], Table: "m", Target: dst.URL + "/write?db=x", TargetToken: dtok["mirror"],
+		CursorFile: cursorFile, Consumer: "mirror-m", Limit: 100, Wait: 200 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
+		LogLevel: "info", LogFormat: "text",
 	}
 	var logs mirrorLogBuffer
-	mr := newMirror(cfg, newLogger(&logs, "info", "text"), nil)
+	mr, err := mirror.New(cfg, cli.NewLogger(&logs, "info", "text"), nil)
+	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
 	runErr := make(chan error, 1)
-	go func() { runErr <- mr.run(ctx) }()
+	go func() { runErr <- mr.Run(ctx) }()
 	defer func() {
 		cancel()
 		<-runErr

@@ -10,6 +10,7 @@ import (
 	"text/tabwriter"
 	"time"
 
+	"github.com/ingestd/ingestd/cmd/ingestd/cli"
 	"github.com/ingestd/ingestd/httpapi/auth"
 )
 
@@ -42,45 +43,45 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 	fset.StringVar(&file, "auth-file", "", "the auth file (YAML, or TOML when it ends in .toml)")
 	fset.StringVar(&name, "name", "", "the token's name (create, revoke)")
 	fset.Var(&scopes, "scope", "a scope of the new token, repeatable (create)")
-	c := &command{name: "ingestd token", usage: tokenUsage, envPrefix: "INGESTD", required: map[string]bool{"auth-file": true}}
+	c := &cli.Command{Name: "ingestd token", Usage: tokenUsage, EnvPrefix: "INGESTD", Required: map[string]bool{"auth-file": true}}
 	switch {
 	case len(args) == 0:
-		return c.usageError(stderr, "a command is required: create, list or revoke")
+		return c.UsageError(stderr, "a command is required: create, list or revoke")
 	case args[0] == "-h" || args[0] == "-help" || args[0] == "--help":
-		c.printHelp(stdout, fset)
-		return exitOK
+		c.PrintHelp(stdout, fset)
+		return cli.ExitOK
 	case strings.HasPrefix(args[0], "-"):
-		return c.usageError(stderr, "the command (create, list or revoke) comes before the flags")
+		return c.UsageError(stderr, "the command (create, list or revoke) comes before the flags")
 	}
 	cmd := args[0]
-	if code, done := c.parse(fset, args[1:], stdout, stderr); done {
+	if code, done := c.Parse(fset, args[1:], stdout, stderr); done {
 		return code
 	}
 	if file == "" {
-		return c.usageError(stderr, "--auth-file is required")
+		return c.UsageError(stderr, "--auth-file is required")
 	}
 	var err error
 	switch cmd {
 	case "create":
 		if name == "" || len(scopes) == 0 {
-			return c.usageError(stderr, "create: --name and at least one --scope are required")
+			return c.UsageError(stderr, "create: --name and at least one --scope are required")
 		}
 		err = tokenCreate(file, name, scopes, stdout, stderr)
 	case "list":
 		err = tokenList(file, stdout)
 	case "revoke":
 		if name == "" {
-			return c.usageError(stderr, "revoke: --name is required")
+			return c.UsageError(stderr, "revoke: --name is required")
 		}
 		err = tokenRevoke(file, name, stderr)
 	default:
-		return c.usageError(stderr, fmt.Sprintf("unknown command %q (create, list, revoke)", cmd))
+		return c.UsageError(stderr, fmt.Sprintf("unknown command %q (create, list, revoke)", cmd))
 	}
 	if err != nil {
 		fmt.Fprintln(stderr, "ingestd token:", err)
-		return exitFailure
+		return cli.ExitFailure
 	}
-	return exitOK
+	return cli.ExitOK
 }
 
 // readOrEmpty reads the auth file, or returns an empty one when absent.

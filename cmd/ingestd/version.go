@@ -9,6 +9,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/ingestd/ingestd/cmd/ingestd/cli"
 	"github.com/ingestd/ingestd/httpapi"
 )
 
@@ -65,11 +66,11 @@ func newBuildInfoGauge(b buildInfo) prometheus.Gauge {
 // build date and Go version on stdout.
 func runVersion(args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ingestd version", flag.ContinueOnError)
-	cmd := &command{name: "ingestd version", usage: "Usage:\n  ingestd version   print the version, VCS commit, build date and Go version (also ingestd --version)\n"}
-	if code, done := cmd.parse(fs, args, stdout, stderr); done {
+	cmd := &cli.Command{Name: "ingestd version", Usage: "Usage:\n  ingestd version   print the version, VCS commit, build date and Go version (also ingestd --version)\n"}
+	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
 		return code
 	}
 	b := readBuildInfo()
 	fmt.Fprintf(stdout, "ingestd %s\ncommit: %s\nbuilt:  %s\ngo:     %s\n", b.Version, b.Revision, b.BuildDate, b.GoVersion)
-	return exitOK
+	return cli.ExitOK
 }

@@ -226,7 +226,7 @@ func TestForeignAnswers(t *testing.T) {
 	require.ErrorAs(t, err, &e)
 	require.Equal(t, client.Error{StatusCode: 502, Message: "<html>bad gateway</html>", RetryAfter: 7}, *e)
 	require.NotErrorIs(t, err, client.ErrUnavailable)
-	require.Equal(t, "ingestd: HTTP 502: <html>bad gateway</html>", err.Error())
+	require.Equal(t, "HTTP 502: <html>bad gateway</html>", err.Error())
 
 	for name, body := range map[string]string{
 		"not JSON":        "hello",
@@ -279,4 +279,42 @@ func TestTokenIsSentNotShown(t *testing.T) {
 	require.Error(t, err)
 	require.False(t, strings.Contains(err.Error(), "s3cret"), "%v", err)
 	require.False(t, errors.Is(err, client.ErrUnavailable))
+}
+
+// TestDrainPageShapes splits pages of every shape the server writes
+// (ported from cmd/ingestd's TestScanDrainPage, whose scanner the client
+// replaced): the row count, next and more must be read exactly.
+func TestDrainPageShapes(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		page  string
+		rows  int
+		next  uint64
+		more  bool
+		cells []string // of the first row
+	}{
+		{"empty", `{"table":"t","epoch":1,"after":0,"next":5,"seq":5,"watermark":5,"more":false,"columns":["time","x_seq"],"rows":[]}`, 0, 5, false, nil},
+		{"rows", `{"table":"t","epoch":1,"after":0,"next":2,"seq":5,"watermark":5,"more":true,"columns":["time","a","x_seq"],"rows":[["2026-01-01T00:00:00Z","x",1],["2026-01-01T00:00:00Z",null,2]]}`, 2, 2, true,
+			[]string{`"2026-01-01T00:00:00Z"`, `"x"`, "1"}},
+		{"strings with brackets, quotes and escapes", `{"table":"t","epoch":1,"after":0,"next":9,"seq":9,"watermark":9,"more":false,"columns":["time","rows","x_seq"],"rows":[["t","]\"[\\",8],["t","[[",9]]}`, 2, 9, false,
+			[]string{`"t"`, `"]\"[\\"`, "8"}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			for _, strict := range []bool{false, true} {
+				srv, _ := stub(t, http.StatusOK, map[string]string{"Content-Type": "application/json"}, tc.page+"\n")
+				opts := []client.Option{}
+				if strict {
+					opts = append(opts, client.WithStrictDecoding())
+				}
+				pg, err := newClient(t, srv.URL, opts...).Drain(context.Background(), client.DrainRequest{Table: "t", Limit: 10})
+				require.NoError(t, err)
+				require.Len(t, pg.Rows, tc.rows)
+				require.Equal(t, tc.next, pg.Next)
+				require.Equal(t, tc.more, pg.More)
+				if tc.cells != nil {
+					require.Equal(t, tc.cells, client.CellTexts(pg.Rows[0]))
+				}
+			}
+		})
+	}
 }

@@ -118,11 +118,11 @@ type Error struct {
 	RetryAfter int
 }
 
-// Error renders "ingestd: HTTP 409 stale_epoch: feed: stale epoch, resync
-// in full".
+// Error renders "HTTP 409 stale_epoch: feed: stale epoch, resync in
+// full" (the code left out when the answer had none).
 func (e *Error) Error() string {
 	var b strings.Builder
-	b.WriteString("ingestd: HTTP ")
+	b.WriteString("HTTP ")
 	b.WriteString(strconv.Itoa(e.StatusCode))
 	if e.Code != "" {
 		b.WriteString(" ")

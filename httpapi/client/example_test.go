@@ -71,7 +71,7 @@ func ExampleClient_Drain_refusals() {
 	// Output:
 	// 409 stale_epoch epoch 2 seq 1 watermark 1
 	// stale: true resync: true
-	// true ingestd: HTTP 404 table_not_found: feed: table not found: "nosuch"
+	// true HTTP 404 table_not_found: feed: table not found: "nosuch"
 }
 
 // A long-poll drain waits at the head of the feed until a fragment

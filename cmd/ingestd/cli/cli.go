@@ -1,4 +1,8 @@
-package main
+// Package cli is what every ingestd command shares: flags parsed from the
+// command line and INGESTD_* environment variables (ff), sizes with units,
+// help grouped by area, exit codes, the logger, and durable file writes.
+// It is used by cmd/ingestd and by its subcommand packages (mirror, bench).
+package cli
 
 import (
 	"errors"
@@ -17,26 +21,32 @@ import (
 // 0 success (and --help, --version), 1 a runtime failure, 2 bad flags or
 // arguments.
 const (
-	exitOK       = 0
-	exitFailure  = 1
-	exitBadUsage = 2
+	// ExitOK is success, --help and --version.
+	ExitOK = 0
+	// ExitFailure is a runtime failure (a locked or unwritable data
+	// directory, a source or target that keeps failing).
+	ExitFailure = 1
+	// ExitBadUsage is a bad flag or argument.
+	ExitBadUsage = 2
 )
 
-// flagGroups records, in registration order, which help section each flag
-// belongs to.
-type flagGroups struct {
+// FlagGroups records, in registration order, which help section each flag
+// belongs to. It is not safe for concurrent use (flags are registered
+// once, at start).
+type FlagGroups struct {
 	order  []string            // section titles in order of first use
 	byName map[string][]string // section title -> flag names
 	seen   map[string]bool
 }
 
-func newFlagGroups() *flagGroups {
-	return &flagGroups{byName: map[string][]string{}, seen: map[string]bool{}}
+// NewFlagGroups returns an empty set of help sections.
+func NewFlagGroups() *FlagGroups {
+	return &FlagGroups{byName: map[string][]string{}, seen: map[string]bool{}}
 }
 
-// register runs fn on fs and files every flag it registered under the
+// Register runs fn on fs and files every flag it registered under the
 // section that classify names (title when classify is nil).
-func (g *flagGroups) register(fs *flag.FlagSet, title string, classify func(name string) string, fn func(*flag.FlagSet)) {
+func (g *FlagGroups) Register(fs *flag.FlagSet, title string, classify func(name string) string, fn func(*flag.FlagSet)) {
 	fn(fs)
 	fs.VisitAll(func(f *flag.Flag) {
 		if g.seen[f.Name] {
@@ -102,29 +112,37 @@ func formatSize(s string) string {
 	return s
 }
 
-// envName is the environment variable ff reads for flag name under prefix.
-func envName(prefix, name string) string {
+// EnvName is the environment variable ff reads for flag name under
+// prefix: INGESTD + max-body-bytes is INGESTD_MAX_BODY_BYTES.
+func EnvName(prefix, name string) string {
 	return prefix + "_" + strings.ToUpper(strings.NewReplacer("-", "_", ".", "_").Replace(name))
 }
 
-// command is one (sub)command's flags and help.
-type command struct {
-	name      string // "ingestd", "ingestd mirror", …
-	usage     string // the lines heading the help
-	envPrefix string // INGESTD, INGESTD_MIRROR; "" when flags have no environment
-	required  map[string]bool
-	groups    *flagGroups // nil: one "Flags" section
+// Command is one (sub)command's flags and help.
+type Command struct {
+	// Name is "ingestd", "ingestd mirror", …
+	Name string
+	// Usage is the lines heading the help.
+	Usage string
+	// EnvPrefix is INGESTD, INGESTD_MIRROR …: flag --a-b is also read from
+	// $PREFIX_A_B; "" when the flags have no environment.
+	EnvPrefix string
+	// Required names the flags the help marks required (the command
+	// validates them).
+	Required map[string]bool
+	// Groups files the flags into help sections; nil: one "Flags" section.
+	Groups *FlagGroups
 }
 
-// printHelp writes the command's help: its usage, then each section's
+// PrintHelp writes the command's help: its usage, then each section's
 // flags with their placeholder, environment variable, default (sizes in
 // units) and whether they are required.
-func (c *command) printHelp(w io.Writer, fs *flag.FlagSet) {
-	fmt.Fprint(w, c.usage)
-	groups := c.groups
+func (c *Command) PrintHelp(w io.Writer, fs *flag.FlagSet) {
+	fmt.Fprint(w, c.Usage)
+	groups := c.Groups
 	if groups == nil {
-		groups = newFlagGroups()
-		groups.register(fs, "Flags", nil, func(*flag.FlagSet) {})
+		groups = NewFlagGroups()
+		groups.Register(fs, "Flags", nil, func(*flag.FlagSet) {})
 	}
 	for _, title := range groups.order {
 		names := append([]string(nil), groups.byName[title]...)
@@ -147,13 +165,13 @@ func (c *command) printHelp(w io.Writer, fs *flag.FlagSet) {
 				line += " " + placeholder
 			}
 			var notes []string
-			if c.required[name] {
+			if c.Required[name] {
 				notes = append(notes, "required")
 			}
-			if c.envPrefix != "" {
-				notes = append(notes, "$"+envName(c.envPrefix, name))
+			if c.EnvPrefix != "" {
+				notes = append(notes, "$"+EnvName(c.EnvPrefix, name))
 			}
-			if def := f.DefValue; def != "" && def != "0" && def != "false" && !c.required[name] {
+			if def := f.DefValue; def != "" && def != "0" && def != "false" && !c.Required[name] {
 				if isSizeFlag(name) {
 					def = formatSize(def)
 				} else if isString {
@@ -174,35 +192,35 @@ func isBool(f *flag.Flag) bool {
 	return ok && b.IsBoolFlag()
 }
 
-// parse parses args into fs: environment variables under c.envPrefix (ff),
+// Parse parses args into fs: environment variables under c.EnvPrefix (ff),
 // sizes with units, help on stdout (exit 0), a bad flag as one line on
 // stderr pointing at --help (exit 2). done tells the caller to return code.
-func (c *command) parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, done bool) {
+func (c *Command) Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Writer) (code int, done bool) {
 	fs.SetOutput(io.Discard) // errors and help are written below, once
 	fs.Usage = func() {}
 	acceptUnits(fs)
 	var err error
-	if c.envPrefix != "" {
-		err = ff.Parse(fs, args, ff.WithEnvVarPrefix(c.envPrefix))
+	if c.EnvPrefix != "" {
+		err = ff.Parse(fs, args, ff.WithEnvVarPrefix(c.EnvPrefix))
 	} else {
 		err = fs.Parse(args)
 	}
 	switch {
 	case errors.Is(err, flag.ErrHelp):
-		c.printHelp(stdout, fs)
-		return exitOK, true
+		c.PrintHelp(stdout, fs)
+		return ExitOK, true
 	case err != nil:
 		msg := strings.TrimPrefix(err.Error(), "error parsing commandline arguments: ") // ff's wrapping
-		return c.usageError(stderr, strings.ReplaceAll(msg, "\n", " ")), true
+		return c.UsageError(stderr, strings.ReplaceAll(msg, "\n", " ")), true
 	case fs.NArg() > 0:
-		return c.usageError(stderr, fmt.Sprintf("unexpected argument %q", fs.Arg(0))), true
+		return c.UsageError(stderr, fmt.Sprintf("unexpected argument %q", fs.Arg(0))), true
 	}
-	return exitOK, false
+	return ExitOK, false
 }
 
-// usageError writes msg as one line with a pointer to --help; it returns
-// exitBadUsage.
-func (c *command) usageError(stderr io.Writer, msg string) int {
-	fmt.Fprintf(stderr, "%s: %s (see %s --help)\n", c.name, msg, c.name)
-	return exitBadUsage
+// UsageError writes msg as one line with a pointer to --help; it returns
+// ExitBadUsage.
+func (c *Command) UsageError(stderr io.Writer, msg string) int {
+	fmt.Fprintf(stderr, "%s: %s (see %s --help)\n", c.Name, msg, c.Name)
+	return ExitBadUsage
 }

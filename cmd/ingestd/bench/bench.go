@@ -1,4 +1,10 @@
-package main
+// Package bench is `ingestd bench`, the load harness of README
+// "Performance": it sends TSBS-shaped data (generated, or an ILP file) to
+// ingestd, InfluxDB or VictoriaMetrics over HTTP or TCP, verifies what the
+// server stored, drains every ingestd table through package
+// httpapi/client, and prints a report and one RESULT line. Decode mode
+// runs ingestd's parser alone.
+package bench
 
 import (
 	"bytes"
@@ -19,7 +25,9 @@ import (
 
 	"github.com/klauspost/compress/gzip"
 
+	"github.com/ingestd/ingestd/cmd/ingestd/cli"
 	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/httpapi/client"
 	"github.com/ingestd/ingestd/ilp"
 )
 
@@ -132,23 +140,23 @@ func (c *benchConfig) validate() error {
 	return nil
 }
 
-// runBench is `ingestd bench`: the load harness (see README "Performance").
+// Run is `ingestd bench`: the load harness (see README "Performance").
 // It prints a readable report and one "RESULT key=value …" line to stdout.
 // Exit codes: 0 when the load was stored and verified, 1 otherwise, 2 on
 // bad flags.
-func runBench(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg := benchConfig{}
 	fs := flag.NewFlagSet("ingestd bench", flag.ContinueOnError)
 	cfg.registerFlags(fs)
-	cmd := &command{name: "ingestd bench", usage: `Usage:
+	cmd := &cli.Command{Name: "ingestd bench", Usage: `Usage:
   ingestd bench [flags]
 Load harness: sends TSBS data over HTTP or TCP, waits, drains, reports (README, "Performance").
 `}
-	if code, done := cmd.parse(fs, args, stdout, stderr); done {
+	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
 		return code
 	}
 	if err := cfg.validate(); err != nil {
-		return cmd.usageError(stderr, err.Error())
+		return cmd.UsageError(stderr, err.Error())
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()
@@ -156,9 +164,9 @@ Load harness: sends TSBS data over HTTP or TCP, waits, drains, reports (README, 
 	fmt.Fprintln(stdout, res.line())
 	if err != nil {
 		fmt.Fprintln(stderr, "ingestd bench:", err)
-		return 1
+		return cli.ExitFailure
 	}
-	return 0
+	return cli.ExitOK
 }
 
 // benchResult is the RESULT line: ordered key=value pairs.
@@ -199,13 +207,18 @@ func runBenchMode(ctx context.Context, cfg *benchConfig, out io.Writer) (res ben
 		return res, benchDecode(cfg, d, out, &res)
 	}
 
-	t := &benchTarget{kind: cfg.target, base: strings.TrimSuffix(cfg.url, "/"), db: cfg.db, client: &http.Client{
+	hc := &http.Client{
 		Timeout: 2 * time.Minute,
 		Transport: &http.Transport{
 			MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute,
 			DisableCompression: true,
 		},
-	}}
+	}
+	api, err := client.New(cfg.url, client.WithHTTPClient(hc))
+	if err != nil {
+		return res, fmt.Errorf("--url: %w", err)
+	}
+	t := &benchTarget{kind: cfg.target, base: strings.TrimSuffix(cfg.url, "/"), db: cfg.db, client: hc, api: api}
 	if err := t.waitReady(ctx, 30*time.Second); err != nil {
 		return res, err
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -6,12 +6,15 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"io"
 	"net/http"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/ingestd/ingestd/httpapi/client"
 )
 
 // The servers the harness can drive.
@@ -28,6 +31,7 @@ type benchTarget struct {
 	base   string // http://host:port
 	db     string // InfluxDB database
 	client *http.Client
+	api    *client.Client // ingestd's API (kind ingestd), on client
 }
 
 // writeURL is where the load is POSTed.
@@ -39,29 +43,17 @@ func (t *benchTarget) writeURL() string {
 }
 
 func (t *benchTarget) do(ctx context.Context, method, path string, body []byte) (int, []byte, error) {
-	var buf bytes.Buffer
-	code, err := t.doInto(ctx, method, path, body, &buf)
-	return code, buf.Bytes(), err
-}
-
-// doInto is do reading the answer into buf (reset first), so that a
-// caller reading many large answers reuses one buffer.
-func (t *benchTarget) doInto(ctx context.Context, method, path string, body []byte, buf *bytes.Buffer) (int, error) {
 	req, err := http.NewRequestWithContext(ctx, method, t.base+path, bytes.NewReader(body))
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	resp, err := t.client.Do(req)
 	if err != nil {
-		return 0, err
+		return 0, nil, err
 	}
 	defer func() { _ = resp.Body.Close() }()
-	buf.Reset()
-	if resp.ContentLength > 0 {
-		buf.Grow(int(resp.ContentLength))
-	}
-	_, err = buf.ReadFrom(resp.Body)
-	return resp.StatusCode, err
+	b, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, b, err
 }
 
 // prepare readies a fresh server for the load: ingestd gets every table
@@ -70,18 +62,11 @@ func (t *benchTarget) prepare(ctx context.Context, tables []string) error {
 	switch t.kind {
 	case benchIngestd:
 		for _, name := range tables {
-			code, b, err := t.do(ctx, http.MethodPut, "/api/v1/tables/"+url.PathEscape(name), []byte(`{"sync": true}`))
+			tb, _, err := t.api.CreateTable(ctx, name, client.TableOptions{Sync: new(true)})
 			if err != nil {
 				return fmt.Errorf("create table %s: %w", name, err)
 			}
-			if code != http.StatusCreated && code != http.StatusOK {
-				return fmt.Errorf("create table %s: %d %s", name, code, b)
-			}
-			st, err := t.syncStatus(ctx, name)
-			if err != nil {
-				return err
-			}
-			if st.Seq != 0 {
+			if st := tb.Sync; st.Seq != 0 {
 				return fmt.Errorf("table %s already holds %d fragments: run the harness against a fresh server", name, st.Seq)
 			}
 		}
@@ -120,23 +105,10 @@ func (t *benchTarget) waitReady(ctx context.Context, d time.Duration) error {
 	}
 }
 
-type benchSync struct {
-	Enabled   bool   `json:"enabled"`
-	Epoch     uint64 `json:"epoch"`
-	Seq       uint64 `json:"seq"`
-	Watermark uint64 `json:"watermark"`
-}
-
-func (t *benchTarget) syncStatus(ctx context.Context, table string) (benchSync, error) {
-	var st benchSync
-	code, b, err := t.do(ctx, http.MethodGet, "/api/v1/tables/"+url.PathEscape(table)+"/sync", nil)
+// syncStatus is SHOW SYNC of an ingestd's table.
+func (t *benchTarget) syncStatus(ctx context.Context, table string) (client.SyncStatus, error) {
+	st, err := t.api.Sync(ctx, table)
 	if err != nil {
-		return st, fmt.Errorf("sync status of %s: %w", table, err)
-	}
-	if code != http.StatusOK {
-		return st, fmt.Errorf("sync status of %s: %d %s", table, code, b)
-	}
-	if err := json.Unmarshal(b, &st); err != nil {
 		return st, fmt.Errorf("sync status of %s: %w", table, err)
 	}
 	return st, nil
@@ -318,28 +290,20 @@ func (t *benchTarget) drainAll(ctx context.Context, d *benchData, sends, limit i
 		}
 		epochs[name] = st.Epoch
 	}
-	var buf bytes.Buffer
+	var pg client.Page
 	start := time.Now()
 	for _, name := range d.tables() {
 		var after uint64
 		var rows int64
 		for {
-			path := fmt.Sprintf("/drain?table=%s&epoch=%d&after=%d&limit=%d", url.QueryEscape(name), epochs[name], after, limit)
-			code, err := t.doInto(ctx, http.MethodGet, path, nil, &buf)
-			b := buf.Bytes()
-			if err != nil {
-				return res, fmt.Errorf("drain %s: %w", name, err)
-			}
-			if code != http.StatusOK {
-				return res, fmt.Errorf("drain %s after %d: %d %s", name, after, code, clipBytes(b))
-			}
-			pg, n, err := scanDrainPage(b)
-			if err != nil {
+			req := client.DrainRequest{Table: name, Epoch: epochs[name], After: after, Limit: limit}
+			if err := t.api.DrainInto(ctx, req, &pg); err != nil {
 				return res, fmt.Errorf("drain %s after %d: %w", name, after, err)
 			}
+			n := len(pg.Rows)
 			rows += int64(n)
 			res.pages++
-			res.bytes += int64(len(b))
+			res.bytes += int64(len(pg.Body))
 			if pg.Next < after || (n > 0 && pg.Next == after) {
 				return res, fmt.Errorf("drain %s: cursor did not advance (after %d, next %d, %d rows)", name, after, pg.Next, n)
 			}
@@ -355,56 +319,6 @@ func (t *benchTarget) drainAll(ctx context.Context, d *benchData, sends, limit i
 	}
 	res.dur = time.Since(start)
 	return res, nil
-}
-
-// drainEnvelope is the part of a JSON drain page the harness reads.
-type drainEnvelope struct {
-	Next uint64 `json:"next"`
-	More bool   `json:"more"`
-}
-
-// scanDrainPage reads a JSON drain page's envelope and counts its rows
-// without decoding them (a full decode would cost the client more than the
-// server spends producing the page).
-func scanDrainPage(b []byte) (drainEnvelope, int, error) {
-	var pg drainEnvelope
-	i := bytes.Index(b, []byte(`,"rows":[`))
-	if i < 0 {
-		return pg, 0, fmt.Errorf("no rows in page %s", clipBytes(b))
-	}
-	head := append(bytes.Clone(b[:i]), '}')
-	if err := json.Unmarshal(head, &pg); err != nil {
-		return pg, 0, fmt.Errorf("page envelope: %w", err)
-	}
-	rows, depth, inStr, esc := 0, 0, false, false
-	for _, c := range b[i+len(`,"rows":[`):] {
-		if inStr {
-			switch {
-			case esc:
-				esc = false
-			case c == '\\':
-				esc = true
-			case c == '"':
-				inStr = false
-			}
-			continue
-		}
-		switch c {
-		case '"':
-			inStr = true
-		case '[':
-			if depth == 0 {
-				rows++
-			}
-			depth++
-		case ']':
-			if depth == 0 {
-				return pg, rows, nil
-			}
-			depth--
-		}
-	}
-	return pg, rows, errors.New("page ends inside its rows")
 }
 
 func clipBytes(b []byte) string {

@@ -1,0 +1,110 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"os"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// TestBenchRefusesPatternOutsideHTTP checks that the patterns other than
+// inorder are refused outside http mode, and unknown ones everywhere.
+func TestBenchRefusesPatternOutsideHTTP(t *testing.T) {
+	for _, args := range [][]string{
+		{"--mode", "tcp", "--pattern", "concurrent"},
+		{"--mode", "latency", "--rate", "1000", "--pattern", "resend"},
+		{"--mode", "http", "--pattern", "shuffled"},
+	} {
+		var out bytes.Buffer
+		require.Equal(t, 2, Run(context.Background(), args, &out, &out), "%v: %s", args, out.String())
+		require.Contains(t, out.String(), "--pattern", "%v", args)
+	}
+}
+
+// TestBenchWriterBatches checks each pattern's bodies: every line once,
+// whole batches of the load, in the order the pattern gives.
+func TestBenchWriterBatches(t *testing.T) {
+	d, err := generateDevops(3, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), 10*time.Minute, 10*time.Second, 1, 0)
+	require.NoError(t, err)
+	all := benchStream{text: d.text, lines: d.lines()}.batches(100) // 1,620 lines: 17 batches
+	require.Len(t, all, 17)
+	for _, tc := range []struct {
+		pattern string
+		writers int
+		want    [][]int // indexes into all, per writer
+	}{
+		{benchPatternConcurrent, 3, [][]int{{0, 3, 6, 9, 12, 15}, {1, 4, 7, 10, 13, 16}, {2, 5, 8, 11, 14}}},
+		{benchPatternBackfill, 1, [][]int{{16, 15, 14, 13, 12, 11, 10, 9, 8, 7, 6, 5, 4, 3, 2, 1, 0}}},
+		{benchPatternBackfill, 2, [][]int{{16, 14, 12, 10, 8, 6, 4, 2, 0}, {15, 13, 11, 9, 7, 5, 3, 1}}},
+		{benchPatternResend, 1, [][]int{{0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15, 16}}},
+	} {
+		got := d.writerBatches(tc.pattern, tc.writers, true, 100)
+		require.Len(t, got, tc.writers, tc.pattern)
+		for w, idx := range tc.want {
+			require.Len(t, got[w], len(idx), "%s writer %d", tc.pattern, w)
+			for k, i := range idx {
+				require.Equal(t, string(all[i]), string(got[w][k]), "%s writer %d body %d", tc.pattern, w, k)
+			}
+		}
+	}
+}
+
+// TestReadProcCPU checks that this process's CPU time is read and grows.
+func TestReadProcCPU(t *testing.T) {
+	before, err := readProcCPU(os.Getpid())
+	require.NoError(t, err)
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		for i := range 1_000_000 {
+			_ = strconv.Itoa(i)
+		}
+		after, err := readProcCPU(os.Getpid())
+		require.NoError(t, err)
+		if after > before {
+			break
+		}
+		require.True(t, time.Now().Before(deadline), "CPU time of this process did not grow past %s", before)
+	}
+	zero, err := readProcCPU(0)
+	require.NoError(t, err)
+	require.Zero(t, zero)
+}
+
+// TestBenchPartition checks that partitioning keeps every line once and,
+// by series, each series on one writer in its original order.
+func TestBenchPartition(t *testing.T) {
+	d, err := generateDevops(5, time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC), 10*time.Minute, 10*time.Second, 1, 0)
+	require.NoError(t, err)
+	require.Equal(t, 5*9*60, d.lines())
+	for _, bySeries := range []bool{true, false} {
+		streams := d.partition(3, bySeries, 100)
+		total := 0
+		owner := map[string]int{}
+		for i, s := range streams {
+			total += s.lines
+			require.Equal(t, s.lines, bytes.Count(s.text, []byte{'\n'}))
+			last := map[string]string{}
+			for _, line := range strings.SplitAfter(string(s.text), "\n") {
+				if line == "" {
+					continue
+				}
+				key := string(seriesKey([]byte(line)))
+				ts := line[strings.LastIndexByte(strings.TrimSuffix(line, "\n"), ' ')+1:]
+				require.Greater(t, ts, last[key], "series %s in time order", key)
+				last[key] = ts
+				if bySeries {
+					if w, ok := owner[key]; ok {
+						require.Equal(t, w, i, "series %s on one writer", key)
+					}
+					owner[key] = i
+				}
+			}
+		}
+		require.Equal(t, d.lines(), total)
+	}
+}

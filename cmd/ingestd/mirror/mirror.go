@@ -1,0 +1,499 @@
+// Package mirror is `ingestd mirror`: it keeps a replica of one table of
+// an ingestd in any InfluxDB-compatible server. It copies the table by
+// time range (GET /api/v1/tables/{t}/rows), then follows its feed with
+// long-polling drains in ILP, writing each page to the target and only
+// then persisting its cursor (epoch, next) in a file; a refusal that asks
+// for a resync (stale epoch, cursor beyond the sequence, expired history)
+// starts over with a copy, truncating an ingestd target first. It talks to
+// both servers through package httpapi/client only.
+package mirror
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"strings"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promauto"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/ingestd/ingestd/cmd/ingestd/cli"
+	"github.com/ingestd/ingestd/httpapi/client"
+)
+
+// Config configures `ingestd mirror`; its flags are registered by
+// RegisterFlags (INGESTD_MIRROR_* in the environment).
+type Config struct {
+	// Source is the base URL of the source ingestd.
+	Source string
+	// Table is the table to mirror.
+	Table string
+	// Target is the full write URL of the target (…/write?db=… or
+	// …/api/v2/write?bucket=…).
+	Target string
+	// TargetToken is sent to the target as "Authorization: Token …" when
+	// set; never logged.
+	TargetToken string
+	// SourceToken is sent to the source as "Authorization: Token …" when
+	// set; never logged.
+	SourceToken string
+	// CursorFile is where (epoch, next) is kept.
+	CursorFile string
+	// Consumer is the consumer name reported to the source; empty:
+	// mirror-<table>.
+	Consumer string
+	// Limit is the rows per drained or copied page.
+	Limit int
+	// Wait is the long-poll wait of each drain (0s to 60s).
+	Wait time.Duration
+	// MaxBackoff is the longest pause between retries (at least 10ms).
+	MaxBackoff time.Duration
+	// MetricsAddr serves /metrics when set.
+	MetricsAddr string
+	// LogLevel and LogFormat configure the log on stderr.
+	LogLevel, LogFormat string
+}
+
+// DefaultConfig returns the defaults of the flags.
+func DefaultConfig() Config {
+	return Config{Limit: 5000, Wait: 10 * time.Second, MaxBackoff: 30 * time.Second, LogLevel: "info", LogFormat: "text"}
+}
+
+// RegisterFlags registers the mirror's flags on fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.Source, "source", c.Source, "base URL of the source ingestd, e.g. http://localhost:8086")
+	fs.StringVar(&c.Table, "table", c.Table, "table to mirror")
+	fs.StringVar(&c.Target, "target", c.Target, "write URL of any InfluxDB-compatible target, e.g. http://replica:8086/write?db=mirror or …/api/v2/write?org=o&bucket=b")
+	fs.StringVar(&c.TargetToken, "target-token", c.TargetToken, "token for the target: InfluxDB 2.x's, or an ingestd one with write and admin on the table (sent as Authorization: Token …; never logged)")
+	fs.StringVar(&c.SourceToken, "source-token", c.SourceToken, "token for a source ingestd with --auth-file, with the drain scope on the table (sent as Authorization: Token …; never logged)")
+	fs.StringVar(&c.CursorFile, "cursor-file", c.CursorFile, "file holding the mirror's (epoch, next); written only after the target acknowledged")
+	fs.StringVar(&c.Consumer, "consumer", c.Consumer, "consumer name reported to the source (lag metrics); default mirror-<table>")
+	fs.IntVar(&c.Limit, "limit", c.Limit, "rows per drained or copied page")
+	fs.DurationVar(&c.Wait, "wait", c.Wait, "long-poll wait of each drain (at most 60s)")
+	fs.DurationVar(&c.MaxBackoff, "max-backoff", c.MaxBackoff, "longest pause between retries after an error")
+	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "serve the mirror's Prometheus metrics at this address (empty: off)")
+	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
+	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
+}
+
+// Validate checks c; the error names every bad flag.
+func (c *Config) Validate() error {
+	var errs []error
+	for _, f := range []struct{ name, val string }{{"--source", c.Source}, {"--table", c.Table}, {"--target", c.Target}, {"--cursor-file", c.CursorFile}} {
+		if f.val == "" {
+			errs = append(errs, fmt.Errorf("%s is required", f.name))
+		}
+	}
+	for _, u := range []struct{ name, val string }{{"--source", c.Source}, {"--target", c.Target}} {
+		if p, err := url.Parse(u.val); u.val != "" && (err != nil || p.Scheme == "" || p.Host == "") {
+			errs = append(errs, fmt.Errorf("%s must be an http(s) URL, got %q", u.name, u.val))
+		}
+	}
+	if c.Limit < 1 {
+		errs = append(errs, errors.New("--limit must be positive"))
+	}
+	if c.Wait < 0 || c.Wait > 60*time.Second {
+		errs = append(errs, errors.New("--wait must be within 0s..60s"))
+	}
+	if c.MaxBackoff < 10*time.Millisecond {
+		errs = append(errs, errors.New("--max-backoff must be at least 10ms"))
+	}
+	if err := cli.ValidateLog(c.LogLevel, c.LogFormat); err != nil {
+		errs = append(errs, err)
+	}
+	return errors.Join(errs...)
+}
+
+// Run is `ingestd mirror ARGS`: it parses the flags and mirrors until ctx
+// ends (exit 0) or a failure no retry can fix (exit 1; 2 for bad flags).
+func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	cfg := DefaultConfig()
+	fs := flag.NewFlagSet("ingestd mirror", flag.ContinueOnError)
+	cfg.RegisterFlags(fs)
+	cmd := &cli.Command{
+		Name: "ingestd mirror", EnvPrefix: "INGESTD_MIRROR",
+		Usage: `Usage:
+  ingestd mirror --source URL --table T --target URL --cursor-file F [flags]
+Keeps a replica of one table in any InfluxDB-compatible server (README, "ingestd mirror").
+`,
+		Required: map[string]bool{"source": true, "table": true, "target": true, "cursor-file": true},
+	}
+	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
+		return code
+	}
+	if err := cfg.Validate(); err != nil {
+		return cmd.UsageError(stderr, "invalid configuration: "+strings.ReplaceAll(err.Error(), "\n", "; "))
+	}
+	logger := cli.NewLogger(stderr, cfg.LogLevel, cfg.LogFormat).With("component", "mirror", "table", cfg.Table)
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	m, err := New(cfg, logger, reg)
+	if err != nil {
+		return cmd.UsageError(stderr, "invalid configuration: "+err.Error())
+	}
+	if cfg.MetricsAddr != "" {
+		ln, err := net.Listen("tcp", cfg.MetricsAddr)
+		if err != nil {
+			logger.Error("listen on --metrics-addr", "err", err)
+			return cli.ExitFailure
+		}
+		srv := &http.Server{Handler: promhttp.HandlerFor(reg, promhttp.HandlerOpts{}), ReadHeaderTimeout: 10 * time.Second}
+		go func() { _ = srv.Serve(ln) }()
+		defer func() { _ = srv.Close() }()
+	}
+	if err := m.Run(ctx); err != nil && ctx.Err() == nil {
+		logger.Error("mirror stopped", "err", err)
+		return cli.ExitFailure
+	}
+	logger.Info("mirror stopped")
+	return cli.ExitOK
+}
+
+// Cursor is what the cursor file holds: the mirror has applied every
+// fragment of Table up to Next in Epoch.
+type Cursor struct {
+	// Source is the source's base URL (--source).
+	Source string `json:"source"`
+	// Table is the mirrored table.
+	Table string `json:"table"`
+	// Epoch is the table's epoch the cursor belongs to.
+	Epoch uint64 `json:"epoch"`
+	// Next is the x_seq up to which the target holds the table.
+	Next uint64 `json:"next"`
+}
+
+// metrics are the mirror's Prometheus metrics.
+type metrics struct {
+	rows       prometheus.Counter
+	pages      prometheus.Counter
+	resyncs    prometheus.Counter
+	errors     *prometheus.CounterVec
+	rejected   prometheus.Counter
+	position   prometheus.Gauge
+	lag        prometheus.Gauge
+	lastCommit prometheus.Gauge
+}
+
+// Mirror keeps one table's replica. It is driven by one goroutine (Run).
+type Mirror struct {
+	cfg          Config
+	logger       *slog.Logger
+	src, tgt     *client.Client
+	write        client.WriteOptions // the target's write route
+	m            metrics
+	lastProgress time.Time
+}
+
+// New returns a mirror of cfg (validated) registering its metrics on reg
+// (nil: none). Both clients share one *http.Client on
+// http.DefaultTransport whose timeout outlasts the long-poll.
+func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Mirror, error) {
+	if cfg.Consumer == "" {
+		cfg.Consumer = "mirror-" + cfg.Table
+	}
+	hc := &http.Client{Timeout: cfg.Wait + 60*time.Second}
+	src, err := client.New(cfg.Source, client.WithHTTPClient(hc), client.WithToken(cfg.SourceToken))
+	if err != nil {
+		return nil, fmt.Errorf("--source: %w", err)
+	}
+	u, err := url.Parse(cfg.Target)
+	if err != nil {
+		return nil, fmt.Errorf("--target: %w", err)
+	}
+	base := url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host}
+	tgt, err := client.New(base.String(), client.WithHTTPClient(hc), client.WithToken(cfg.TargetToken))
+	if err != nil {
+		return nil, fmt.Errorf("--target: %w", err)
+	}
+	f := promauto.With(reg)
+	return &Mirror{
+		cfg: cfg, logger: logger, src: src, tgt: tgt,
+		write: client.WriteOptions{Path: u.EscapedPath(), Query: u.Query()},
+		m: metrics{
+			rows:     f.NewCounter(prometheus.CounterOpts{Name: "ingestd_mirror_rows_total", Help: "Rows written to the target (copy and drain)."}),
+			pages:    f.NewCounter(prometheus.CounterOpts{Name: "ingestd_mirror_pages_total", Help: "Pages written to the target."}),
+			resyncs:  f.NewCounter(prometheus.CounterOpts{Name: "ingestd_mirror_resyncs_total", Help: "Full resyncs (bootstrap included)."}),
+			errors:   f.NewCounterVec(prometheus.CounterOpts{Name: "ingestd_mirror_errors_total", Help: "Failed requests by side (source, target) before a retry."}, []string{"side"}),
+			rejected: f.NewCounter(prometheus.CounterOpts{Name: "ingestd_mirror_target_rejected_total", Help: "Pages the target answered with a partial write (bad lines dropped there)."}),
+			position: f.NewGauge(prometheus.GaugeOpts{Name: "ingestd_mirror_position", Help: "The x_seq up to which the target holds the table."}),
+			lag:      f.NewGauge(prometheus.GaugeOpts{Name: "ingestd_mirror_lag_fragments", Help: "Source watermark minus position at the last page."}),
+			lastCommit: f.NewGauge(prometheus.GaugeOpts{
+				Name: "ingestd_mirror_last_commit_timestamp_seconds", Help: "When the cursor file was last written (Unix seconds).",
+			}),
+		},
+	}, nil
+}
+
+// errResync asks Run to copy the table in full again.
+var errResync = errors.New("resync in full")
+
+// resync turns a refusal asking for a full resync (client.IsResync) into
+// errResync, keeping its code in the message.
+func resync(err error) error {
+	var e *client.Error
+	if client.IsResync(err) && errors.As(err, &e) {
+		return fmt.Errorf("%w: %s", errResync, e.Code)
+	}
+	return err
+}
+
+// Run mirrors until ctx ends (nil) or a failure no retry can fix: an
+// unreadable cursor file, sync OFF at the source at bootstrap, a cursor
+// file that cannot be written.
+func (mr *Mirror) Run(ctx context.Context) error {
+	cur, err := mr.loadCursor()
+	if err != nil {
+		return err
+	}
+	for ctx.Err() == nil {
+		if cur == nil {
+			if cur, err = mr.bootstrap(ctx); err != nil {
+				if ctx.Err() != nil {
+					return nil
+				}
+				if errors.Is(err, errResync) {
+					mr.logger.Error("source changed during the copy: starting over", "err", err)
+					continue
+				}
+				return err
+			}
+		}
+		err := mr.follow(ctx, cur)
+		if errors.Is(err, errResync) {
+			mr.logger.Error("source refused the cursor: resyncing in full", "epoch", cur.Epoch, "next", cur.Next, "err", err)
+			cur = nil
+			continue
+		}
+		if err != nil && ctx.Err() == nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// bootstrap copies the table by time range and returns the cursor to drain
+// from: the epoch and watermark the source read before the copy began.
+func (mr *Mirror) bootstrap(ctx context.Context) (*Cursor, error) {
+	mr.m.resyncs.Inc()
+	var st client.SyncStatus
+	err := mr.retry(ctx, "source", func() (err error) {
+		st, err = mr.src.Sync(ctx, mr.cfg.Table)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	if !st.Enabled {
+		return nil, fmt.Errorf("sync is OFF for table %q on the source: enable it first (PUT %s/api/v1/tables/%s/sync {\"enabled\":true})",
+			mr.cfg.Table, mr.cfg.Source, mr.cfg.Table)
+	}
+	// The target answers ingestd's table API: truncate the target table
+	// first, so that rows deleted at the source go too.
+	targetIngestd, err := mr.probeTargetIngestd(ctx)
+	if err != nil {
+		return nil, err
+	}
+	if targetIngestd {
+		if err := mr.truncateTarget(ctx); err != nil {
+			return nil, err
+		}
+	}
+	mr.logger.Info("copying table", "source", mr.cfg.Source)
+	var cur *Cursor
+	req := client.RowsRequest{Table: mr.cfg.Table, Limit: mr.cfg.Limit, Format: client.FormatLP}
+	rows := 0
+	for {
+		var pg *client.RowsPage
+		err := mr.retry(ctx, "source", func() (err error) {
+			pg, err = mr.src.Rows(ctx, req)
+			return resync(err)
+		})
+		if err != nil {
+			return nil, err
+		}
+		if cur == nil {
+			cur = &Cursor{Source: mr.cfg.Source, Table: mr.cfg.Table, Epoch: pg.Epoch, Next: pg.Watermark}
+		}
+		if err := mr.writeTarget(ctx, pg.Body); err != nil {
+			return nil, err
+		}
+		rows += bytes.Count(pg.Body, []byte{'\n'})
+		if req.Cursor = pg.Cursor; req.Cursor == "" {
+			break
+		}
+	}
+	if err := mr.saveCursor(cur); err != nil {
+		return nil, err
+	}
+	mr.logger.Info("table copied; following the feed", "rows", rows, "epoch", cur.Epoch, "from", cur.Next)
+	return cur, nil
+}
+
+// follow drains the feed from cur with long-polls, writing each page to the
+// target and then persisting the cursor, until ctx ends or a resync is due.
+func (mr *Mirror) follow(ctx context.Context, cur *Cursor) error {
+	var pg client.Page
+	for ctx.Err() == nil {
+		req := client.DrainRequest{
+			Table: mr.cfg.Table, Epoch: cur.Epoch, After: cur.Next, Limit: mr.cfg.Limit,
+			Format: client.FormatLP, Wait: mr.cfg.Wait, Consumer: mr.cfg.Consumer,
+		}
+		err := mr.retry(ctx, "source", func() error { return resync(mr.src.DrainInto(ctx, req, &pg)) })
+		if err != nil {
+			return err
+		}
+		if err := mr.writeTarget(ctx, pg.Body); err != nil {
+			return err
+		}
+		// The lag is published before the cursor is persisted (as
+		// saveCursor publishes the position): the target holds the page
+		// already, and whoever sees the cursor file move must find the
+		// metrics there too.
+		mr.m.lag.Set(float64(pg.Watermark - min(pg.Watermark, pg.Next)))
+		if pg.Next != cur.Next {
+			cur.Next = pg.Next
+			if err := mr.saveCursor(cur); err != nil {
+				return err
+			}
+		}
+		if time.Since(mr.lastProgress) >= 10*time.Second {
+			mr.lastProgress = time.Now()
+			mr.logger.Info("mirror progress", "epoch", cur.Epoch, "position", cur.Next, "watermark", pg.Watermark)
+		}
+	}
+	return nil
+}
+
+// writeTarget posts ILP to the target, retrying until it is acknowledged.
+// A partial write (400/422: bad lines dropped by the target) is logged and
+// counted, not retried: the target kept the good lines and resending
+// cannot fix the bad ones.
+func (mr *Mirror) writeTarget(ctx context.Context, body []byte) error {
+	if len(body) == 0 {
+		return nil
+	}
+	err := mr.retry(ctx, "target", func() error {
+		err := mr.tgt.Write(ctx, body, mr.write)
+		var e *client.Error
+		if errors.As(err, &e) && (e.StatusCode == http.StatusBadRequest || e.StatusCode == http.StatusUnprocessableEntity) {
+			mr.m.rejected.Inc()
+			mr.logger.Error("target dropped lines of a page", "status", e.StatusCode, "response", e.Message)
+			return nil
+		}
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	mr.m.pages.Inc()
+	mr.m.rows.Add(float64(bytes.Count(body, []byte{'\n'})))
+	return nil
+}
+
+// retry runs fn until it succeeds, ctx ends or it asks for a resync,
+// pausing with jittered exponential backoff between attempts. A source
+// table that is gone or has sync OFF is retried too: an operator may fix it.
+func (mr *Mirror) retry(ctx context.Context, side string, fn func() error) error {
+	backoff := min(100*time.Millisecond, mr.cfg.MaxBackoff)
+	for {
+		err := fn()
+		if err == nil || errors.Is(err, errResync) || ctx.Err() != nil {
+			return err
+		}
+		mr.m.errors.WithLabelValues(side).Inc()
+		mr.logger.Warn("request failed; retrying", "side", side, "err", err, "backoff", backoff)
+		select {
+		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		backoff = min(2*backoff, mr.cfg.MaxBackoff)
+	}
+}
+
+// probeTargetIngestd reports whether the target serves ingestd's table API.
+// It asks until the target answers (below 500): a target that is down must
+// not pass for another kind of server, or the resync would skip its
+// truncation.
+func (mr *Mirror) probeTargetIngestd(ctx context.Context) (bool, error) {
+	ingestd := false
+	err := mr.retry(ctx, "target", func() error {
+		_, err := mr.tgt.Do(ctx, http.MethodGet, "/api/v1/tables", nil, nil)
+		var e *client.Error
+		switch {
+		case err == nil:
+			ingestd = true
+		case errors.As(err, &e) && e.StatusCode < 500:
+			ingestd = false
+		default:
+			return err
+		}
+		return nil
+	})
+	return ingestd, err
+}
+
+// truncateTarget empties the target table (target is an ingestd); a table
+// that does not exist there yet is fine.
+func (mr *Mirror) truncateTarget(ctx context.Context) error {
+	return mr.retry(ctx, "target", func() error {
+		_, err := mr.tgt.Truncate(ctx, mr.cfg.Table)
+		var e *client.Error
+		if err == nil || (errors.As(err, &e) && e.StatusCode == http.StatusNotFound) {
+			mr.logger.Warn("target table truncated for a full resync")
+			return nil
+		}
+		return err
+	})
+}
+
+// loadCursor reads the cursor file; nil when there is none (bootstrap).
+func (mr *Mirror) loadCursor() (*Cursor, error) {
+	b, err := os.ReadFile(mr.cfg.CursorFile)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, fmt.Errorf("read cursor file: %w", err)
+	}
+	var c Cursor
+	if err := json.Unmarshal(b, &c); err != nil {
+		return nil, fmt.Errorf("cursor file %s is corrupt (delete it to resync in full): %w", mr.cfg.CursorFile, err)
+	}
+	if c.Table != mr.cfg.Table {
+		return nil, fmt.Errorf("cursor file %s is for table %q, not %q", mr.cfg.CursorFile, c.Table, mr.cfg.Table)
+	}
+	mr.logger.Info("resuming from cursor file", "epoch", c.Epoch, "next", c.Next)
+	mr.m.position.Set(float64(c.Next))
+	return &c, nil
+}
+
+// saveCursor writes the cursor durably (cli.WriteFileAtomic). It publishes
+// the position first: the target already holds everything up to c.Next,
+// and the gauge must never be behind a cursor file that others (a test,
+// an operator) can read.
+func (mr *Mirror) saveCursor(c *Cursor) error {
+	mr.m.position.Set(float64(c.Next))
+	b, err := json.Marshal(c)
+	if err != nil {
+		return err
+	}
+	if err := cli.WriteFileAtomic(mr.cfg.CursorFile, append(b, '\n')); err != nil {
+		return fmt.Errorf("write cursor file: %w", err)
+	}
+	mr.m.lastCommit.SetToCurrentTime()
+	return nil
+}
