@@ -13,6 +13,7 @@ package main
 import (
 	"context"
 	"crypto/tls"
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -25,9 +26,12 @@ import (
 	"os/signal"
 	"runtime/debug"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
+	rungroup "github.com/oklog/run"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -62,6 +66,9 @@ type config struct {
 	logFormat       string
 	shutdownTimeout time.Duration
 	pprofAddr       string
+	// portsFile, when set, receives the bound addresses as JSON once both
+	// listeners are bound (--ports-file).
+	portsFile string
 	// memoryLimitBytes is the Go runtime's soft memory limit
 	// (debug.SetMemoryLimit); 0 leaves it to GOMEMLIMIT.
 	memoryLimitBytes int64
@@ -104,6 +111,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) *cli.FlagGroups {
 	})
 	g.Register(fs, "Process", nil, func(fs *flag.FlagSet) {
 		fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight HTTP requests may finish on shutdown")
+		fs.StringVar(&c.portsFile, "ports-file", c.portsFile, `write {"http":"HOST:PORT","tcp":"HOST:PORT"} here (atomically: temporary file + rename) once both listeners are bound, and remove it on exit; for harnesses that start ingestd on port 0 (empty: off)`)
 		fs.StringVar(&c.pprofAddr, "pprof-addr", c.pprofAddr, "serve Go's net/http/pprof profiles on this separate address (empty: off; keep it on loopback)")
 		fs.Int64Var(&c.memoryLimitBytes, "memory-limit-bytes", c.memoryLimitBytes, "soft memory limit of the Go runtime: the garbage collector works harder near it (0: none, or GOMEMLIMIT when set; GOMEMLIMIT also wins over the default)")
 	})
@@ -199,11 +207,18 @@ func runCommand(ctx context.Context, name string, args []string, stdout, stderr 
 	return cli.ExitBadUsage
 }
 
-// serve runs every component and shuts them down in order (STYLE R19):
-// readiness off, HTTP, TCP (each connection commits what it read), the
-// sequencer (commits everything queued), the store last. started, when
-// non-nil, is called with the bound addresses once everything runs (tcpAddr
-// is empty when TCP is disabled).
+// serve runs every component as one actor of a run group (oklog/run) and
+// shuts them down in order (STYLE R19) once the first returns: a signal
+// (ctx ends), or the HTTP server, the TCP listener or the sequencer
+// failing. The group interrupts the actors in the order they were added,
+// each interrupt returning only once its actor has finished what it must:
+// readiness off and HTTP (in-flight requests get --shutdown-timeout), TCP
+// (each connection commits what it read), the sequencer (commits
+// everything queued); then the status sampler, the SIGHUP reloader and
+// pprof; the store is closed last. started, when non-nil, is called with
+// the bound addresses once everything is set up (tcpAddr is empty when TCP
+// is disabled). The error joins the first actor's failure with those of
+// TCP and the sequencer during the shutdown; nil after a clean shutdown.
 func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(httpAddr, tcpAddr string)) (err error) {
 	setMemoryLimit(cfg.memoryLimitBytes, logger)
 	reg := prometheus.NewRegistry()
@@ -232,113 +247,236 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 	if err != nil {
 		return err
 	}
-
-	httpLn, err := net.Listen("tcp", cfg.httpAddr)
+	lns, err := listen(cfg)
 	if err != nil {
-		return fmt.Errorf("listen on --http-addr: %w", err)
-	}
-	var tcpLn net.Listener
-	if cfg.ilp.TCPAddr != "" {
-		if tcpLn, err = net.Listen("tcp", cfg.ilp.TCPAddr); err != nil {
-			_ = httpLn.Close()
-			return fmt.Errorf("listen on --tcp-addr: %w", err)
-		}
+		return err
 	}
 
-	if cfg.pprofAddr != "" {
-		stop, err := servePprof(cfg.pprofAddr, logger)
-		if err != nil {
-			_ = httpLn.Close()
-			if tcpLn != nil {
-				_ = tcpLn.Close()
-			}
-			return err
-		}
-		defer stop()
-	}
-
-	seqCtx, seqCancel := context.WithCancel(context.Background())
-	defer seqCancel()
-	seqDone := make(chan error, 1)
-	go func() { seqDone <- seq.Run(seqCtx) }()
-
-	httpDone := make(chan error, 1)
-	go func() {
-		if tc := sec.tls.ServerConfig(); tc != nil {
-			httpDone <- srv.ServeTLS(httpLn, tc)
-			return
-		}
-		httpDone <- srv.Serve(httpLn)
-	}()
-	secCtx, secCancel := context.WithCancel(context.Background())
-	secDone := sec.run(secCtx)
-	defer func() { secCancel(); <-secDone }()
-	sampleCtx, sampleCancel := context.WithCancel(context.Background())
-	sampleDone := make(chan struct{})
-	go func() { api.RunStatusSampler(sampleCtx); close(sampleDone) }()
-	defer func() { sampleCancel(); <-sampleDone }()
-
-	tcpCtx, tcpCancel := context.WithCancel(context.Background())
-	defer tcpCancel()
-	var tcpDone chan error // nil (never ready) when TCP is disabled
+	var (
+		g        rungroup.Group
+		failures actorFailures
+	)
+	g.Add(func() error {
+		<-ctx.Done()
+		logger.Info("shutting down")
+		return nil
+	}, func(error) {})
+	addHTTP(&g, &failures, srv, lns.http, sec.tls.ServerConfig(), api, cfg.shutdownTimeout, logger)
 	tcpAddr := ""
-	if tcpLn != nil {
-		tcpDone = make(chan error, 1)
-		tcpAddr = tcpLn.Addr().String()
+	if lns.tcp != nil {
+		tcpAddr = lns.tcp.Addr().String()
+		tcpLn := lns.tcp
 		if tc := sec.tls.ServerConfig(); tc != nil {
 			tcpLn = tls.NewListener(tcpLn, tc)
 		}
-		go func() { tcpDone <- in.ServeTCP(tcpCtx, tcpLn) }()
+		addUntilDone(&g, func(ctx context.Context) error {
+			err := in.ServeTCP(ctx, tcpLn)
+			if err == nil && ctx.Err() == nil {
+				err = errors.New("stopped")
+			}
+			return failures.add("tcp server", err)
+		})
 	}
-	sec.warnAtStart(logger, httpLn.Addr(), tcpLn)
+	addUntilDone(&g, func(ctx context.Context) error {
+		err := seq.Run(ctx)
+		if err == nil && ctx.Err() == nil {
+			return failures.add("", errors.New("sequencer stopped"))
+		}
+		return failures.add("sequencer", err)
+	})
+	addUntilDone(&g, func(ctx context.Context) error { api.RunStatusSampler(ctx); return nil })
+	// The SIGHUP handler is installed now, before anyone is told the
+	// daemon runs: a SIGHUP before it would end the process.
+	secCtx, secCancel := context.WithCancel(context.Background())
+	secDone := sec.run(secCtx)
+	stopSec := func() { secCancel(); <-secDone }
+	g.Add(func() error { <-secDone; return nil }, func(error) { stopSec() })
+	if lns.pprof != nil {
+		addPprof(&g, lns.pprof)
+		logger.Info("pprof listening", "pprof_addr", lns.pprof.Addr().String())
+	}
+
+	sec.warnAtStart(logger, lns.http.Addr(), lns.tcp)
 	api.SetReady(true)
-	if started != nil {
-		started(httpLn.Addr().String(), tcpAddr)
+	if cfg.portsFile != "" {
+		if err := writePortsFile(cfg.portsFile, lns.http.Addr().String(), tcpAddr); err != nil {
+			stopSec()
+			lns.close()
+			return err
+		}
+		defer func() { _ = os.Remove(cfg.portsFile) }()
 	}
-	logger.Info("ingestd started", "http_addr", httpLn.Addr().String(), "tcp_addr", tcpAddr,
+	if started != nil {
+		started(lns.http.Addr().String(), tcpAddr)
+	}
+	logger.Info("ingestd started", "http_addr", lns.http.Addr().String(), "tcp_addr", tcpAddr,
 		"data_dir", cfg.store.Dir, "sync_tables", strings.Join(cfg.feed.SyncTables, ","))
 
-	var failure error
-	httpRunning, tcpRunning, seqRunning := true, tcpLn != nil, true
-	select {
-	case <-ctx.Done():
-		logger.Info("shutting down")
-	case err := <-httpDone:
-		httpRunning, failure = false, fmt.Errorf("http server: %w", err)
-	case err := <-tcpDone:
-		tcpRunning, failure = false, fmt.Errorf("tcp server: %w", err)
-	case err := <-seqDone:
-		seqRunning = false
-		failure = fmt.Errorf("sequencer: %w", err)
-		if err == nil {
-			failure = errors.New("sequencer stopped")
-		}
-	}
-	api.BeginShutdown()
-	if httpRunning {
-		sctx, cancel := context.WithTimeout(context.Background(), cfg.shutdownTimeout)
-		if err := srv.Shutdown(sctx); err != nil {
-			logger.Warn("http shutdown timed out; closing connections", "err", err)
-			_ = srv.Close()
-		}
-		cancel()
-	}
-	if tcpRunning {
-		tcpCancel()
-		if err := <-tcpDone; err != nil {
-			failure = errors.Join(failure, fmt.Errorf("tcp server: %w", err))
-		}
-	}
-	if seqRunning {
-		seqCancel()
-		if err := <-seqDone; err != nil {
-			failure = errors.Join(failure, fmt.Errorf("sequencer: %w", err))
-		}
-	}
+	_ = g.Run() // the first actor's error is failures' first
+	failure := failures.join()
 	if failure == nil {
 		logger.Info("ingestd stopped cleanly")
 	}
 	return failure
+}
+
+// actorFailures collects, in the order they happen, the errors of the
+// actors of serve's run group: the one that ended the group first, then
+// those returned while shutting down. It is safe for concurrent use.
+type actorFailures struct {
+	mu   sync.Mutex // guards errs
+	errs []error
+}
+
+// add records err (nil: nothing) prefixed with what ("http server"; none
+// when empty) and returns what it recorded.
+func (f *actorFailures) add(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	if what != "" {
+		err = fmt.Errorf("%s: %w", what, err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	f.errs = append(f.errs, err)
+	return err
+}
+
+// join returns every recorded error, joined; nil when none.
+func (f *actorFailures) join() error {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	return errors.Join(f.errs...)
+}
+
+// addUntilDone adds an actor running fn until its context is cancelled;
+// its interrupt cancels the context and returns only once fn has
+// returned, so that the next actor is interrupted after this one finished
+// (TCP commits what it read before the sequencer stops).
+func addUntilDone(g *rungroup.Group, fn func(ctx context.Context) error) {
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan struct{})
+	g.Add(func() error {
+		defer close(done)
+		return fn(ctx)
+	}, func(error) {
+		cancel()
+		<-done
+	})
+}
+
+// addHTTP adds the HTTP server (TLS when tc is set). Its interrupt turns
+// readiness off and shuts the server down, giving in-flight requests
+// timeout before closing their connections; a server that failed on its
+// own is not shut down.
+func addHTTP(g *rungroup.Group, failures *actorFailures, srv *httpapi.Server, ln net.Listener, tc *tls.Config, api *httpapi.API, timeout time.Duration, logger *slog.Logger) {
+	var stopping atomic.Bool
+	done := make(chan struct{})
+	g.Add(func() error {
+		defer close(done)
+		var err error
+		if tc != nil {
+			err = srv.ServeTLS(ln, tc)
+		} else {
+			err = srv.Serve(ln)
+		}
+		if stopping.Load() {
+			return nil
+		}
+		return failures.add("http server", err)
+	}, func(error) {
+		api.BeginShutdown()
+		select {
+		case <-done:
+			return
+		default:
+		}
+		stopping.Store(true)
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		defer cancel()
+		if err := srv.Shutdown(ctx); err != nil {
+			logger.Warn("http shutdown timed out; closing connections", "err", err)
+			_ = srv.Close()
+		}
+	})
+}
+
+// addPprof adds Go's net/http/pprof profiles served on ln, apart from the
+// API. A failure of it is ignored: profiles are not worth stopping for.
+func addPprof(g *rungroup.Group, ln net.Listener) {
+	mux := http.NewServeMux()
+	mux.HandleFunc("/debug/pprof/", pprof.Index)
+	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
+	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
+	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
+	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
+	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
+	addUntilDone(g, func(ctx context.Context) error {
+		stop := context.AfterFunc(ctx, func() { _ = srv.Close() })
+		defer stop()
+		_ = srv.Serve(ln)
+		<-ctx.Done()
+		return nil
+	})
+}
+
+// listeners are the daemon's bound sockets; tcp and pprof are nil when
+// disabled.
+type listeners struct {
+	http, tcp, pprof net.Listener
+}
+
+// listen binds --http-addr, --tcp-addr and --pprof-addr (the last two when
+// set); on an error it closes what it had bound.
+func listen(cfg config) (listeners, error) {
+	var lns listeners
+	var err error
+	if lns.http, err = net.Listen("tcp", cfg.httpAddr); err != nil {
+		return lns, fmt.Errorf("listen on --http-addr: %w", err)
+	}
+	if cfg.ilp.TCPAddr != "" {
+		if lns.tcp, err = net.Listen("tcp", cfg.ilp.TCPAddr); err != nil {
+			lns.close()
+			return lns, fmt.Errorf("listen on --tcp-addr: %w", err)
+		}
+	}
+	if cfg.pprofAddr != "" {
+		if lns.pprof, err = net.Listen("tcp", cfg.pprofAddr); err != nil {
+			lns.close()
+			return lns, fmt.Errorf("listen on --pprof-addr: %w", err)
+		}
+	}
+	return lns, nil
+}
+
+// close closes every bound listener.
+func (l listeners) close() {
+	for _, ln := range []net.Listener{l.http, l.tcp, l.pprof} {
+		if ln != nil {
+			_ = ln.Close()
+		}
+	}
+}
+
+// portsFile is what --ports-file holds: the bound addresses, so that a
+// harness started ingestd on port 0 can find it.
+type portsFile struct {
+	HTTP string `json:"http"`
+	TCP  string `json:"tcp"`
+}
+
+// writePortsFile writes the bound addresses to path atomically (temporary
+// file, fsync, rename): a reader sees the whole file or none.
+func writePortsFile(path, httpAddr, tcpAddr string) error {
+	b, err := json.Marshal(portsFile{HTTP: httpAddr, TCP: tcpAddr})
+	if err != nil {
+		return err
+	}
+	if err := cli.WriteFileAtomic(path, append(b, '\n')); err != nil {
+		return fmt.Errorf("--ports-file: %w", err)
+	}
+	return nil
 }
 
 // wire builds the sequencer over db, the ILP ingest and the HTTP API that
@@ -382,22 +520,4 @@ func setMemoryLimit(limit int64, logger *slog.Logger) {
 	}
 	debug.SetMemoryLimit(limit)
 	logger.Debug("memory limit set", "bytes", limit)
-}
-
-// servePprof serves net/http/pprof on its own listener, apart from the API.
-func servePprof(addr string, logger *slog.Logger) (func(), error) {
-	ln, err := net.Listen("tcp", addr)
-	if err != nil {
-		return nil, fmt.Errorf("listen on --pprof-addr: %w", err)
-	}
-	mux := http.NewServeMux()
-	mux.HandleFunc("/debug/pprof/", pprof.Index)
-	mux.HandleFunc("/debug/pprof/cmdline", pprof.Cmdline)
-	mux.HandleFunc("/debug/pprof/profile", pprof.Profile)
-	mux.HandleFunc("/debug/pprof/symbol", pprof.Symbol)
-	mux.HandleFunc("/debug/pprof/trace", pprof.Trace)
-	srv := &http.Server{Handler: mux, ReadHeaderTimeout: 10 * time.Second}
-	go func() { _ = srv.Serve(ln) }()
-	logger.Info("pprof listening", "pprof_addr", ln.Addr().String())
-	return func() { _ = srv.Close() }, nil
 }

@@ -3,13 +3,19 @@ package main
 import (
 	"bytes"
 	"context"
+	"fmt"
 	"io"
 	"log/slog"
+	"os"
+	"path/filepath"
 	"runtime/debug"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/ingestd/ingestd/cmd/ingestd/cli"
 )
 
 func TestMain(m *testing.M) {
@@ -37,4 +43,28 @@ func TestMemoryLimit(t *testing.T) {
 	var stderr bytes.Buffer
 	require.Equal(t, 2, run(context.Background(), []string{"--memory-limit-bytes", "-1"}, io.Discard, &stderr))
 	require.Contains(t, stderr.String(), "--memory-limit-bytes must not be negative")
+}
+
+// TestPortsFile: --ports-file holds the bound addresses as JSON while the
+// daemon runs and is gone after it stopped; a file that cannot be written
+// stops the start with exit 1.
+func TestPortsFile(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.portsFile = filepath.Join(t.TempDir(), "ports.json")
+	d := startDaemon(t, cfg)
+	b, err := os.ReadFile(cfg.portsFile)
+	require.NoError(t, err)
+	require.JSONEq(t, fmt.Sprintf(`{"http":%q,"tcp":%q}`, strings.TrimPrefix(d.URL, "http://"), d.TCPAddr), string(b))
+	entries, err := os.ReadDir(filepath.Dir(cfg.portsFile))
+	require.NoError(t, err)
+	require.Len(t, entries, 1, "no temporary file is left beside it")
+	d.stop(t)
+	_, err = os.Stat(cfg.portsFile)
+	require.ErrorIs(t, err, os.ErrNotExist, "removed on exit")
+
+	var stderr bytes.Buffer
+	code := run(context.Background(), []string{"--data-dir", t.TempDir(), "--http-addr", "127.0.0.1:0", "--tcp-addr", "",
+		"--ports-file", filepath.Join(t.TempDir(), "missing", "ports.json")}, io.Discard, &stderr)
+	require.Equal(t, cli.ExitFailure, code)
+	require.Contains(t, stderr.String(), "--ports-file")
 }

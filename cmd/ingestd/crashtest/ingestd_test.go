@@ -14,7 +14,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -71,25 +70,28 @@ func removeBinary() {
 // proc is one ingestd child process. Its stderr (the log, text format) and
 // stdout go to a file.
 type proc struct {
-	cmd     *exec.Cmd
-	logPath string
-	done    chan struct{} // closed when the process has exited
-	state   *os.ProcessState
-	URL     string // http://127.0.0.1:port, once started
-	TCPAddr string // "" when TCP is disabled
+	cmd       *exec.Cmd
+	logPath   string
+	portsPath string        // the --ports-file the process writes once its listeners are bound
+	done      chan struct{} // closed when the process has exited
+	state     *os.ProcessState
+	URL       string // http://127.0.0.1:port, once started
+	TCPAddr   string // "" when TCP is disabled
 }
 
-// startedRE matches the log line that names the bound addresses.
-var startedRE = regexp.MustCompile(`msg="ingestd started" http_addr=(\S+) tcp_addr=(\S+)`)
-
-// launch starts `ingestd args…` with its output in logPath and returns at
-// once. The process is killed when the test ends, if it still runs.
+// launch starts `ingestd args… --ports-file LOGPATH.ports` with its output
+// in logPath and returns at once. The process is killed when the test
+// ends, if it still runs.
 func launch(t testing.TB, logPath string, args ...string) *proc {
 	t.Helper()
 	f, err := os.OpenFile(logPath, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, 0o600)
 	require.NoError(t, err)
 	defer func() { _ = f.Close() }() // the child has its own descriptor
-	cmd := exec.Command(ingestdBinary(t), args...)
+	portsPath := logPath + ".ports"
+	if err := os.Remove(portsPath); err != nil && !errors.Is(err, os.ErrNotExist) {
+		require.NoError(t, err)
+	}
+	cmd := exec.Command(ingestdBinary(t), append(append([]string(nil), args...), "--ports-file", portsPath)...)
 	cmd.Stdout, cmd.Stderr = f, f // files: no copying goroutines
 	for _, kv := range os.Environ() {
 		if !strings.HasPrefix(kv, "INGESTD_") {
@@ -97,7 +99,7 @@ func launch(t testing.TB, logPath string, args ...string) *proc {
 		}
 	}
 	require.NoError(t, cmd.Start())
-	p := &proc{cmd: cmd, logPath: logPath, done: make(chan struct{})}
+	p := &proc{cmd: cmd, logPath: logPath, portsPath: portsPath, done: make(chan struct{})}
 	go func() {
 		_ = cmd.Wait()
 		p.state = cmd.ProcessState
@@ -113,20 +115,25 @@ func daemonArgs(dataDir string, extra ...string) []string {
 	return append([]string{"--data-dir", dataDir, "--http-addr", "127.0.0.1:0", "--tcp-addr", "127.0.0.1:0"}, extra...)
 }
 
-// startIngestd launches ingestd and waits until it serves (its "ingestd
-// started" log line), failing the test if it exits first.
+// startIngestd launches ingestd and waits until its listeners are bound
+// (its --ports-file appears), failing the test if it exits first.
 func startIngestd(t testing.TB, logPath string, args ...string) *proc {
 	t.Helper()
 	p := launch(t, logPath, args...)
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		if m := startedRE.FindStringSubmatch(p.log(t)); m != nil {
-			p.URL = "http://" + m[1]
-			if m[2] != `""` {
-				p.TCPAddr = m[2]
+		b, err := os.ReadFile(p.portsPath)
+		if err == nil {
+			var ports struct {
+				HTTP string `json:"http"`
+				TCP  string `json:"tcp"`
 			}
+			require.NoError(t, json.Unmarshal(b, &ports), "--ports-file %s: %s", p.portsPath, b)
+			require.NotEmpty(t, ports.HTTP, "--ports-file %s: %s", p.portsPath, b)
+			p.URL, p.TCPAddr = "http://"+ports.HTTP, ports.TCP
 			return p
 		}
+		require.ErrorIs(t, err, os.ErrNotExist)
 		select {
 		case <-p.done:
 			t.Fatalf("ingestd exited (%s) before it started:\n%s", p.state, p.log(t))
