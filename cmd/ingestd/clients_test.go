@@ -6,7 +6,6 @@ package main
 // wrote is checked through the drain.
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -30,6 +29,7 @@ import (
 
 	"github.com/ingestd/ingestd/httpapi"
 	"github.com/ingestd/ingestd/httpapi/auth"
+	"github.com/ingestd/ingestd/httpapi/client"
 )
 
 // clRow is a drained row: column name to the cell's JSON text (time in
@@ -51,38 +51,22 @@ func clStart(t testing.TB, mod func(*config), tables ...string) *daemon {
 // clCreate creates tables WITH SYNC through d.client().
 func clCreate(t testing.TB, d *daemon, tables ...string) {
 	t.Helper()
+	c := newAPIClient(t, d.URL, d.client())
 	for _, tb := range tables {
-		req, err := http.NewRequest(http.MethodPut, d.URL+"/api/v1/tables/"+url.PathEscape(tb), strings.NewReader(`{"sync": true}`))
-		require.NoError(t, err)
-		resp, err := d.client().Do(req)
-		require.NoError(t, err)
-		_, _ = io.Copy(io.Discard, resp.Body)
-		require.NoError(t, resp.Body.Close())
-		require.Equal(t, http.StatusCreated, resp.StatusCode, "create table %s", tb)
+		c.createSyncTable(t, tb)
 	}
 }
 
-// clDrain returns every row of table's feed, in x_seq order.
+// clDrain returns every row of table's feed, in x_seq order, drained
+// through d.client().
 func clDrain(t testing.TB, d *daemon, table string) []clRow {
 	t.Helper()
+	c := newAPIClient(t, d.URL, d.client())
 	rows := []clRow{}
-	after := "0"
+	req := client.DrainRequest{Table: table, Limit: 1000, TimeFormat: "ns"}
 	for {
-		resp, err := d.client().Get(d.URL + "/drain?time_format=ns&limit=1000&table=" + url.QueryEscape(table) + "&after=" + after)
-		require.NoError(t, err)
-		body, err := io.ReadAll(resp.Body)
-		require.NoError(t, err)
-		require.NoError(t, resp.Body.Close())
-		require.Equal(t, http.StatusOK, resp.StatusCode, "drain %s: %s", table, body)
-		var page struct {
-			Next    json.Number         `json:"next"`
-			More    bool                `json:"more"`
-			Columns []string            `json:"columns"`
-			Rows    [][]json.RawMessage `json:"rows"`
-		}
-		dec := json.NewDecoder(bytes.NewReader(body))
-		dec.UseNumber()
-		require.NoError(t, dec.Decode(&page))
+		page, err := c.api.Drain(context.Background(), req)
+		require.NoError(t, err, "drain %s", table)
 		for _, cells := range page.Rows {
 			r := clRow{}
 			for i, c := range cells {
@@ -95,7 +79,7 @@ func clDrain(t testing.TB, d *daemon, table string) []clRow {
 		if !page.More {
 			return rows
 		}
-		after = page.Next.String()
+		req.After = page.Next
 	}
 }
 
@@ -105,15 +89,8 @@ func clDrain(t testing.TB, d *daemon, table string) []clRow {
 func clWaitRows(t testing.TB, d *daemon, table string, byTime bool, want []clRow) {
 	t.Helper()
 	var got []clRow
-	deadline := time.Now().Add(15 * time.Second)
-	tick := time.NewTicker(5 * time.Millisecond)
-	defer tick.Stop()
-	for got = clDrain(t, d, table); len(got) < len(want); got = clDrain(t, d, table) {
-		if time.Now().After(deadline) {
-			require.Equal(t, want, got, "%s: rows did not arrive within 15s", table)
-		}
-		<-tick.C
-	}
+	pollUntil(t, 15*time.Second, func() bool { got = clDrain(t, d, table); return len(got) >= len(want) },
+		"%s: %d of %d rows arrived", table, len(got), len(want))
 	if byTime {
 		slices.SortStableFunc(got, func(a, b clRow) int { return strings.Compare(a["time"], b["time"]) })
 	}
@@ -594,13 +571,7 @@ func TestTelegraf(t *testing.T) {
 			// Telegraf has exited: once its TCP connection is closed on our
 			// side too, every line it sent is committed, so the rows below
 			// are final (no late duplicate).
-			deadline := time.Now().Add(15 * time.Second)
-			tick := time.NewTicker(5 * time.Millisecond)
-			defer tick.Stop()
-			for clTCPConnections(t, d) != "0" {
-				require.True(t, time.Now().Before(deadline), "the TCP connection did not close within 15s")
-				<-tick.C
-			}
+			pollUntil(t, 15*time.Second, func() bool { return clTCPConnections(t, d) == "0" }, "the TCP connection closes")
 			clWaitRows(t, d, o.prefix+"sensor", true, sensor)
 			clWaitRows(t, d, o.prefix+"notes", true, notes)
 		})

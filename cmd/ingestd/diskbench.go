@@ -3,7 +3,6 @@ package main
 import (
 	"bufio"
 	"bytes"
-	"compress/gzip"
 	"context"
 	"errors"
 	"flag"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/ingestd/ingestd/cmd/ingestd/cli"
+	"github.com/ingestd/ingestd/httpapi/client"
 )
 
 // diskBenchConfig configures `ingestd diskbench`.
@@ -64,8 +64,11 @@ Write+truncate rounds against a running ingestd: is disk space given back?
 }
 
 func (c *diskBenchConfig) run(ctx context.Context, out io.Writer) error {
-	hc := &http.Client{Timeout: time.Minute}
-	if _, err := c.call(ctx, hc, http.MethodPut, "/api/v1/tables/"+c.table, []byte(`{"sync": true}`), "", http.StatusCreated, http.StatusOK); err != nil {
+	api, err := client.New(c.url, client.WithHTTPClient(&http.Client{Timeout: time.Minute}))
+	if err != nil {
+		return fmt.Errorf("--url: %w", err)
+	}
+	if _, _, err := api.CreateTable(ctx, c.table, client.TableOptions{Sync: new(true)}); err != nil {
 		return err
 	}
 	var first int64
@@ -87,21 +90,15 @@ func (c *diskBenchConfig) run(ctx context.Context, out io.Writer) error {
 				}
 				fmt.Fprintf(&raw, " %d\n", ts+int64(row/100)*int64(time.Second))
 			}
-			var body bytes.Buffer
-			zw := gzip.NewWriter(&body)
-			_, _ = zw.Write(raw.Bytes())
-			if err := zw.Close(); err != nil {
-				return err
-			}
-			if _, err := c.call(ctx, hc, http.MethodPost, "/write", body.Bytes(), "gzip", http.StatusNoContent); err != nil {
+			if err := api.Write(ctx, raw.Bytes(), client.WriteOptions{Gzip: true}); err != nil {
 				return err
 			}
 			sent += n
 		}
-		if _, err := c.call(ctx, hc, http.MethodPost, "/api/v1/tables/"+c.table+"/truncate", nil, "", http.StatusOK); err != nil {
+		if _, err := api.Truncate(ctx, c.table); err != nil {
 			return err
 		}
-		size, err := c.settled(ctx, hc)
+		size, err := c.settled(ctx, api)
 		if err != nil {
 			return err
 		}
@@ -115,10 +112,10 @@ func (c *diskBenchConfig) run(ctx context.Context, out io.Writer) error {
 }
 
 // settled polls the size until it has not shrunk for c.settle.
-func (c *diskBenchConfig) settled(ctx context.Context, hc *http.Client) (int64, error) {
+func (c *diskBenchConfig) settled(ctx context.Context, api *client.Client) (int64, error) {
 	low, since := int64(-1), time.Now()
 	for {
-		size, err := c.size(ctx, hc)
+		size, err := c.size(ctx, api)
 		if err != nil {
 			return 0, err
 		}
@@ -137,11 +134,12 @@ func (c *diskBenchConfig) settled(ctx context.Context, hc *http.Client) (int64, 
 }
 
 // size is ingestd_store_size_bytes summed over its parts.
-func (c *diskBenchConfig) size(ctx context.Context, hc *http.Client) (int64, error) {
-	body, err := c.call(ctx, hc, http.MethodGet, "/metrics", nil, "", http.StatusOK)
+func (c *diskBenchConfig) size(ctx context.Context, api *client.Client) (int64, error) {
+	resp, err := api.Do(ctx, http.MethodGet, "/metrics", nil, nil)
 	if err != nil {
 		return 0, err
 	}
+	body := resp.Body
 	var total int64
 	found := false
 	sc := bufio.NewScanner(bytes.NewReader(body))
@@ -162,30 +160,4 @@ func (c *diskBenchConfig) size(ctx context.Context, hc *http.Client) (int64, err
 		return 0, errors.New("/metrics has no ingestd_store_size_bytes")
 	}
 	return total, nil
-}
-
-// call sends one request and requires one of the given statuses.
-func (c *diskBenchConfig) call(ctx context.Context, hc *http.Client, method, path string, body []byte, encoding string, want ...int) ([]byte, error) {
-	req, err := http.NewRequestWithContext(ctx, method, c.url+path, bytes.NewReader(body))
-	if err != nil {
-		return nil, err
-	}
-	if encoding != "" {
-		req.Header.Set("Content-Encoding", encoding)
-	}
-	resp, err := hc.Do(req)
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = resp.Body.Close() }()
-	b, err := io.ReadAll(resp.Body)
-	if err != nil {
-		return nil, err
-	}
-	for _, w := range want {
-		if resp.StatusCode == w {
-			return b, nil
-		}
-	}
-	return nil, fmt.Errorf("%s %s: %d %s", method, path, resp.StatusCode, b)
 }

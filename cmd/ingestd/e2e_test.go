@@ -19,24 +19,64 @@ import (
 	"github.com/klauspost/compress/gzip"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ingestd/ingestd/httpapi/client"
 	"github.com/ingestd/ingestd/store"
 )
 
-// ---- helpers shared by the end-to-end tests (and tsbs_test.go) ----
+// ---- helpers shared by every test of the package ----
 
-// apiClient talks to one daemon over plain HTTP.
+// apiClient talks to one daemon: typed calls through api (package
+// httpapi/client, decoding strictly), raw requests through do, try and
+// get for the tests that look at the wire itself. Both go through hc,
+// whose transport checks every answer's X-Influxdb-* headers.
 type apiClient struct {
 	base string
 	hc   *http.Client
+	api  *client.Client
 }
 
 // newClient returns a client for d whose idle connections are closed when
 // the test ends (before the daemon stops, so goleak sees no reader left).
 func newClient(t testing.TB, d *daemon) *apiClient {
 	t.Helper()
+	return newClientURL(t, d.URL)
+}
+
+// newClientURL is newClient for a daemon at base.
+func newClientURL(t testing.TB, base string) *apiClient {
+	t.Helper()
 	tr := &http.Transport{MaxIdleConnsPerHost: 4, DisableCompression: true}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &apiClient{base: d.URL, hc: &http.Client{Transport: tr, Timeout: 2 * time.Minute}}
+	return newAPIClient(t, base, &http.Client{Transport: tr, Timeout: 2 * time.Minute})
+}
+
+// newAPIClient returns a client for base over a copy of hc whose
+// transport is wrapped with the header check.
+func newAPIClient(t testing.TB, base string, hc *http.Client) *apiClient {
+	t.Helper()
+	own := *hc
+	if own.Transport == nil {
+		own.Transport = http.DefaultTransport
+	}
+	own.Transport = influxHeaders{t: t, rt: own.Transport}
+	api, err := client.New(base, client.WithHTTPClient(&own), client.WithStrictDecoding())
+	require.NoError(t, err)
+	return &apiClient{base: base, hc: &own, api: api}
+}
+
+// influxHeaders checks that every response, of every route and status,
+// carries X-Influxdb-Version and X-Influxdb-Build (SPEC §3.1).
+type influxHeaders struct {
+	t  testing.TB
+	rt http.RoundTripper
+}
+
+func (h influxHeaders) RoundTrip(req *http.Request) (*http.Response, error) {
+	resp, err := h.rt.RoundTrip(req)
+	if err == nil && (resp.Header.Get("X-Influxdb-Version") == "" || resp.Header.Get("X-Influxdb-Build") == "") {
+		h.t.Errorf("%s %s (%d): X-Influxdb-Version or X-Influxdb-Build header missing", req.Method, req.URL.Path, resp.StatusCode)
+	}
+	return resp, err
 }
 
 // response is a fully read HTTP response.
@@ -46,26 +86,36 @@ type response struct {
 	Body   []byte
 }
 
-// do sends one request and reads the whole answer. Every response, of every
-// route and status, must carry X-Influxdb-Version and X-Influxdb-Build
-// (SPEC §3.1), so do checks them on each call.
+func (r response) String() string {
+	return fmt.Sprintf("HTTP %d: %.2000s", r.Status, r.Body)
+}
+
+// do sends one request and reads the whole answer.
 func (c *apiClient) do(t testing.TB, method, path string, hdr http.Header, body io.Reader) response {
 	t.Helper()
+	r, err := c.try(method, path, hdr, body)
+	require.NoError(t, err, "%s %s", method, path)
+	return r
+}
+
+// try is do without assertions, for goroutines.
+func (c *apiClient) try(method, path string, hdr http.Header, body io.Reader) (response, error) {
 	req, err := http.NewRequestWithContext(context.Background(), method, c.base+path, body)
-	require.NoError(t, err)
+	if err != nil {
+		return response{}, err
+	}
 	for k, vs := range hdr {
 		for _, v := range vs {
 			req.Header.Add(k, v)
 		}
 	}
 	resp, err := c.hc.Do(req)
-	require.NoError(t, err, "%s %s", method, path)
+	if err != nil {
+		return response{}, err
+	}
 	defer func() { _ = resp.Body.Close() }()
 	b, err := io.ReadAll(resp.Body)
-	require.NoError(t, err, "%s %s: read body", method, path)
-	require.NotEmpty(t, resp.Header.Get("X-Influxdb-Version"), "%s %s (%d): X-Influxdb-Version header missing", method, path, resp.StatusCode)
-	require.NotEmpty(t, resp.Header.Get("X-Influxdb-Build"), "%s %s (%d): X-Influxdb-Build header missing", method, path, resp.StatusCode)
-	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}
+	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}, err
 }
 
 func (c *apiClient) get(t testing.TB, path string) response {
@@ -73,48 +123,63 @@ func (c *apiClient) get(t testing.TB, path string) response {
 	return c.do(t, http.MethodGet, path, nil, nil)
 }
 
+// getOK GETs path and requires 200.
+func (c *apiClient) getOK(t testing.TB, path string) response {
+	t.Helper()
+	r := c.get(t, path)
+	require.Equal(t, http.StatusOK, r.Status, "GET %s: %s", path, r)
+	return r
+}
+
+// send is do with a string body (none when empty).
+func (c *apiClient) send(t testing.TB, method, path, body string) response {
+	t.Helper()
+	var rd io.Reader
+	if body != "" {
+		rd = strings.NewReader(body)
+	}
+	return c.do(t, method, path, nil, rd)
+}
+
 func (c *apiClient) putJSON(t testing.TB, path, body string) response {
 	t.Helper()
 	return c.do(t, http.MethodPut, path, http.Header{"Content-Type": {"application/json"}}, strings.NewReader(body))
 }
 
+// tablePath is /api/v1/tables/{table} with table escaped as a path segment
+// (as package client escapes it).
+func tablePath(table string) string {
+	return "/api/v1/tables/" + url.PathEscape(table)
+}
+
 // putTable creates table (PUT /api/v1/tables/{t}) and returns the response.
 func (c *apiClient) putTable(t testing.TB, table string, sync bool) response {
 	t.Helper()
-	return c.putJSON(t, "/api/v1/tables/"+table, fmt.Sprintf(`{"sync":%t}`, sync))
+	return c.putJSON(t, tablePath(table), fmt.Sprintf(`{"sync":%t}`, sync))
 }
 
 // createSyncTable creates a new table WITH SYNC and requires 201.
 func (c *apiClient) createSyncTable(t testing.TB, table string) {
 	t.Helper()
-	r := c.putTable(t, table, true)
-	require.Equal(t, http.StatusCreated, r.Status, "PUT /api/v1/tables/%s: %s", table, r.Body)
+	_, created, err := c.api.CreateTable(context.Background(), table, client.TableOptions{Sync: new(true)})
+	require.NoError(t, err, "PUT %s", tablePath(table))
+	require.True(t, created, "PUT %s: the table existed", tablePath(table))
 }
 
 // syncState is the body of GET|PUT /api/v1/tables/{t}/sync.
-type syncState struct {
-	Enabled   bool   `json:"enabled"`
-	Epoch     uint64 `json:"epoch"`
-	Seq       uint64 `json:"seq"`
-	Watermark uint64 `json:"watermark"`
-	Horizon   uint64 `json:"horizon"`
-}
+type syncState = client.SyncStatus
 
 func (c *apiClient) syncStatus(t testing.TB, table string) syncState {
 	t.Helper()
-	r := c.get(t, "/api/v1/tables/"+table+"/sync")
-	require.Equal(t, http.StatusOK, r.Status, "GET /api/v1/tables/%s/sync: %s", table, r.Body)
-	var s syncState
-	decodeStrict(t, r.Body, &s)
+	s, err := c.api.Sync(context.Background(), table)
+	require.NoError(t, err, "GET %s/sync", tablePath(table))
 	return s
 }
 
 func (c *apiClient) setSync(t testing.TB, table string, enabled bool) syncState {
 	t.Helper()
-	r := c.putJSON(t, "/api/v1/tables/"+table+"/sync", fmt.Sprintf(`{"enabled":%t}`, enabled))
-	require.Equal(t, http.StatusOK, r.Status, "PUT /api/v1/tables/%s/sync: %s", table, r.Body)
-	var s syncState
-	decodeStrict(t, r.Body, &s)
+	s, err := c.api.SetSync(context.Background(), table, enabled)
+	require.NoError(t, err, "PUT %s/sync", tablePath(table))
 	return s
 }
 
@@ -157,6 +222,15 @@ func decodeError(t testing.TB, r response, status int) apiError {
 	return e
 }
 
+// requireCode checks that r is a JSON error object with the given status
+// and code and returns it.
+func requireCode(t testing.TB, r response, status int, code string) apiError {
+	t.Helper()
+	e := decodeError(t, r, status)
+	require.Equal(t, code, e.Code, "%s", r)
+	return e
+}
+
 // decodeStrict decodes b into v, failing on unknown fields and trailing data.
 func decodeStrict(t testing.TB, b []byte, v any) {
 	t.Helper()
@@ -167,140 +241,61 @@ func decodeStrict(t testing.TB, b []byte, v any) {
 	require.False(t, dec.More(), "trailing data after JSON value: %s", b)
 }
 
-// drainPage is one JSON drain page (SPEC §6). Rows keep each cell's raw
-// JSON text, so that numbers are compared exactly as the server sent them.
-type drainPage struct {
-	Table     string              `json:"table"`
-	Epoch     uint64              `json:"epoch"`
-	After     uint64              `json:"after"`
-	Next      uint64              `json:"next"`
-	Seq       uint64              `json:"seq"`
-	Watermark uint64              `json:"watermark"`
-	More      bool                `json:"more"`
-	Columns   []string            `json:"columns"`
-	Rows      [][]json.RawMessage `json:"rows"`
-}
-
-// drain GETs /drain with q.
+// drain GETs /drain with q (raw, for refusals and the wire).
 func (c *apiClient) drain(t testing.TB, q url.Values) response {
 	t.Helper()
 	return c.get(t, "/drain?"+q.Encode())
 }
 
-// drainOK GETs /drain with q, requires 200 and returns the page and its raw
+// drainOK asks the client for the page of q (each parameter of /drain as
+// its DrainRequest field), requires a JSON page and returns it and its raw
 // body.
-func (c *apiClient) drainOK(t testing.TB, q url.Values) (drainPage, []byte) {
+func (c *apiClient) drainOK(t testing.TB, q url.Values) (*client.Page, []byte) {
 	t.Helper()
-	r := c.drain(t, q)
-	require.Equal(t, http.StatusOK, r.Status, "GET /drain?%s: %s", q.Encode(), r.Body)
-	require.Equal(t, "application/json", r.Header.Get("Content-Type"))
-	var pg drainPage
-	decodeStrict(t, r.Body, &pg)
-	require.NotNil(t, pg.Rows, "rows is an array, never null: %s", r.Body)
-	require.NotNil(t, pg.Columns, "columns is an array, never null: %s", r.Body)
-	return pg, r.Body
+	pg, err := c.api.Drain(context.Background(), drainRequest(t, q))
+	require.NoError(t, err, "GET /drain?%s", q.Encode())
+	require.Equal(t, "application/json", pg.Header.Get("Content-Type"))
+	return pg, pg.Body
 }
 
-// drainFast is drainOK for long drains: the envelope is decoded as
-// strictly, but the rows are split into cells that alias the body instead
-// of one allocation per cell (TSBS drains 4 million cells under -race).
-func (c *apiClient) drainFast(t testing.TB, q url.Values) (drainPage, []byte) {
+// drainRequest is q as a client.DrainRequest; it fails on a parameter it
+// does not know or cannot read.
+func drainRequest(t testing.TB, q url.Values) client.DrainRequest {
 	t.Helper()
-	r := c.drain(t, q)
-	require.Equal(t, http.StatusOK, r.Status, "GET /drain?%s: %s", q.Encode(), clip(r.Body))
-	require.Equal(t, "application/json", r.Header.Get("Content-Type"))
-	var env struct {
-		drainPage
-		Rows json.RawMessage `json:"rows"`
+	var r client.DrainRequest
+	num := func(k string) uint64 {
+		n, err := strconv.ParseUint(q.Get(k), 10, 64)
+		require.NoError(t, err, "%s=%s", k, q.Get(k))
+		return n
 	}
-	decodeStrict(t, r.Body, &env) // validates the whole body, rows included
-	require.NotNil(t, env.Columns, "columns is an array, never null: %s", clip(r.Body))
-	rows, err := splitRows(env.Rows)
-	require.NoError(t, err, "rows: %s", clip(r.Body))
-	pg := env.drainPage
-	pg.Rows = rows
-	return pg, r.Body
-}
-
-// splitRows splits raw, valid JSON holding an array of arrays of scalars,
-// into its cells (each aliasing raw). It fails on anything else, null
-// included.
-func splitRows(raw []byte) ([][]json.RawMessage, error) {
-	i := 0
-	ws := func() {
-		for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
-			i++
+	for k := range q {
+		switch k {
+		case "table":
+			r.Table = q.Get(k)
+		case "after":
+			r.After = num(k)
+		case "epoch":
+			r.Epoch = num(k)
+			require.NotZero(t, r.Epoch, "the client sends no epoch=0")
+		case "limit":
+			r.Limit = int(num(k))
+		case "columns":
+			r.Columns = strings.Split(q.Get(k), ",")
+		case "time_format":
+			r.TimeFormat = q.Get(k)
+		case "format":
+			r.Format = q.Get(k)
+		case "consumer":
+			r.Consumer = q.Get(k)
+		case "wait":
+			d, err := time.ParseDuration(q.Get(k))
+			require.NoError(t, err)
+			r.Wait = d
+		default:
+			t.Fatalf("drainRequest: unknown parameter %s", k)
 		}
 	}
-	expect := func(c byte) error {
-		ws()
-		if i >= len(raw) || raw[i] != c {
-			return fmt.Errorf("offset %d: want %q", i, c)
-		}
-		i++
-		return nil
-	}
-	if err := expect('['); err != nil {
-		return nil, err
-	}
-	rows := [][]json.RawMessage{}
-	for first := true; ; first = false {
-		ws()
-		if i < len(raw) && raw[i] == ']' {
-			i++
-			break
-		}
-		if !first {
-			if err := expect(','); err != nil {
-				return nil, err
-			}
-		}
-		if err := expect('['); err != nil {
-			return nil, err
-		}
-		row := make([]json.RawMessage, 0, 32)
-		for firstCell := true; ; firstCell = false {
-			ws()
-			if i < len(raw) && raw[i] == ']' {
-				i++
-				break
-			}
-			if !firstCell {
-				if err := expect(','); err != nil {
-					return nil, err
-				}
-				ws()
-			}
-			start := i
-			switch {
-			case i >= len(raw):
-				return nil, fmt.Errorf("offset %d: truncated", i)
-			case raw[i] == '"':
-				for i++; i < len(raw) && raw[i] != '"'; i++ {
-					if raw[i] == '\\' {
-						i++
-					}
-				}
-				i++ // the closing quote
-			case raw[i] == '[' || raw[i] == '{':
-				return nil, fmt.Errorf("offset %d: a cell is not a scalar", i)
-			default:
-				for i < len(raw) && raw[i] != ',' && raw[i] != ']' && raw[i] != ' ' && raw[i] != '\n' {
-					i++
-				}
-			}
-			if i > len(raw) {
-				return nil, fmt.Errorf("offset %d: unterminated string", start)
-			}
-			row = append(row, raw[start:i:i])
-		}
-		rows = append(rows, row)
-	}
-	ws()
-	if i != len(raw) {
-		return nil, fmt.Errorf("offset %d: trailing data", i)
-	}
-	return rows, nil
+	return r
 }
 
 // drainSummary is what drainAll saw.
@@ -330,7 +325,7 @@ func drainAll(t testing.TB, c *apiClient, table string, limit int, extra url.Val
 		for k, v := range extra {
 			q[k] = v
 		}
-		pg, raw := c.drainFast(t, q)
+		pg, raw := c.drainOK(t, q)
 		require.Equal(t, table, pg.Table, "page %d", page)
 		require.Equal(t, after, pg.After, "page %d: after echoes the cursor", page)
 		if page == 0 {
@@ -644,8 +639,8 @@ func TestE2EDrain(t *testing.T) {
 		require.Len(t, pg.Rows, 2)
 		require.True(t, pg.More)
 		require.Equal(t, string(pg.Rows[1][7]), strconv.FormatUint(pg.Next, 10), "a full page's next is its last x_seq")
-		require.Equal(t, []string{`"2026-01-01T00:00:00.000000001Z"`, `"a"`, `1.5`, `9007199254740993`, `18446744073709551615`, `null`, `null`}, cellTexts(pg.Rows[0][:7]))
-		require.Equal(t, []string{`"2026-01-01T00:00:00.000000002Z"`, `"b"`, `-2.25`, `-9223372036854775808`, `null`, `null`, `null`}, cellTexts(pg.Rows[1][:7]))
+		require.Equal(t, []string{`"2026-01-01T00:00:00.000000001Z"`, `"a"`, `1.5`, `9007199254740993`, `18446744073709551615`, `null`, `null`}, client.CellTexts(pg.Rows[0][:7]))
+		require.Equal(t, []string{`"2026-01-01T00:00:00.000000002Z"`, `"b"`, `-2.25`, `-9223372036854775808`, `null`, `null`, `null`}, client.CellTexts(pg.Rows[1][:7]))
 		body := string(r.Body)
 		require.Contains(t, body, ",9007199254740993,", "int64 beyond 2^53 must be exact")
 		require.Contains(t, body, ",18446744073709551615,", "max uint64 must be exact")
@@ -656,7 +651,7 @@ func TestE2EDrain(t *testing.T) {
 		pg, _ := c.drainOK(t, q("after", strconv.FormatUint(page1Next, 10), "limit", "2", "epoch", "1"))
 		require.Equal(t, page1Next, pg.After)
 		require.Len(t, pg.Rows, 1)
-		require.Equal(t, []string{`"2026-01-01T00:00:00.000000003Z"`, `"a"`, `null`, `null`, `null`, `"hi"`, `true`}, cellTexts(pg.Rows[0][:7]))
+		require.Equal(t, []string{`"2026-01-01T00:00:00.000000003Z"`, `"a"`, `null`, `null`, `null`, `"hi"`, `true`}, client.CellTexts(pg.Rows[0][:7]))
 		require.False(t, pg.More)
 		require.Equal(t, uint64(3), pg.Next, "a short page's next is the watermark")
 		require.Equal(t, "3", string(pg.Rows[0][7]))
@@ -671,7 +666,7 @@ func TestE2EDrain(t *testing.T) {
 		require.Equal(t, []string{"v", "host"}, pg.Columns)
 		var got [][]string
 		for _, row := range pg.Rows {
-			got = append(got, cellTexts(row))
+			got = append(got, client.CellTexts(row))
 		}
 		require.Equal(t, [][]string{{`1.5`, `"a"`}, {`-2.25`, `"b"`}, {`null`, `"a"`}}, got)
 	})
@@ -705,14 +700,6 @@ func mapKeys[V any](m map[string]V) []string {
 	out := make([]string, 0, len(m))
 	for k := range m {
 		out = append(out, k)
-	}
-	return out
-}
-
-func cellTexts(row []json.RawMessage) []string {
-	out := make([]string, len(row))
-	for i, c := range row {
-		out[i] = string(c)
 	}
 	return out
 }

@@ -21,9 +21,9 @@ import (
 // answering.
 func TestHostileNamesHTTP(t *testing.T) {
 	d := startDaemon(t, testConfig(t.TempDir()))
-	c := newFeedClient(t, d.URL)
+	c := newClientURL(t, d.URL)
 	c.createSyncTable(t, "t")
-	c.write(t, "t,h=a v=1i 1\nt,h=a v=2i 2")
+	c.mustWrite(t, "t,h=a v=1i 1\nt,h=a v=2i 2")
 	long := strings.Repeat("n", feed.DefaultMaxNameBytes+1)
 	cases := []struct {
 		name, method, path, body string
@@ -54,18 +54,18 @@ func TestHostileNamesHTTP(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			r := c.do(t, tc.method, tc.path, tc.body)
-			e := requireFeedError(t, r, tc.status, tc.code)
+			r := c.send(t, tc.method, tc.path, tc.body)
+			e := requireCode(t, r, tc.status, tc.code)
 			require.Contains(t, e.Message, tc.contains)
-			require.Less(t, len(r.body), 2*httpapi.MaxErrorMessageBytes+256, "the error body echoes a bounded part of the input: %.300s", r)
+			require.Less(t, len(r.Body), 2*httpapi.MaxErrorMessageBytes+256, "the error body echoes a bounded part of the input: %.300s", r)
 		})
 	}
 	var tl struct {
 		Tables []json.RawMessage `json:"tables"`
 	}
-	require.NoError(t, json.Unmarshal(c.getOK(t, "/api/v1/tables").body, &tl))
+	require.NoError(t, json.Unmarshal(c.getOK(t, "/api/v1/tables").Body, &tl))
 	require.Len(t, tl.Tables, 1, "nothing was created")
-	require.Equal(t, 3, int(c.sync(t, "t").Seq), "the good line next to the bad one is stored")
+	require.Equal(t, 3, int(c.syncStatus(t, "t").Seq), "the good line next to the bad one is stored")
 	require.Empty(t, c.listConsumers(t, "t"))
 
 	// TCP: the bad line is dropped and counted, its neighbours stored.
@@ -76,7 +76,7 @@ func TestHostileNamesHTTP(t *testing.T) {
 	require.NoError(t, err)
 	require.NoError(t, w.Flush())
 	require.NoError(t, conn.Close())
-	pollUntil(t, 10*time.Second, func() bool { return c.sync(t, "t").Seq == 5 }, "the two good TCP lines are stored")
+	pollUntil(t, 10*time.Second, func() bool { return c.syncStatus(t, "t").Seq == 5 }, "the two good TCP lines are stored")
 	fams := scrapeMetrics(t, d)
 	for reason, want := range map[string]float64{"invalid_name": 1, "key_too_long": 1} {
 		v, ok := sampleValue(fams, "ingestd_ilp_rejected_lines_total", map[string]string{"transport": "tcp", "reason": reason})

@@ -103,15 +103,12 @@ func TestMetricsAfterKnownActions(t *testing.T) {
 		require.NoError(t, resp.Body.Close())
 	}
 
-	deadline := time.Now().Add(10 * time.Second)
 	var fams map[string]*dto.MetricFamily
-	for {
+	pollUntil(t, 10*time.Second, func() bool {
 		fams = scrapeMetrics(t, d)
 		v, _ := sampleValue(fams, "ingestd_ilp_lines_total", map[string]string{"transport": "tcp"})
-		if v == 2 || time.Now().After(deadline) {
-			break
-		}
-	}
+		return v == 2
+	}, "the TCP lines are counted")
 	checks := []struct {
 		name   string
 		labels map[string]string

@@ -181,7 +181,7 @@ var mirrorLPString = strings.NewReplacer(`\`, `\\`, `"`, `\"`).Replace
 // order, late points (earlier times, new or not) and overwrites of points
 // it wrote before with new values for some of the fields.
 type mirrorWriter struct {
-	c       *feedClient
+	c       *apiClient
 	lpTable string // the measurement, escaped
 	id      int
 	rng     *rand.Rand
@@ -229,11 +229,11 @@ func (w *mirrorWriter) run(batches, size int) error {
 		for i := range lines {
 			lines[i] = w.line()
 		}
-		r, err := w.c.try(http.MethodPost, "/write?db=x", strings.Join(lines, "\n"))
+		r, err := w.c.try(http.MethodPost, "/write?db=x", nil, strings.NewReader(strings.Join(lines, "\n")))
 		if err != nil {
 			return err
 		}
-		if r.status != http.StatusNoContent {
+		if r.Status != http.StatusNoContent {
 			return fmt.Errorf("writer %d: %s", w.id, r)
 		}
 		w.written.Add(int64(size))
@@ -254,9 +254,9 @@ func TestMirrorEndToEnd(t *testing.T) {
 	}
 	bin := mirrorBuildBinary(t)
 	dir := t.TempDir()
-	a := newFeedClient(t, startDaemon(t, testConfig(filepath.Join(dir, "a"))).URL)
+	a := newClientURL(t, startDaemon(t, testConfig(filepath.Join(dir, "a"))).URL)
 	bURL := startDaemon(t, testConfig(filepath.Join(dir, "b"))).URL
-	b := newFeedClient(t, bURL)
+	b := newClientURL(t, bURL)
 	const table, lpTable = "mirror,e2e", `mirror\,e2e`
 	seed := uint64(time.Now().UnixNano())
 	t.Logf("seed %d", seed)
@@ -270,7 +270,7 @@ func TestMirrorEndToEnd(t *testing.T) {
 		writers[i] = &mirrorWriter{c: a, lpTable: lpTable, id: i, rng: rand.New(rand.NewPCG(seed, uint64(i+1))), written: &written}
 	}
 	require.NoError(t, writers[0].run(5, 40))
-	require.Equal(t, http.StatusOK, a.do(t, http.MethodPut, feedTablePath(table)+"/sync", `{"enabled": true}`).status)
+	require.Equal(t, http.StatusOK, a.send(t, http.MethodPut, tablePath(table)+"/sync", `{"enabled": true}`).Status)
 	require.NoError(t, writers[1].run(5, 20))
 
 	const batches, size = 120, 8
@@ -317,13 +317,13 @@ func TestMirrorEndToEnd(t *testing.T) {
 	atLeast := func(frac float64, what string) {
 		t.Helper()
 		n := int64(frac * float64(total))
-		feedEventually(t, 2*time.Minute, func() bool { return written.Load() >= n }, fmt.Sprintf("%d lines written before %s", n, what))
+		pollUntil(t, 2*time.Minute, func() bool { return written.Load() >= n }, "%s", fmt.Sprintf("%d lines written before %s", n, what))
 	}
 
 	// Run 1: bootstraps, follows; SIGKILLed at a random-ish moment once it
 	// has written its cursor.
 	m1 := startMirrorProc(t, bin, logs[0], args()...)
-	feedEventually(t, time.Minute, func() bool { _, ok := readMirrorCursor(t, cursorFile); return ok }, "run 1 bootstrapped")
+	pollUntil(t, time.Minute, func() bool { _, ok := readMirrorCursor(t, cursorFile); return ok }, "%s", "run 1 bootstrapped")
 	atLeast(0.15+0.15*rng.Float64(), "the first kill")
 	m1.kill(t)
 	c1, ok := readMirrorCursor(t, cursorFile)
@@ -335,10 +335,10 @@ func TestMirrorEndToEnd(t *testing.T) {
 	// copies A or just after.
 	m2 := startMirrorProc(t, bin, logs[1], args()...)
 	atLeast(0.4+0.2*rng.Float64(), "the truncate")
-	epochB := b.sync(t, table).Epoch
-	r := a.do(t, http.MethodPost, feedTablePath(table)+"/truncate", "")
-	require.Equal(t, http.StatusOK, r.status, "%s", r)
-	feedEventually(t, time.Minute, func() bool { return b.sync(t, table).Epoch > epochB }, "run 2 truncates B to resync")
+	epochB := b.syncStatus(t, table).Epoch
+	r := a.send(t, http.MethodPost, tablePath(table)+"/truncate", "")
+	require.Equal(t, http.StatusOK, r.Status, "%s", r)
+	pollUntil(t, time.Minute, func() bool { return b.syncStatus(t, table).Epoch > epochB }, "%s", "run 2 truncates B to resync")
 	m2.kill(t)
 	log2, err := os.ReadFile(logs[1])
 	require.NoError(t, err)
@@ -357,13 +357,13 @@ func TestMirrorEndToEnd(t *testing.T) {
 	}
 	require.Equal(t, total, written.Load())
 
-	final := a.sync(t, table)
+	final := a.syncStatus(t, table)
 	require.Equal(t, uint64(2), final.Epoch, "sync ON, then one truncate")
 	require.Equal(t, final.Seq, final.Watermark)
-	feedEventually(t, 2*time.Minute, func() bool {
+	pollUntil(t, 2*time.Minute, func() bool {
 		c, ok := readMirrorCursor(t, cursorFile)
 		return ok && c.Epoch == final.Epoch && c.Next == final.Watermark
-	}, fmt.Sprintf("the mirror's cursor reaches epoch %d, watermark %d", final.Epoch, final.Watermark))
+	}, "%s", fmt.Sprintf("the mirror's cursor reaches epoch %d, watermark %d", final.Epoch, final.Watermark))
 
 	// B holds exactly A's rows.
 	rowsA, rowsB := feedRowsByPoint(t, a, table), feedRowsByPoint(t, b, table)
@@ -378,16 +378,16 @@ func TestMirrorEndToEnd(t *testing.T) {
 	// Progress is visible: A lists the mirror as a consumer at the
 	// watermark, its metrics report the position and no lag, and its logs
 	// tell the resync loudly.
-	feedEventually(t, time.Minute, func() bool {
+	pollUntil(t, time.Minute, func() bool {
 		cs := a.listConsumers(t, table)
 		return len(cs) == 1 && cs[0] == feedConsumer{Name: "mirror-" + table, Epoch: final.Epoch, Position: final.Watermark}
-	}, "A lists the mirror's consumer at the watermark")
+	}, "%s", "A lists the mirror's consumer at the watermark")
 	var samples map[string]float64
-	feedEventually(t, time.Minute, func() bool {
+	pollUntil(t, time.Minute, func() bool {
 		var err error
 		samples, err = mirrorScrape(mc, "http://"+metricsAddr)
 		return err == nil && samples["ingestd_mirror_position"] == float64(final.Watermark)
-	}, "the mirror's position metric reaches the watermark")
+	}, "%s", "the mirror's position metric reaches the watermark")
 	require.InDelta(t, 0, samples["ingestd_mirror_lag_fragments"], 0)
 	require.Positive(t, samples["ingestd_mirror_rows_total"])
 	require.Positive(t, samples["ingestd_mirror_last_commit_timestamp_seconds"])
@@ -434,13 +434,13 @@ func (s *mirrorLogBuffer) String() string {
 // acknowledged).
 func TestMirrorTargetErrors(t *testing.T) {
 	t.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections) // the mirror's client
-	a := newFeedClient(t, startDaemon(t, testConfig(t.TempDir())).URL)
+	a := newClientURL(t, startDaemon(t, testConfig(t.TempDir())).URL)
 	a.createSyncTable(t, "m")
 	var lines []string
 	for i := range 10 {
 		lines = append(lines, fmt.Sprintf("m,host=h%d v=%di %d", i%2, i, 1000+i))
 	}
-	a.write(t, strings.Join(lines, "\n"))
+	a.mustWrite(t, strings.Join(lines, "\n"))
 
 	var (
 		mu    sync.Mutex
@@ -518,7 +518,7 @@ func TestMirrorTargetErrors(t *testing.T) {
 		return mirrorGathered(t, reg, name, labels)
 	}
 
-	feedEventually(t, time.Minute, cursorAt(10), "the copy is acknowledged")
+	pollUntil(t, time.Minute, cursorAt(10), "%s", "the copy is acknowledged")
 	got := sent()
 	require.Len(t, got, 3, "page 1 once (400, not retried), page 2 twice (503, then 204)")
 	require.Equal(t, got[1], got[2], "the retry resends the same page")
@@ -535,7 +535,7 @@ func TestMirrorTargetErrors(t *testing.T) {
 
 	// It goes on following the feed, and moves the cursor only once the
 	// target has acknowledged the page.
-	a.write(t, "m,host=h9 v=99i 2000\nm,host=h9 v=98i 2001\nm,host=h0 v=7i 1000")
+	a.mustWrite(t, "m,host=h9 v=99i 2000\nm,host=h9 v=98i 2001\nm,host=h0 v=7i 1000")
 	select {
 	case <-arrived:
 	case <-time.After(time.Minute):
@@ -545,7 +545,7 @@ func TestMirrorTargetErrors(t *testing.T) {
 	require.True(t, ok)
 	require.Equal(t, mirror.Cursor{Source: a.base, Table: "m", Epoch: 1, Next: 10}, c, "not moved while the target has not answered")
 	releaseAll()
-	feedEventually(t, time.Minute, cursorAt(13), "the new lines are acknowledged")
+	pollUntil(t, time.Minute, cursorAt(13), "%s", "the new lines are acknowledged")
 	got = sent()
 	require.Len(t, got, 4)
 	require.Equal(t, "m,host=h9 v=99i 2000\nm,host=h9 v=98i 2001\nm,host=h0 v=7i 1000\n", got[3], "the overwrite comes as the coalesced row")
@@ -561,12 +561,12 @@ func TestMirrorTargetDownAtStart(t *testing.T) {
 	cfgB := testConfig(t.TempDir())
 	cfgB.httpAddr = mirrorFreeAddr(t)
 	bd := startDaemon(t, cfgB)
-	newFeedClient(t, bd.URL).write(t, "m,host=stale v=1i 1")
+	newClientURL(t, bd.URL).mustWrite(t, "m,host=stale v=1i 1")
 	bd.stop(t)
 
-	a := newFeedClient(t, startDaemon(t, testConfig(t.TempDir())).URL)
+	a := newClientURL(t, startDaemon(t, testConfig(t.TempDir())).URL)
 	a.createSyncTable(t, "m")
-	a.write(t, "m,host=h1 v=1i 1\nm,host=h2 v=2i 2")
+	a.mustWrite(t, "m,host=h1 v=1i 1\nm,host=h2 v=2i 2")
 
 	cursorFile := filepath.Join(t.TempDir(), "m.cursor")
 	cfg := mirror.Config{
@@ -592,11 +592,11 @@ func TestMirrorTargetDownAtStart(t *testing.T) {
 			t.Logf("mirror log:\n%s", logs.String())
 		}
 	})
-	feedEventually(t, time.Minute, func() bool {
+	pollUntil(t, time.Minute, func() bool {
 		return strings.Contains(logs.String(), `msg="request failed; retrying" side=target`)
-	}, "the mirror retries the target")
+	}, "%s", "the mirror retries the target")
 
-	b := newFeedClient(t, startDaemon(t, cfgB).URL)
-	feedEventually(t, time.Minute, func() bool { c, ok := readMirrorCursor(t, cursorFile); return ok && c.Next == 2 }, "the copy is acknowledged")
+	b := newClientURL(t, startDaemon(t, cfgB).URL)
+	pollUntil(t, time.Minute, func() bool { c, ok := readMirrorCursor(t, cursorFile); return ok && c.Next == 2 }, "%s", "the copy is acknowledged")
 	require.Equal(t, feedRowsByPoint(t, a, "m"), feedRowsByPoint(t, b, "m"), "the target was truncated before the copy")
 }

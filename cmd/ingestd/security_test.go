@@ -585,7 +585,7 @@ func (p *testPKI) tlsClient(t testing.TB, base, tok string, cert *tls.Certificat
 	cfg := clientTLS(pool, cert)
 	tr := &http.Transport{TLSClientConfig: cfg, DisableKeepAlives: true}
 	t.Cleanup(tr.CloseIdleConnections)
-	return &apiClient{base: base, hc: &http.Client{Transport: tokenTransport{tok: tok, rt: tr}, Timeout: time.Minute}}
+	return newAPIClient(t, base, &http.Client{Transport: tokenTransport{tok: tok, rt: tr}, Timeout: time.Minute})
 }
 
 // TestTLS: HTTP and TCP over TLS with certificates made here, with and
@@ -737,12 +737,12 @@ func TestMirrorWithTokens(t *testing.T) {
 	t.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections) // the mirror's client
 	src, _, stok := authDaemon(t, map[string][]string{"ops": {"admin", "write", "drain"}, "mirror": {"drain:m"}}, nil)
 	dst, _, dtok := authDaemon(t, map[string][]string{"ops": {"admin", "drain"}, "mirror": {"write:m", "admin:m"}}, nil)
-	a := newFeedClient(t, src.URL)
+	a := newClientURL(t, src.URL)
 	a.hc.Transport = tokenTransport{tok: stok["ops"], rt: a.hc.Transport}
-	b := newFeedClient(t, dst.URL)
+	b := newClientURL(t, dst.URL)
 	b.hc.Transport = tokenTransport{tok: dtok["ops"], rt: b.hc.Transport}
 	a.createSyncTable(t, "m")
-	a.write(t, "m,host=h1 v=1i 1\nm,host=h2 v=2i 2")
+	a.mustWrite(t, "m,host=h1 v=1i 1\nm,host=h2 v=2i 2")
 	b.createSyncTable(t, "m")
 	tokenClient(t, dst, dtok["mirror"]).mustWrite(t, "m,host=stale v=9i 9\n")
 
@@ -764,7 +764,7 @@ func TestMirrorWithTokens(t *testing.T) {
 		require.NotContains(t, logs.String(), stok["mirror"])
 		require.NotContains(t, logs.String(), dtok["mirror"])
 	}()
-	feedEventually(t, time.Minute, func() bool { c, ok := readMirrorCursor(t, cursorFile); return ok && c.Next == 2 }, "the copy is acknowledged")
+	pollUntil(t, time.Minute, func() bool { c, ok := readMirrorCursor(t, cursorFile); return ok && c.Next == 2 }, "the copy is acknowledged")
 	require.Equal(t, feedRowsByPoint(t, a, "m"), feedRowsByPoint(t, b, "m"), "the target was truncated (admin token) before the copy")
 }
 

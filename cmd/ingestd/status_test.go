@@ -89,16 +89,12 @@ func startStatusDaemon(t *testing.T) *daemon {
 		}
 	}()
 	t.Cleanup(func() { close(stop); <-stopped })
-	deadline := time.Now().Add(20 * time.Second)
-	for {
+	pollUntil(t, 20*time.Second, func() bool {
 		doc := parseHTML(t, getBody(t, d.URL+"/"))
 		rate := cell(doc, "tr", "data-table", "cpu", "rate")
-		if rate != "" && rate != "0.0" && !strings.Contains(text(find(doc, "dd", "id", "commit-latency")), "no commits") {
-			return d
-		}
-		require.True(t, time.Now().Before(deadline), "the status page shows no rate within 20s")
-		time.Sleep(50 * time.Millisecond)
-	}
+		return rate != "" && rate != "0.0" && !strings.Contains(text(find(doc, "dd", "id", "commit-latency")), "no commits")
+	}, "the status page shows a rate")
+	return d
 }
 
 // checkStatusDOM checks the page's content, whichever client rendered it.

@@ -318,3 +318,26 @@ func TestDrainPageShapes(t *testing.T) {
 		})
 	}
 }
+
+// TestDrainRowsLikeEncodingJSON splits rows of every spacing and scalar
+// kind exactly as encoding/json reads them (ported from the crash
+// harness's TestJSONRows, whose splitter the client replaced).
+func TestDrainRowsLikeEncodingJSON(t *testing.T) {
+	for _, rows := range []string{
+		`[]`,
+		`[[]]`,
+		`[[1,"a",null],[2, "b,]\"[" ,true],[-3.5e2,""]]`,
+		` [ [ 1 ] , [ null , "x" ] ] `,
+	} {
+		var want [][]json.RawMessage
+		require.NoError(t, json.Unmarshal([]byte(rows), &want), rows)
+		page := `{"table":"t","epoch":1,"after":0,"next":0,"seq":0,"watermark":0,"more":false,"columns":[],"rows":` + rows + "}\n"
+		srv, _ := stub(t, http.StatusOK, nil, page)
+		pg, err := newClient(t, srv.URL).Drain(context.Background(), client.DrainRequest{Table: "t", Limit: 10})
+		require.NoError(t, err, rows) // a page not laid out as the server writes it is decoded whole first
+		require.Len(t, pg.Rows, len(want), rows)
+		for i := range want {
+			require.Equal(t, client.CellTexts(want[i]), client.CellTexts(pg.Rows[i]), rows)
+		}
+	}
+}

@@ -111,6 +111,9 @@ type Page struct {
 	Body []byte
 	// Format is the page's format (FormatJSON, FormatNDJSON, FormatLP).
 	Format string
+	// Header holds the answer's headers (Content-Type, the Ingestd-*
+	// envelope of ndjson and lp pages, X-Influxdb-Version).
+	Header http.Header
 
 	buf   bytes.Buffer
 	cells []json.RawMessage
@@ -146,7 +149,7 @@ func (c *Client) DrainInto(ctx context.Context, r DrainRequest, pg *Page) error 
 	if err != nil {
 		return err
 	}
-	pg.Body, pg.Rows, pg.Format = pg.buf.Bytes(), pg.Rows[:0], r.Format
+	pg.Body, pg.Rows, pg.Format, pg.Header = pg.buf.Bytes(), pg.Rows[:0], r.Format, resp.Header
 	if pg.Format == "" {
 		pg.Format = FormatJSON
 	}

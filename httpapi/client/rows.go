@@ -46,6 +46,9 @@ type RowsPage struct {
 	Body []byte
 	// Format is the page's format (FormatJSON or FormatLP).
 	Format string
+	// Header holds the answer's headers (Content-Type, the Ingestd-*
+	// envelope of lp pages).
+	Header http.Header
 }
 
 // Rows asks for one page of the copy by time range. Refusals: ErrTableNotFound,
@@ -64,7 +67,7 @@ func (c *Client) Rows(ctx context.Context, r RowsRequest) (*RowsPage, error) {
 	if err != nil {
 		return nil, err
 	}
-	pg := &RowsPage{Table: r.Table, Body: resp.Body, Format: r.Format}
+	pg := &RowsPage{Table: r.Table, Body: resp.Body, Format: r.Format, Header: resp.Header}
 	if pg.Format == "" {
 		pg.Format = FormatJSON
 	}

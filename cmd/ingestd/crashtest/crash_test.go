@@ -11,7 +11,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"net/url"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -22,6 +21,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/httpapi/client"
 )
 
 var (
@@ -186,7 +187,7 @@ func newRowPlan(cols []string) (rowPlan, error) {
 // decodeRow reads a drained or copied row: its key, writer fields and
 // x_seq (0 when not selected). Cells are parsed by hand: the test reads
 // millions of them under -race.
-func (plan rowPlan) decodeRow(table int, row [][]byte) (keyID, rowVals, uint64, error) {
+func (plan rowPlan) decodeRow(table int, row []json.RawMessage) (keyID, rowVals, uint64, error) {
 	var (
 		vals    rowVals
 		strs    [len(crashWriters)][]byte
@@ -338,29 +339,31 @@ var drainLimits = []int{1, 3, 50, 500, 5000}
 
 // pull drains one page of table ti and applies it. It returns the page
 // (nil when the table does not exist yet) or the transport error.
-func (c *consumer) pull(ctx context.Context, base string, ti int, wait bool) (*drainPage, error) {
+func (c *consumer) pull(ctx context.Context, base string, ti int, wait bool) (*client.Page, error) {
 	return c.pullLimit(ctx, base, ti, wait, drainLimits[c.rng.IntN(len(drainLimits))])
 }
 
-func (c *consumer) pullLimit(ctx context.Context, base string, ti int, wait bool, limit int) (*drainPage, error) {
-	extra := url.Values{"consumer": {"crashtest"}}
+func (c *consumer) pullLimit(ctx context.Context, base string, ti int, wait bool, limit int) (*client.Page, error) {
+	req := client.DrainRequest{Table: crashTables[ti], Epoch: 1, After: c.cursor[ti], Limit: limit, TimeFormat: "ns", Consumer: "crashtest"}
 	if wait {
-		extra.Set("wait", "100ms")
+		req.Wait = 100 * time.Millisecond
 	}
-	after := c.cursor[ti]
-	r, err := do(ctx, c.hc, http.MethodGet, drainURL(base, crashTables[ti], 1, after, limit, extra), nil, nil)
+	after := req.After
+	api, err := client.New(base, client.WithHTTPClient(c.hc))
 	if err != nil {
 		return nil, err
 	}
-	if r.Status == http.StatusNotFound && ti == 2 && c.maxSeq[ti] == 0 {
+	var pg client.Page
+	err = api.DrainInto(ctx, req, &pg)
+	if errors.Is(err, client.ErrTableNotFound) && ti == 2 && c.maxSeq[ti] == 0 {
 		return nil, nil // crash_c is created by its first write
 	}
-	if r.Status != http.StatusOK {
-		return nil, fmt.Errorf("drain %s after %d: %d %s", crashTables[ti], after, r.Status, r.Body)
+	var refusal *client.Error
+	if errors.As(err, &refusal) {
+		return nil, fmt.Errorf("drain %s after %d: %w", crashTables[ti], after, err)
 	}
-	var pg drainPage
-	if err := json.Unmarshal(r.Body, &pg); err != nil {
-		return nil, fmt.Errorf("drain %s after %d: %w: %s", crashTables[ti], after, err, clip(r.Body))
+	if err != nil {
+		return nil, err // the transport (isConnErr) or a malformed page
 	}
 	if pg.Epoch != 1 {
 		return nil, fmt.Errorf("drain %s: epoch %d, want 1", crashTables[ti], pg.Epoch)
@@ -373,7 +376,7 @@ func (c *consumer) pullLimit(ctx context.Context, base string, ti int, wait bool
 
 // apply checks a page and applies its rows as upserts, then stores next
 // (one time in ten it "crashes" before storing it, and re-reads the page).
-func (c *consumer) apply(ti int, after uint64, limit int, pg *drainPage) error {
+func (c *consumer) apply(ti int, after uint64, limit int, pg *client.Page) error {
 	type decoded struct {
 		k    keyID
 		vals rowVals
@@ -392,7 +395,7 @@ func (c *consumer) apply(ti int, after uint64, limit int, pg *drainPage) error {
 		}
 		rows[i], seqs[i] = decoded{k, vals, seq}, seq
 	}
-	if err := pg.check(after, limit, seqs); err != nil {
+	if err := checkPage(pg, after, limit, seqs); err != nil {
 		return err
 	}
 	c.maxSeq[ti] = max(c.maxSeq[ti], pg.Seq)
@@ -843,7 +846,7 @@ func (r *crashRun) verify(n int, sessions []tcpSession) {
 			}
 		}
 		st := getSync(t, r.hc, base, tb)
-		require.Equal(t, syncStatus{Enabled: true, Epoch: 1, Seq: st.Seq, Watermark: st.Seq}, st, "cycle %d: %s after the restart", n, tb)
+		require.Equal(t, client.SyncStatus{Enabled: true, Epoch: 1, Seq: st.Seq, Watermark: st.Seq, Horizon: st.Horizon}, st, "cycle %d: %s after the restart", n, tb)
 		require.GreaterOrEqual(t, st.Seq, c.maxSeq[ti], "cycle %d: %s: SHOW SYNC's seq after the restart is below a seq seen before", n, tb)
 		require.GreaterOrEqual(t, st.Watermark, c.maxWatermark[ti], "cycle %d: %s: watermark after the restart below one seen before", n, tb)
 		r.burned += st.Seq - c.maxSeq[ti]
@@ -934,12 +937,11 @@ func (r *crashRun) verify(n int, sessions []tcpSession) {
 func (r *crashRun) drainRange(ti int, from, to uint64, visit func(seqKey)) {
 	t := r.t
 	after := from
+	api := apiClient(t, r.hc, r.p.URL)
 	for after < to {
 		limit := 5000
-		rr := mustDo(t, r.hc, http.MethodGet, drainURL(r.p.URL, crashTables[ti], 1, after, limit, nil), nil)
-		require.Equal(t, http.StatusOK, rr.Status, "%s", rr.Body)
-		var pg drainPage
-		require.NoError(t, json.Unmarshal(rr.Body, &pg))
+		pg, err := api.Drain(context.Background(), client.DrainRequest{Table: crashTables[ti], Epoch: 1, After: after, Limit: limit, TimeFormat: "ns"})
+		require.NoError(t, err)
 		seqs := make([]uint64, len(pg.Rows))
 		plan, err := newRowPlan(pg.Columns)
 		require.NoError(t, err)
@@ -951,7 +953,7 @@ func (r *crashRun) drainRange(ti int, from, to uint64, visit func(seqKey)) {
 				visit(seqKey{seq, k})
 			}
 		}
-		require.NoError(t, pg.check(after, limit, seqs))
+		require.NoError(t, checkPage(pg, after, limit, seqs))
 		require.Greater(t, pg.Next, after, "the drain makes progress")
 		after = pg.Next
 	}
@@ -966,7 +968,7 @@ func (r *crashRun) sourceRows() []rowVals {
 		if ti == 2 && r.c.maxSeq[ti] == 0 {
 			continue
 		}
-		copyRows(t, r.hc, r.p.URL, tb, func(cols []string, rows jsonRows) {
+		copyRows(t, r.hc, r.p.URL, tb, func(cols []string, rows [][]json.RawMessage) {
 			plan, err := newRowPlan(cols)
 			require.NoError(t, err)
 			for _, row := range rows {

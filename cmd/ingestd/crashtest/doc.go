@@ -17,8 +17,10 @@
 //     flow control, nothing acknowledged lost, memory within the README's
 //     bound.
 //
-// The package holds tests only; it imports nothing of the module, so it
-// checks the binary's contract and nothing else. The storage and memory
+// The package holds tests only; of the module they import only the HTTP
+// client (httpapi/client, which imports nothing of the daemon), so they
+// check the binary's contract and nothing else. Each daemon is started
+// with --ports-file and found through it. The storage and memory
 // tests need Linux (/proc, and mount(2) for a small tmpfs: as root; they
 // skip, saying why, when mounting is not allowed).
 package crashtest

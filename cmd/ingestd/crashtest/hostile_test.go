@@ -19,6 +19,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/httpapi/client"
 )
 
 // The hostile-client suite (issue 11): one test per finding, each against
@@ -403,10 +405,8 @@ func TestHostileDrainColumns(t *testing.T) {
 	r = mustDo(t, h.hc, http.MethodGet, drainURL(h.p.URL, "t", 1, 0, 1000, url.Values{"columns": {"time,v,v"}}), nil)
 	requireRefused(t, r, http.StatusBadRequest, "invalid_parameter")
 
-	r = mustDo(t, h.hc, http.MethodGet, drainURL(h.p.URL, "t", 1, 0, 1000, url.Values{"columns": {"time,v"}}), nil)
-	require.Equal(t, http.StatusOK, r.Status, "%.300s", r.Body)
-	var pg drainPage
-	require.NoError(t, json.Unmarshal(r.Body, &pg))
+	pg, err := apiClient(t, h.hc, h.p.URL).Drain(t.Context(), client.DrainRequest{Table: "t", Epoch: 1, Limit: 1000, TimeFormat: "ns", Columns: []string{"time", "v"}})
+	require.NoError(t, err)
 	require.Len(t, pg.Rows, 1000)
 	require.Equal(t, []string{"time", "v"}, pg.Columns)
 	stop()
@@ -622,7 +622,7 @@ func TestHostileIdleTCPConns(t *testing.T) {
 			return false
 		}
 		n := 0
-		copyRows(t, h.hc, h.p.URL, "late", func(_ []string, rows jsonRows) { n += len(rows) })
+		copyRows(t, h.hc, h.p.URL, "late", func(_ []string, rows [][]json.RawMessage) { n += len(rows) })
 		return n == writers
 	}, "every late writer's line stored")
 	v, ok := metric(t, h.hc, h.p.URL, `ingestd_ilp_tcp_connections_closed_total{reason="evicted"}`)
@@ -694,10 +694,10 @@ func TestHostileRowsOverwrittenOnce(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, mustDo(t, h.hc, http.MethodPost, h.p.URL+"/write", []byte("o,k=a v=4 10\n")).Status)
 	require.False(t, getSync(t, h.hc, h.p.URL, "o").Enabled)
 	var got []string
-	copyRows(t, h.hc, h.p.URL, "o", func(cols []string, rows jsonRows) {
+	copyRows(t, h.hc, h.p.URL, "o", func(cols []string, rows [][]json.RawMessage) {
 		require.Equal(t, []string{"time", "k", "v", "s", "w"}, cols)
 		for _, r := range rows {
-			got = append(got, string(bytes.Join(r, []byte(","))))
+			got = append(got, strings.Join(client.CellTexts(r), ","))
 		}
 	})
 	require.Equal(t, []string{`10,"a",4,"first",3`, `20,"b",6,null,null`}, got)
@@ -713,7 +713,7 @@ func TestHostileLongString(t *testing.T) {
 	r := mustDo(t, h.hc, http.MethodPost, h.p.URL+"/write", []byte(`ls v="`+long+`" 1`+"\n"))
 	require.Equal(t, http.StatusNoContent, r.Status, "%.300s", r.Body)
 	var got []string
-	copyRows(t, h.hc, h.p.URL, "ls", func(_ []string, rows jsonRows) {
+	copyRows(t, h.hc, h.p.URL, "ls", func(_ []string, rows [][]json.RawMessage) {
 		for _, r := range rows {
 			got = append(got, string(r[1]))
 		}

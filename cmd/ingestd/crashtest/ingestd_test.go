@@ -23,6 +23,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/httpapi/client"
 )
 
 // ---- the binary ----
@@ -256,108 +258,31 @@ func mustDo(t testing.TB, hc *http.Client, method, u string, body []byte) respon
 	return r
 }
 
-// syncStatus is SHOW SYNC.
-type syncStatus struct {
-	Enabled   bool   `json:"enabled"`
-	Epoch     uint64 `json:"epoch"`
-	Seq       uint64 `json:"seq"`
-	Watermark uint64 `json:"watermark"`
+// apiClient is the httpapi client of the daemon at base over hc.
+func apiClient(t testing.TB, hc *http.Client, base string) *client.Client {
+	t.Helper()
+	c, err := client.New(base, client.WithHTTPClient(hc))
+	require.NoError(t, err)
+	return c
 }
 
-func getSync(t testing.TB, hc *http.Client, base, table string) syncStatus {
+func getSync(t testing.TB, hc *http.Client, base, table string) client.SyncStatus {
 	t.Helper()
-	r := mustDo(t, hc, http.MethodGet, base+"/api/v1/tables/"+table+"/sync", nil)
-	require.Equal(t, http.StatusOK, r.Status, "SHOW SYNC %s: %s", table, r.Body)
-	var st syncStatus
-	require.NoError(t, json.Unmarshal(r.Body, &st))
+	st, err := apiClient(t, hc, base).Sync(context.Background(), table)
+	require.NoError(t, err, "SHOW SYNC %s", table)
 	return st
 }
 
+// createSyncTable creates table WITH SYNC (or finds it existing).
 func createSyncTable(t testing.TB, hc *http.Client, base, table string) {
 	t.Helper()
-	r := mustDo(t, hc, http.MethodPut, base+"/api/v1/tables/"+table, []byte(`{"sync": true}`))
-	require.Contains(t, []int{http.StatusCreated, http.StatusOK}, r.Status, "create %s: %s", table, r.Body)
+	_, _, err := apiClient(t, hc, base).CreateTable(context.Background(), table, client.TableOptions{Sync: new(true)})
+	require.NoError(t, err, "create %s", table)
 }
 
-// drainPage is a JSON drain page (SPEC §6).
-type drainPage struct {
-	Table     string   `json:"table"`
-	Epoch     uint64   `json:"epoch"`
-	After     uint64   `json:"after"`
-	Next      uint64   `json:"next"`
-	Seq       uint64   `json:"seq"`
-	Watermark uint64   `json:"watermark"`
-	More      bool     `json:"more"`
-	Columns   []string `json:"columns"`
-	Rows      jsonRows `json:"rows"`
-}
-
-// jsonRows are the rows of a page, each a list of raw JSON cells. It is
-// decoded by hand (the tests read millions of cells under -race): rows are
-// arrays of scalars.
-type jsonRows [][][]byte
-
-// UnmarshalJSON splits an array of arrays of scalars into cells.
-func (r *jsonRows) UnmarshalJSON(data []byte) error {
-	b := bytes.Clone(data) // data is only valid during the call
-	var (
-		rows  jsonRows
-		row   [][]byte
-		depth int
-		start = -1 // start of the current cell
-	)
-	cell := func(end int) error {
-		if start < 0 {
-			return fmt.Errorf("empty cell at %d in %.100s", end, b)
-		}
-		row = append(row, bytes.TrimSpace(b[start:end]))
-		start = -1
-		return nil
-	}
-	for i := 0; i < len(b); i++ {
-		switch c := b[i]; {
-		case c == '"':
-			if start < 0 {
-				start = i
-			}
-			for i++; i < len(b) && b[i] != '"'; i++ {
-				if b[i] == '\\' {
-					i++
-				}
-			}
-		case c == '[':
-			if depth++; depth > 2 {
-				return fmt.Errorf("nested array at %d", i)
-			}
-			row = nil
-		case c == ']' && depth == 2:
-			if start >= 0 || len(row) > 0 {
-				if err := cell(i); err != nil {
-					return err
-				}
-			}
-			rows = append(rows, row)
-			depth--
-		case c == ']':
-			depth--
-		case c == ',' && depth == 2:
-			if err := cell(i); err != nil {
-				return err
-			}
-		case c == ' ' || c == '\n' || c == '\t' || c == '\r' || c == ',':
-		default:
-			if start < 0 {
-				start = i
-			}
-		}
-	}
-	*r = rows
-	return nil
-}
-
-// check returns the first violation of the page invariants for a page read
-// after after with limit limit, or nil; seqs are its rows' x_seq.
-func (p *drainPage) check(after uint64, limit int, seqs []uint64) error {
+// checkPage returns the first violation of the page invariants for a page
+// read after after with limit limit, or nil; seqs are its rows' x_seq.
+func checkPage(p *client.Page, after uint64, limit int, seqs []uint64) error {
 	switch {
 	case len(p.Rows) > limit:
 		return fmt.Errorf("%d rows exceed limit %d", len(p.Rows), limit)
@@ -392,35 +317,21 @@ func drainURL(base, table string, epoch, after uint64, limit int, extra url.Valu
 	return base + "/drain?" + q.Encode()
 }
 
-// rowsPage is a page of GET /api/v1/tables/{t}/rows.
-type rowsPage struct {
-	Epoch     uint64   `json:"epoch"`
-	Watermark uint64   `json:"watermark"`
-	Cursor    *string  `json:"cursor"`
-	Columns   []string `json:"columns"`
-	Rows      jsonRows `json:"rows"`
-}
-
 // copyRows reads every row of a table through the time-range copy (times
 // as integer ns), calling visit with each page's columns and rows (a point
 // written several times is visited once per fragment).
-func copyRows(t testing.TB, hc *http.Client, base, table string, visit func(cols []string, rows jsonRows)) {
+func copyRows(t testing.TB, hc *http.Client, base, table string, visit func(cols []string, rows [][]json.RawMessage)) {
 	t.Helper()
-	cursor := ""
+	c := apiClient(t, hc, base)
+	req := client.RowsRequest{Table: table, Limit: 10000, TimeFormat: "ns"}
 	for {
-		q := url.Values{"limit": {"10000"}, "time_format": {"ns"}}
-		if cursor != "" {
-			q.Set("cursor", cursor)
-		}
-		r := mustDo(t, hc, http.MethodGet, base+"/api/v1/tables/"+table+"/rows?"+q.Encode(), nil)
-		require.Equal(t, http.StatusOK, r.Status, "rows of %s: %s", table, r.Body)
-		var pg rowsPage
-		require.NoError(t, json.Unmarshal(r.Body, &pg))
+		pg, err := c.Rows(context.Background(), req)
+		require.NoError(t, err, "rows of %s", table)
 		visit(pg.Columns, pg.Rows)
-		if pg.Cursor == nil {
+		if pg.Cursor == "" {
 			return
 		}
-		cursor = *pg.Cursor
+		req.Cursor = pg.Cursor
 	}
 }
 
@@ -429,7 +340,7 @@ func copyRows(t testing.TB, hc *http.Client, base, table string, visit func(cols
 func intColumn(t testing.TB, hc *http.Client, base, table, col string) []int64 {
 	t.Helper()
 	var out []int64
-	copyRows(t, hc, base, table, func(cols []string, rows jsonRows) {
+	copyRows(t, hc, base, table, func(cols []string, rows [][]json.RawMessage) {
 		i := slices.Index(cols, col)
 		require.GreaterOrEqual(t, i, 0, "%s has no column %s: %v", table, col, cols)
 		for _, row := range rows {
@@ -483,26 +394,4 @@ func isConnErr(err error) bool {
 	var ne net.Error
 	return err != nil && (errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
 		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
-}
-
-// TestJSONRows checks the hand-written row splitter against encoding/json.
-func TestJSONRows(t *testing.T) {
-	for _, in := range []string{
-		`[]`,
-		`[[]]`,
-		`[[1,"a",null],[2, "b,]\"[" ,true],[-3.5e2,""]]`,
-		` [ [ 1 ] , [ null , "x" ] ] `,
-	} {
-		var want [][]json.RawMessage
-		require.NoError(t, json.Unmarshal([]byte(in), &want), in)
-		var got jsonRows
-		require.NoError(t, json.Unmarshal([]byte(in), &got), in)
-		require.Len(t, got, len(want), in)
-		for i := range want {
-			require.Len(t, got[i], len(want[i]), in)
-			for j := range want[i] {
-				require.Equal(t, string(bytes.TrimSpace(want[i][j])), string(got[i][j]), in)
-			}
-		}
-	}
 }

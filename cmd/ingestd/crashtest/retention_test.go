@@ -14,6 +14,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/httpapi/client"
 )
 
 // retentionCycles is how many SIGKILL cycles TestCrashRetentionAndTruncate
@@ -142,7 +144,7 @@ func TestCrashRetentionAndTruncate(t *testing.T) {
 func tableIDs(t testing.TB, hc *http.Client, base, table string) map[int64]int64 {
 	t.Helper()
 	out := map[int64]int64{}
-	copyRows(t, hc, base, table, func(cols []string, rows jsonRows) {
+	copyRows(t, hc, base, table, func(cols []string, rows [][]json.RawMessage) {
 		iid, its := slices.Index(cols, "id"), slices.Index(cols, "time")
 		for _, row := range rows {
 			id, err := strconv.ParseInt(string(row[iid]), 10, 64)
@@ -185,30 +187,22 @@ func verifyRetention(t testing.TB, hc *http.Client, base string, writes []retWri
 	// A drain from the horizon reads on (the sweeper may raise the
 	// horizon in between: the refusal then names the new one), one below
 	// is refused.
-	r := mustDo(t, hc, http.MethodGet, base+"/api/v1/tables/ret/sync", nil)
-	var st struct {
-		Epoch   uint64 `json:"epoch"`
-		Horizon uint64 `json:"horizon"`
-	}
-	require.NoError(t, json.Unmarshal(r.Body, &st))
+	api := apiClient(t, hc, base)
+	st := getSync(t, hc, base, "ret")
 	if st.Horizon > 1 {
-		r = mustDo(t, hc, http.MethodGet, drainURL(base, "ret", st.Epoch, st.Horizon-2, 100, nil), nil)
-		require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
-		require.Contains(t, string(r.Body), `"code":"history_expired"`)
+		_, err := api.Drain(context.Background(), client.DrainRequest{Table: "ret", Epoch: st.Epoch, After: st.Horizon - 2, Limit: 100, TimeFormat: "ns"})
+		require.ErrorIs(t, err, client.ErrHistoryExpired)
 	}
 	for range 100 {
-		r = mustDo(t, hc, http.MethodGet, drainURL(base, "ret", st.Epoch, st.Horizon-1, 100, nil), nil)
-		if r.Status == http.StatusOK {
+		_, err := api.Drain(context.Background(), client.DrainRequest{Table: "ret", Epoch: st.Epoch, After: st.Horizon - 1, Limit: 100, TimeFormat: "ns"})
+		if err == nil {
 			return
 		}
-		require.Equal(t, http.StatusConflict, r.Status, "%s", r.Body)
-		var ref struct {
-			Code    string `json:"code"`
-			Horizon uint64 `json:"horizon"`
-		}
-		require.NoError(t, json.Unmarshal(r.Body, &ref))
-		require.Equal(t, "history_expired", ref.Code)
-		require.Greater(t, ref.Horizon, st.Horizon, "refused at the horizon itself: %s", r.Body)
+		var ref *client.Error
+		require.ErrorAs(t, err, &ref)
+		require.Equal(t, http.StatusConflict, ref.StatusCode, "%v", err)
+		require.Equal(t, client.CodeHistoryExpired, ref.Code)
+		require.Greater(t, ref.Horizon, st.Horizon, "refused at the horizon itself: %v", err)
 		st.Horizon = ref.Horizon
 	}
 	t.Fatalf("no drain from the horizon succeeded in 100 tries")
