@@ -97,3 +97,17 @@ func benchResultKV(t testing.TB, out string) map[string]string {
 	t.Fatalf("no RESULT line in %s", out)
 	return nil
 }
+
+// TestDiskBench runs `ingestd diskbench` for two small rounds against an
+// in-process daemon: each round is written, truncated and measured.
+func TestDiskBench(t *testing.T) {
+	d := startDaemon(t, testConfig(t.TempDir()))
+	var out, errOut bytes.Buffer
+	code := runDiskBench(context.Background(), []string{"--url", d.URL, "--rounds", "2", "--rows", "600", "--batch-lines", "250", "--settle", "200ms"}, &out, &errOut)
+	require.Equal(t, 0, code, "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	require.Contains(t, out.String(), "round 1: 600 rows written and truncated in ")
+	require.Contains(t, out.String(), "round 2: 600 rows written and truncated in ")
+	st := newClient(t, d).syncStatus(t, "diskbench")
+	require.Equal(t, uint64(3), st.Epoch, "created, then truncated twice")
+	require.Equal(t, uint64(1200), st.Seq)
+}
