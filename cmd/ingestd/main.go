@@ -256,11 +256,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 		g        rungroup.Group
 		failures actorFailures
 	)
-	g.Add(func() error {
-		<-ctx.Done()
-		logger.Info("shutting down")
-		return nil
-	}, func(error) {})
+	addSignal(&g, ctx, logger)
 	addHTTP(&g, &failures, srv, lns.http, sec.tls.ServerConfig(), api, cfg.shutdownTimeout, logger)
 	tcpAddr := ""
 	if lns.tcp != nil {
@@ -348,6 +344,20 @@ func (f *actorFailures) join() error {
 	f.mu.Lock()
 	defer f.mu.Unlock()
 	return errors.Join(f.errs...)
+}
+
+// addSignal adds the actor that ends the group when ctx ends (SIGINT or
+// SIGTERM in main), logging "shutting down"; it ends quietly when another
+// actor ended first.
+func addSignal(g *rungroup.Group, ctx context.Context, logger *slog.Logger) {
+	addUntilDone(g, func(stop context.Context) error {
+		select {
+		case <-ctx.Done():
+			logger.Info("shutting down")
+		case <-stop.Done():
+		}
+		return nil
+	})
 }
 
 // addUntilDone adds an actor running fn until its context is cancelled;

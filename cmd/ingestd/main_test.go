@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"log/slog"
@@ -10,8 +11,11 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"sync"
 	"testing"
+	"time"
 
+	rungroup "github.com/oklog/run"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
 
@@ -67,4 +71,52 @@ func TestPortsFile(t *testing.T) {
 		"--ports-file", filepath.Join(t.TempDir(), "missing", "ports.json")}, io.Discard, &stderr)
 	require.Equal(t, cli.ExitFailure, code)
 	require.Contains(t, stderr.String(), "--ports-file")
+}
+
+// TestRunGroupOrder: the first actor to fail stops the group (the signal
+// actor too, though no signal came), the others are stopped in the order
+// they were added, each after the one before it finished, and the error
+// joins the first failure with those returned while stopping.
+func TestRunGroupOrder(t *testing.T) {
+	var (
+		g        rungroup.Group
+		failures actorFailures
+		mu       sync.Mutex
+		stopped  []string
+	)
+	note := func(name string) {
+		mu.Lock()
+		defer mu.Unlock()
+		stopped = append(stopped, name)
+	}
+	var logs bytes.Buffer
+	addSignal(&g, context.Background(), slog.New(slog.NewTextHandler(&logs, nil)))
+	fail := make(chan struct{})
+	addUntilDone(&g, func(ctx context.Context) error {
+		select {
+		case <-fail:
+			return failures.add("first", errors.New("broken"))
+		case <-ctx.Done():
+			return nil
+		}
+	})
+	for _, name := range []string{"tcp", "sequencer"} {
+		addUntilDone(&g, func(ctx context.Context) error {
+			<-ctx.Done()
+			time.Sleep(20 * time.Millisecond) // a slow commit: the next must wait for it
+			note(name)
+			return failures.add(name, errors.New("while stopping"))
+		})
+	}
+	done := make(chan error, 1)
+	go func() { done <- g.Run() }()
+	close(fail)
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the group did not stop after an actor failed")
+	}
+	require.Equal(t, []string{"tcp", "sequencer"}, stopped)
+	require.EqualError(t, failures.join(), "first: broken\ntcp: while stopping\nsequencer: while stopping")
+	require.NotContains(t, logs.String(), "shutting down", "no signal came")
 }
