@@ -242,114 +242,124 @@ func (c *Client) decodePage(op string, b []byte, env any, rawRows *json.RawMessa
 
 // splitRows splits raw, a JSON array of arrays of scalars, into rows of
 // cells aliasing raw, appended to *rows and backed by one slice *cells
-// (both reused). It fails on anything else, null included.
+// (both reused). It fails on anything else, null included. It checks the
+// shape, not each scalar: the cells are the server's JSON text as sent.
 func splitRows(raw []byte, rows *[][]json.RawMessage, cells *[]json.RawMessage) error {
-	sc := rowScanner{raw: raw}
-	if err := sc.expect('['); err != nil {
-		return err
+	// Every cell but the first of a row follows a comma: the commas bound
+	// the cells, so that cs never grows and the rows can alias it.
+	bound := bytes.Count(raw, []byte{','}) + 1
+	cs := (*cells)[:0]
+	if cap(cs) < bound {
+		cs = make([]json.RawMessage, 0, bound)
 	}
-	*cells = (*cells)[:0]
-	var bounds []int // end of each row in *cells
-	for first := true; ; first = false {
-		sc.ws()
-		if sc.peek(']') {
-			sc.i++
-			break
-		}
-		if !first {
-			if err := sc.expect(','); err != nil {
-				return err
+	rs := *rows
+	i, n := skipSpace(raw, 0), len(raw)
+	if i >= n || raw[i] != '[' {
+		return fmt.Errorf("offset %d: want '['", i)
+	}
+	i = skipSpace(raw, i+1)
+	if i < n && raw[i] == ']' {
+		i++
+	} else {
+		for {
+			if i >= n || raw[i] != '[' {
+				return fmt.Errorf("offset %d: want '['", i)
 			}
-		}
-		if err := sc.expect('['); err != nil {
-			return err
-		}
-		for firstCell := true; ; firstCell = false {
-			sc.ws()
-			if sc.peek(']') {
-				sc.i++
+			start := len(cs)
+			i = skipSpace(raw, i+1)
+			if i < n && raw[i] == ']' {
+				i++
+			} else {
+				for {
+					j, err := scalarEnd(raw, i)
+					if err != nil {
+						return err
+					}
+					cs = append(cs, raw[i:j:j])
+					i = skipSpace(raw, j)
+					if i < n && raw[i] == ',' {
+						i = skipSpace(raw, i+1)
+						continue
+					}
+					if i < n && raw[i] == ']' {
+						i++
+						break
+					}
+					return fmt.Errorf("offset %d: want ',' or ']'", i)
+				}
+			}
+			rs = append(rs, cs[start:len(cs):len(cs)])
+			i = skipSpace(raw, i)
+			if i < n && raw[i] == ',' {
+				i = skipSpace(raw, i+1)
+				continue
+			}
+			if i < n && raw[i] == ']' {
+				i++
 				break
 			}
-			if !firstCell {
-				if err := sc.expect(','); err != nil {
-					return err
-				}
-				sc.ws()
-			}
-			cell, err := sc.scalar()
-			if err != nil {
-				return err
-			}
-			*cells = append(*cells, cell)
+			return fmt.Errorf("offset %d: want ',' or ']'", i)
 		}
-		bounds = append(bounds, len(*cells))
 	}
-	sc.ws()
-	if sc.i != len(raw) {
-		return fmt.Errorf("offset %d: trailing data", sc.i)
+	if i = skipSpace(raw, i); i != n {
+		return fmt.Errorf("offset %d: trailing data", i)
 	}
-	start := 0
-	for _, end := range bounds {
-		*rows = append(*rows, (*cells)[start:end:end])
-		start = end
+	if rs == nil {
+		rs = [][]json.RawMessage{}
 	}
-	if *rows == nil {
-		*rows = [][]json.RawMessage{}
-	}
+	*rows, *cells = rs, cs
 	return nil
 }
 
-// rowScanner walks the rows of a page.
-type rowScanner struct {
-	raw []byte
-	i   int
-}
-
-func (s *rowScanner) ws() {
-	for s.i < len(s.raw) && (s.raw[s.i] == ' ' || s.raw[s.i] == '\t' || s.raw[s.i] == '\n' || s.raw[s.i] == '\r') {
-		s.i++
+// skipSpace returns the index of the first byte of raw at or after i that
+// is not JSON whitespace.
+func skipSpace(raw []byte, i int) int {
+	for i < len(raw) && (raw[i] == ' ' || raw[i] == '\t' || raw[i] == '\n' || raw[i] == '\r') {
+		i++
 	}
+	return i
 }
 
-func (s *rowScanner) peek(c byte) bool { return s.i < len(s.raw) && s.raw[s.i] == c }
-
-func (s *rowScanner) expect(c byte) error {
-	s.ws()
-	if !s.peek(c) {
-		return fmt.Errorf("offset %d: want %q", s.i, c)
-	}
-	s.i++
-	return nil
-}
-
-// scalar returns the JSON scalar at the scanner: a string (escapes kept),
-// a number, true, false or null.
-func (s *rowScanner) scalar() (json.RawMessage, error) {
-	start := s.i
+// scalarEnd returns the end of the JSON scalar starting at raw[i]: a
+// string (escapes kept), a number, true, false or null.
+func scalarEnd(raw []byte, i int) (int, error) {
+	n := len(raw)
 	switch {
-	case s.i >= len(s.raw):
-		return nil, fmt.Errorf("offset %d: truncated", s.i)
-	case s.raw[s.i] == '"':
-		for s.i++; s.i < len(s.raw) && s.raw[s.i] != '"'; s.i++ {
-			if s.raw[s.i] == '\\' {
-				s.i++
+	case i >= n:
+		return 0, fmt.Errorf("offset %d: truncated", i)
+	case raw[i] == '"':
+		for j := i + 1; ; {
+			k := bytes.IndexByte(raw[j:], '"')
+			if k < 0 {
+				return 0, fmt.Errorf("offset %d: unterminated string", i)
 			}
+			end := j + k
+			// The quote ends the string unless an odd run of backslashes
+			// escapes it.
+			bs := 0
+			for end-1-bs > i && raw[end-1-bs] == '\\' {
+				bs++
+			}
+			if bs%2 == 0 {
+				return end + 1, nil
+			}
+			j = end + 1
 		}
-		if s.i >= len(s.raw) {
-			return nil, fmt.Errorf("offset %d: unterminated string", start)
-		}
-		s.i++ // the closing quote
-	case s.raw[s.i] == '[' || s.raw[s.i] == '{':
-		return nil, fmt.Errorf("offset %d: a cell is not a scalar", s.i)
-	default:
-		for s.i < len(s.raw) && s.raw[s.i] != ',' && s.raw[s.i] != ']' && s.raw[s.i] != ' ' && s.raw[s.i] != '\n' {
-			s.i++
-		}
-		if s.i == start {
-			return nil, fmt.Errorf("offset %d: empty cell", s.i)
-		}
+	case raw[i] == '[' || raw[i] == '{':
+		return 0, fmt.Errorf("offset %d: a cell is not a scalar", i)
 	}
-	return s.raw[start:s.i:s.i], nil
+	j := i
+	for j < n {
+		c := raw[j]
+		if c == ',' || c == ']' || c == ' ' || c == '\n' || c == '\t' || c == '\r' {
+			break
+		}
+		j++
+	}
+	if j == i {
+		return 0, fmt.Errorf("offset %d: empty cell", i)
+	}
+	return j, nil
 }
 
 // CellTexts returns row's cells as their JSON text ("\"h1\"", "1.5",

@@ -1,0 +1,39 @@
+package client
+
+import (
+	"encoding/json"
+	"fmt"
+	"strings"
+	"testing"
+)
+
+// BenchmarkDecodePage splits a JSON drain page of 10,000 TSBS cpu rows
+// (12 cells each, as the server writes it) into rows of cells: the cost
+// a consumer (and `ingestd bench`'s drain) pays per page.
+func BenchmarkDecodePage(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"table":"cpu","epoch":1,"after":0,"next":10000,"seq":20000,"watermark":20000,"more":true,"columns":["time","hostname","region","usage_user","usage_system","usage_idle","usage_nice","usage_iowait","usage_irq","usage_softirq","usage_steal","x_seq"],"rows":[`)
+	for i := range 10000 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `["2026-01-01T00:00:%02dZ","host_%d","eu-west-1",58.1,2.5,24.3,61.2,22.1,63.4,6.1,44.9,%d]`, i%60, i%100, i+1)
+	}
+	sb.WriteString("]}\n")
+	page := []byte(sb.String())
+	c := &Client{}
+	var pg Page
+	b.SetBytes(int64(len(page)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var env struct {
+			Next    uint64          `json:"next"`
+			Columns []string        `json:"columns"`
+			Rows    json.RawMessage `json:"rows"`
+		}
+		pg.Rows = pg.Rows[:0]
+		if err := c.decodePage("GET /drain", page, &env, &env.Rows, &pg.Rows, &pg.cells); err != nil || len(pg.Rows) != 10000 {
+			b.Fatal(err, len(pg.Rows))
+		}
+	}
+}
