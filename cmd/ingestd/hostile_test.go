@@ -2,6 +2,7 @@ package main
 
 import (
 	"bufio"
+	"context"
 	"encoding/json"
 	"io"
 	"net"
@@ -14,6 +15,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/httpapi/client"
 )
 
 // TestSlowWriteBody checks the body deadline end to end: a /write body
@@ -98,21 +101,18 @@ func TestDrainPageBytes(t *testing.T) {
 				require.Less(t, pages, n, "the drain does not end")
 				q := url.Values{"table": {"pb"}, "after": {strconv.FormatUint(after, 10)}, "limit": {"1000"}, "format": {format}}
 				var rows [][]byte
-				var next uint64
-				var more bool
+				pg, err := c.api.Drain(context.Background(), drainRequest(t, q))
+				require.NoError(t, err)
 				if format == "json" {
-					pg, _ := c.drainOK(t, q)
+					require.Equal(t, "application/json", pg.Header.Get("Content-Type"))
 					for _, row := range pg.Rows {
 						b, err := json.Marshal(row)
 						require.NoError(t, err)
 						rows = append(rows, b)
 						require.Equal(t, strconv.Itoa(seen+len(rows)), string(row[len(row)-1]), "x_seq in order, once")
 					}
-					next, more = pg.Next, pg.More
 				} else {
-					r := c.drain(t, q)
-					require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
-					for _, l := range strings.SplitAfter(string(r.Body), "\n") {
+					for _, l := range strings.SplitAfter(string(pg.Body), "\n") {
 						if l == "" {
 							continue
 						}
@@ -123,11 +123,8 @@ func TestDrainPageBytes(t *testing.T) {
 						}
 						require.Contains(t, l, want, "rows in order, once")
 					}
-					var err error
-					next, err = strconv.ParseUint(r.Header.Get("Ingestd-Next"), 10, 64)
-					require.NoError(t, err)
-					more = r.Header.Get("Ingestd-More") == "true"
 				}
+				next, more := pg.Next, pg.More
 				requirePageBytes(t, rows, maxBytes)
 				seen += len(rows)
 				if seen < n {
@@ -182,21 +179,10 @@ func TestRowsPageBytes(t *testing.T) {
 			var seen []int
 			for pages := 0; ; pages++ {
 				require.Less(t, pages, 2*n, "the copy does not end")
-				q := url.Values{"limit": {"1000"}, "format": {format}, "time_format": {"ns"}, "start": {"1"}}
-				if cursor != "" {
-					q.Set("cursor", cursor)
-				}
-				r := c.get(t, "/api/v1/tables/rb/rows?"+q.Encode())
-				require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+				pg, err := c.api.Rows(context.Background(), client.RowsRequest{Table: "rb", Limit: 1000, Format: format, TimeFormat: "ns", Start: "1", Cursor: cursor})
+				require.NoError(t, err)
 				var rows []string
-				var next *string
 				if format == "json" {
-					var pg struct {
-						Cursor  *string             `json:"cursor"`
-						Columns []string            `json:"columns"`
-						Rows    [][]json.RawMessage `json:"rows"`
-					}
-					require.NoError(t, json.Unmarshal(r.Body, &pg))
 					require.Equal(t, []string{"time", "host", "v", "s"}, pg.Columns)
 					for _, row := range pg.Rows {
 						b, err := json.Marshal(row)
@@ -206,9 +192,8 @@ func TestRowsPageBytes(t *testing.T) {
 						require.NoError(t, err)
 						seen = append(seen, v)
 					}
-					next = pg.Cursor
 				} else {
-					for _, l := range strings.SplitAfter(string(r.Body), "\n") {
+					for _, l := range strings.SplitAfter(string(pg.Body), "\n") {
 						if l == "" {
 							continue
 						}
@@ -219,15 +204,12 @@ func TestRowsPageBytes(t *testing.T) {
 						require.NoError(t, err, "%s", l)
 						seen = append(seen, v)
 					}
-					if h := r.Header.Get("Ingestd-Cursor"); h != "" {
-						next = &h
-					}
 				}
 				requirePageBytes(t, rows, maxBytes)
-				if next == nil {
+				if pg.Cursor == "" {
 					break
 				}
-				cursor = *next
+				cursor = pg.Cursor
 			}
 			slices.Sort(seen)
 			want := make([]int, n)
