@@ -276,29 +276,23 @@ func splitRows(raw []byte, rows *[][]json.RawMessage, cells *[]json.RawMessage) 
 						return err
 					}
 					cs = append(cs, raw[i:j:j])
-					i = skipSpace(raw, j)
-					if i < n && raw[i] == ',' {
-						i = skipSpace(raw, i+1)
-						continue
+					next, more, err := listNext(raw, j)
+					if err != nil {
+						return err
 					}
-					if i < n && raw[i] == ']' {
-						i++
+					if i = next; !more {
 						break
 					}
-					return fmt.Errorf("offset %d: want ',' or ']'", i)
 				}
 			}
 			rs = append(rs, cs[start:len(cs):len(cs)])
-			i = skipSpace(raw, i)
-			if i < n && raw[i] == ',' {
-				i = skipSpace(raw, i+1)
-				continue
+			next, more, err := listNext(raw, i)
+			if err != nil {
+				return err
 			}
-			if i < n && raw[i] == ']' {
-				i++
+			if i = next; !more {
 				break
 			}
-			return fmt.Errorf("offset %d: want ',' or ']'", i)
 		}
 	}
 	if i = skipSpace(raw, i); i != n {
@@ -309,6 +303,20 @@ func splitRows(raw []byte, rows *[][]json.RawMessage, cells *[]json.RawMessage) 
 	}
 	*rows, *cells = rs, cs
 	return nil
+}
+
+// listNext reads what follows an element of a JSON array at raw[i]: a
+// comma (more is true, next is the next element's start) or the closing
+// bracket (more is false, next is past it).
+func listNext(raw []byte, i int) (next int, more bool, err error) {
+	i = skipSpace(raw, i)
+	switch {
+	case i < len(raw) && raw[i] == ',':
+		return skipSpace(raw, i+1), true, nil
+	case i < len(raw) && raw[i] == ']':
+		return i + 1, false, nil
+	}
+	return i, false, fmt.Errorf("offset %d: want ',' or ']'", i)
 }
 
 // skipSpace returns the index of the first byte of raw at or after i that
