@@ -128,3 +128,60 @@ func BenchmarkAppend(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDrain is the feed's read path: one op drains a table of 50,000
+// TSBS-shaped cpu points (real badger in b.TempDir()) from after=0 to its
+// watermark in pages of 1,000 and 10,000 rows, visiting every value as
+// the HTTP encoder would. ns/row is the cost per drained row.
+func BenchmarkDrain(b *testing.B) {
+	h := openHarness(b, b.TempDir(), DefaultConfig())
+	defer h.close()
+	ctx := context.Background()
+	_, _, err := h.s.CreateTable(ctx, "cpu", true)
+	require.NoError(b, err)
+	const rows = 50_000
+	batches, _ := benchBatches(rows/5_000*len(benchMeasurements), 5_000, 100)
+	n := 0
+	for _, bt := range batches {
+		kept := bt.Points[:0]
+		for _, p := range bt.Points {
+			if p.Table == "cpu" && n < rows {
+				kept = append(kept, p)
+				n++
+			}
+		}
+		if len(kept) == 0 {
+			continue
+		}
+		bt.Points = kept
+		_, err := h.s.Append(ctx, bt)
+		require.NoError(b, err)
+	}
+	require.Equal(b, rows, n)
+	for _, limit := range []int{1_000, 10_000} {
+		b.Run("limit="+strconv.Itoa(limit), func(b *testing.B) {
+			b.ReportAllocs()
+			b.ResetTimer()
+			for range b.N {
+				var after, seen uint64
+				for more := true; more; {
+					pg, err := h.s.Drain(ctx, DrainRequest{Table: "cpu", After: after, Limit: limit}, func(_ []Column, vals []Value) error {
+						for _, v := range vals {
+							seen += v.Num
+						}
+						return nil
+					})
+					if err != nil {
+						b.Fatal(err)
+					}
+					after, more = pg.Next, pg.More
+				}
+				if after != rows || seen == 0 {
+					b.Fatalf("drained to %d of %d", after, rows)
+				}
+			}
+			b.StopTimer()
+			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*rows), "ns/row")
+		})
+	}
+}
