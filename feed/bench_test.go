@@ -165,7 +165,7 @@ func BenchmarkDrain(b *testing.B) {
 			for range b.N {
 				var after, seen uint64
 				for more := true; more; {
-					pg, err := h.s.Drain(ctx, DrainRequest{Table: "cpu", After: after, Limit: limit}, func(_ []Column, vals []Value) error {
+					pg, err := h.d.Drain(ctx, DrainRequest{Table: "cpu", After: after, Limit: limit}, func(_ []Column, vals []Value) error {
 						for _, v := range vals {
 							seen += v.Num
 						}

@@ -150,7 +150,7 @@ func TestConcurrentWritersStalledCommit(t *testing.T) {
 			}
 
 			// Two consumers follow both tables until the writers are done.
-			consumers := []*ccConsumer{newCCConsumer(h.s, tables, tc.limits, 0), newCCConsumer(h.s, tables, tc.limits, 5)}
+			consumers := []*ccConsumer{newCCConsumer(h.d, tables, tc.limits, 0), newCCConsumer(h.d, tables, tc.limits, 5)}
 			writersDone := make(chan struct{})
 			var cwg sync.WaitGroup
 			for _, c := range consumers {
@@ -185,15 +185,15 @@ func TestConcurrentWritersStalledCommit(t *testing.T) {
 				}
 				before := map[string]SyncStatus{}
 				for _, name := range tables {
-					before[name] = status(t, h.s, name)
+					before[name] = status(t, h.d, name)
 				}
 				require.Greater(t, before["a"].Seq, before["a"].Watermark, "stall %d (%d): seq handed out above the watermark", i, marker)
 				pulls := consumers[0].pulls.Load()
 				eventually(t, func() bool { return consumers[0].pulls.Load() >= pulls+6 }, "the consumer drains during the stall")
 				first, last := stallFirst.Load(), stallLast.Load()
 				for _, name := range tables {
-					require.Equal(t, before[name], status(t, h.s, name), "stall %d: %s changed while the sequencer is stalled", i, name)
-					for _, r := range drainAll(t, h.s, name, 0, 1000) {
+					require.Equal(t, before[name], status(t, h.d, name), "stall %d: %s changed while the sequencer is stalled", i, name)
+					for _, r := range drainAll(t, h.d, name, 0, 1000) {
 						if v, ok := r.Vals[fmt.Sprint("f", stallW)]; ok {
 							require.False(t, int64(v.Num) >= first && int64(v.Num) <= last,
 								"stall %d: %s x_seq %d shows the stalled batch's point %d", i, name, r.Seq, v.Num)
@@ -234,7 +234,7 @@ func TestConcurrentWritersStalledCommit(t *testing.T) {
 			require.Less(t, len(want), total, "some points were overwritten")
 			for ci, c := range consumers {
 				for _, name := range tables {
-					st := status(t, h.s, name)
+					st := status(t, h.d, name)
 					require.Equal(t, st.Seq, st.Watermark, "%s", name)
 					require.Equal(t, uint64(written[name]), st.Seq, "%s: one x_seq per fragment, none burned", name)
 					for c.cursor[name] < st.Watermark {
@@ -281,7 +281,7 @@ func contains(list []int, x int) bool {
 // once in reread pages (a crash between applying and storing) and reads the
 // page again.
 type ccConsumer struct {
-	s       *Sequencer
+	s       *Drainer
 	limits  []int
 	reread  int
 	rng     *rand.Rand
@@ -295,7 +295,7 @@ type ccConsumer struct {
 	i                  int
 }
 
-func newCCConsumer(s *Sequencer, tables []string, limits []int, reread int) *ccConsumer {
+func newCCConsumer(s *Drainer, tables []string, limits []int, reread int) *ccConsumer {
 	c := &ccConsumer{
 		s: s, limits: limits, reread: reread, rng: rand.New(rand.NewPCG(uint64(reread), 11)),
 		cursor: map[string]uint64{}, replica: map[ccKey]map[string]Value{},

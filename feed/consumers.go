@@ -13,10 +13,10 @@ import (
 // ConsumerInfo is a named consumer's acknowledged position (SPEC §6): it
 // has applied everything up to Position in Epoch, as of LastSeen.
 type ConsumerInfo struct {
-	Name     string
-	Epoch    uint64
-	Position uint64
-	LastSeen time.Time
+	Name     string    // the consumer's name (CheckName's rules), unique per table
+	Epoch    uint64    // the epoch its position is in
+	Position uint64    // the x_seq up to which it has applied the feed (its last drain's after)
+	LastSeen time.Time // when it last drained (UTC)
 	// HoldsHistory is true while the consumer holds the table's history
 	// horizon at Position+1 (Config.ConsumerHoldsHistory, current epoch),
 	// which it does until HoldUntil (LastSeen + Config.ConsumerHoldMaxAge;
@@ -108,7 +108,7 @@ func (cs *consumerSet) dropAll(st ConsumerStore, table string) error {
 
 // Consumers lists a table's named consumers, ordered by name.
 // ErrTableNotFound for an unknown table.
-func (s *Sequencer) Consumers(table string) ([]ConsumerInfo, error) {
+func (s *Drainer) Consumers(table string) ([]ConsumerInfo, error) {
 	t, err := s.lookup(table)
 	if err != nil {
 		return nil, err
@@ -123,7 +123,7 @@ func (s *Sequencer) Consumers(table string) ([]ConsumerInfo, error) {
 }
 
 // consumerInfo describes c of a table at epoch, as of now.
-func (s *Sequencer) consumerInfo(c store.Consumer, epoch uint64, now time.Time) ConsumerInfo {
+func (s *registry) consumerInfo(c store.Consumer, epoch uint64, now time.Time) ConsumerInfo {
 	info := ConsumerInfo{Name: c.Name, Epoch: c.Epoch, Position: c.Position, LastSeen: time.Unix(0, c.LastSeen).UTC()}
 	if s.holds(c, epoch, now) {
 		info.HoldsHistory = true
@@ -134,7 +134,7 @@ func (s *Sequencer) consumerInfo(c store.Consumer, epoch uint64, now time.Time) 
 
 // DeleteConsumer forgets a named consumer, active or not (SPEC §6).
 // ErrTableNotFound or ErrConsumerNotFound when there is nothing to forget.
-func (s *Sequencer) DeleteConsumer(table, name string) error {
+func (s *Drainer) DeleteConsumer(table, name string) error {
 	t, err := s.lookup(table)
 	if err != nil {
 		return err

@@ -36,12 +36,12 @@ func openClockHarness(t testing.TB, dir string, cfg Config, reg prometheus.Regis
 	scfg.Dir = dir
 	db, err := store.Open(scfg, nil, nil)
 	require.NoError(t, err)
-	s, err := New(cfg, db, nil, reg)
+	s, d, err := Open(cfg, db, nil, reg)
 	require.NoError(t, err)
 	if clk != nil {
 		s.now = clk.now
 	}
-	h := &harness{t: t, dir: dir, db: db, s: s, done: make(chan error, 1)}
+	h := &harness{t: t, dir: dir, db: db, s: s, d: d, done: make(chan error, 1)}
 	h.start()
 	return h
 }
@@ -53,7 +53,7 @@ type drainResult struct {
 }
 
 // goDrain starts req in a goroutine; the result arrives on the channel.
-func goDrain(s *Sequencer, req DrainRequest) <-chan drainResult {
+func goDrain(s *Drainer, req DrainRequest) <-chan drainResult {
 	ch := make(chan drainResult, 1)
 	go func() {
 		p, err := tryDrain(s, req)
@@ -77,7 +77,7 @@ func awaitDrain(t testing.TB, ch <-chan drainResult, limit time.Duration, msg st
 }
 
 // consumerOf returns table's consumer name, if listed.
-func consumerOf(t testing.TB, s *Sequencer, table, name string) (ConsumerInfo, bool) {
+func consumerOf(t testing.TB, s *Drainer, table, name string) (ConsumerInfo, bool) {
 	t.Helper()
 	cs, err := s.Consumers(table)
 	require.NoError(t, err)
@@ -91,13 +91,13 @@ func consumerOf(t testing.TB, s *Sequencer, table, name string) (ConsumerInfo, b
 
 // awaitConsumer waits until a drain has recorded consumer name: a
 // long-polling drain records its consumer before it starts to wait.
-func awaitConsumer(t testing.TB, s *Sequencer, table, name string) {
+func awaitConsumer(t testing.TB, s *Drainer, table, name string) {
 	t.Helper()
 	eventually(t, func() bool { _, ok := consumerOf(t, s, table, name); return ok }, "consumer "+name+" recorded")
 }
 
 // consumerNames lists table's consumers by name.
-func consumerNames(t testing.TB, s *Sequencer, table string) []string {
+func consumerNames(t testing.TB, s *Drainer, table string) []string {
 	t.Helper()
 	cs, err := s.Consumers(table)
 	require.NoError(t, err)
@@ -236,9 +236,9 @@ func TestDrainWait(t *testing.T) {
 			}
 			stop := make(chan struct{})
 			req := DrainRequest{Table: "t", After: after, Limit: 100, Wait: tc.wait, Stop: stop, Consumer: "poller", Epoch: 1, HasEpoch: tc.epoch}
-			ch := goDrain(h.s, req)
+			ch := goDrain(h.d, req)
 			if tc.act != nil {
-				awaitConsumer(t, h.s, "t", "poller")
+				awaitConsumer(t, h.d, "t", "poller")
 				tc.act(t, h, stop)
 			}
 			r := awaitDrain(t, ch, bound, tc.name)
@@ -266,39 +266,39 @@ func TestConsumerRecorded(t *testing.T) {
 
 	drainAs := func(t *testing.T, table, consumer string, after uint64, epoch uint64) error {
 		t.Helper()
-		_, err := tryDrain(h.s, DrainRequest{Table: table, After: after, Limit: 10, Consumer: consumer, Epoch: epoch, HasEpoch: true})
+		_, err := tryDrain(h.d, DrainRequest{Table: table, After: after, Limit: 10, Consumer: consumer, Epoch: epoch, HasEpoch: true})
 		return err
 	}
 	t.Run("position is after, with the epoch and the clock", func(t *testing.T) {
 		require.NoError(t, drainAs(t, "t", "m1", 40, 1))
-		c, ok := consumerOf(t, h.s, "t", "m1")
+		c, ok := consumerOf(t, h.d, "t", "m1")
 		require.True(t, ok)
 		require.Equal(t, ConsumerInfo{Name: "m1", Epoch: 1, Position: 40, LastSeen: t0}, c)
 	})
 	t.Run("a later drain moves it and its last_seen", func(t *testing.T) {
 		clk.add(3 * time.Second)
 		require.NoError(t, drainAs(t, "t", "m1", 50, 1))
-		c, _ := consumerOf(t, h.s, "t", "m1")
+		c, _ := consumerOf(t, h.d, "t", "m1")
 		require.Equal(t, ConsumerInfo{Name: "m1", Epoch: 1, Position: 50, LastSeen: t0.Add(3 * time.Second)}, c)
 	})
 	t.Run("listed by name, per table", func(t *testing.T) {
 		require.NoError(t, drainAs(t, "t", "a-first", 0, 1))
 		require.NoError(t, drainAs(t, "u", "only-u", 0, 1))
-		require.Equal(t, []string{"a-first", "m1"}, consumerNames(t, h.s, "t"))
-		require.Equal(t, []string{"only-u"}, consumerNames(t, h.s, "u"))
+		require.Equal(t, []string{"a-first", "m1"}, consumerNames(t, h.d, "t"))
+		require.Equal(t, []string{"only-u"}, consumerNames(t, h.d, "u"))
 	})
 	t.Run("a refused drain records nothing", func(t *testing.T) {
 		require.ErrorIs(t, drainAs(t, "t", "refused", 0, 7), ErrStaleEpoch)
 		require.ErrorIs(t, drainAs(t, "t", "refused", 51, 1), ErrCursorBeyondSequence)
-		_, err := tryDrain(h.s, DrainRequest{Table: "t", Limit: 0, Consumer: "refused"})
+		_, err := tryDrain(h.d, DrainRequest{Table: "t", Limit: 0, Consumer: "refused"})
 		require.ErrorIs(t, err, ErrInvalidLimit)
-		_, ok := consumerOf(t, h.s, "t", "refused")
+		_, ok := consumerOf(t, h.d, "t", "refused")
 		require.False(t, ok)
-		c, _ := consumerOf(t, h.s, "t", "m1")
+		c, _ := consumerOf(t, h.d, "t", "m1")
 		require.Equal(t, uint64(50), c.Position, "a refusal leaves the others alone")
 	})
 	t.Run("unknown table", func(t *testing.T) {
-		_, err := h.s.Consumers("nope")
+		_, err := h.d.Consumers("nope")
 		require.ErrorIs(t, err, ErrTableNotFound)
 	})
 }
@@ -307,7 +307,7 @@ func TestConsumerDurable(t *testing.T) {
 	t0 := time.Date(2026, 1, 2, 3, 4, 5, 6, time.UTC)
 	record := func(t *testing.T, h *harness, name string, after uint64) {
 		t.Helper()
-		_, err := tryDrain(h.s, DrainRequest{Table: "t", After: after, Limit: 1, Consumer: name})
+		_, err := tryDrain(h.d, DrainRequest{Table: "t", After: after, Limit: 1, Consumer: name})
 		require.NoError(t, err)
 	}
 	stored := func(t *testing.T, h *harness) []store.Consumer {
@@ -352,7 +352,7 @@ func TestConsumerDurable(t *testing.T) {
 		h.close()
 		h = openClockHarness(t, h.dir, cfg, nil, clk)
 		defer h.close()
-		cs, err := h.s.Consumers("t")
+		cs, err := h.d.Consumers("t")
 		require.NoError(t, err)
 		require.Equal(t, []ConsumerInfo{
 			{Name: "m1", Epoch: 1, Position: 7, LastSeen: t0},
@@ -368,13 +368,13 @@ func TestConsumerDurable(t *testing.T) {
 		record(t, h, "kept", 2)
 		h.close()
 		h = openClockHarness(t, h.dir, cfg, nil, clk)
-		require.NoError(t, h.s.DeleteConsumer("t", "gone"))
+		require.NoError(t, h.d.DeleteConsumer("t", "gone"))
 		record(t, h, "never-flushed", 3)
-		require.NoError(t, h.s.DeleteConsumer("t", "never-flushed"))
+		require.NoError(t, h.d.DeleteConsumer("t", "never-flushed"))
 		h.close()
 		h = openClockHarness(t, h.dir, cfg, nil, clk)
 		defer h.close()
-		require.Equal(t, []string{"kept"}, consumerNames(t, h.s, "t"))
+		require.Equal(t, []string{"kept"}, consumerNames(t, h.d, "t"))
 	})
 }
 
@@ -389,7 +389,7 @@ func TestConsumerBound(t *testing.T) {
 		require.NoError(t, err)
 	}
 	drainAs := func(table, consumer string) error {
-		_, err := tryDrain(h.s, DrainRequest{Table: table, Limit: 1, Consumer: consumer})
+		_, err := tryDrain(h.d, DrainRequest{Table: table, Limit: 1, Consumer: consumer})
 		return err
 	}
 	steps := []struct {
@@ -417,14 +417,14 @@ func TestConsumerBound(t *testing.T) {
 			if st.op == "drain" {
 				err = drainAs(st.table, st.cons)
 			} else {
-				err = h.s.DeleteConsumer(st.table, st.cons)
+				err = h.d.DeleteConsumer(st.table, st.cons)
 			}
 			if st.err != nil {
 				require.ErrorIs(t, err, st.err)
 			} else {
 				require.NoError(t, err)
 			}
-			require.Equal(t, st.after, consumerNames(t, h.s, "t"))
+			require.Equal(t, st.after, consumerNames(t, h.d, "t"))
 		})
 	}
 }
@@ -437,35 +437,35 @@ func TestConsumersTruncateAndDrop(t *testing.T) {
 	_, _, err := h.s.CreateTable(ctx, "t", true)
 	require.NoError(t, err)
 	mustAppend(t, h.s, seqPoints("t", 0, 10)...)
-	_, err = tryDrain(h.s, DrainRequest{Table: "t", After: 6, Limit: 1, Consumer: "m1"})
+	_, err = tryDrain(h.d, DrainRequest{Table: "t", After: 6, Limit: 1, Consumer: "m1"})
 	require.NoError(t, err)
 
 	t.Run("they survive TRUNCATE with their old epoch", func(t *testing.T) {
 		_, err := h.s.Truncate(ctx, "t")
 		require.NoError(t, err)
-		c, ok := consumerOf(t, h.s, "t", "m1")
+		c, ok := consumerOf(t, h.d, "t", "m1")
 		require.True(t, ok)
 		require.Equal(t, uint64(1), c.Epoch)
 		require.Equal(t, uint64(6), c.Position)
 		// Recorded in the new epoch, and still there after a restart.
-		_, err = tryDrain(h.s, DrainRequest{Table: "t", After: 10, Limit: 1, Consumer: "m2"})
+		_, err = tryDrain(h.d, DrainRequest{Table: "t", After: 10, Limit: 1, Consumer: "m2"})
 		require.NoError(t, err)
 		h.close()
 		h = openHarness(t, h.dir, cfg)
-		require.Equal(t, []string{"m1", "m2"}, consumerNames(t, h.s, "t"))
-		c, _ = consumerOf(t, h.s, "t", "m2")
+		require.Equal(t, []string{"m1", "m2"}, consumerNames(t, h.d, "t"))
+		c, _ = consumerOf(t, h.d, "t", "m2")
 		require.Equal(t, uint64(2), c.Epoch)
 	})
 	t.Run("they vanish with DROP", func(t *testing.T) {
 		require.NoError(t, h.s.Drop(ctx, "t"))
-		_, err := h.s.Consumers("t")
+		_, err := h.d.Consumers("t")
 		require.ErrorIs(t, err, ErrTableNotFound)
 		_, _, err = h.s.CreateTable(ctx, "t", true)
 		require.NoError(t, err)
-		require.Empty(t, consumerNames(t, h.s, "t"), "a re-created table has none")
+		require.Empty(t, consumerNames(t, h.d, "t"), "a re-created table has none")
 		h.close()
 		h = openHarness(t, h.dir, cfg)
-		require.Empty(t, consumerNames(t, h.s, "t"), "nor after a restart")
+		require.Empty(t, consumerNames(t, h.d, "t"), "nor after a restart")
 	})
 }
 
@@ -520,7 +520,7 @@ func TestConsumerLagMetrics(t *testing.T) {
 	mustAppend(t, h.s, seqPoints("t", 0, 100)...)
 	drainAs := func(t *testing.T, name string, after uint64) {
 		t.Helper()
-		_, err := tryDrain(h.s, DrainRequest{Table: "t", After: after, Limit: 1, Consumer: name})
+		_, err := tryDrain(h.d, DrainRequest{Table: "t", After: after, Limit: 1, Consumer: name})
 		require.NoError(t, err)
 	}
 	type lag struct {
@@ -559,7 +559,7 @@ func TestConsumerLagMetrics(t *testing.T) {
 		check(t, "behind", lag{fragments: 0, seconds: 0, position: 120})
 	})
 	t.Run("a deleted consumer is no longer reported", func(t *testing.T) {
-		require.NoError(t, h.s.DeleteConsumer("t", "behind"))
+		require.NoError(t, h.d.DeleteConsumer("t", "behind"))
 		_, _, _, ok := lagMetrics(t, reg, "t", "behind")
 		require.False(t, ok)
 		_, _, _, ok = lagMetrics(t, reg, "t", "caught-up")

@@ -25,7 +25,7 @@ func TestDefineTable(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, SyncStatus{Enabled: true, Epoch: 1, Horizon: 1}, st)
 	want := []Column{{"time", KindTime}, {"host", KindTag}, {"p00", KindFloat}, {"n", KindInt}, {"ok", KindBool}}
-	info, err := h.s.Table("sensor")
+	info, err := h.d.Table("sensor")
 	require.NoError(t, err)
 	require.Equal(t, want, info.Columns)
 
@@ -41,7 +41,7 @@ func TestDefineTable(t *testing.T) {
 
 	_, err = h.s.DefineTable(ctx, "sensor", false, nil)
 	require.ErrorIs(t, err, ErrTableExists)
-	st, err = h.s.Status("sensor")
+	st, err = h.d.Status("sensor")
 	require.NoError(t, err)
 	require.Equal(t, SyncStatus{Enabled: true, Epoch: 1, Seq: 1, Watermark: 1, Horizon: 1}, st, "an existing table is left as it was")
 
@@ -64,7 +64,7 @@ func TestDefineTable(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := h.s.DefineTable(ctx, tc.table, false, tc.cols)
 			require.ErrorIs(t, err, tc.err)
-			_, err = h.s.Table(tc.table)
+			_, err = h.d.Table(tc.table)
 			require.Error(t, err, "nothing was created")
 		})
 	}
@@ -79,7 +79,7 @@ func TestDefineTable(t *testing.T) {
 
 	h = openHarness(t, dir, cfg)
 	defer h.close()
-	info, err = h.s.Table("sensor")
+	info, err = h.d.Table("sensor")
 	require.NoError(t, err)
 	require.Equal(t, []Column{{"time", KindTime}, {"p00", KindFloat}}, info.Columns, "declared columns are durable")
 }
@@ -103,9 +103,9 @@ func TestNoCreate(t *testing.T) {
 	require.Len(t, res.Rejected, 1)
 	require.ErrorIs(t, res.Rejected[0], ErrTableNotFound)
 	require.Equal(t, 1, res.Rejected[0].Line)
-	_, err = h.s.Table("missing")
+	_, err = h.d.Table("missing")
 	require.ErrorIs(t, err, ErrTableNotFound)
-	st, err := h.s.Status("known")
+	st, err := h.d.Status("known")
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), st.Watermark)
 }

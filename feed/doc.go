@@ -1,12 +1,30 @@
 // Package feed is ingestd's sequencer and change feed (SPEC §4–§6).
 //
+// # Two sides over one registry
+//
+// Open loads every table from the store and returns the feed's two sides
+// over one table registry (the live tables by name and the dropped
+// tables' tombstones), in the manner of etcd's write and watch sides over
+// one store:
+//
+//   - the Sequencer, the write side: Submit and Append (group-committed
+//     writes), the table operations CreateTable, PutTable, DefineTable,
+//     SetSync, Truncate and Drop, and Run, the sequencer goroutine, which
+//     alone changes the registry and the tables' state;
+//   - the Drainer, the read side: Drain, Rows (the copy by time range),
+//     Consumers, DeleteConsumer, ConsumerLags, TableStats, Status, Table
+//     and Tables. It reads what the sequencer published and the store, and
+//     never waits for the sequencer goroutine.
+//
 // # Lifecycle
 //
-// New loads every table from the store; Run is the sequencer goroutine and
-// returns when its context ends, after committing every operation that was
-// queued before (graceful shutdown); then the store may be closed. Submit,
-// the table operations and Drain are safe for concurrent use from any
-// goroutine while Run runs.
+// Run returns when its context ends, after committing every operation
+// that was queued before (graceful shutdown); then the store may be
+// closed. Submit and the table operations are safe for concurrent use from
+// any goroutine while Run runs (ErrClosed once it stopped); the Drainer's
+// methods are safe for concurrent use before, while and after Run runs
+// (until the store is closed), and its long-polls end when Run starts to
+// stop.
 //
 // # Invariants
 //

@@ -11,6 +11,7 @@ import (
 
 // DrainRequest is one pull of the feed (SPEC §6).
 type DrainRequest struct {
+	// Table is the table to drain.
 	Table string
 	// After is the cursor: rows with x_seq > After are returned.
 	After uint64
@@ -34,15 +35,15 @@ type DrainRequest struct {
 
 // Page is a drain page's envelope (SPEC §6).
 type Page struct {
-	Table     string
-	Epoch     uint64
-	After     uint64
-	Next      uint64 // where the client resumes: last x_seq of a full page (Limit rows, or ended by ErrPageFull), else Watermark
-	Seq       uint64
-	Watermark uint64
-	More      bool // Next < Watermark
-	Columns   []Column
-	Rows      int
+	Table     string   // the drained table
+	Epoch     uint64   // the table's epoch the page was read in
+	After     uint64   // the request's cursor
+	Next      uint64   // where the client resumes: last x_seq of a full page (Limit rows, or ended by ErrPageFull), else Watermark
+	Seq       uint64   // the table's seq when the page was read
+	Watermark uint64   // the watermark the page was read at: no row above it
+	More      bool     // Next < Watermark
+	Columns   []Column // the page's columns, in the order of each row's values
+	Rows      int      // rows visited, at most the request's Limit
 	// NewConsumer is set when this drain registered DrainRequest.Consumer
 	// (its first drain, or its first since it was deleted): the audit log
 	// records it.
@@ -59,7 +60,7 @@ type Page struct {
 // return ErrPageFull to end the page before the row it was called with
 // (Next is then the last x_seq of the page); any other error of visit ends
 // the Drain with it. Safe for concurrent use; never blocks the sequencer.
-func (s *Sequencer) Drain(ctx context.Context, req DrainRequest, visit func(cols []Column, vals []Value) error) (Page, error) {
+func (s *Drainer) Drain(ctx context.Context, req DrainRequest, visit func(cols []Column, vals []Value) error) (Page, error) {
 	pg, err := s.drain(ctx, req, visit)
 	outcome := "ok"
 	switch {
@@ -78,7 +79,7 @@ func isRefusal(err error) bool {
 	return errors.As(err, &r)
 }
 
-func (s *Sequencer) drain(ctx context.Context, req DrainRequest, visit func(cols []Column, vals []Value) error) (Page, error) {
+func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols []Column, vals []Value) error) (Page, error) {
 	if req.Limit < 1 || req.Limit > s.cfg.MaxDrainLimit {
 		return Page{}, fmt.Errorf("%w: %d is outside 1..%d (--max-drain-limit)", ErrInvalidLimit, req.Limit, s.cfg.MaxDrainLimit)
 	}
@@ -149,7 +150,7 @@ func (s *Sequencer) drain(ctx context.Context, req DrainRequest, visit func(cols
 }
 
 // readPage reads one page from the published state p.
-func (s *Sequencer) readPage(ctx context.Context, req DrainRequest, p *published, visit func(cols []Column, vals []Value) error) (Page, error) {
+func (s *Drainer) readPage(ctx context.Context, req DrainRequest, p *published, visit func(cols []Column, vals []Value) error) (Page, error) {
 	proj, cols, err := project(p, req.Columns)
 	if err != nil {
 		return Page{}, err

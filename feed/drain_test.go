@@ -49,13 +49,13 @@ func TestDrainPaging(t *testing.T) {
 				}
 				mustAppend(t, h.s, pts...)
 			}
-			st := status(t, h.s, "t")
+			st := status(t, h.d, "t")
 			require.Equal(t, SyncStatus{Enabled: true, Epoch: 1, Seq: uint64(n), Watermark: uint64(n), Horizon: 1}, st)
 
 			seen := map[uint64]int{}
 			after, pages := tc.after, 0
 			for {
-				p := drainPage(t, h.s, DrainRequest{Table: "t", After: after, Limit: tc.limit, Epoch: 1, HasEpoch: true})
+				p := drainPage(t, h.d, DrainRequest{Table: "t", After: after, Limit: tc.limit, Epoch: 1, HasEpoch: true})
 				pages++
 				require.Equal(t, after, p.After)
 				require.Equal(t, uint64(n), p.Watermark)
@@ -223,11 +223,11 @@ func TestDrainCoalesce(t *testing.T) {
 			_, _, err := h.s.CreateTable(context.Background(), "t", tc.syncOn)
 			require.NoError(t, err)
 			h = runSteps(t, h, cfg, tc.steps)
-			require.Equal(t, tc.want, drainAll(t, h.s, "t", 0, 100))
-			require.Equal(t, tc.want, drainAll(t, h.s, "t", 0, 1), "page by page")
+			require.Equal(t, tc.want, drainAll(t, h.d, "t", 0, 100))
+			require.Equal(t, tc.want, drainAll(t, h.d, "t", 0, 1), "page by page")
 			// Re-reading after the first fragment still gives the
 			// coalesced row.
-			require.Equal(t, orNil(tc.want[1:]), drainAll(t, h.s, "t", tc.want[0].Seq, 2))
+			require.Equal(t, orNil(tc.want[1:]), drainAll(t, h.d, "t", tc.want[0].Seq, 2))
 		})
 	}
 }
@@ -289,13 +289,13 @@ func TestDrainSyncOffInvisible(t *testing.T) {
 			h = runSteps(t, h, cfg, tc.steps)
 			check := func(h *harness) {
 				t.Helper()
-				require.Equal(t, uint64(len(tc.onTs)), status(t, h.s, "t").Seq, "only sync ON lines are numbered")
+				require.Equal(t, uint64(len(tc.onTs)), status(t, h.d, "t").Seq, "only sync ON lines are numbered")
 				var want []row
 				for i, ts := range tc.onTs {
 					want = append(want, row{uint64(i + 1), map[string]Value{"time": tmv(ts), "host": tagv("a"), "v": iv(ts)}})
 				}
-				require.Equal(t, want, drainAll(t, h.s, "t", 0, 100))
-				require.Equal(t, want, drainAll(t, h.s, "t", 0, 1))
+				require.Equal(t, want, drainAll(t, h.d, "t", 0, 100))
+				require.Equal(t, want, drainAll(t, h.d, "t", 0, 1))
 			}
 			check(h)
 			h.close()
@@ -329,8 +329,8 @@ func TestDrainRefusals(t *testing.T) {
 	require.NoError(t, err)
 	_, _, err = h.s.CreateTable(ctx, "fresh", true)
 	require.NoError(t, err)
-	require.Equal(t, SyncStatus{Enabled: true, Epoch: 2, Seq: 3, Watermark: 3, Horizon: 1}, status(t, h.s, "on"))
-	require.Equal(t, SyncStatus{Enabled: false, Epoch: 1, Seq: 1, Watermark: 1, Horizon: 1}, status(t, h.s, "off"))
+	require.Equal(t, SyncStatus{Enabled: true, Epoch: 2, Seq: 3, Watermark: 3, Horizon: 1}, status(t, h.d, "on"))
+	require.Equal(t, SyncStatus{Enabled: false, Epoch: 1, Seq: 1, Watermark: 1, Horizon: 1}, status(t, h.d, "off"))
 
 	cases := []struct {
 		name    string
@@ -367,7 +367,7 @@ func TestDrainRefusals(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := tryDrain(h.s, tc.req)
+			p, err := tryDrain(h.d, tc.req)
 			if tc.err == nil {
 				require.NoError(t, err)
 				require.NoError(t, pageProblem(p, tc.req.After, tc.req.Limit))
@@ -382,7 +382,7 @@ func TestDrainRefusals(t *testing.T) {
 				return
 			}
 			require.ErrorAs(t, err, &ref)
-			require.Equal(t, status(t, h.s, tc.req.Table), ref.Status, "the refusal carries the current status")
+			require.Equal(t, status(t, h.d, tc.req.Table), ref.Status, "the refusal carries the current status")
 			require.Equal(t, tc.err.Error(), ref.Error())
 		})
 	}
@@ -400,7 +400,7 @@ func TestDrainColumns(t *testing.T) {
 	// Schema order: time, tags of the first line (sorted), then fields in
 	// order of first appearance.
 	all := []Column{{"time", KindTime}, {"dc", KindTag}, {"host", KindTag}, {"a", KindInt}, {"b", KindString}, {"c", KindBool}}
-	require.Equal(t, all, columns(t, h.s, "t"))
+	require.Equal(t, all, columns(t, h.d, "t"))
 	seq := func(x uint64) Value { return Value{Kind: KindSeq, Num: x} }
 	var none Value
 	cases := []struct {
@@ -443,7 +443,7 @@ func TestDrainColumns(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p := drainPage(t, h.s, DrainRequest{Table: "t", Limit: 10, Columns: tc.columns})
+			p := drainPage(t, h.d, DrainRequest{Table: "t", Limit: 10, Columns: tc.columns})
 			require.Equal(t, tc.want, p.Columns)
 			require.Equal(t, tc.rows, p.vals)
 		})
@@ -526,10 +526,10 @@ func TestDrainStalledCommit(t *testing.T) {
 			old := map[string]SyncStatus{}
 			oldRows := map[string][]row{}
 			for name := range tables {
-				st, err := h.s.Status(name)
+				st, err := h.d.Status(name)
 				if err == nil {
 					old[name] = st
-					oldRows[name] = drainAll(t, h.s, name, 0, 10)
+					oldRows[name] = drainAll(t, h.d, name, 0, 10)
 				}
 			}
 
@@ -540,7 +540,7 @@ func TestDrainStalledCommit(t *testing.T) {
 
 			next := map[string]uint64{}
 			for name := range tables {
-				st := status(t, h.s, name)
+				st := status(t, h.d, name)
 				require.Greater(t, st.Seq, st.Watermark, "%s: seq handed out above the watermark", name)
 				require.Equal(t, old[name].Watermark, st.Watermark, "%s: the watermark holds", name)
 				if prev, ok := old[name]; ok {
@@ -548,12 +548,12 @@ func TestDrainStalledCommit(t *testing.T) {
 				} else {
 					require.Equal(t, uint64(1), st.Epoch, "%s: auto-created WITH SYNC", name)
 				}
-				p := drainPage(t, h.s, DrainRequest{Table: name, Limit: 10})
+				p := drainPage(t, h.d, DrainRequest{Table: name, Limit: 10})
 				require.Equal(t, oldRows[name], orNil(p.rows()), "%s: only committed rows", name)
 				require.Equal(t, st.Watermark, p.Next, "%s: next stops at the watermark", name)
 				require.False(t, p.More)
 				require.Equal(t, st.Seq, p.Seq)
-				p = drainPage(t, h.s, DrainRequest{Table: name, After: p.Next, Limit: 10})
+				p = drainPage(t, h.d, DrainRequest{Table: name, After: p.Next, Limit: 10})
 				require.Zero(t, p.Rows, "%s: nothing visible above the watermark", name)
 				next[name] = p.Next
 			}
@@ -568,7 +568,7 @@ func TestDrainStalledCommit(t *testing.T) {
 			require.NoError(t, err)
 			require.Equal(t, len(tc.stalled), res.Accepted)
 			for name := range tables {
-				st := status(t, h.s, name)
+				st := status(t, h.d, name)
 				require.Equal(t, st.Seq, st.Watermark, "%s", name)
 				var want []row
 				for _, p := range tc.stalled {
@@ -576,7 +576,7 @@ func TestDrainStalledCommit(t *testing.T) {
 						want = append(want, row{Seq: next[name] + uint64(len(want)) + 1, Vals: pointVals(p)})
 					}
 				}
-				require.Equal(t, want, drainAll(t, h.s, name, next[name], 10), "%s: the first pull from next returns the stalled rows", name)
+				require.Equal(t, want, drainAll(t, h.d, name, next[name], 10), "%s: the first pull from next returns the stalled rows", name)
 			}
 		})
 	}
@@ -688,7 +688,7 @@ func TestDrainConcurrentWriters(t *testing.T) {
 			}
 			pull := func(name string, limit int) error {
 				c := cursors[name]
-				p, err := tryDrain(h.s, DrainRequest{Table: name, After: c.next, Limit: limit, Epoch: c.epoch, HasEpoch: true})
+				p, err := tryDrain(h.d, DrainRequest{Table: name, After: c.next, Limit: limit, Epoch: c.epoch, HasEpoch: true})
 				if err != nil {
 					return fmt.Errorf("drain %s after %d: %w", name, c.next, err)
 				}
@@ -727,7 +727,7 @@ func TestDrainConcurrentWriters(t *testing.T) {
 
 			for _, name := range tables {
 				c := cursors[name]
-				st := status(t, h.s, name)
+				st := status(t, h.d, name)
 				require.Equal(t, st.Seq, st.Watermark)
 				for i := 0; c.next < st.Watermark; i++ {
 					require.NoError(t, pull(name, tc.limits[i%len(tc.limits)]))
@@ -770,7 +770,7 @@ func TestDrainPageFull(t *testing.T) {
 	}
 	drain := func(after uint64, rows int) ([]uint64, Page, error) {
 		var seqs []uint64
-		pg, err := h.s.Drain(context.Background(), DrainRequest{Table: "t", After: after, Limit: 10, Columns: []string{"x_seq"}},
+		pg, err := h.d.Drain(context.Background(), DrainRequest{Table: "t", After: after, Limit: 10, Columns: []string{"x_seq"}},
 			func(_ []Column, vals []Value) error {
 				if len(seqs) == rows {
 					return ErrPageFull

@@ -10,12 +10,14 @@ import (
 	"github.com/ingestd/ingestd/store"
 )
 
-// harness is a sequencer running on a real badger store in t.TempDir().
+// harness is a sequencer running on a real badger store in t.TempDir(),
+// with its drainer.
 type harness struct {
 	t      testing.TB
 	dir    string
 	db     *store.DB
 	s      *Sequencer
+	d      *Drainer
 	cancel context.CancelFunc
 	done   chan error
 }
@@ -27,9 +29,9 @@ func openHarness(t testing.TB, dir string, cfg Config) *harness {
 	scfg.Dir = dir
 	db, err := store.Open(scfg, nil, nil)
 	require.NoError(t, err)
-	s, err := New(cfg, db, nil, nil)
+	s, d, err := Open(cfg, db, nil, nil)
 	require.NoError(t, err)
-	h := &harness{t: t, dir: dir, db: db, s: s, done: make(chan error, 1)}
+	h := &harness{t: t, dir: dir, db: db, s: s, d: d, done: make(chan error, 1)}
 	h.start()
 	return h
 }

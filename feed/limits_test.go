@@ -45,7 +45,7 @@ func TestTableLimit(t *testing.T) {
 	created, _, err = h.s.CreateTable(ctx, "d", true)
 	require.NoError(t, err)
 	require.True(t, created)
-	require.Len(t, h.s.Tables(), 2)
+	require.Len(t, h.d.Tables(), 2)
 }
 
 // TestTombstoneBound checks Config.MaxTombstones: past it tombstones fold
@@ -67,7 +67,7 @@ func TestTombstoneBound(t *testing.T) {
 		}
 		_, err = h.s.Truncate(ctx, name) // epoch 2
 		require.NoError(t, err)
-		old[name] = status(t, h.s, name)
+		old[name] = status(t, h.d, name)
 		require.NoError(t, h.s.Drop(ctx, name))
 		require.LessOrEqual(t, len(h.s.tombstones), 2)
 	}
@@ -79,16 +79,16 @@ func TestTombstoneBound(t *testing.T) {
 			require.Greater(t, st.Epoch, old[name].Epoch, "round %d %s: epoch", round, name)
 			require.GreaterOrEqual(t, st.Seq, old[name].Seq, "round %d %s: seq", round, name)
 			mustAppend(t, h.s, pt(name, 2, nil, fld("v", iv(2))))
-			rows := drainAll(t, h.s, name, 0, 10)
+			rows := drainAll(t, h.d, name, 0, 10)
 			require.Len(t, rows, 1)
 			require.Greater(t, rows[0].Seq, old[name].Seq, "round %d %s: x_seq reused", round, name)
-			old[name] = status(t, h.s, name)
+			old[name] = status(t, h.d, name)
 			require.NoError(t, h.s.Drop(ctx, name))
 		}
 		h.close()
 		h = openHarness(t, dir, cfg)
 		require.LessOrEqual(t, len(h.s.tombstones), 2, "round %d", round)
-		require.Empty(t, h.s.Tables(), "the floor is no table")
+		require.Empty(t, h.d.Tables(), "the floor is no table")
 	}
 }
 
@@ -105,7 +105,7 @@ func TestTableChurnMemory(t *testing.T) {
 	scfg.UnsafeNoSync = true // thousands of commits; durability is not under test
 	db, err := store.Open(scfg, nil, nil)
 	require.NoError(t, err)
-	s, err := New(cfg, db, nil, nil)
+	s, _, err := Open(cfg, db, nil, nil)
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
@@ -158,7 +158,7 @@ func TestGroupBytes(t *testing.T) {
 	mustAppend(t, h.s, pts...)
 	// 100 fragments bounded at 259 bytes each: 16 per group of 4 KiB.
 	require.Equal(t, 7, commits)
-	rows := drainAll(t, h.s, "t", 0, 1000)
+	rows := drainAll(t, h.d, "t", 0, 1000)
 	require.Len(t, rows, 100)
 	for i, r := range rows {
 		require.Equal(t, uint64(i+1), r.Seq)

@@ -106,7 +106,7 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 		m.rejected.WithLabelValues(r)
 	}
 	if reg != nil {
-		reg.MustRegister(tableCollector{s})
+		reg.MustRegister(tableCollector{s.registry})
 	}
 	return m
 }
@@ -131,7 +131,7 @@ var (
 // UTF-8 or the whole scrape fails: CheckName guarantees it for every name
 // created since, and a table or consumer an older version stored under an
 // invalid name is left out rather than break /metrics.
-type tableCollector struct{ s *Sequencer }
+type tableCollector struct{ s *registry }
 
 func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- tableSeqDesc

@@ -65,7 +65,7 @@ func TestInvalidNamesRefused(t *testing.T) {
 	for _, bad := range []string{"\xff", "a\x00b", "a\tb", strings.Repeat("n", 17)} {
 		_, _, err := h.s.CreateTable(ctx, bad, true)
 		require.ErrorIs(t, err, ErrInvalidName, "create %q", bad)
-		_, err = h.s.Status(bad)
+		_, err = h.d.Status(bad)
 		require.ErrorIs(t, err, ErrInvalidName, "status %q: 400, not 404", bad)
 
 		res := appendBatch(t, h.s,
@@ -81,13 +81,13 @@ func TestInvalidNamesRefused(t *testing.T) {
 			require.Equal(t, i+1, r.Line)
 		}
 
-		_, err = tryDrain(h.s, DrainRequest{Table: "ok", Limit: 1, Consumer: bad})
+		_, err = tryDrain(h.d, DrainRequest{Table: "ok", Limit: 1, Consumer: bad})
 		require.ErrorIs(t, err, ErrInvalidName, "consumer %q", bad)
-		require.ErrorIs(t, h.s.DeleteConsumer("ok", bad), ErrInvalidName)
+		require.ErrorIs(t, h.d.DeleteConsumer("ok", bad), ErrInvalidName)
 	}
-	require.Len(t, h.s.Tables(), 1)
-	require.Equal(t, []Column{{Name: "time", Kind: KindTime}, {Name: "v", Kind: KindInt}}, columns(t, h.s, "ok"))
-	cs, err := h.s.Consumers("ok")
+	require.Len(t, h.d.Tables(), 1)
+	require.Equal(t, []Column{{Name: "time", Kind: KindTime}, {Name: "v", Kind: KindInt}}, columns(t, h.d, "ok"))
+	cs, err := h.d.Consumers("ok")
 	require.NoError(t, err)
 	require.Empty(t, cs)
 }
@@ -118,8 +118,8 @@ func TestHostileNamesSurviveRestart(t *testing.T) {
 	// new and above every x_seq the table had before.
 	drainNew := func(name string, after uint64) {
 		t.Helper()
-		st := status(t, h.s, name)
-		rows := drainAll(t, h.s, name, after, 100)
+		st := status(t, h.d, name)
+		rows := drainAll(t, h.d, name, after, 100)
 		require.NotEmpty(t, rows)
 		for _, r := range rows {
 			p := pos{st.Epoch, r.Seq}
@@ -139,7 +139,7 @@ func TestHostileNamesSurviveRestart(t *testing.T) {
 		drainNew(name, 0)
 	}
 	for _, name := range names {
-		_, err := tryDrain(h.s, DrainRequest{Table: names[1], Limit: 1, Consumer: name}) // names[1] is never dropped
+		_, err := tryDrain(h.d, DrainRequest{Table: names[1], Limit: 1, Consumer: name}) // names[1] is never dropped
 		require.NoError(t, err)
 	}
 	// Drop and re-create every other table: the tombstone must bring it back
@@ -156,13 +156,13 @@ func TestHostileNamesSurviveRestart(t *testing.T) {
 	h = openHarness(t, dir, cfg)
 	defer func() { h.close() }()
 	var got []string
-	for _, ti := range h.s.Tables() {
+	for _, ti := range h.d.Tables() {
 		got = append(got, ti.Name)
 	}
 	want := append([]string(nil), names...)
 	sort.Strings(want)
 	require.True(t, slices.Equal(want, got), "every table under its exact name (%d of %d)", len(got), len(want))
-	cs, err := h.s.Consumers(names[1])
+	cs, err := h.d.Consumers(names[1])
 	require.NoError(t, err)
 	var cnames []string
 	for _, c := range cs {
@@ -174,7 +174,7 @@ func TestHostileNamesSurviveRestart(t *testing.T) {
 		if i%2 == 0 {
 			ts = 2
 		}
-		rows := drainAll(t, h.s, name, 0, 100)
+		rows := drainAll(t, h.d, name, 0, 100)
 		require.Len(t, rows, 1, "table %d", i)
 		require.True(t, maps.Equal(map[string]Value{"time": tmv(ts), "t": tagv(name), name: iv(int64(i))}, rows[0].Vals), "table %d: row", i)
 		mustAppend(t, h.s, pt(name, 3, nil, fld(name, iv(-1))))

@@ -282,7 +282,7 @@ func (s *Sequencer) hold(t *table, p *published) (uint64, bool) {
 }
 
 // holds reports whether consumer c holds its table's horizon at now.
-func (s *Sequencer) holds(c store.Consumer, epoch uint64, now time.Time) bool {
+func (s *registry) holds(c store.Consumer, epoch uint64, now time.Time) bool {
 	return s.cfg.ConsumerHoldsHistory && c.Epoch == epoch && now.Sub(time.Unix(0, c.LastSeen)) <= s.cfg.ConsumerHoldMaxAge
 }
 

@@ -50,28 +50,28 @@ func TestHistoryHorizonRefusesNeverSkips(t *testing.T) {
 	_, _, err := h.s.CreateTable(ctx, "t", true)
 	require.NoError(t, err)
 	mustAppend(t, h.s, horizonPoints("t", 1, 50, 0)...)
-	eventually(t, func() bool { st, _ := h.s.Status("t"); return st.Horizon == 41 }, "horizon at watermark-10+1")
-	_, err = tryDrain(h.s, DrainRequest{Table: "t", After: 39, Limit: 100})
+	eventually(t, func() bool { st, _ := h.d.Status("t"); return st.Horizon == 41 }, "horizon at watermark-10+1")
+	_, err = tryDrain(h.d, DrainRequest{Table: "t", After: 39, Limit: 100})
 	requireHistoryExpired(t, err, 41)
-	_, err = tryDrain(h.s, DrainRequest{Table: "t", After: 0, Limit: 100})
+	_, err = tryDrain(h.d, DrainRequest{Table: "t", After: 0, Limit: 100})
 	requireHistoryExpired(t, err, 41)
-	p := drainPage(t, h.s, DrainRequest{Table: "t", After: 40, Limit: 100})
+	p := drainPage(t, h.d, DrainRequest{Table: "t", After: 40, Limit: 100})
 	require.Equal(t, []uint64{41, 42, 43, 44, 45, 46, 47, 48, 49, 50}, p.seqs())
 
 	// The horizon survives a restart.
 	h.close()
 	h = openHarness(t, h.dir, cfg)
-	st, err := h.s.Status("t")
+	st, err := h.d.Status("t")
 	require.NoError(t, err)
 	require.Equal(t, uint64(41), st.Horizon)
-	_, err = tryDrain(h.s, DrainRequest{Table: "t", After: 39, Limit: 100})
+	_, err = tryDrain(h.d, DrainRequest{Table: "t", After: 39, Limit: 100})
 	requireHistoryExpired(t, err, 41)
 
 	// TRUNCATE starts a new history: nothing of the new epoch is gone.
 	st, err = h.s.Truncate(ctx, "t")
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), st.Horizon)
-	drainPage(t, h.s, DrainRequest{Table: "t", After: 0, Limit: 10, Epoch: st.Epoch, HasEpoch: true})
+	drainPage(t, h.d, DrainRequest{Table: "t", After: 0, Limit: 10, Epoch: st.Epoch, HasEpoch: true})
 }
 
 // TestConsumerHoldsHistory: a named consumer holds the horizon at its
@@ -91,37 +91,37 @@ func TestConsumerHoldsHistory(t *testing.T) {
 		require.NoError(t, err)
 	}
 	mustAppend(t, h.s, horizonPoints("t", 1, 5, 0)...)
-	drainPage(t, h.s, DrainRequest{Table: "t", After: 5, Limit: 10, Consumer: "slow"})
-	drainPage(t, h.s, DrainRequest{Table: "t", After: 5, Limit: 10, Consumer: "gone"})
+	drainPage(t, h.d, DrainRequest{Table: "t", After: 5, Limit: 10, Consumer: "slow"})
+	drainPage(t, h.d, DrainRequest{Table: "t", After: 5, Limit: 10, Consumer: "gone"})
 	mustAppend(t, h.s, horizonPoints("t", 6, 45, 0)...)
 	// A table without consumers, written with t and again after: once its
 	// second trim is done, a whole pass has run over t's data.
 	mustAppend(t, h.s, horizonPoints("u", 1, 50, 0)...)
-	eventually(t, func() bool { st, _ := h.s.Status("u"); return st.Horizon == 41 }, "u trimmed")
+	eventually(t, func() bool { st, _ := h.d.Status("u"); return st.Horizon == 41 }, "u trimmed")
 	mustAppend(t, h.s, horizonPoints("u", 51, 10, 0)...)
-	eventually(t, func() bool { st, _ := h.s.Status("u"); return st.Horizon == 51 }, "u trimmed again")
-	st, err := h.s.Status("t")
+	eventually(t, func() bool { st, _ := h.d.Status("u"); return st.Horizon == 51 }, "u trimmed again")
+	st, err := h.d.Status("t")
 	require.NoError(t, err)
 	require.Equal(t, uint64(6), st.Horizon, "held at the consumers' position + 1")
-	cs, err := h.s.Consumers("t")
+	cs, err := h.d.Consumers("t")
 	require.NoError(t, err)
 	require.Len(t, cs, 2)
 	for _, c := range cs {
 		require.True(t, c.HoldsHistory, c.Name)
 		require.Equal(t, c.LastSeen.Add(time.Hour), c.HoldUntil)
 	}
-	p := drainPage(t, h.s, DrainRequest{Table: "t", After: 5, Limit: 100, Consumer: "slow"})
+	p := drainPage(t, h.d, DrainRequest{Table: "t", After: 5, Limit: 100, Consumer: "slow"})
 	require.Len(t, p.seqs(), 45, "the held history is all there")
 
 	// Deleting "gone" leaves "slow" (now at 5, seen now) holding.
-	require.NoError(t, h.s.DeleteConsumer("t", "gone"))
-	drainPage(t, h.s, DrainRequest{Table: "t", After: 30, Limit: 100, Consumer: "slow"})
-	eventually(t, func() bool { st, _ := h.s.Status("t"); return st.Horizon == 31 }, "the hold follows the consumer")
+	require.NoError(t, h.d.DeleteConsumer("t", "gone"))
+	drainPage(t, h.d, DrainRequest{Table: "t", After: 30, Limit: 100, Consumer: "slow"})
+	eventually(t, func() bool { st, _ := h.d.Status("t"); return st.Horizon == 31 }, "the hold follows the consumer")
 
 	// Past the hold's age the consumer holds nothing.
 	clk.add(time.Hour + time.Second)
-	eventually(t, func() bool { st, _ := h.s.Status("t"); return st.Horizon == 41 }, "an expired hold is released")
-	cs, err = h.s.Consumers("t")
+	eventually(t, func() bool { st, _ := h.d.Status("t"); return st.Horizon == 41 }, "an expired hold is released")
+	cs, err = h.d.Consumers("t")
 	require.NoError(t, err)
 	require.False(t, cs[0].HoldsHistory)
 	require.True(t, cs[0].HoldUntil.IsZero())
@@ -200,7 +200,7 @@ func TestRetentionRemovesExactlyAged(t *testing.T) {
 				return
 			default:
 			}
-			p, err := tryDrain(h.s, DrainRequest{Table: "t", After: after, Limit: 37})
+			p, err := tryDrain(h.d, DrainRequest{Table: "t", After: after, Limit: 37})
 			var ref *RefusalError
 			switch {
 			case errors.As(err, &ref) && errors.Is(err, ErrHistoryExpired):
@@ -231,7 +231,7 @@ func TestRetentionRemovesExactlyAged(t *testing.T) {
 	clk.add(30 * time.Minute)
 	cutoff := clk.now().Add(-time.Hour).UnixNano()
 	eventually(t, func() bool {
-		rows := copyRows(t, h.s, "t")
+		rows := copyRows(t, h.d, "t")
 		for _, r := range rows {
 			if r.Vals["time"].Int() < cutoff {
 				return false
@@ -251,7 +251,7 @@ func TestRetentionRemovesExactlyAged(t *testing.T) {
 		}
 	}
 	got := map[string]map[string]int64{}
-	for _, r := range copyRows(t, h.s, "t") {
+	for _, r := range copyRows(t, h.d, "t") {
 		k := fmt.Sprint("s=", r.Vals["s"].Str, "|", r.Vals["time"].Int())
 		if r.Vals["time"].Int() == t0.UnixNano() {
 			continue // the first write, v=2
@@ -270,18 +270,18 @@ func TestRetentionRemovesExactlyAged(t *testing.T) {
 
 	// The horizon lies above every removed x_seq: a drain from it sees
 	// only retained rows, all of them.
-	st, err := h.s.Status("t")
+	st, err := h.d.Status("t")
 	require.NoError(t, err)
 	require.Greater(t, st.Horizon, uint64(1))
-	for _, r := range drainAll(t, h.s, "t", st.Horizon-1, 100) {
+	for _, r := range drainAll(t, h.d, "t", st.Horizon-1, 100) {
 		require.GreaterOrEqual(t, r.Vals["time"].Int(), cutoff)
 	}
-	_, err = tryDrain(h.s, DrainRequest{Table: "t", After: st.Horizon - 2, Limit: 10})
+	_, err = tryDrain(h.d, DrainRequest{Table: "t", After: st.Horizon - 2, Limit: 10})
 	requireHistoryExpired(t, err, st.Horizon)
 }
 
 // copyRows copies a table by time range (every page).
-func copyRows(t *testing.T, s *Sequencer, table string) []row {
+func copyRows(t *testing.T, s *Drainer, table string) []row {
 	t.Helper()
 	var out []row
 	cursor := ""

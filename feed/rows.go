@@ -13,6 +13,7 @@ import (
 
 // RowsRequest is one page of a copy by time range (SPEC §6 bootstrap).
 type RowsRequest struct {
+	// Table is the table to copy.
 	Table string
 	// Start (inclusive) and End (exclusive) bound the time in Unix
 	// nanoseconds, each only when its Has flag is set.
@@ -29,12 +30,12 @@ type RowsRequest struct {
 // fragment at or below Watermark is in the copy, so a mirror then drains
 // from (Epoch, Watermark). Cursor is "" on the last page.
 type RowsPage struct {
-	Table     string
-	Epoch     uint64
-	Watermark uint64
-	Columns   []Column
-	Cursor    string
-	Rows      int
+	Table     string   // the copied table
+	Epoch     uint64   // the table's epoch when the copy began
+	Watermark uint64   // the table's watermark when the copy began
+	Columns   []Column // time, tags and fields of this page (a later page may have more)
+	Cursor    string   // resumes the copy at the next page; "" on the last
+	Rows      int      // rows visited, at most the request's Limit
 }
 
 // ErrInvalidCursor is returned by Rows for a cursor it did not issue.
@@ -91,7 +92,7 @@ func decodeRowsCursor(s string) (rowsCursor, error) {
 // ErrInvalidCursor, and *RefusalError{ErrStaleEpoch} when the table was
 // truncated or re-created since the cursor's first page. Safe for
 // concurrent use.
-func (s *Sequencer) Rows(ctx context.Context, req RowsRequest, visit func(cols []Column, vals []Value) error) (RowsPage, error) {
+func (s *Drainer) Rows(ctx context.Context, req RowsRequest, visit func(cols []Column, vals []Value) error) (RowsPage, error) {
 	if req.Limit < 1 || req.Limit > s.cfg.MaxDrainLimit {
 		return RowsPage{}, fmt.Errorf("%w: %d is outside 1..%d (--max-drain-limit)", ErrInvalidLimit, req.Limit, s.cfg.MaxDrainLimit)
 	}

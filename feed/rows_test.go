@@ -37,7 +37,7 @@ func (p rowsPage) rows() []map[string]Value {
 }
 
 // tryRows reads one copy page and copies its rows.
-func tryRows(s *Sequencer, req RowsRequest) (rowsPage, error) {
+func tryRows(s *Drainer, req RowsRequest) (rowsPage, error) {
 	var p rowsPage
 	pg, err := s.Rows(context.Background(), req, func(cols []Column, vals []Value) error {
 		if len(cols) != len(vals) {
@@ -54,7 +54,7 @@ func tryRows(s *Sequencer, req RowsRequest) (rowsPage, error) {
 // is "", checking each page against the first: the same table, epoch and
 // watermark, at most req.Limit rows, and columns without x_ ones. between,
 // when set, runs before every page after the first.
-func copyAll(t testing.TB, s *Sequencer, req RowsRequest, between func()) (first RowsPage, rows []map[string]Value) {
+func copyAll(t testing.TB, s *Drainer, req RowsRequest, between func()) (first RowsPage, rows []map[string]Value) {
 	t.Helper()
 	req.Cursor = ""
 	for page := 0; ; page++ {
@@ -130,9 +130,9 @@ func openHookedHarness(t testing.TB, dir string, cfg Config) (*harness, *hookedS
 	db, err := store.Open(scfg, nil, nil)
 	require.NoError(t, err)
 	hs := &hookedStore{DB: db}
-	s, err := New(cfg, hs, nil, nil)
+	s, d, err := Open(cfg, hs, nil, nil)
 	require.NoError(t, err)
-	h := &harness{t: t, dir: dir, db: db, s: s, done: make(chan error, 1)}
+	h := &harness{t: t, dir: dir, db: db, s: s, d: d, done: make(chan error, 1)}
 	h.start()
 	return h, hs
 }
@@ -182,7 +182,7 @@ func TestRowsTimeRange(t *testing.T) {
 				if tc.end != nil {
 					req.End, req.HasEnd = *tc.end, true
 				}
-				first, rows := copyAll(t, h.s, req, nil)
+				first, rows := copyAll(t, h.d, req, nil)
 				require.Equal(t, uint64(1), first.Epoch)
 				require.Equal(t, uint64(30), first.Watermark)
 				require.Equal(t, []Column{{"time", KindTime}, {"host", KindTag}, {"v", KindInt}}, first.Columns, "no x_seq")
@@ -207,14 +207,14 @@ func TestRowsPaging(t *testing.T) {
 		require.NoError(t, err)
 		mustAppend(t, h.s, seqPoints("t", 0, 20)...)
 		n := 20
-		first, rows := copyAll(t, h.s, RowsRequest{Table: "t", Limit: 3}, func() {
+		first, rows := copyAll(t, h.d, RowsRequest{Table: "t", Limit: 3}, func() {
 			// Writes between pages move the table's watermark, not the copy's.
 			mustAppend(t, h.s, seqPoints("t", n, 2)...)
 			n += 2
 		})
 		require.Equal(t, uint64(1), first.Epoch)
 		require.Equal(t, uint64(20), first.Watermark)
-		require.Greater(t, status(t, h.s, "t").Watermark, first.Watermark)
+		require.Greater(t, status(t, h.d, "t").Watermark, first.Watermark)
 		got := rowTimes(rows)
 		require.Subset(t, got, timeRange(1, 21), "every fragment at or below the watermark is in the copy")
 		require.Equal(t, slices.Compact(slices.Clone(got)), got, "no fragment twice")
@@ -232,7 +232,7 @@ func TestRowsPaging(t *testing.T) {
 		p5 := map[string]Value{"time": tmv(5), "host": tagv("a"), "v": iv(3), "s": sv("x"), "f": fv(0.5)}
 		p9 := map[string]Value{"time": tmv(9), "host": tagv("a"), "v": iv(2)}
 		for _, limit := range []int{1, 2, 100} {
-			_, rows := copyAll(t, h.s, RowsRequest{Table: "t", Limit: limit}, nil)
+			_, rows := copyAll(t, h.d, RowsRequest{Table: "t", Limit: limit}, nil)
 			require.ElementsMatch(t, []map[string]Value{p5, p9}, rows, "limit %d", limit)
 		}
 	})
@@ -253,7 +253,7 @@ func TestRowsPaging(t *testing.T) {
 		p5 := map[string]Value{"time": tmv(5), "host": tagv("a"), "v": iv(2), "s": sv("x"), "f": fv(0.5)}
 		p6 := map[string]Value{"time": tmv(6), "host": tagv("a"), "v": iv(7)}
 		for _, limit := range []int{1, 2, 100} {
-			_, rows := copyAll(t, h.s, RowsRequest{Table: "t", Limit: limit}, nil)
+			_, rows := copyAll(t, h.d, RowsRequest{Table: "t", Limit: limit}, nil)
 			require.ElementsMatch(t, []map[string]Value{p5, p6}, rows, "limit %d", limit)
 		}
 	})
@@ -271,8 +271,8 @@ func TestRowsPaging(t *testing.T) {
 		require.NoError(t, err)
 		mustAppend(t, h.s, off(6))
 		for _, limit := range []int{1, 2, 100} {
-			first, rows := copyAll(t, h.s, RowsRequest{Table: "t", Limit: limit}, nil)
-			require.Equal(t, SyncStatus{Enabled: false, Epoch: 1, Seq: 2, Watermark: 2, Horizon: 1}, status(t, h.s, "t"))
+			first, rows := copyAll(t, h.d, RowsRequest{Table: "t", Limit: limit}, nil)
+			require.Equal(t, SyncStatus{Enabled: false, Epoch: 1, Seq: 2, Watermark: 2, Horizon: 1}, status(t, h.d, "t"))
 			require.Equal(t, uint64(1), first.Epoch)
 			require.Equal(t, uint64(2), first.Watermark)
 			require.ElementsMatch(t, []map[string]Value{
@@ -291,7 +291,7 @@ func TestRowsRefusals(t *testing.T) {
 	_, _, err := h.s.CreateTable(ctx, "t", true)
 	require.NoError(t, err)
 	mustAppend(t, h.s, seqPoints("t", 0, 5)...)
-	first, err := tryRows(h.s, RowsRequest{Table: "t", Limit: 2})
+	first, err := tryRows(h.d, RowsRequest{Table: "t", Limit: 2})
 	require.NoError(t, err)
 	require.NotEmpty(t, first.Cursor)
 	raw, err := base64.RawURLEncoding.DecodeString(first.Cursor)
@@ -314,13 +314,13 @@ func TestRowsRefusals(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			p, err := tryRows(h.s, tc.req)
+			p, err := tryRows(h.d, tc.req)
 			require.ErrorIs(t, err, tc.err)
 			require.Empty(t, p.vals)
 		})
 	}
 	t.Run("the cursor is valid", func(t *testing.T) {
-		p, err := tryRows(h.s, RowsRequest{Table: "t", Limit: 10, Cursor: first.Cursor})
+		p, err := tryRows(h.d, RowsRequest{Table: "t", Limit: 10, Cursor: first.Cursor})
 		require.NoError(t, err)
 		require.Equal(t, 3, p.Rows)
 	})
@@ -380,11 +380,11 @@ func TestRowsStaleEpoch(t *testing.T) {
 			_, _, err := h.s.CreateTable(context.Background(), "t", true)
 			require.NoError(t, err)
 			mustAppend(t, h.s, seqPoints("t", 0, 5)...)
-			first, err := tryRows(h.s, RowsRequest{Table: "t", Limit: 2})
+			first, err := tryRows(h.d, RowsRequest{Table: "t", Limit: 2})
 			require.NoError(t, err)
 			require.NotEmpty(t, first.Cursor)
 			tc.change(t, h.s)
-			p, err := tryRows(h.s, RowsRequest{Table: "t", Limit: 2, Cursor: first.Cursor})
+			p, err := tryRows(h.d, RowsRequest{Table: "t", Limit: 2, Cursor: first.Cursor})
 			if tc.err == nil {
 				require.NoError(t, err)
 				require.Equal(t, 2, p.Rows)
@@ -396,7 +396,7 @@ func TestRowsStaleEpoch(t *testing.T) {
 			if tc.err == ErrStaleEpoch {
 				var ref *RefusalError
 				require.ErrorAs(t, err, &ref)
-				require.Equal(t, status(t, h.s, "t"), ref.Status, "the refusal carries the current status")
+				require.Equal(t, status(t, h.d, "t"), ref.Status, "the refusal carries the current status")
 				require.Equal(t, tc.epoch, ref.Status.Epoch)
 			}
 		})
@@ -427,7 +427,7 @@ func TestRowsNewSeriesDuringCopy(t *testing.T) {
 			require.NoError(t, err)
 			mustAppend(t, h.s, base...)
 			var rows []map[string]Value
-			first, err := tryRows(h.s, RowsRequest{Table: "t", Limit: 2})
+			first, err := tryRows(h.d, RowsRequest{Table: "t", Limit: 2})
 			require.NoError(t, err)
 			rows = append(rows, first.rows()...)
 			wrote := false
@@ -439,7 +439,7 @@ func TestRowsNewSeriesDuringCopy(t *testing.T) {
 			}
 			cursor := first.Cursor
 			for cursor != "" {
-				p, err := tryRows(h.s, RowsRequest{Table: "t", Limit: 2, Cursor: cursor})
+				p, err := tryRows(h.d, RowsRequest{Table: "t", Limit: 2, Cursor: cursor})
 				require.NoError(t, err)
 				rows = append(rows, p.rows()...)
 				cursor = p.Cursor

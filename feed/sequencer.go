@@ -17,29 +17,47 @@ import (
 	"github.com/ingestd/ingestd/store"
 )
 
-// Sequencer is the single writer of SPEC §4: listeners Submit batches, one
-// goroutine (Run) validates them against the schema, stamps x_seq and
-// group-commits them, then publishes the watermark and acknowledges.
-// All exported methods are safe for concurrent use.
-type Sequencer struct {
+// registry is the table registry the Sequencer and the Drainer share:
+// the live tables by name and the dropped tables' tombstones, with what
+// both sides read (configuration, storage, metrics, clock). Only the
+// sequencer goroutine adds, replaces or removes a table (under mu); both
+// sides look tables up under mu's read lock and then read a table's
+// published state under table.mu (see the lock order in doc.go).
+type registry struct {
 	cfg    Config
 	st     Storage
 	logger *slog.Logger
 	m      *metrics
 	now    func() time.Time
 
-	queue    chan *op
-	stopping chan struct{} // closed when Run starts to stop
-	stopped  chan struct{} // closed when Run has returned
+	stopping chan struct{} // closed when Run starts to stop: ends long-polls
 
-	submitMu sync.RWMutex // guards closed against in-flight Submits
-	closed   bool
-
-	consumerMu sync.Mutex // serializes consumer flushes and deletes
+	// consumerMu serializes the sequencer's consumer flushes
+	// (flushConsumers) with Drainer.DeleteConsumer, so that a flush never
+	// writes back a consumer deleted meanwhile.
+	consumerMu sync.Mutex
 
 	mu         sync.RWMutex // guards tables and tombstones (written by the sequencer only)
 	tables     map[string]*table
 	tombstones map[string]store.TableMeta
+}
+
+// Sequencer is the feed's write side, the single writer of SPEC §4:
+// listeners Submit batches, one goroutine (Run) validates them against
+// the schema, stamps x_seq and group-commits them, then publishes the
+// watermark and acknowledges; the table operations (CreateTable, PutTable,
+// DefineTable, SetSync, Truncate, Drop) run in the same goroutine between
+// group commits. Open returns it with the Drainer, the read side, over the
+// same table registry. All exported methods are safe for concurrent use.
+type Sequencer struct {
+	*registry
+
+	queue   chan *op
+	stopped chan struct{} // closed when Run has returned
+
+	submitMu sync.RWMutex // guards closed against in-flight Submits
+	closed   bool
+
 	// floor holds the highest epoch and x_seq lease of every pruned
 	// tombstone (Config.MaxTombstones); stored as the tombstone of
 	// floorName. Sequencer goroutine only.
@@ -62,6 +80,17 @@ type Sequencer struct {
 	// sweep is the retention and history-trim pass in progress
 	// (sequencer goroutine only).
 	sweep sweeper
+}
+
+// Drainer is the feed's read side (SPEC §6): drain pages, the copy by
+// time range (Rows), named consumers and their lag, and the tables'
+// published state (Status, Table, Tables, TableStats), read from the
+// table registry the Sequencer writes. A read never waits for the
+// sequencer goroutine: it takes the registry's read lock and a table's
+// lock only to copy the published state, then reads the store. All
+// methods are safe for concurrent use, before, while and after Run runs.
+type Drainer struct {
+	*registry
 }
 
 type opKind uint8
@@ -116,9 +145,21 @@ type groupTable struct {
 	tomb    *store.TableMeta
 }
 
-// New loads every table from st and returns a sequencer ready to Run.
-// logger may be nil (discard); reg may be nil (no metrics).
-func New(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Registerer) (*Sequencer, error) {
+// Open loads every table from st and returns the feed's two sides over
+// one table registry: the Sequencer, ready to Run, and the Drainer.
+// logger may be nil (discard); reg may be nil (no metrics). Errors: an
+// invalid cfg (Config.Validate), or the storage error of loading a table.
+func Open(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Registerer) (*Sequencer, *Drainer, error) {
+	s, err := newSequencer(cfg, st, logger, reg)
+	if err != nil {
+		return nil, nil, err
+	}
+	return s, &Drainer{registry: s.registry}, nil
+}
+
+// newSequencer loads every table from st and returns a sequencer ready to
+// Run.
+func newSequencer(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Registerer) (*Sequencer, error) {
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
@@ -126,12 +167,14 @@ func New(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Registerer)
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Sequencer{
-		cfg: cfg, st: st, logger: logger.With("component", "feed"), now: time.Now,
-		queue:      make(chan *op, cfg.QueueLength),
-		stopping:   make(chan struct{}),
-		stopped:    make(chan struct{}),
-		tables:     map[string]*table{},
-		tombstones: map[string]store.TableMeta{},
+		registry: &registry{
+			cfg: cfg, st: st, logger: logger.With("component", "feed"), now: time.Now,
+			stopping:   make(chan struct{}),
+			tables:     map[string]*table{},
+			tombstones: map[string]store.TableMeta{},
+		},
+		queue:   make(chan *op, cfg.QueueLength),
+		stopped: make(chan struct{}),
 	}
 	metas, err := st.LoadTables()
 	if err != nil {
@@ -200,6 +243,10 @@ func (s *Sequencer) Append(ctx context.Context, b *Batch) (Result, error) {
 // Submitter queues batches for the sequencer: the Sequencer's Submit, as
 // the listeners see it.
 type Submitter interface {
+	// Submit queues b, blocking while the queue is full until there is
+	// room, ctx ends (ctx.Err()) or the sequencer stops (ErrClosed); b
+	// must not be changed until the Pending's Wait returns. Safe for
+	// concurrent use.
 	Submit(ctx context.Context, b *Batch) (*Pending, error)
 }
 
@@ -835,7 +882,7 @@ func (s *Sequencer) releaseLeases() error {
 }
 
 // liveTables returns the live tables (any order).
-func (s *Sequencer) liveTables() []*table {
+func (s *registry) liveTables() []*table {
 	s.mu.RLock()
 	defer s.mu.RUnlock()
 	out := make([]*table, 0, len(s.tables))
@@ -845,7 +892,9 @@ func (s *Sequencer) liveTables() []*table {
 	return out
 }
 
-func (s *Sequencer) lookup(name string) (*table, error) {
+// lookup returns the live table name: ErrTableNotFound when there is
+// none, a *NameError when no table can have the name.
+func (s *registry) lookup(name string) (*table, error) {
 	s.mu.RLock()
 	t, ok := s.tables[name]
 	s.mu.RUnlock()

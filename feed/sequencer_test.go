@@ -135,7 +135,7 @@ func (p page) seqs() []uint64 {
 }
 
 // tryDrain runs one drain and copies its rows.
-func tryDrain(s *Sequencer, req DrainRequest) (page, error) {
+func tryDrain(s *Drainer, req DrainRequest) (page, error) {
 	var p page
 	pg, err := s.Drain(context.Background(), req, func(_ []Column, v []Value) error {
 		p.vals = append(p.vals, slices.Clone(v))
@@ -185,7 +185,7 @@ func pageProblem(p page, after uint64, limit int) error {
 }
 
 // drainPage drains one page and checks its invariants.
-func drainPage(t testing.TB, s *Sequencer, req DrainRequest) page {
+func drainPage(t testing.TB, s *Drainer, req DrainRequest) page {
 	t.Helper()
 	p, err := tryDrain(s, req)
 	require.NoError(t, err)
@@ -195,7 +195,7 @@ func drainPage(t testing.TB, s *Sequencer, req DrainRequest) page {
 
 // drainAll drains table from after to the watermark, page by page, and
 // returns every row.
-func drainAll(t testing.TB, s *Sequencer, table string, after uint64, limit int) []row {
+func drainAll(t testing.TB, s *Drainer, table string, after uint64, limit int) []row {
 	t.Helper()
 	var out []row
 	for range 100_000 {
@@ -211,7 +211,7 @@ func drainAll(t testing.TB, s *Sequencer, table string, after uint64, limit int)
 }
 
 // status returns a table's status.
-func status(t testing.TB, s *Sequencer, table string) SyncStatus {
+func status(t testing.TB, s *Drainer, table string) SyncStatus {
 	t.Helper()
 	st, err := s.Status(table)
 	require.NoError(t, err)
@@ -219,7 +219,7 @@ func status(t testing.TB, s *Sequencer, table string) SyncStatus {
 }
 
 // columns returns a table's columns.
-func columns(t testing.TB, s *Sequencer, table string) []Column {
+func columns(t testing.TB, s *Drainer, table string) []Column {
 	t.Helper()
 	info, err := s.Table(table)
 	require.NoError(t, err)
@@ -431,7 +431,7 @@ func TestEpochs(t *testing.T) {
 			ctx := context.Background()
 			ts := int64(0)
 			for i, step := range tc.steps {
-				before, _ := h.s.Status("t")
+				before, _ := h.d.Status("t")
 				var got SyncStatus
 				var err error
 				switch step.op {
@@ -448,10 +448,10 @@ func TestEpochs(t *testing.T) {
 					require.NoError(t, err)
 					// The table is empty: a drain from 0 returns nothing and
 					// steps straight to the watermark.
-					p := drainPage(t, h.s, DrainRequest{Table: "t", Limit: 10})
+					p := drainPage(t, h.d, DrainRequest{Table: "t", Limit: 10})
 					require.Zero(t, p.Rows, "step %d: rows after truncate", i)
 					require.Equal(t, got.Watermark, p.Next, "step %d: next after truncate", i)
-					require.Equal(t, []Column{{Name: "time", Kind: KindTime}}, columns(t, h.s, "t"), "step %d: columns after truncate", i)
+					require.Equal(t, []Column{{Name: "time", Kind: KindTime}}, columns(t, h.d, "t"), "step %d: columns after truncate", i)
 				case "write":
 					var pts []Point
 					for range step.n {
@@ -459,11 +459,11 @@ func TestEpochs(t *testing.T) {
 						pts = append(pts, pt("t", ts, tg("host", "a"), fld("v", iv(ts))))
 					}
 					mustAppend(t, h.s, pts...)
-					got = status(t, h.s, "t")
+					got = status(t, h.d, "t")
 					if got.Enabled {
 						// The new rows carry the numbers right above the
 						// old seq, also after a truncate.
-						rows := drainAll(t, h.s, "t", before.Seq, 100)
+						rows := drainAll(t, h.d, "t", before.Seq, 100)
 						require.Len(t, rows, step.n, "step %d", i)
 						for j, r := range rows {
 							require.Equal(t, before.Seq+uint64(j)+1, r.Seq, "step %d row %d", i, j)
@@ -474,12 +474,12 @@ func TestEpochs(t *testing.T) {
 					t.Fatalf("unknown op %q", step.op)
 				}
 				require.Equal(t, step.want, got, "step %d (%s): returned status", i, step.op)
-				require.Equal(t, step.want, status(t, h.s, "t"), "step %d (%s): Status", i, step.op)
+				require.Equal(t, step.want, status(t, h.d, "t"), "step %d (%s): Status", i, step.op)
 				if got.Enabled {
 					// The current epoch is accepted; any other is stale.
-					_, err := tryDrain(h.s, DrainRequest{Table: "t", Limit: 1, Epoch: got.Epoch, HasEpoch: true})
+					_, err := tryDrain(h.d, DrainRequest{Table: "t", Limit: 1, Epoch: got.Epoch, HasEpoch: true})
 					require.NoError(t, err, "step %d", i)
-					_, err = tryDrain(h.s, DrainRequest{Table: "t", Limit: 1, Epoch: got.Epoch - 1, HasEpoch: true})
+					_, err = tryDrain(h.d, DrainRequest{Table: "t", Limit: 1, Epoch: got.Epoch - 1, HasEpoch: true})
 					require.ErrorIs(t, err, ErrStaleEpoch, "step %d", i)
 				}
 			}
@@ -498,15 +498,15 @@ func TestTableOperationsOnUnknownTable(t *testing.T) {
 		{"set sync", func() error { _, err := h.s.SetSync(ctx, "nope", true); return err }},
 		{"truncate", func() error { _, err := h.s.Truncate(ctx, "nope"); return err }},
 		{"drop", func() error { return h.s.Drop(ctx, "nope") }},
-		{"status", func() error { _, err := h.s.Status("nope"); return err }},
-		{"table", func() error { _, err := h.s.Table("nope"); return err }},
+		{"status", func() error { _, err := h.d.Status("nope"); return err }},
+		{"table", func() error { _, err := h.d.Table("nope"); return err }},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			require.ErrorIs(t, tc.run(), ErrTableNotFound)
 		})
 	}
-	require.Empty(t, h.s.Tables(), "no operation created the table")
+	require.Empty(t, h.d.Tables(), "no operation created the table")
 }
 
 // --- Crash and restart (SPEC §4: x_seq never runs backwards) ------------------
@@ -610,7 +610,7 @@ func TestCrashKeepsSequence(t *testing.T) {
 			}})
 			require.NoError(t, err)
 			waitClosed(t, stall.entered, "the second commit reaches the hook")
-			st := status(t, h.s, "a")
+			st := status(t, h.d, "a")
 			require.Equal(t, uint64(6), st.Seq, "the stalled numbers are handed out")
 			require.Equal(t, uint64(4), st.Watermark)
 			return h, func() {
@@ -633,10 +633,10 @@ func TestCrashKeepsSequence(t *testing.T) {
 				rows []row
 			}
 			before := map[string]tableState{}
-			for _, info := range h.s.Tables() {
+			for _, info := range h.d.Tables() {
 				ts := tableState{info: info}
 				if info.Sync.Enabled {
-					ts.rows = drainAll(t, h.s, info.Name, 0, 7)
+					ts.rows = drainAll(t, h.d, info.Name, 0, 7)
 					for _, r := range ts.rows {
 						require.LessOrEqual(t, r.Seq, info.Sync.Seq)
 					}
@@ -658,21 +658,21 @@ func TestCrashKeepsSequence(t *testing.T) {
 
 			c := openHarness(t, copied, cfg)
 			defer c.close()
-			require.Len(t, c.s.Tables(), len(before))
+			require.Len(t, c.d.Tables(), len(before))
 			for name, old := range before {
-				st := status(t, c.s, name)
+				st := status(t, c.d, name)
 				require.Equal(t, old.info.Sync.Enabled, st.Enabled, "%s: sync", name)
 				require.Equal(t, old.info.Sync.Epoch, st.Epoch, "%s: epoch", name)
 				require.GreaterOrEqual(t, st.Seq, old.info.Sync.Seq, "%s: seq ran backwards", name)
 				require.Equal(t, st.Seq, st.Watermark, "%s: nothing in flight after the crash", name)
-				require.Equal(t, old.info.Columns, columns(t, c.s, name), "%s: columns", name)
+				require.Equal(t, old.info.Columns, columns(t, c.d, name), "%s: columns", name)
 				if !st.Enabled {
 					continue
 				}
-				require.Equal(t, old.rows, drainAll(t, c.s, name, 0, 7), "%s: every committed row survives", name)
+				require.Equal(t, old.rows, drainAll(t, c.d, name, 0, 7), "%s: every committed row survives", name)
 
 				mustAppend(t, c.s, pt(name, 1_000_000, tg("host", "new"), fld("v", iv(-1))))
-				rows := drainAll(t, c.s, name, old.info.Sync.Seq, 10)
+				rows := drainAll(t, c.d, name, old.info.Sync.Seq, 10)
 				require.Len(t, rows, 1, "%s: only the new row lies above the old seq", name)
 				require.Greater(t, rows[0].Seq, old.info.Sync.Seq, "%s: x_seq handed out twice", name)
 				require.Greater(t, rows[0].Seq, st.Seq, "%s: new x_seq not above the recovered seq", name)
@@ -767,30 +767,30 @@ func TestCleanRestart(t *testing.T) {
 			dir := t.TempDir()
 			h := openHarness(t, dir, cfg)
 			tc.setup(t, h.s)
-			old := status(t, h.s, "t")
-			oldCols := columns(t, h.s, "t")
+			old := status(t, h.d, "t")
+			oldCols := columns(t, h.d, "t")
 			var oldRows []row
 			if old.Enabled {
-				oldRows = drainAll(t, h.s, "t", 0, 10)
+				oldRows = drainAll(t, h.d, "t", 0, 10)
 			}
 			h.close()
 
 			h = openHarness(t, dir, cfg)
 			defer h.close()
-			require.Equal(t, old, status(t, h.s, "t"), "status survives a clean restart")
-			require.Equal(t, oldCols, columns(t, h.s, "t"))
+			require.Equal(t, old, status(t, h.d, "t"), "status survives a clean restart")
+			require.Equal(t, oldCols, columns(t, h.d, "t"))
 			if old.Enabled {
-				require.Equal(t, oldRows, drainAll(t, h.s, "t", 0, 10))
+				require.Equal(t, oldRows, drainAll(t, h.d, "t", 0, 10))
 			}
 			mustAppend(t, h.s, tc.extra)
-			st := status(t, h.s, "t")
+			st := status(t, h.d, "t")
 			if !old.Enabled {
 				require.Equal(t, old.Seq, st.Seq, "sync off: no x_seq")
 				return
 			}
 			// The lease was released on the clean stop: no number is burnt.
 			require.Equal(t, old.Seq+1, st.Seq)
-			rows := drainAll(t, h.s, "t", old.Seq, 10)
+			rows := drainAll(t, h.d, "t", old.Seq, 10)
 			require.Len(t, rows, 1)
 			require.Equal(t, old.Seq+1, rows[0].Seq)
 			require.Equal(t, tc.extra.Fields[0].Value, rows[0].Vals[tc.extra.Fields[0].Key])
@@ -834,28 +834,28 @@ func TestDropAndRecreate(t *testing.T) {
 			mustAppend(t, h.s, pt("other", 1, nil, fld("v", iv(1))))
 			ts := int64(10)
 			for round := range tc.rounds {
-				old := status(t, h.s, "t")
+				old := status(t, h.d, "t")
 				require.NoError(t, h.s.Drop(ctx, "t"))
 
-				_, err := h.s.Status("t")
+				_, err := h.d.Status("t")
 				require.ErrorIs(t, err, ErrTableNotFound, "round %d", round)
-				_, err = tryDrain(h.s, DrainRequest{Table: "t", Limit: 10})
+				_, err = tryDrain(h.d, DrainRequest{Table: "t", Limit: 10})
 				require.ErrorIs(t, err, ErrTableNotFound, "round %d", round)
 				require.ErrorIs(t, h.s.Drop(ctx, "t"), ErrTableNotFound, "round %d", round)
-				require.Len(t, h.s.Tables(), 1, "round %d", round)
-				require.Equal(t, "other", h.s.Tables()[0].Name)
+				require.Len(t, h.d.Tables(), 1, "round %d", round)
+				require.Equal(t, "other", h.d.Tables()[0].Name)
 
 				if tc.restart {
 					h.close()
 					h = openHarness(t, dir, cfg)
-					_, err := h.s.Status("t")
+					_, err := h.d.Status("t")
 					require.ErrorIs(t, err, ErrTableNotFound, "round %d: dropped after restart", round)
 				}
 
 				if tc.reject {
 					res := appendBatch(t, h.s, pt("t", 1, tg("k", "x"), fld("k", iv(1))))
 					require.Len(t, res.Rejected, 1)
-					_, err := h.s.Status("t")
+					_, err := h.d.Status("t")
 					require.ErrorIs(t, err, ErrTableNotFound, "round %d: a rejected line creates no table", round)
 				}
 
@@ -872,17 +872,17 @@ func TestDropAndRecreate(t *testing.T) {
 					require.GreaterOrEqual(t, st.Seq, old.Seq, "round %d: seq", round)
 					require.Equal(t, st.Seq, st.Watermark)
 					// The old rows and columns are gone.
-					p := drainPage(t, h.s, DrainRequest{Table: "t", Limit: 10, Epoch: st.Epoch, HasEpoch: true})
+					p := drainPage(t, h.d, DrainRequest{Table: "t", Limit: 10, Epoch: st.Epoch, HasEpoch: true})
 					require.Zero(t, p.Rows, "round %d", round)
 					require.Equal(t, st.Watermark, p.Next)
-					require.Equal(t, []Column{{Name: "time", Kind: KindTime}}, columns(t, h.s, "t"))
+					require.Equal(t, []Column{{Name: "time", Kind: KindTime}}, columns(t, h.d, "t"))
 					mustAppend(t, h.s, newRow)
 				}
-				st := status(t, h.s, "t")
+				st := status(t, h.d, "t")
 				require.True(t, st.Enabled)
 				require.Greater(t, st.Epoch, old.Epoch, "round %d: epoch", round)
 				require.Greater(t, st.Seq, old.Seq, "round %d: seq", round)
-				rows := drainAll(t, h.s, "t", 0, 10)
+				rows := drainAll(t, h.d, "t", 0, 10)
 				require.Len(t, rows, 1, "round %d: only the new row", round)
 				require.Greater(t, rows[0].Seq, old.Seq, "round %d: x_seq reused", round)
 				require.Equal(t, map[string]Value{
@@ -890,11 +890,11 @@ func TestDropAndRecreate(t *testing.T) {
 				}, rows[0].Vals)
 				require.Equal(t, []Column{
 					{Name: "time", Kind: KindTime}, {Name: "dc", Kind: KindTag}, {Name: "new", Kind: KindString},
-				}, columns(t, h.s, "t"))
+				}, columns(t, h.d, "t"))
 				// The old schema is gone too: "old" may now be a string.
 				mustAppend(t, h.s, pt("t", ts, tg("dc", "new"), fld("old", sv("x"))))
 			}
-			require.Equal(t, SyncStatus{Horizon: 1}, status(t, h.s, "other"), "the other table is untouched")
+			require.Equal(t, SyncStatus{Horizon: 1}, status(t, h.d, "other"), "the other table is untouched")
 		})
 	}
 }
@@ -1027,7 +1027,7 @@ func TestSchemaRejects(t *testing.T) {
 			if len(tc.setup) > 0 {
 				mustAppend(t, h.s, tc.setup...)
 			}
-			seq := status(t, h.s, "t").Seq
+			seq := status(t, h.d, "t").Seq
 
 			res := appendBatch(t, h.s, tc.batch...)
 			require.Equal(t, tc.accepted, res.Accepted)
@@ -1041,7 +1041,7 @@ func TestSchemaRejects(t *testing.T) {
 				}
 				require.Contains(t, got.Error(), fmt.Sprintf("line %d", want.line))
 			}
-			require.Equal(t, tc.columns, columns(t, h.s, "t"), "rejected points add no column")
+			require.Equal(t, tc.columns, columns(t, h.d, "t"), "rejected points add no column")
 
 			// Exactly the accepted lines of the batch were stamped, in line
 			// order, and carry their own values.
@@ -1055,8 +1055,8 @@ func TestSchemaRejects(t *testing.T) {
 					want = append(want, p)
 				}
 			}
-			require.Equal(t, seq+uint64(tc.accepted), status(t, h.s, "t").Seq)
-			rows := drainAll(t, h.s, "t", seq, 100)
+			require.Equal(t, seq+uint64(tc.accepted), status(t, h.d, "t").Seq)
+			rows := drainAll(t, h.d, "t", seq, 100)
 			require.Len(t, rows, len(want))
 			for i, r := range rows {
 				require.Equal(t, seq+uint64(i)+1, r.Seq)
@@ -1117,8 +1117,8 @@ func TestColumnOrder(t *testing.T) {
 			}
 			check := func(h *harness) {
 				t.Helper()
-				require.Equal(t, tc.want, columns(t, h.s, "t"))
-				p := drainPage(t, h.s, DrainRequest{Table: "t", Limit: 100})
+				require.Equal(t, tc.want, columns(t, h.d, "t"))
+				p := drainPage(t, h.d, DrainRequest{Table: "t", Limit: 100})
 				require.Equal(t, append(slices.Clone(tc.want), Column{"x_seq", KindSeq}), p.Columns)
 				require.Len(t, p.vals, len(written))
 				for i, w := range written {
@@ -1179,27 +1179,27 @@ func TestAutoCreate(t *testing.T) {
 				require.Len(t, res.Rejected, 1)
 				require.ErrorIs(t, res.Rejected[0], tc.rejectErr)
 				require.Equal(t, 1, res.Rejected[0].Line)
-				_, err := h.s.Status(tc.table)
+				_, err := h.d.Status(tc.table)
 				require.ErrorIs(t, err, ErrTableNotFound)
-				require.Len(t, h.s.Tables(), 1, "only the accepted line's table exists")
+				require.Len(t, h.d.Tables(), 1, "only the accepted line's table exists")
 				// Nor does it come back after a restart.
 				h.close()
 				h = openHarness(t, h.dir, cfg)
-				_, err = h.s.Status(tc.table)
+				_, err = h.d.Status(tc.table)
 				require.ErrorIs(t, err, ErrTableNotFound, "after a restart")
 				return
 			}
 			require.Equal(t, 2, res.Accepted)
 			require.Empty(t, res.Rejected)
-			require.Equal(t, tc.want, status(t, h.s, tc.table))
-			require.Equal(t, []Column{{"time", KindTime}, {"host", KindTag}, {"v", KindFloat}}, columns(t, h.s, tc.table))
+			require.Equal(t, tc.want, status(t, h.d, tc.table))
+			require.Equal(t, []Column{{"time", KindTime}, {"host", KindTag}, {"v", KindFloat}}, columns(t, h.d, tc.table))
 			if !tc.want.Enabled {
-				_, err := tryDrain(h.s, DrainRequest{Table: tc.table, Limit: 10})
+				_, err := tryDrain(h.d, DrainRequest{Table: tc.table, Limit: 10})
 				require.ErrorIs(t, err, ErrSyncOff)
 				return
 			}
 			// The feed is complete from the first line.
-			rows := drainAll(t, h.s, tc.table, 0, 10)
+			rows := drainAll(t, h.d, tc.table, 0, 10)
 			require.Equal(t, []row{{Seq: 1, Vals: map[string]Value{"time": tmv(42), "host": tagv("a"), "v": fv(1.5)}}}, rows)
 		})
 	}
@@ -1218,9 +1218,9 @@ func TestGroupAppliesWritesInTimeOrder(t *testing.T) {
 	require.NoError(t, err)
 	cfg := DefaultConfig()
 	cfg.SyncTables = []string{"*"}
-	s, err := New(cfg, db, nil, nil)
+	s, d, err := Open(cfg, db, nil, nil)
 	require.NoError(t, err)
-	h := &harness{t: t, dir: scfg.Dir, db: db, s: s, done: make(chan error, 1)}
+	h := &harness{t: t, dir: scfg.Dir, db: db, s: s, d: d, done: make(chan error, 1)}
 	batch := func(times ...int64) *Batch {
 		b := &Batch{}
 		for i, ts := range times {
@@ -1244,7 +1244,7 @@ func TestGroupAppliesWritesInTimeOrder(t *testing.T) {
 		require.Empty(t, res.Rejected)
 	}
 	var got []int64
-	for _, r := range drainAll(t, s, "m", 0, 100) {
+	for _, r := range drainAll(t, d, "m", 0, 100) {
 		got = append(got, int64(r.Vals["v"].Num))
 	}
 	require.Equal(t, []int64{105, 101, 200, 300, 301}, got, "writes by lowest time, lines of a write in line order")

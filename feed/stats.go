@@ -27,12 +27,14 @@ type TableStats struct {
 
 // StatsReader counts what a table instance holds; safe for concurrent use.
 type StatsReader interface {
+	// TableStats counts what table instance tid holds, as of at most
+	// --store-table-stats-max-age ago; an error is the store's.
 	TableStats(tid uint64) (store.TableStats, error)
 }
 
 // TableStats counts what table name holds. ErrTableNotFound for an unknown
 // table; a storage failure is returned as is. Safe for concurrent use.
-func (s *Sequencer) TableStats(name string) (TableStats, error) {
+func (s *Drainer) TableStats(name string) (TableStats, error) {
 	t, err := s.lookup(name)
 	if err != nil {
 		return TableStats{}, err
@@ -63,7 +65,7 @@ type ConsumerLag struct {
 // ConsumerLags lists table's named consumers with their lag, ordered by
 // name, from one snapshot of the table (so a lag is never negative).
 // ErrTableNotFound for an unknown table. Safe for concurrent use.
-func (s *Sequencer) ConsumerLags(table string) ([]ConsumerLag, error) {
+func (s *Drainer) ConsumerLags(table string) ([]ConsumerLag, error) {
 	t, err := s.lookup(table)
 	if err != nil {
 		return nil, err
@@ -71,7 +73,7 @@ func (s *Sequencer) ConsumerLags(table string) ([]ConsumerLag, error) {
 	return s.consumerLags(t, t.snapshot()), nil
 }
 
-func (s *Sequencer) consumerLags(t *table, p published) []ConsumerLag {
+func (s *registry) consumerLags(t *table, p published) []ConsumerLag {
 	now := s.now()
 	list := t.consumers.list()
 	out := make([]ConsumerLag, len(list))

@@ -31,7 +31,7 @@ func TestTableStats(t *testing.T) {
 	// An unsynced table's fragments count too.
 	mustAppend(t, h.s, pt("room", 5, tg("name", "lab"), fld("temp", fv(21))))
 
-	st, err := h.s.TableStats("cpu")
+	st, err := h.d.TableStats("cpu")
 	require.NoError(t, err)
 	require.Equal(t, uint64(7), st.Fragments)
 	require.Equal(t, uint64(6), st.RowsEstimate)
@@ -39,25 +39,25 @@ func TestTableStats(t *testing.T) {
 	require.Positive(t, st.Bytes)
 	require.WithinDuration(t, time.Now(), st.ComputedAt, time.Minute)
 
-	room, err := h.s.TableStats("room")
+	room, err := h.d.TableStats("room")
 	require.NoError(t, err)
 	require.Equal(t, TableStats{Fragments: 1, RowsEstimate: 1, Series: 1, Bytes: room.Bytes, ComputedAt: room.ComputedAt}, room)
 	require.Less(t, room.Bytes, st.Bytes, "bytes grow with the data")
 
-	info, err := h.s.Table("cpu")
+	info, err := h.d.Table("cpu")
 	require.NoError(t, err)
 	require.Equal(t, uint64(7), info.Points)
 
 	_, err = h.s.Truncate(ctx, "cpu")
 	require.NoError(t, err)
-	st, err = h.s.TableStats("cpu") // a new instance: not the cached count
+	st, err = h.d.TableStats("cpu") // a new instance: not the cached count
 	require.NoError(t, err)
 	require.Equal(t, TableStats{ComputedAt: st.ComputedAt}, st)
-	info, err = h.s.Table("cpu")
+	info, err = h.d.Table("cpu")
 	require.NoError(t, err)
 	require.Equal(t, uint64(7), info.Points, "TRUNCATE keeps counting")
 
-	_, err = h.s.TableStats("nosuch")
+	_, err = h.d.TableStats("nosuch")
 	require.ErrorIs(t, err, ErrTableNotFound)
 }
 
@@ -71,11 +71,11 @@ func TestConsumerLags(t *testing.T) {
 	require.NoError(t, err)
 	mustAppend(t, h.s, seqPoints("t", 0, 100)...)
 	for name, after := range map[string]uint64{"behind": 40, "live": 100} {
-		_, err := tryDrain(h.s, DrainRequest{Table: "t", After: after, Limit: 1, Consumer: name})
+		_, err := tryDrain(h.d, DrainRequest{Table: "t", After: after, Limit: 1, Consumer: name})
 		require.NoError(t, err)
 	}
 	clk.add(90 * time.Second)
-	lags, err := h.s.ConsumerLags("t")
+	lags, err := h.d.ConsumerLags("t")
 	require.NoError(t, err)
 	require.Len(t, lags, 2)
 	require.Equal(t, "behind", lags[0].Name)
@@ -85,6 +85,6 @@ func TestConsumerLags(t *testing.T) {
 	require.Equal(t, "live", lags[1].Name)
 	require.Equal(t, uint64(0), lags[1].Fragments)
 	require.Zero(t, lags[1].Seconds)
-	_, err = h.s.ConsumerLags("nosuch")
+	_, err = h.d.ConsumerLags("nosuch")
 	require.ErrorIs(t, err, ErrTableNotFound)
 }

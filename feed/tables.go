@@ -60,7 +60,7 @@ func (s *Sequencer) PutTable(ctx context.Context, name string, opts TableOptions
 	if o, err = s.runOp(ctx, o); err != nil {
 		return false, TableInfo{}, err
 	}
-	info, err = s.Table(name)
+	info, err = s.tableInfo(name)
 	info.Sync = o.status
 	return o.created, info, err
 }
@@ -84,7 +84,7 @@ func (s *Sequencer) Drop(ctx context.Context, name string) error {
 }
 
 // Status returns a table's sync status (SHOW SYNC FROM t).
-func (s *Sequencer) Status(name string) (SyncStatus, error) {
+func (s *Drainer) Status(name string) (SyncStatus, error) {
 	t, err := s.lookup(name)
 	if err != nil {
 		return SyncStatus{}, err
@@ -93,7 +93,11 @@ func (s *Sequencer) Status(name string) (SyncStatus, error) {
 }
 
 // Table describes one table (SHOW COLUMNS FROM t); never lists x_ columns.
-func (s *Sequencer) Table(name string) (TableInfo, error) {
+// ErrTableNotFound for an unknown table.
+func (s *Drainer) Table(name string) (TableInfo, error) { return s.tableInfo(name) }
+
+// tableInfo describes the live table name.
+func (s *registry) tableInfo(name string) (TableInfo, error) {
 	t, err := s.lookup(name)
 	if err != nil {
 		return TableInfo{}, err
@@ -103,7 +107,7 @@ func (s *Sequencer) Table(name string) (TableInfo, error) {
 }
 
 // Tables lists every table, ordered by name.
-func (s *Sequencer) Tables() []TableInfo {
+func (s *Drainer) Tables() []TableInfo {
 	ts := s.liveTables()
 	sort.Slice(ts, func(i, j int) bool { return ts[i].name < ts[j].name })
 	out := make([]TableInfo, len(ts))

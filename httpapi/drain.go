@@ -125,7 +125,7 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 	enc := encoder{timeFormat: tf, buf: a.pageBuf()}
 	defer func() { a.releasePageBuf(enc.buf) }()
 	rows := 0
-	pg, err := a.opts.Feed.Drain(r.Context(), req, func(cols []feed.Column, vals []feed.Value) error {
+	pg, err := a.opts.Drains.Drain(r.Context(), req, func(cols []feed.Column, vals []feed.Value) error {
 		mark := len(enc.buf)
 		switch format {
 		case formatJSON:

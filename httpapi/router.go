@@ -22,48 +22,20 @@ import (
 // Version is reported in X-Influxdb-Version and /health.
 const Version = "0.1.0"
 
-// Tables is the table management the API needs (SPEC §5).
-type Tables interface {
-	PutTable(ctx context.Context, name string, opts feed.TableOptions) (bool, feed.TableInfo, error)
-	SetSync(ctx context.Context, name string, enabled bool) (feed.SyncStatus, error)
-	Truncate(ctx context.Context, name string) (feed.SyncStatus, error)
-	Drop(ctx context.Context, name string) error
-	// DefineTable creates a table with declared columns (SQL CREATE TABLE).
-	DefineTable(ctx context.Context, name string, sync bool, cols []feed.Column) (feed.SyncStatus, error)
-	Status(name string) (feed.SyncStatus, error)
-	Table(name string) (feed.TableInfo, error)
-	Tables() []feed.TableInfo
-}
-
-// Drainer reads the feed (SPEC §6).
-type Drainer interface {
-	Drain(ctx context.Context, req feed.DrainRequest, visit func(cols []feed.Column, vals []feed.Value) error) (feed.Page, error)
-	Rows(ctx context.Context, req feed.RowsRequest, visit func(cols []feed.Column, vals []feed.Value) error) (feed.RowsPage, error)
-}
-
-// Consumers are the named drain consumers (SPEC §6).
-type Consumers interface {
-	Consumers(table string) ([]feed.ConsumerInfo, error)
-	DeleteConsumer(table, name string) error
-}
-
-// Writer submits rows to the sequencer (SQL INSERT), as package ilp does
-// lines.
-type Writer interface {
-	Submit(ctx context.Context, b *feed.Batch) (*feed.Pending, error)
-}
-
-// Feed is the sequencer as the API sees it.
-type Feed interface {
-	Tables
-	Drainer
-	Consumers
-	Writer
-}
-
 // Options are what New wires into the router.
 type Options struct {
-	Feed Feed
+	// Tables, Drains, Rows and Consumers are the feed's read side
+	// (*feed.Drainer); Creator, Admin and Writer its write side
+	// (*feed.Sequencer). Each serves the routes its doc comment names and
+	// may be nil when none of them is served (as in tests of other
+	// routes).
+	Tables    TableReader
+	Drains    Drainer
+	Rows      RowReader
+	Consumers Consumers
+	Creator   TableCreator
+	Admin     TableAdmin
+	Writer    Writer
 	// WriteV1 and WriteV2 serve POST /write and POST /api/v2/write.
 	WriteV1, WriteV2 http.Handler
 	// Metrics serves GET /metrics; nil leaves the route out.

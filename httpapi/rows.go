@@ -53,7 +53,7 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 	enc := encoder{timeFormat: tf, buf: a.pageBuf()}
 	defer func() { a.releasePageBuf(enc.buf) }()
 	n := 0
-	pg, err := a.opts.Feed.Rows(r.Context(), req, func(cols []feed.Column, vals []feed.Value) error {
+	pg, err := a.opts.Rows.Rows(r.Context(), req, func(cols []feed.Column, vals []feed.Value) error {
 		mark := len(enc.buf)
 		if format == formatLP {
 			enc.line(req.Table, cols, vals)

@@ -355,29 +355,29 @@ func (a *API) runTableStatement(ctx context.Context, st sqlp.Statement) (result,
 		for i, c := range st.Columns {
 			cols[i] = feed.Column{Name: c.Name.Name, Kind: c.Kind}
 		}
-		s, err := a.opts.Feed.DefineTable(ctx, st.Table.Name, st.Sync, cols)
+		s, err := a.opts.Creator.DefineTable(ctx, st.Table.Name, st.Sync, cols)
 		if errors.Is(err, feed.ErrTableExists) && st.IfNotExists {
-			s, err = a.opts.Feed.Status(st.Table.Name)
+			s, err = a.opts.Tables.Status(st.Table.Name)
 		}
 		return syncResult(st.Table.Name, s), err
 	case *sqlp.AlterSync:
-		s, err := a.opts.Feed.SetSync(ctx, st.Table.Name, st.Enabled)
+		s, err := a.opts.Admin.SetSync(ctx, st.Table.Name, st.Enabled)
 		return syncResult(st.Table.Name, s), err
 	case *sqlp.ShowSync:
-		s, err := a.opts.Feed.Status(st.Table.Name)
+		s, err := a.opts.Tables.Status(st.Table.Name)
 		return syncResult(st.Table.Name, s), err
 	case *sqlp.Truncate:
-		s, err := a.opts.Feed.Truncate(ctx, st.Table.Name)
+		s, err := a.opts.Admin.Truncate(ctx, st.Table.Name)
 		return syncResult(st.Table.Name, s), err
 	case *sqlp.DropTable:
-		err := a.opts.Feed.Drop(ctx, st.Table.Name)
+		err := a.opts.Admin.Drop(ctx, st.Table.Name)
 		dropped := err == nil
 		if errors.Is(err, feed.ErrTableNotFound) && st.IfExists {
 			err = nil
 		}
 		return result{name: st.Table.Name, cols: []string{"dropped"}, rows: [][]feed.Value{{boolValue(dropped)}}}, err
 	case *sqlp.ShowColumns:
-		t, err := a.opts.Feed.Table(st.Table.Name)
+		t, err := a.opts.Tables.Table(st.Table.Name)
 		res := result{name: st.Table.Name, cols: []string{"name", "type", "tag"}}
 		for _, c := range t.Columns {
 			res.rows = append(res.rows, []feed.Value{stringValue(c.Name), stringValue(sqlTypes[c.Kind]), boolValue(c.Kind == feed.KindTag)})
@@ -386,7 +386,7 @@ func (a *API) runTableStatement(ctx context.Context, st sqlp.Statement) (result,
 	case *sqlp.ShowTables:
 		res := result{name: "tables", cols: []string{"name", "sync", "epoch", "seq", "watermark"}}
 		g := auth.FromContext(ctx)
-		for _, t := range a.opts.Feed.Tables() {
+		for _, t := range a.opts.Tables.Tables() {
 			if g != nil && !g.Allows(auth.Any, t.Name) {
 				continue
 			}
@@ -405,7 +405,7 @@ func (a *API) runTableStatement(ctx context.Context, st sqlp.Statement) (result,
 // table and every column must exist; each value must fit its column's
 // type. It answers once every accepted row is durable.
 func (a *API) sqlInsert(w http.ResponseWriter, r *http.Request, st *sqlp.Insert) {
-	t, err := a.opts.Feed.Table(st.Table.Name)
+	t, err := a.opts.Tables.Table(st.Table.Name)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -482,7 +482,7 @@ func (a *API) sqlInsert(w http.ResponseWriter, r *http.Request, st *sqlp.Insert)
 // append submits b, waiting at most Options.SubmitTimeout for queue room
 // (feed.ErrBusy: 503), then waits for the commit.
 func (a *API) append(ctx context.Context, b *feed.Batch) (feed.Result, error) {
-	return feed.AppendWithin(ctx, a.opts.Feed, b, a.opts.SubmitTimeout)
+	return feed.AppendWithin(ctx, a.opts.Writer, b, a.opts.SubmitTimeout)
 }
 
 // literalValue converts a literal to a field of kind k (integers exact,

@@ -33,7 +33,7 @@ func (a *API) sqlRead(w http.ResponseWriter, r *http.Request, st *sqlp.Select, c
 		writeErr(w, fmt.Errorf("%w: %d is outside 1..%d (--max-drain-limit)", feed.ErrInvalidLimit, st.Limit, a.opts.MaxDrainLimit))
 		return
 	}
-	t, err := a.opts.Feed.Table(st.Table.Name)
+	t, err := a.opts.Tables.Table(st.Table.Name)
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -86,7 +86,7 @@ func (a *API) sqlRead(w http.ResponseWriter, r *http.Request, st *sqlp.Select, c
 	}
 	empty := st.HasStart && st.HasEnd && st.Start >= st.End
 	for !empty {
-		pg, err := a.opts.Feed.Rows(r.Context(), req, rd.visit)
+		pg, err := a.opts.Rows.Rows(r.Context(), req, rd.visit)
 		a.m.sqlScanned.Add(float64(rd.pageScanned))
 		rd.pageScanned = 0
 		if errors.Is(err, errReadDone) {

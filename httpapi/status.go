@@ -31,11 +31,20 @@ const (
 // alert in deploy/prometheus/ingestd-rules.yml.
 const farBehindSeconds = 900
 
-// StatusStats is what the status page reads besides the Feed: each table's
-// counted contents and each named consumer's lag. *feed.Sequencer
-// implements it.
+// StatusStats is what the status page (GET /) and the table routes
+// (GET /api/v1/tables, GET /api/v1/tables/{table}) read besides the
+// tables' state: each table's counted contents and each named consumer's
+// lag. *feed.Drainer implements it; its methods are safe for concurrent
+// use.
 type StatusStats interface {
+	// TableStats counts what table name holds (fragments, estimated rows,
+	// series, bytes), as of at most --store-table-stats-max-age ago.
+	// Errors: feed.ErrTableNotFound, a *feed.NameError, or a storage
+	// error.
 	TableStats(name string) (feed.TableStats, error)
+	// ConsumerLags lists table's named consumers with their lag in
+	// fragments and seconds, ordered by name, from one snapshot of the
+	// table. Errors: feed.ErrTableNotFound, a *feed.NameError.
 	ConsumerLags(table string) ([]feed.ConsumerLag, error)
 }
 
@@ -81,7 +90,7 @@ func (a *API) RunStatusSampler(ctx context.Context) {
 
 func (a *API) sampleStatus() {
 	s := statusSample{at: time.Now(), points: map[string]uint64{}}
-	for _, t := range a.opts.Feed.Tables() {
+	for _, t := range a.opts.Tables.Tables() {
 		s.points[t.Name] = t.Points
 	}
 	m := a.gather()
@@ -219,7 +228,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 
 	// With an auth file, the tables on which the token holds some scope
 	// (as GET /api/v1/tables lists them).
-	tables := a.opts.Feed.Tables()
+	tables := a.opts.Tables.Tables()
 	if g := auth.FromContext(r.Context()); g != nil {
 		tables = slices.DeleteFunc(tables, func(t feed.TableInfo) bool { return !g.Allows(auth.Any, t.Name) })
 	}

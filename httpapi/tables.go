@@ -103,7 +103,7 @@ func decodeBody(r *http.Request, v any, optional bool) error {
 // token holds some scope.
 func (a *API) listTables(w http.ResponseWriter, r *http.Request) {
 	g := auth.FromContext(r.Context())
-	ts := a.opts.Feed.Tables()
+	ts := a.opts.Tables.Tables()
 	out := make([]tableJSON, 0, len(ts))
 	for _, t := range ts {
 		if g != nil && !g.Allows(auth.Any, t.Name) {
@@ -138,7 +138,7 @@ func (a *API) audit(r *http.Request, action, table string, err error, attrs ...a
 }
 
 func (a *API) getTable(w http.ResponseWriter, r *http.Request) {
-	t, err := a.opts.Feed.Table(pathParam(r, "table"))
+	t, err := a.opts.Tables.Table(pathParam(r, "table"))
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -170,7 +170,7 @@ func (a *API) putTable(w http.ResponseWriter, r *http.Request) {
 		opts.Retention = &d
 	}
 	name := pathParam(r, "table")
-	created, info, err := a.opts.Feed.PutTable(r.Context(), name, opts)
+	created, info, err := a.opts.Creator.PutTable(r.Context(), name, opts)
 	attrs := []any{"created", created}
 	if body.Sync != nil {
 		attrs = append(attrs, "sync", *body.Sync)
@@ -192,7 +192,7 @@ func (a *API) putTable(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) deleteTable(w http.ResponseWriter, r *http.Request) {
-	err := a.opts.Feed.Drop(r.Context(), pathParam(r, "table"))
+	err := a.opts.Admin.Drop(r.Context(), pathParam(r, "table"))
 	a.audit(r, "table.drop", pathParam(r, "table"), err)
 	if err != nil {
 		writeErr(w, err)
@@ -202,7 +202,7 @@ func (a *API) deleteTable(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) getSync(w http.ResponseWriter, r *http.Request) {
-	st, err := a.opts.Feed.Status(pathParam(r, "table"))
+	st, err := a.opts.Tables.Status(pathParam(r, "table"))
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -222,7 +222,7 @@ func (a *API) putSync(w http.ResponseWriter, r *http.Request) {
 		writeClientErr(w, CodeInvalidBody, `body must be {"enabled": true|false}`)
 		return
 	}
-	st, err := a.opts.Feed.SetSync(r.Context(), pathParam(r, "table"), *body.Enabled)
+	st, err := a.opts.Admin.SetSync(r.Context(), pathParam(r, "table"), *body.Enabled)
 	a.audit(r, "sync.set", pathParam(r, "table"), err, "enabled", *body.Enabled)
 	if err != nil {
 		writeErr(w, err)
@@ -232,7 +232,7 @@ func (a *API) putSync(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) truncate(w http.ResponseWriter, r *http.Request) {
-	st, err := a.opts.Feed.Truncate(r.Context(), pathParam(r, "table"))
+	st, err := a.opts.Admin.Truncate(r.Context(), pathParam(r, "table"))
 	a.audit(r, "table.truncate", pathParam(r, "table"), err)
 	if err != nil {
 		writeErr(w, err)
@@ -252,7 +252,7 @@ type consumerJSON struct {
 }
 
 func (a *API) listConsumers(w http.ResponseWriter, r *http.Request) {
-	cs, err := a.opts.Feed.Consumers(pathParam(r, "table"))
+	cs, err := a.opts.Consumers.Consumers(pathParam(r, "table"))
 	if err != nil {
 		writeErr(w, err)
 		return
@@ -268,7 +268,7 @@ func (a *API) listConsumers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) deleteConsumer(w http.ResponseWriter, r *http.Request) {
-	err := a.opts.Feed.DeleteConsumer(pathParam(r, "table"), pathParam(r, "consumer"))
+	err := a.opts.Consumers.DeleteConsumer(pathParam(r, "table"), pathParam(r, "consumer"))
 	a.audit(r, "consumer.delete", pathParam(r, "table"), err, "consumer", pathParam(r, "consumer"))
 	if err != nil {
 		writeErr(w, err)

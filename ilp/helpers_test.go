@@ -29,6 +29,7 @@ type rig struct {
 	t    testing.TB
 	db   *store.DB
 	seq  *feed.Sequencer
+	d    *feed.Drainer
 	in   *Ingest
 	srv  *httptest.Server
 	addr string
@@ -65,7 +66,7 @@ func newRigOpts(t testing.TB, opts rigOptions, tables ...string) *rig {
 	scfg.Dir = t.TempDir()
 	db, err := store.Open(scfg, nil, nil)
 	require.NoError(t, err)
-	seq, err := feed.New(feed.DefaultConfig(), db, nil, nil)
+	seq, d, err := feed.Open(feed.DefaultConfig(), db, nil, nil)
 	if err != nil {
 		require.NoError(t, db.Close())
 		require.NoError(t, err)
@@ -74,7 +75,7 @@ func newRigOpts(t testing.TB, opts rigOptions, tables ...string) *rig {
 	seqDone := make(chan error, 1)
 	go func() { seqDone <- seq.Run(seqCtx) }()
 
-	r := &rig{t: t, db: db, seq: seq}
+	r := &rig{t: t, db: db, seq: seq, d: d}
 	// Stops in reverse: HTTP, TCP, sequencer, store.
 	t.Cleanup(func() {
 		seqCancel()
@@ -166,7 +167,7 @@ type row map[string]any
 // columns the table has when drain starts.
 func (r *rig) drain(table string) []row {
 	r.t.Helper()
-	info, err := r.seq.Table(table)
+	info, err := r.d.Table(table)
 	require.NoError(r.t, err)
 	names := make([]string, 0, len(info.Columns))
 	for _, c := range info.Columns {
@@ -175,7 +176,7 @@ func (r *rig) drain(table string) []row {
 	rows := []row{}
 	var after uint64
 	for {
-		pg, err := r.seq.Drain(context.Background(), feed.DrainRequest{Table: table, After: after, Limit: 1000, Columns: names},
+		pg, err := r.d.Drain(context.Background(), feed.DrainRequest{Table: table, After: after, Limit: 1000, Columns: names},
 			func(_ []feed.Column, vals []feed.Value) error {
 				rw := row{}
 				for i, v := range vals {

@@ -491,7 +491,7 @@ func TestHTTPWriteTablesOnFirstWrite(t *testing.T) {
 			require.Equal(t, http.StatusNoContent, res.status, "body: %s", res.body)
 			require.Equal(t, []row{{"time": int64(1), "v": 1.0}, {"time": int64(4), "v": 4.0}}, r.drain("a"))
 			require.Equal(t, []row{{"time": int64(2), "v": 2.0}}, r.drain("b"))
-			info, err := r.seq.Table("c")
+			info, err := r.d.Table("c")
 			require.NoError(t, err, "c is created by the write")
 			require.False(t, info.Sync.Enabled)
 		})

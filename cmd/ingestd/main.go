@@ -489,11 +489,12 @@ func writePortsFile(path, httpAddr, tcpAddr string) error {
 	return nil
 }
 
-// wire builds the sequencer over db, the ILP ingest and the HTTP API that
-// serves both, registering their metrics on reg (and serving reg's), with
-// sec's access control and audit log (nil: none).
+// wire opens the feed over db (the sequencer, its write side, is returned
+// to be run; the drainer, its read side, goes to the API), the ILP ingest
+// and the HTTP API that serves both, registering their metrics on reg (and
+// serving reg's), with sec's access control and audit log (nil: none).
 func wire(cfg config, db *store.DB, logger *slog.Logger, reg *prometheus.Registry, sec *security) (*feed.Sequencer, *ilp.Ingest, *httpapi.API, error) {
-	seq, err := feed.New(cfg.feed, db, logger, reg)
+	seq, drainer, err := feed.Open(cfg.feed, db, logger, reg)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("start feed: %w", err)
 	}
@@ -504,13 +505,14 @@ func wire(cfg config, db *store.DB, logger *slog.Logger, reg *prometheus.Registr
 		return nil, nil, nil, err
 	}
 	opts := httpapi.Options{
-		Feed: seq, WriteV1: in.HandlerV1(), WriteV2: in.HandlerV2(),
+		Tables: drainer, Drains: drainer, Rows: drainer, Consumers: drainer,
+		Creator: seq, Admin: seq, Writer: seq, WriteV1: in.HandlerV1(), WriteV2: in.HandlerV2(),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
 		APISpec: ingestd.APISpec(), Logger: logger, MaxPageBytes: cfg.http.DrainMaxPageBytes,
 		MaxDrainLimit: cfg.feed.MaxDrainLimit, SubmitTimeout: cfg.feed.SubmitTimeout,
 		SQLMaxStatementBytes: cfg.http.SQLMaxStatementBytes, SQLMaxScanRows: cfg.http.SQLMaxScanRows,
 		SQLMaxInsertRows: cfg.http.SQLMaxInsertRows, SQLMaxColumns: cfg.feed.MaxColumnsPerTable + 1,
-		Stats: seq, Gatherer: reg, StatusSampleInterval: cfg.http.StatusSampleInterval,
+		Stats: drainer, Gatherer: reg, StatusSampleInterval: cfg.http.StatusSampleInterval,
 		StatusSamples: cfg.http.StatusSamples, StatusMaxTables: cfg.http.StatusMaxTables, MaxDatabases: cfg.http.MaxDatabases,
 	}
 	if sec != nil {

@@ -52,7 +52,7 @@ func startIngestd() (string, func() error, error) {
 		return "", nil, err
 	}
 	fcfg := feed.DefaultConfig()
-	seq, err := feed.New(fcfg, db, logger, reg)
+	seq, drainer, err := feed.Open(fcfg, db, logger, reg)
 	if err != nil {
 		return "", nil, err
 	}
@@ -61,9 +61,10 @@ func startIngestd() (string, func() error, error) {
 		return "", nil, err
 	}
 	api := httpapi.New(httpapi.Options{
-		Feed: seq, WriteV1: in.HandlerV1(), WriteV2: in.HandlerV2(), Logger: logger,
+		Tables: drainer, Drains: drainer, Rows: drainer, Consumers: drainer, Stats: drainer,
+		Creator: seq, Admin: seq, Writer: seq, WriteV1: in.HandlerV1(), WriteV2: in.HandlerV2(), Logger: logger,
 		MaxPageBytes: httpapi.DefaultConfig().DrainMaxPageBytes, MaxDrainLimit: fcfg.MaxDrainLimit, SubmitTimeout: fcfg.SubmitTimeout,
-		MaxDatabases: httpapi.DefaultConfig().MaxDatabases, Stats: seq,
+		MaxDatabases: httpapi.DefaultConfig().MaxDatabases,
 	}, reg)
 	ctx, cancel := context.WithCancel(context.Background())
 	seqDone := make(chan error, 1)
