@@ -80,12 +80,14 @@ var (
 // client can decide how to resync. It wraps ErrSyncOff, ErrStaleEpoch,
 // ErrCursorBeyondSequence or ErrHistoryExpired.
 type RefusalError struct {
-	Err    error
-	Status SyncStatus
+	Err    error      // ErrSyncOff, ErrStaleEpoch, ErrCursorBeyondSequence or ErrHistoryExpired (possibly wrapped with detail)
+	Status SyncStatus // the table's sync status when the drain was refused
 }
 
+// Error returns the refusal's message, Err's.
 func (e *RefusalError) Error() string { return e.Err.Error() }
 
+// Unwrap returns Err, so that errors.Is finds the refusal's sentinel.
 func (e *RefusalError) Unwrap() error { return e.Err }
 
 // RejectError explains why the sequencer dropped one point.
@@ -96,8 +98,10 @@ type RejectError struct {
 	Msg  string // detail
 }
 
+// Error returns "line N: <sentinel>: <detail>".
 func (e *RejectError) Error() string {
 	return fmt.Sprintf("line %d: %v: %s", e.Line, e.Err, e.Msg)
 }
 
+// Unwrap returns Err, so that errors.Is finds the rejection's sentinel.
 func (e *RejectError) Unwrap() error { return e.Err }

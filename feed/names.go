@@ -40,12 +40,13 @@ const (
 // RuleLength, the limit. It wraps ErrInvalidName, and ErrInvalidTableName
 // when What is "table".
 type NameError struct {
-	What  string
-	Name  string
-	Rule  string
-	Limit int
+	What  string // what the name names: "table", "tag key", "field key", "consumer", "column"
+	Name  string // the refused name as given (error messages quote at most MaxEchoBytes of it)
+	Rule  string // the rule it breaks: RuleEmpty, RuleUTF8, RuleControl or RuleLength
+	Limit int    // for RuleLength, the limit in bytes (--max-name-bytes); else 0
 }
 
+// Error names the rule broken and quotes the name (QuoteInput).
 func (e *NameError) Error() string {
 	switch e.Rule {
 	case RuleEmpty:

@@ -29,14 +29,14 @@ const (
 
 // Tag is one tag of a point.
 type Tag struct {
-	Key   string
-	Value string
+	Key   string // the tag key (a column of kind KindTag)
+	Value string // the tag value, unescaped
 }
 
 // PointField is one field of a point.
 type PointField struct {
-	Key   string
-	Value Value
+	Key   string // the field key (a column of the value's kind)
+	Value Value  // the typed field value
 }
 
 // Point is one parsed line as the sequencer takes it (SPEC §2).
@@ -60,6 +60,8 @@ type Point struct {
 
 // Batch is what a listener hands the sequencer: points in arrival order.
 type Batch struct {
+	// Points are the batch's points in arrival order; the sequencer reads
+	// them until the batch's Wait returns.
 	Points []Point
 	// NoCreate rejects the points of a table that does not exist
 	// (ErrTableNotFound) instead of creating it, as a SQL INSERT must: the
@@ -70,20 +72,20 @@ type Batch struct {
 // Result tells how a batch was applied: Accepted points are durable, and
 // each rejected point has a RejectError in Rejected (in line order).
 type Result struct {
-	Accepted int
-	Rejected []*RejectError
+	Accepted int            // points durably committed
+	Rejected []*RejectError // points dropped, one error each, in line order
 }
 
 // Column is one column of a table as SHOW COLUMNS and drains report it.
 type Column struct {
-	Name string
-	Kind Kind
+	Name string // the column name: "time", a tag or field key, or "x_seq" in drains
+	Kind Kind   // KindTag, a field kind, KindTime or KindSeq
 }
 
 // SyncStatus is a table's feed state (SHOW SYNC).
 type SyncStatus struct {
-	Enabled   bool
-	Epoch     uint64
+	Enabled   bool   // sync is ON: writes get an x_seq and the table can be drained
+	Epoch     uint64 // the feed's epoch (0 until sync is first enabled; SPEC §4)
 	Seq       uint64 // highest x_seq handed out
 	Watermark uint64 // highest x_seq a drain may return now
 	// Horizon is the lowest x_seq still drainable (SPEC §9): a drain with
@@ -94,8 +96,8 @@ type SyncStatus struct {
 
 // TableInfo describes a table (list and SHOW COLUMNS).
 type TableInfo struct {
-	Name string
-	Sync SyncStatus
+	Name string     // the table's name
+	Sync SyncStatus // the table's sync status
 	// Retention is the retention in force (the table's own, else the
 	// default; 0: forever) and OwnRetention whether the table has its own.
 	Retention    time.Duration

@@ -31,6 +31,7 @@ const MaxLineBytesCeiling = 64 << 20
 
 // Config configures ILP ingest over HTTP and TCP.
 type Config struct {
+	// Limits bound each line and name the parser accepts (Limits' fields).
 	Limits Limits
 	// MaxBodyBytes is the largest HTTP write body, counted after gzip
 	// decompression (413 past it).

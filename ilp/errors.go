@@ -47,12 +47,13 @@ var (
 // 0 when the whole line is at fault), why (Reason, one of the Reason
 // constants) and what (Err).
 type ParseError struct {
-	Line   int
-	Column int
-	Reason string
-	Err    error
+	Line   int    // 1-based line in the request body or connection
+	Column int    // 1-based byte column in the line; 0: the whole line
+	Reason string // one of the Reason constants (the rejection metric's label)
+	Err    error  // what is wrong
 }
 
+// Error returns "line L, column C: <Err>" (without the column when 0).
 func (e *ParseError) Error() string {
 	if e.Column > 0 {
 		return fmt.Sprintf("line %d, column %d: %v", e.Line, e.Column, e.Err)
@@ -60,4 +61,5 @@ func (e *ParseError) Error() string {
 	return fmt.Sprintf("line %d: %v", e.Line, e.Err)
 }
 
+// Unwrap returns Err.
 func (e *ParseError) Unwrap() error { return e.Err }

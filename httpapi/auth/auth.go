@@ -65,12 +65,15 @@ var reasons = []string{ReasonMissing, ReasonMalformed, ReasonUnknown, ReasonRevo
 // Error is a refused credential: Reason is one of the Reason constants and
 // Err wraps ErrUnauthorized, ErrRevoked or ErrForbidden.
 type Error struct {
-	Reason string
-	Err    error
+	Reason string // one of the Reason constants (the label of the refusal metric)
+	Err    error  // ErrUnauthorized, ErrRevoked or ErrForbidden
 	msg    string
 }
 
+// Error returns the message a client is shown (never the token).
 func (e *Error) Error() string { return e.msg }
+
+// Unwrap returns Err, so that errors.Is finds the refusal's sentinel.
 func (e *Error) Unwrap() error { return e.Err }
 
 // Status is the HTTP status of e: 403 for a missing scope, else 401.

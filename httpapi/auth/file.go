@@ -86,8 +86,8 @@ const (
 // argon2) would only slow every request. A revoked entry stays in the
 // file so that its use is reported as "revoked" rather than "unknown".
 type File struct {
-	Tokens []Entry `yaml:"tokens" toml:"tokens"`
-	TCP    TCPRule `yaml:"tcp,omitempty" toml:"tcp,omitempty"`
+	Tokens []Entry `yaml:"tokens" toml:"tokens"`               // every token, revoked ones included
+	TCP    TCPRule `yaml:"tcp,omitempty" toml:"tcp,omitempty"` // who may write over ILP TCP
 }
 
 // Entry is one token of the auth file.
@@ -114,6 +114,8 @@ type Entry struct {
 // (CIDR prefixes or single addresses) writes every table. Any other
 // connection is closed at once.
 type TCPRule struct {
+	// Allow are the addresses that write every table without a
+	// certificate: CIDR prefixes ("10.0.0.0/8") or single addresses.
 	Allow []string `yaml:"allow,omitempty" toml:"allow,omitempty"`
 }
 

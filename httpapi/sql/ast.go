@@ -12,58 +12,64 @@ type Statement interface {
 
 // Name is an identifier (a table or column name) and where it stands.
 type Name struct {
-	Name string
-	Pos  Pos
+	Name string // the name, unquoted and unescaped
+	Pos  Pos    // where it starts in the statement
 }
 
 // CreateTable is CREATE TABLE [IF NOT EXISTS] t [(col TYPE, …)] [WITH (SYNC)].
 // Columns hold the declared tags and fields in order; a declared
 // "time TIMESTAMP" is the implicit time column and is left out.
 type CreateTable struct {
-	Table       Name
-	IfNotExists bool
-	Columns     []ColumnDef
-	Sync        bool
+	Table       Name        // the table to create
+	IfNotExists bool        // IF NOT EXISTS: an existing table is no error
+	Columns     []ColumnDef // the declared tags and fields, in order
+	Sync        bool        // WITH (SYNC)
 }
 
 // ColumnDef is one declared column: a tag (feed.KindTag) or a field
 // (feed.KindFloat, KindInt, KindUint, KindString, KindBool).
 type ColumnDef struct {
-	Name Name
-	Kind feed.Kind
+	Name Name      // the column's name
+	Kind feed.Kind // its kind, from the declared type (TAG, DOUBLE, BIGINT, …)
 }
 
 // AlterSync is ALTER TABLE t SET SYNC (Enabled) or SET SYNC OFF.
 type AlterSync struct {
-	Table   Name
-	Enabled bool
+	Table   Name // the table to alter
+	Enabled bool // SET SYNC (true) or SET SYNC OFF (false)
 }
 
 // ShowSync is SHOW SYNC FROM t.
-type ShowSync struct{ Table Name }
+type ShowSync struct {
+	Table Name // the table whose sync status to show
+}
 
 // ShowColumns is SHOW COLUMNS FROM t.
-type ShowColumns struct{ Table Name }
+type ShowColumns struct {
+	Table Name // the table whose columns to show
+}
 
 // ShowTables is SHOW TABLES.
 type ShowTables struct{}
 
 // Truncate is TRUNCATE [TABLE] t.
-type Truncate struct{ Table Name }
+type Truncate struct {
+	Table Name // the table to truncate
+}
 
 // DropTable is DROP TABLE [IF EXISTS] t.
 type DropTable struct {
-	Table    Name
-	IfExists bool
+	Table    Name // the table to drop
+	IfExists bool // IF EXISTS: a missing table is no error
 }
 
 // Insert is INSERT INTO t (col, …) VALUES (…), …: every row has exactly
 // one value per column. No column is x_seq or x_epoch (the x_ prefix is
 // engine-owned), none is named twice.
 type Insert struct {
-	Table   Name
-	Columns []Name
-	Rows    [][]Literal
+	Table   Name        // the table to insert into
+	Columns []Name      // the column list, in order
+	Rows    [][]Literal // the VALUES rows, one literal per column each
 }
 
 // LiteralKind is the kind of a Literal.
@@ -81,10 +87,10 @@ const (
 // Literal is a value as written: Text holds a number's digits (with its
 // '-') or a string's decoded contents; Bool a boolean's value.
 type Literal struct {
-	Kind LiteralKind
-	Text string
-	Bool bool
-	Pos  Pos
+	Kind LiteralKind // what was written: NULL, an integer, a float, a string or a boolean
+	Text string      // a number's digits (with its '-') or a string's decoded contents
+	Bool bool        // a boolean's value
+	Pos  Pos         // where the literal starts
 }
 
 // Order is a read's ORDER BY time.
@@ -103,26 +109,26 @@ const (
 // flag is set; Tags to equal; Order). Columns nil means *. Limit is as
 // written (the feed bounds it).
 type Select struct {
-	Table   Name
-	Columns []Name
+	Table   Name   // the table read
+	Columns []Name // the select list; nil means *
 
-	Drain    bool
-	After    uint64
-	Epoch    uint64
-	HasEpoch bool
+	Drain    bool   // a drain: WHERE [x_epoch = E AND] x_seq > N
+	After    uint64 // a drain's N
+	Epoch    uint64 // a drain's E, when HasEpoch
+	HasEpoch bool   // the drain names x_epoch
 
-	Start, End       int64
-	HasStart, HasEnd bool
-	Tags             []TagFilter
-	Order            Order
+	Start, End       int64       // a read's time bounds in Unix nanoseconds (inclusive, exclusive)
+	HasStart, HasEnd bool        // whether Start, End are set
+	Tags             []TagFilter // a read's tag equalities, all of which must hold
+	Order            Order       // a read's ORDER BY time
 
-	Limit int
+	Limit int // LIMIT as written (the feed bounds it)
 }
 
 // TagFilter is a read's "tag = 'value'".
 type TagFilter struct {
-	Column Name
-	Value  string
+	Column Name   // the tag column
+	Value  string // the value it must equal
 }
 
 // Read implements Statement.

@@ -10,8 +10,8 @@ import (
 // Pos is a position in a statement: 1-based line, and 1-based column
 // counted in characters (runes) within the line.
 type Pos struct {
-	Line   int
-	Column int
+	Line   int // 1-based line
+	Column int // 1-based column in runes within the line
 }
 
 // Error is every error Parse returns: where (Pos) and what went wrong.
@@ -22,14 +22,16 @@ type Pos struct {
 // names the Limits bound the statement went past ("insert_rows" or
 // "columns"), "" otherwise.
 type Error struct {
-	Pos           Pos
-	Expected      string
-	Found         string
-	Msg           string
-	LimitRequired bool
-	Limit         string
+	Pos           Pos    // where the error is
+	Expected      string // syntax errors: what could stand at Pos
+	Found         string // syntax errors: what stands at Pos
+	Msg           string // other errors: what is wrong with the token at Pos
+	LimitRequired bool   // a SELECT without LIMIT
+	Limit         string // the Limits bound gone past: "insert_rows", "columns", or ""
 }
 
+// Error returns "error at line L, column C: …" with Msg, or with what was
+// expected and found.
 func (e *Error) Error() string {
 	if e.Msg != "" {
 		return fmt.Sprintf("error at line %d, column %d: %s", e.Pos.Line, e.Pos.Column, e.Msg)

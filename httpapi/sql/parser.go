@@ -41,8 +41,8 @@ type parser struct {
 // multiple of the statement's bytes: the rows of an INSERT, and the names
 // of a column list or the comparisons of a WHERE. Zero means no bound.
 type Limits struct {
-	MaxInsertRows int
-	MaxColumns    int
+	MaxInsertRows int // rows of one INSERT (--sql-max-insert-rows); 0: no bound
+	MaxColumns    int // names of a column list, comparisons of a WHERE; 0: no bound
 }
 
 // Limit names of Error.Limit.
