@@ -109,10 +109,45 @@
 //
 // # Locks
 //
-// table.mu guards a table's published state (sync, epoch, seq, watermark,
-// horizon, own retention, instance id and the schema and series
-// snapshots). Sequencer.mu guards the table maps. Order: Sequencer.mu
-// before table.mu; the store's own locks are taken only inside store
-// calls, never while holding either. The sweeper's state is owned by the
-// sequencer goroutine (no lock); consumerSet.mu is taken alone.
+// The sequencer goroutine owns the write state without a lock (each
+// table's schema, series dictionary, seq and metadata; the group being
+// built; the sweeper; the tombstone floor). What other goroutines see is
+// behind five mutexes, each declared with what it guards:
+//
+//   - Sequencer.submitMu (RWMutex) guards Sequencer.closed: Submit and the
+//     table operations hold it for reading while they put an operation on
+//     the queue, and Run's stop takes it for writing, so once Run stops no
+//     operation can enter the queue after Run has emptied it.
+//   - registry.consumerMu serializes the sequencer's flush of consumer
+//     positions (flushConsumers) with Drainer.DeleteConsumer, so that a
+//     flush never writes back a consumer deleted meanwhile; both make
+//     their store call under it.
+//   - registry.mu (RWMutex) guards the registry's maps, tables and
+//     tombstones: only the sequencer goroutine writes them (Lock, for a
+//     map update only); both sides look tables up under RLock.
+//   - table.mu guards a table's published state (sync, epoch, seq,
+//     watermark, horizon, own retention, instance id, committed points
+//     and the schema and series snapshots, and the changed channel that
+//     wakes long-polls).
+//   - consumerSet.mu guards a table's named consumers (positions and the
+//     dirty set); the set, and so the lock, is shared by the table
+//     instances a TRUNCATE replaces.
+//
+// Order, outermost first: consumerMu, then registry.mu, then table.mu;
+// consumerMu, then consumerSet.mu. A goroutine holding one may take a later
+// one, never an earlier one; submitMu is taken alone. Today only
+// consumerMu is held while taking another (registry.mu to list the tables,
+// consumerSet.mu to read or delete positions): the others are released
+// before the next is taken. The store's own locks are innermost: store
+// calls are made under consumerMu and consumerSet.mu (consumer positions),
+// never under submitMu, registry.mu or table.mu, so that no reader waits
+// for a store write.
+//
+// None of the five can go or merge without a cost: submitMu blocks on a
+// full queue and registry.mu is taken by the sequencer, so one lock for
+// both would deadlock; consumerSet.mu in place of table.mu would not
+// survive TRUNCATE, which swaps the table but keeps its consumers; and
+// consumerMu held per set instead would make every flush write one table
+// at a time, or hold every set's lock (and every drain that records a
+// consumer) across a store write.
 package feed
