@@ -186,24 +186,33 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 		}
 		return
 	}
-	head := make([]byte, 0, 256)
-	head = append(head, `{"table":`...)
-	head = appendString(head, pg.Table)
-	head = append(head, `,"epoch":`...)
-	head = strconv.AppendUint(head, pg.Epoch, 10)
-	head = append(head, `,"after":`...)
-	head = strconv.AppendUint(head, pg.After, 10)
-	head = append(head, `,"next":`...)
-	head = strconv.AppendUint(head, pg.Next, 10)
-	head = append(head, `,"seq":`...)
-	head = strconv.AppendUint(head, pg.Seq, 10)
-	head = append(head, `,"watermark":`...)
-	head = strconv.AppendUint(head, pg.Watermark, 10)
+	head := appendPageHead(make([]byte, 0, 256), pg.Table, pg.Epoch)
+	head = appendUintMember(head, "after", pg.After)
+	head = appendUintMember(head, "next", pg.Next)
+	head = appendUintMember(head, "seq", pg.Seq)
+	head = appendUintMember(head, "watermark", pg.Watermark)
 	head = append(head, `,"more":`...)
 	head = strconv.AppendBool(head, pg.More)
 	head = appendColumns(head, pg.Columns)
 	head = append(head, `,"rows":[`...)
 	writePage(w, "application/json", head, enc.buf, []byte(jsonPageEnd))
+}
+
+// appendPageHead appends the start of a JSON drain or rows page,
+// `{"table":…,"epoch":…`, to b.
+func appendPageHead(b []byte, table string, epoch uint64) []byte {
+	b = append(b, `{"table":`...)
+	b = appendString(b, table)
+	return appendUintMember(b, "epoch", epoch)
+}
+
+// appendUintMember appends `,"key":v` to b; key must need no JSON
+// escaping.
+func appendUintMember(b []byte, key string, v uint64) []byte {
+	b = append(b, ',', '"')
+	b = append(b, key...)
+	b = append(b, '"', ':')
+	return strconv.AppendUint(b, v, 10)
 }
 
 // jsonPageEnd closes a JSON page's rows and object.

@@ -83,13 +83,8 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 		writePage(w, "text/plain; charset=utf-8", enc.buf)
 		return
 	}
-	head := make([]byte, 0, 256)
-	head = append(head, `{"table":`...)
-	head = appendString(head, pg.Table)
-	head = append(head, `,"epoch":`...)
-	head = strconv.AppendUint(head, pg.Epoch, 10)
-	head = append(head, `,"watermark":`...)
-	head = strconv.AppendUint(head, pg.Watermark, 10)
+	head := appendPageHead(make([]byte, 0, 256), pg.Table, pg.Epoch)
+	head = appendUintMember(head, "watermark", pg.Watermark)
 	head = append(head, `,"cursor":`...)
 	if pg.Cursor == "" {
 		head = append(head, "null"...)
