@@ -49,6 +49,12 @@ type registry struct {
 // DefineTable, SetSync, Truncate, Drop) run in the same goroutine between
 // group commits. Open returns it with the Drainer, the read side, over the
 // same table registry. All exported methods are safe for concurrent use.
+//
+// A table operation returns once its change is durable. Besides the errors
+// its comment names, it returns ErrInvalidTableName or a *NameError for a
+// name no table may have (CheckName, the x_ prefix), ctx.Err() when ctx
+// ends while the queue is full, ErrClosed once Run has stopped, and the
+// storage error that stopped the sequencer.
 type Sequencer struct {
 	*registry
 
@@ -88,7 +94,10 @@ type Sequencer struct {
 // table registry the Sequencer writes. A read never waits for the
 // sequencer goroutine: it takes the registry's read lock and a table's
 // lock only to copy the published state, then reads the store. All
-// methods are safe for concurrent use, before, while and after Run runs.
+// methods are safe for concurrent use, before, while and after Run runs
+// (until the store is closed). A method given a table name returns
+// ErrTableNotFound for an unknown table and a *NameError for a name no
+// table can have (a client's mistake, not a missing table).
 type Drainer struct {
 	*registry
 }

@@ -83,7 +83,9 @@ func (s *Sequencer) Drop(ctx context.Context, name string) error {
 	return err
 }
 
-// Status returns a table's sync status (SHOW SYNC FROM t).
+// Status returns table name's sync status (SHOW SYNC FROM t): whether
+// sync is on, the epoch, seq, watermark and history horizon, as last
+// published by the sequencer.
 func (s *Drainer) Status(name string) (SyncStatus, error) {
 	t, err := s.lookup(name)
 	if err != nil {
@@ -106,7 +108,8 @@ func (s *registry) tableInfo(name string) (TableInfo, error) {
 	return p.info(name, s.cfg.DefaultRetention), nil
 }
 
-// Tables lists every table, ordered by name.
+// Tables describes every live table, ordered by name (an empty slice when
+// there is none); the caller owns the slice.
 func (s *Drainer) Tables() []TableInfo {
 	ts := s.liveTables()
 	sort.Slice(ts, func(i, j int) bool { return ts[i].name < ts[j].name })
