@@ -3,7 +3,10 @@
 // router, thin handlers (decode, call the feed, map the error) and a
 // purpose-built JSON (and CSV) encoder for drain pages and SQL results. It
 // never imports store or ilp: the ILP write handlers are built by package
-// ilp and handed in by cmd/ingestd.
+// ilp and handed in by cmd/ingestd. The handlers reach the feed through
+// the small interfaces feed.go declares, one per use: the read side
+// (TableReader, Drainer, RowReader, Consumers, StatusStats: *feed.Drainer)
+// and the write side (TableCreator, TableAdmin, Writer: *feed.Sequencer).
 //
 // POST /api/v1/sql parses one statement with package httpapi/sql and runs
 // it through the same feed methods as the REST routes: a SQL drain is a
