@@ -15,6 +15,7 @@ import (
 	"sync/atomic"
 	"syscall"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
@@ -1248,4 +1249,36 @@ func TestGroupAppliesWritesInTimeOrder(t *testing.T) {
 		got = append(got, int64(r.Vals["v"].Num))
 	}
 	require.Equal(t, []int64{105, 101, 200, 300, 301}, got, "writes by lowest time, lines of a write in line order")
+}
+
+// TestDrainerOutlivesRun checks the split of the feed's two sides: once
+// Run has returned, the Sequencer refuses writes and table operations
+// with ErrClosed, while the Drainer still reads everything committed
+// (until the store is closed) and a long-poll at the watermark answers at
+// once instead of waiting for writes that cannot come.
+func TestDrainerOutlivesRun(t *testing.T) {
+	h := openHarness(t, t.TempDir(), DefaultConfig())
+	ctx := context.Background()
+	_, _, err := h.s.CreateTable(ctx, "t", true)
+	require.NoError(t, err)
+	mustAppend(t, h.s, pt("t", 1, tg("host", "a"), fld("v", iv(1))), pt("t", 2, tg("host", "a"), fld("v", iv(2))))
+	h.cancel()
+	require.NoError(t, <-h.done)
+
+	_, err = h.s.Submit(ctx, &Batch{Points: []Point{pt("t", 3, tg("host", "a"), fld("v", iv(3)))}})
+	require.ErrorIs(t, err, ErrClosed)
+	_, err = h.s.SetSync(ctx, "t", false)
+	require.ErrorIs(t, err, ErrClosed)
+
+	st := status(t, h.d, "t")
+	require.Equal(t, SyncStatus{Enabled: true, Epoch: 1, Seq: 2, Watermark: 2, Horizon: 1}, st)
+	rows := drainAll(t, h.d, "t", 0, 1)
+	require.Len(t, rows, 2)
+	require.Equal(t, []uint64{1, 2}, []uint64{rows[0].Seq, rows[1].Seq})
+	r := awaitDrain(t, goDrain(h.d, DrainRequest{Table: "t", After: 2, Limit: 10, Wait: time.Hour}), 10*time.Second,
+		"a long-poll after Run returned must answer at once")
+	require.NoError(t, r.err)
+	require.Zero(t, r.p.Rows)
+	require.Equal(t, uint64(2), r.p.Next)
+	require.NoError(t, h.db.Close())
 }
