@@ -26,9 +26,9 @@ const Version = "0.1.0"
 type Options struct {
 	// Tables, Drains, Rows and Consumers are the feed's read side
 	// (*feed.Drainer); Creator, Admin and Writer its write side
-	// (*feed.Sequencer). Each serves the routes its doc comment names and
-	// may be nil when none of them is served (as in tests of other
-	// routes).
+	// (*feed.Sequencer). Each serves the routes its interface's comment
+	// names, which are always routed: a server sets them all; only a test
+	// that requests none of those routes may leave one nil.
 	Tables    TableReader
 	Drains    Drainer
 	Rows      RowReader
