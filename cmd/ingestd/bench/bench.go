@@ -76,6 +76,7 @@ type benchConfig struct {
 	verifyWait  time.Duration
 	timeout     time.Duration
 	passes      int
+	writeData   string
 }
 
 func (c *benchConfig) registerFlags(fs *flag.FlagSet) {
@@ -106,6 +107,7 @@ func (c *benchConfig) registerFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.verifyWait, "verify-wait", 60*time.Second, "how long the counts may take to appear (VictoriaMetrics makes samples searchable about a second after acknowledging them)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
 	fs.IntVar(&c.passes, "passes", 3, "decode mode: passes over the data (the median is reported)")
+	fs.StringVar(&c.writeData, "write-data", "", "write the load (--file, or the data generated from --scale, --duration, --interval, --start, --seed) to this new file as line protocol (gzip when it ends in .gz) and exit without contacting a server")
 }
 
 func (c *benchConfig) validate() error {
@@ -157,6 +159,13 @@ Load harness: sends TSBS data over HTTP or TCP, waits, drains, reports (README, 
 	}
 	if err := cfg.validate(); err != nil {
 		return cmd.UsageError(stderr, err.Error())
+	}
+	if cfg.writeData != "" {
+		if err := writeBenchData(&cfg, stdout); err != nil {
+			fmt.Fprintln(stderr, "ingestd bench:", err)
+			return 1
+		}
+		return 0
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.timeout)
 	defer cancel()

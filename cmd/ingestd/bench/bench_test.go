@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
@@ -106,5 +107,31 @@ func TestBenchPartition(t *testing.T) {
 			}
 		}
 		require.Equal(t, d.lines(), total)
+	}
+}
+
+// TestBenchWriteData checks `ingestd bench --write-data`: the generated
+// load is written as line protocol (gzip for .gz), exactly the lines the
+// harness would send, read back by --file; an existing file is refused.
+func TestBenchWriteData(t *testing.T) {
+	dir := t.TempDir()
+	gen := []string{"--scale", "2", "--duration", "30m"}
+	want, err := benchLoad(&benchConfig{scale: 2, duration: 30 * time.Minute, interval: 10 * time.Second, start: "2026-01-01T00:00:00Z", seed: 42})
+	require.NoError(t, err)
+	for _, name := range []string{"load.lp", "load.lp.gz"} {
+		path := filepath.Join(dir, name)
+		var out bytes.Buffer
+		require.Equal(t, 0, Run(context.Background(), append(gen, "--write-data", path), &out, &out), out.String())
+		require.Equal(t, path+": 3240 lines, 9 tables, "+strconv.FormatFloat(float64(len(want.text))/1e6, 'f', 2, 64)+" MB of line protocol\n", out.String())
+		got, err := loadBenchFile(path)
+		require.NoError(t, err)
+		require.Equal(t, string(want.text), string(got.text), name)
+		raw, err := os.ReadFile(path)
+		require.NoError(t, err)
+		require.Equal(t, strings.HasSuffix(name, ".gz"), bytes.HasPrefix(raw, []byte{0x1f, 0x8b}), "%s: gzip magic", name)
+
+		out.Reset()
+		require.Equal(t, 1, Run(context.Background(), append(gen, "--write-data", path), &out, &out))
+		require.Contains(t, out.String(), "file exists")
 	}
 }

@@ -352,3 +352,39 @@ func generateDevops(hosts int, start time.Time, duration, interval time.Duration
 	name := fmt.Sprintf("generated TSBS devops (scale %d, %s every %s from %s)", hosts, duration, interval, start.UTC().Format(time.RFC3339))
 	return indexBenchData(name, text)
 }
+
+// writeBenchData is `ingestd bench --write-data FILE`: it writes the load
+// (--file, or the generated TSBS-devops data) to FILE, which must not
+// exist, as line protocol, gzip-compressed when FILE ends in .gz, so that
+// README's walkthrough and other clients (curl, Telegraf, /dev/tcp) can
+// send the same data the harness does.
+func writeBenchData(cfg *benchConfig, out io.Writer) (err error) {
+	d, err := benchLoad(cfg)
+	if err != nil {
+		return err
+	}
+	f, err := os.OpenFile(cfg.writeData, os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return fmt.Errorf("--write-data: %w", err)
+	}
+	defer func() {
+		if cerr := f.Close(); err == nil && cerr != nil {
+			err = fmt.Errorf("close %s: %w", cfg.writeData, cerr)
+		}
+	}()
+	if !strings.HasSuffix(cfg.writeData, ".gz") {
+		if _, err := f.Write(d.text); err != nil {
+			return fmt.Errorf("write %s: %w", cfg.writeData, err)
+		}
+	} else {
+		zw := gzip.NewWriter(f)
+		if _, err := zw.Write(d.text); err != nil {
+			return fmt.Errorf("write %s: %w", cfg.writeData, err)
+		}
+		if err := zw.Close(); err != nil {
+			return fmt.Errorf("write %s: %w", cfg.writeData, err)
+		}
+	}
+	fmt.Fprintf(out, "%s: %d lines, %d tables, %.2f MB of line protocol\n", cfg.writeData, d.lines(), len(d.stats), float64(len(d.text))/1e6)
+	return nil
+}
