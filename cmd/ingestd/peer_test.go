@@ -20,7 +20,7 @@ import (
 )
 
 // The public parser test suites of three peers (see
-// /work/shared/data/README.md and the file's "format" key).
+// the file's "format" key; the file is in testDataDir).
 const (
 	peerCasesFile  = "peer_cases.json"
 	peerCasesCount = 7_099
@@ -29,11 +29,8 @@ const (
 	peerRoundCases = 250
 )
 
-// peerCasesPath is the data file relative to this package's directory
-// (cmd/ingestd in the repository, next to the shared directory).
-func peerCasesPath() string {
-	return filepath.Join("..", "..", "..", "shared", "data", peerCasesFile)
-}
+// peerCasesPath is the peers' cases file (in testDataDir).
+func peerCasesPath() string { return filepath.Join(testDataDir(), peerCasesFile) }
 
 // peerCase is one asserted parse of a peer's test suite.
 type peerCase struct {
@@ -95,7 +92,7 @@ func loadPeerCases(t testing.TB) []peerCase {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("peer cases file %s is required on CI (CI=true): %v", path, err)
 		}
-		t.Skipf("peer cases file %s not found (%v): it lives in the shared data directory next to the repository", path, err)
+		t.Skipf("peer cases file %s not found (%v): set %s to the test data directory", path, err, testDataEnv)
 	}
 	var file struct {
 		Cases []peerCase `json:"cases"`

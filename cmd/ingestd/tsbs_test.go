@@ -18,7 +18,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The TSBS devops data set (see /work/shared/data/README.md).
+// The TSBS devops data set (tsbs_generate_data --use-case=devops --seed=42
+// --scale=10, 6 h from 2026-01-01; see testDataDir).
 const (
 	tsbsFile       = "tsbs-devops-s10-6h.lp.gz"
 	tsbsLines      = 194_400
@@ -32,11 +33,22 @@ const (
 
 var tsbsTables = []string{"cpu", "disk", "diskio", "kernel", "mem", "net", "nginx", "postgresl", "redis"}
 
-// tsbsPath is the data file relative to this package's directory
-// (cmd/ingestd in the repository, next to the shared directory).
-func tsbsPath() string {
-	return filepath.Join("..", "..", "..", "shared", "data", tsbsFile)
+// testDataEnv names the directory of the test data that is not in the
+// repository (the TSBS file, the peers' parser cases): CI supplies it.
+// Unset, it is the data directory of CI's layout, beside the clone
+// (relative to this package's directory, cmd/ingestd).
+const testDataEnv = "INGESTD_TESTDATA"
+
+// testDataDir is the directory testDataEnv names, or its default.
+func testDataDir() string {
+	if d := os.Getenv(testDataEnv); d != "" {
+		return d
+	}
+	return filepath.Join("..", "..", "..", "shared", "data")
 }
+
+// tsbsPath is the TSBS data file (in testDataDir).
+func tsbsPath() string { return filepath.Join(testDataDir(), tsbsFile) }
 
 // TestTSBS ingests the whole TSBS devops file (194,400 lines, 9 tables) over
 // HTTP (gzip batches) and over one TCP connection, each into a fresh daemon
@@ -250,7 +262,7 @@ func loadTSBS(t testing.TB) *tsbsData {
 		if os.Getenv("CI") == "true" {
 			t.Fatalf("TSBS data file %s is required on CI (CI=true): %v", path, err)
 		}
-		t.Skipf("TSBS data file %s not found (%v): it lives in the shared data directory next to the repository", path, err)
+		t.Skipf("TSBS data file %s not found (%v): set %s to the test data directory", path, err, testDataEnv)
 	}
 	defer func() { _ = f.Close() }()
 	zr, err := gzip.NewReader(f)
