@@ -673,6 +673,8 @@ type crashRun struct {
 	lastFull, fullChecks int
 	kills                int
 	bootKills            int
+	// aging drives the tables with retention and truncation.
+	aging *agingLoad
 }
 
 func (r *crashRun) start() {
@@ -689,7 +691,10 @@ func (r *crashRun) start() {
 // from its stored cursor, ends with exactly the source's rows; a TCP
 // connection's stored lines are, per table, a prefix of what it sent. It
 // ends with a clean stop (SIGTERM, exit 0) that must keep every TCP line
-// read, and a re-drain of every x_seq ever seen.
+// read, and a re-drain of every x_seq ever seen. Alongside run the aging
+// tables (aging_test.go): one whose retention the sweeper applies all the
+// time and one truncated every 100 ms, with the value-log collector
+// running every 50 ms, checked after every cycle too (agingLoad.verify).
 func TestCrashCycles(t *testing.T) {
 	seed := *crashSeed
 	if seed == 0 {
@@ -706,24 +711,28 @@ func TestCrashCycles(t *testing.T) {
 		// 1 MiB memtables: badger transactions hold ~150 KiB, so group
 		// commits are split into several transactions, which a kill can
 		// separate; flushes and compactions run all the time.
-		args: daemonArgs(filepath.Join(dir, "data"), "--tcp-flush-interval", "5ms", "--sync-tables", "crash_c",
-			"--store-memtable-bytes", "1048576", "--store-min-free-bytes", "0"),
-		hc: newHTTPClient(t, 16),
-		m:  newCrashModel(),
+		args: daemonArgs(filepath.Join(dir, "data"), append([]string{"--tcp-flush-interval", "5ms", "--sync-tables", "crash_c",
+			"--store-memtable-bytes", "1048576", "--store-min-free-bytes", "0"}, agingArgs...)...),
+		hc:    newHTTPClient(t, 16),
+		m:     newCrashModel(),
+		aging: newAgingLoad(),
 	}
 	r.c = newConsumer(r.m, r.hc, rand.New(rand.NewPCG(seed, 0xc0)))
 	r.start()
 	for _, tb := range crashTables[:2] {
 		createSyncTable(t, r.hc, r.p.URL, tb)
 	}
+	r.aging.create(t, r.hc, r.p.URL)
 
 	began := time.Now()
 	for cycle := 0; cycle < *crashCycles || time.Since(began) < *crashDuration; cycle++ {
+		r.aging.lagging = cycle/agingLagCycles%2 == 1
 		r.cycle(cycle)
 		if t.Failed() {
 			return
 		}
 	}
+	r.aging.lagging = false
 	r.final()
 	var sent, acked, refused, unknown, requests int
 	for w := range crashWriters {
@@ -745,6 +754,7 @@ func TestCrashCycles(t *testing.T) {
 		r.lostTCP, r.burned, seqs)
 	t.Logf("consumer: %d pages, %d rows applied, %d pages re-read after a simulated consumer crash; replica compared with a full copy of the source %d times",
 		r.c.pages, r.c.applied, r.c.replays, r.fullChecks)
+	r.aging.summary(t, r.kills)
 }
 
 // cycle runs the load, kills the daemon at a random moment, restarts it
@@ -753,7 +763,7 @@ func (r *crashRun) cycle(n int) {
 	t := r.t
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	errs := make(chan error, len(crashWriters)+1)
+	errs := make(chan error, len(crashWriters)+2)
 	sessions := make([]tcpSession, len(crashWriters))
 	base, tcpAddr := r.p.URL, r.p.TCPAddr
 	large := make(chan struct{})
@@ -780,6 +790,7 @@ func (r *crashRun) cycle(n int) {
 			errs <- fmt.Errorf("consumer: %w", err)
 		}
 	}()
+	r.aging.start(ctx, &wg, errs, r.hc, base, r.rng.Uint64())
 
 	// The random moment: mostly while the load runs, sometimes at once,
 	// and in one cycle in three just after a large batch was sent, when its
@@ -814,6 +825,7 @@ func (r *crashRun) cycle(n int) {
 	r.kills++
 	cancel()
 	wg.Wait()
+	r.aging.killed() // a TRUNCATE unanswered at the kill may have run until then
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err, "cycle %d", n)
@@ -886,6 +898,7 @@ func (r *crashRun) verify(n int, sessions []tcpSession) {
 		r.lastFull = r.kills
 		r.fullChecks++
 	}
+	r.aging.verify(t, r.hc, base, n)
 
 	// Nothing acknowledged or seen is lost; every stored value was sent
 	// there and not refused.
@@ -991,7 +1004,7 @@ func (r *crashRun) final() {
 	t := r.t
 	ctx, cancel := context.WithCancel(context.Background())
 	var wg sync.WaitGroup
-	errs := make(chan error, len(crashWriters)+1)
+	errs := make(chan error, len(crashWriters)+2)
 	sessions := make([]tcpSession, len(crashWriters))
 	var tcpBytes [len(crashWriters)]int64
 	for w := range crashWriters {
@@ -1019,9 +1032,11 @@ func (r *crashRun) final() {
 			errs <- err
 		}
 	}()
+	r.aging.start(ctx, &wg, errs, r.hc, r.p.URL, r.rng.Uint64())
 	time.Sleep(500 * time.Millisecond) // the final load
 	cancel()
 	wg.Wait()
+	r.aging.killed() // a cancelled TRUNCATE may have run until now
 	close(errs)
 	for err := range errs {
 		require.NoError(t, err)

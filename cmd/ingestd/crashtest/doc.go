@@ -3,14 +3,16 @@
 // process and talks to it only over HTTP and TCP, as a user would.
 //
 //   - TestCrashCycles SIGKILLs the daemon at random moments under
-//     concurrent HTTP and TCP writers and a draining consumer, restarts it
-//     on the same data directory and checks, after every cycle, that no
-//     acknowledged line is lost, no x_seq is reused or runs backwards and
-//     the consumer's replica equals the source (-crash.cycles,
-//     -crash.duration).
-//   - TestCrashRetentionAndTruncate SIGKILLs it during retention sweeps,
-//     TRUNCATEs and value-log collections: nothing retained is lost,
-//     nothing aged stays, a drain from the history horizon reads on.
+//     concurrent HTTP and TCP writers and a draining consumer, with a
+//     table whose short retention the sweeper applies all the time,
+//     another truncated every 100 ms and the value-log collector running
+//     every 50 ms, so that kills land inside sweeps, TRUNCATEs and
+//     collections too; it restarts the daemon on the same data directory
+//     and checks, after every cycle, that no acknowledged line still
+//     retained is lost, nothing aged stays, no x_seq is reused or runs
+//     backwards, epochs never go back, a drain from the history horizon
+//     reads on and the consumer's replica equals the source
+//     (-crash.cycles, -crash.duration).
 //   - TestShutdownUnderLoad, TestSecondProcess, TestUnwritableDataDir and
 //     TestDiskFull cover SIGTERM, the directory lock and storage failures.
 //   - TestBackPressure saturates the sequencer: 503 with Retry-After, TCP
