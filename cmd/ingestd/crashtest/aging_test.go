@@ -30,9 +30,9 @@ const (
 	truncateEvery  = 100 * time.Millisecond
 	agingBatch     = 20 // lines per write
 	// agingLagCycles: the consumer leaves crash_r alone for this many
-	// cycles in turn (at least 150 ms of load and a restart each, more
-	// than agingRetention in all), so that the sweeper passes its cursor
-	// and the next drain is refused history_expired.
+	// cycles in turn (each a load of mostly 150 ms to 3 s, a restart and
+	// the checks: well beyond agingRetention in all), so that the sweeper
+	// passes its cursor and the next drain is refused history_expired.
 	agingLagCycles = 6
 )
 
