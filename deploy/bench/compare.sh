@@ -2,15 +2,32 @@
 # Side-by-side load comparison: ingestd against InfluxDB 1.6.7 and
 # VictoriaMetrics (Debian's packages), in alternation, with `ingestd bench`.
 #
-#   deploy/bench/compare.sh            # 3 rounds on ../shared/data/tsbs-devops-s10-6h.lp.gz
+#   deploy/bench/compare.sh            # 3 rounds on generated TSBS devops data
 #   ROUNDS=5 DATA=/path/to/file.lp.gz deploy/bench/compare.sh
 #   ROUNDS=1 GEN="--scale 2 --duration 30m" PATTERNS="inorder concurrent" SYSTEMS="ingestd influxdb" \
 #     deploy/bench/compare.sh          # a quick smoke run on small generated data
+#   SYSTEMS="ingestd ingestd-retention" PATTERNS=inorder GEN="--scale 100 --duration 4h" \
+#     deploy/bench/compare.sh          # ingest with retention and GC running, and without
 #
 # PATTERNS (default "inorder concurrent resend backfill") chooses the
 # measurements, SYSTEMS (default "ingestd influxdb victoriametrics") the
-# servers; GEN, when set, replaces the file with data `ingestd bench`
-# generates (its --scale/--duration flags).
+# servers. The load is the data `ingestd bench` generates (GEN: its
+# --scale/--duration flags, default the TSBS devops shape, 10 hosts over
+# 6 h, 194,400 lines; its timestamps start at START, default yesterday
+# 00:00 UTC), or the ILP file DATA when set (e.g. TSBS's own
+# tsbs-devops-s10-6h.lp.gz).
+#
+# ingestd-retention is the same binary with retention and the value-log
+# collector busy: --default-retention 7d, --retention-sweep-interval 1s,
+# --store-gc-interval 1s. Whenever it runs, both ingestd systems are first
+# loaded with PRELOAD_ROWS (400,000) rows of another table, `aging`, whose
+# times start AGING_LEAD (30 s) after the preload begins minus 1 h and
+# span AGING_SPAN (90 s); ingestd-retention then gives `aging` a 1 h
+# retention, so its sweeper removes those rows (and the collector gives
+# their space back) while the measured ingest runs. The load's timestamps
+# must then be within 7 days (GEN, not a file dated long ago). The report
+# gives ingestd-retention / ingestd and the aging rows the sweeper removed
+# before the harness started and during its run.
 #
 # Not run by CI (it takes several minutes and installs packages). Needs root
 # for apt-get (skipped when influxd and victoria-metrics are on PATH).
@@ -45,7 +62,11 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 
 ROUNDS=${ROUNDS:-3}
-DATA=${DATA:-../shared/data/tsbs-devops-s10-6h.lp.gz}
+DATA=${DATA:-}
+START=${START:-$(date -u -d 'yesterday' +%Y-%m-%dT00:00:00Z)}
+PRELOAD_ROWS=${PRELOAD_ROWS:-400000}
+AGING_LEAD=${AGING_LEAD:-30}
+AGING_SPAN=${AGING_SPAN:-90}
 CONCURRENCY=${CONCURRENCY:-4}
 BATCH=${BATCH:-5000}
 CONNECTIONS=${CONNECTIONS:-1}
@@ -72,18 +93,19 @@ trap cleanup EXIT
 runs() { [[ " $SYSTEMS " == *" $1 "* ]]; }
 has() { [[ " $PATTERNS " == *" $1 "* ]]; }
 
-if [ -n "$GEN" ]; then
+if [ -z "$DATA" ]; then
   read -r -a LOAD <<<"$GEN"
-  DATA="generated ($GEN)"
+  LOAD+=(--start "$START")
+  DATA="generated (${GEN:-TSBS devops defaults}, from $START)"
 else
-  [ -r "$DATA" ] || { echo "data file $DATA not found (set DATA=)" >&2; exit 1; }
+  [ -r "$DATA" ] || { echo "data file $DATA not found" >&2; exit 1; }
   LOAD=(--file "$DATA")
 fi
 for p in $PATTERNS; do
   case $p in inorder | concurrent | resend | backfill) ;; *) echo "unknown pattern $p in PATTERNS" >&2; exit 1 ;; esac
 done
 for s in $SYSTEMS; do
-  case $s in ingestd | influxdb | victoriametrics) ;; *) echo "unknown system $s in SYSTEMS" >&2; exit 1 ;; esac
+  case $s in ingestd | ingestd-retention | influxdb | victoriametrics) ;; *) echo "unknown system $s in SYSTEMS" >&2; exit 1 ;; esac
 done
 
 # InfluxDB 1.6.7 and VictoriaMetrics from Debian. The packages enable and
@@ -119,10 +141,12 @@ start() {
   local sys=$1 dir=$2
   mkdir -p "$dir"
   case $sys in
-    ingestd)
+    ingestd | ingestd-retention)
       SURL="http://127.0.0.1:$(port 1)"
+      local ret=()
+      [ "$sys" = ingestd ] || ret=(--default-retention 7d --retention-sweep-interval 1s --store-gc-interval 1s)
       "$WORK/ingestd" --data-dir "$dir/data" --http-addr "127.0.0.1:$(port 1)" --tcp-addr "127.0.0.1:$(port 2)" \
-        --log-level warn >"$dir/log" 2>&1 &
+        --log-level warn "${ret[@]}" >"$dir/log" 2>&1 &
       ;;
     influxdb)
       SURL="http://127.0.0.1:$(port 3)"
@@ -167,6 +191,39 @@ stop() {
   wait "$SPID" 2>/dev/null || true
 }
 
+# aged: the rows of table aging the server's retention has removed.
+aged() {
+  curl -s "$SURL/metrics" | awk '/^ingestd_retention_removed_rows_total\{table="aging"\}/ { v = $2 } END { printf "%.0f\n", v }'
+}
+
+# preload SYSTEM: writes PRELOAD_ROWS rows to table aging (gzip bodies of
+# 5,000 lines), stamped from AGING_LEAD s from now minus 1 h over AGING_SPAN
+# s; for ingestd-retention, then gives aging a 1 h retention, so that its
+# rows age out while the measured ingest runs.
+preload() {
+  local t0 i
+  for i in $(seq 300); do curl -sf -o /dev/null "$SURL/health" && break; sleep 0.1; done
+  t0=$(($(date +%s) + AGING_LEAD - 3600))
+  mkdir -p "$WORK/preload"
+  # (awk's numbers are doubles: the time is printed as seconds and nanoseconds)
+  awk -v n="$PRELOAD_ROWS" -v t0="$t0" -v span="$AGING_SPAN" 'BEGIN {
+    step = int(span * 1e9 / n)
+    for (i = 0; i < n; i++) {
+      ns = i * step
+      printf "aging,host=h%d v=%.0fi,w=%.0f.5 %.0f%09.0f\n", i % 100, i, i % 1000, t0 + int(ns / 1e9), ns % 1e9
+    }
+  }' | split -l 5000 - "$WORK/preload/batch."
+  for i in "$WORK"/preload/batch.*; do
+    gzip -c "$i" | curl -sf -o /dev/null -XPOST "$SURL/write" -H 'Content-Encoding: gzip' --data-binary @- ||
+      { echo "preload: write refused" >&2; exit 1; }
+  done
+  rm -rf "$WORK/preload"
+  if [ "$1" = ingestd-retention ]; then
+    curl -sf -o /dev/null -XPUT "$SURL/api/v1/tables/aging" -H 'Content-Type: application/json' -d '{"retention": "1h"}' ||
+      { echo "preload: retention refused" >&2; exit 1; }
+  fi
+}
+
 # bench LABEL ROUND SYSTEM ARGS…: one measurement against a fresh server
 # (SYSTEM "none": no server); appends its RESULT line to $OUT.
 bench() {
@@ -174,18 +231,23 @@ bench() {
   local dir="$WORK/run.$label.$round"
   echo "== round $round: $label"
   local extra=()
+  local removed="" before=0
   if [ "$sys" != none ]; then
     start "$sys" "$dir"
-    extra=(--target "$sys" --url "$SURL" --tcp-addr "127.0.0.1:$(port 2)" --server-pid "$SPID")
+    extra=(--target "${sys%-retention}" --url "$SURL" --tcp-addr "127.0.0.1:$(port 2)" --server-pid "$SPID")
+    if [[ $sys == ingestd* ]] && runs ingestd-retention; then preload "$sys"; before=$(aged); fi
   fi
   local out rc=0
   out=$("${BENCH[@]}" "${extra[@]}" "$@" 2>&1) || rc=$?
+  if [[ $sys == ingestd* ]] && runs ingestd-retention; then
+    removed=" aging_removed_before=$before aging_removed_during=$(($(aged) - before))"
+  fi
   [ "$sys" != none ] && stop
   echo "$out" | sed 's/^/   /'
   if [ $rc != 0 ]; then
     echo "   $label failed; server log:"; tail -20 "$dir/log" 2>/dev/null | sed 's/^/   | /'
   fi
-  echo "$label round=$round $(echo "$out" | grep '^RESULT' | sed 's/^RESULT //')" >>"$OUT"
+  echo "$label round=$round $(echo "$out" | grep '^RESULT' | sed 's/^RESULT //')${removed}" >>"$OUT"
   rm -rf "$dir"
 }
 
@@ -274,12 +336,12 @@ echo
 echo "== medians over $ROUNDS rounds"
 printf '%-28s %12s %8s %10s %10s %8s %10s %12s %s\n' run lines/s MB/s p50_ms p99_ms cpu_s rss_max_MiB rss_hwm_MiB verified
 # (latency runs: lines/s is the offered rate; cpu_s: the server's user+system seconds over the measured ingest)
-for label in http:ingestd http:influxdb http:victoriametrics tcp:ingestd decode \
+for label in http:ingestd http:ingestd-retention http:influxdb http:victoriametrics tcp:ingestd decode \
   latency:ingestd latency:influxdb latency:ingestd@influx latency:victoriametrics; do
   row "$label"
 done
 for p in $(for w in $WRITERS; do echo "concurrent$w"; done) resend backfill; do
-  for sys in ingestd influxdb victoriametrics; do row "$p:$sys"; done
+  for sys in ingestd ingestd-retention influxdb victoriametrics; do row "$p:$sys"; done
 done
 max_rss=$(cut -d' ' -f3- "$OUT" | tr ' ' '\n' | grep -E '^rss_(max|hwm)_mib=' | cut -d= -f2 | sort -g | tail -1)
 ingestd_rss=$(grep -E '^[a-z0-9@]+:ingestd(@influx)? ' "$OUT" | tr ' ' '\n' | grep -E '^rss_(max|hwm)_mib=' | cut -d= -f2 | sort -g | tail -1)
@@ -294,6 +356,17 @@ if has resend; then
   echo "drain after resend (ingestd, both loads, JSON pages of 10,000): $(med resend:ingestd drain_rows_per_s) rows/s  (target >= 500000)"
 fi
 echo "peak RSS over every run: ingestd ${ingestd_rss:-na} MiB (target <= 512), any system ${max_rss:-na} MiB"
+
+if runs ingestd-retention; then
+  echo
+  echo "== ingest with retention and GC running / without (medians; target >= 0.90)"
+  for p in http $(for w in $WRITERS; do echo "concurrent$w"; done) resend backfill; do
+    grep -q "^$p:ingestd-retention round=" "$OUT" || continue
+    echo "$p: $(ratio "$(med "$p:ingestd-retention" lines_per_s)" "$(med "$p:ingestd" lines_per_s)")" \
+      "(lines/s $(med "$p:ingestd-retention" lines_per_s) / $(med "$p:ingestd" lines_per_s); per round$(for r in $(seq 1 "$ROUNDS"); do printf ' %s' "$(ratio "$(get "$p:ingestd-retention" lines_per_s "$r")" "$(get "$p:ingestd" lines_per_s "$r")")"; done);" \
+      "server CPU s $(med "$p:ingestd-retention" cpu_s) / $(med "$p:ingestd" cpu_s); aging rows removed before each run:$(get "$p:ingestd-retention" aging_removed_before | sed 's/^/ /' | tr -d '\n'), during it:$(get "$p:ingestd-retention" aging_removed_during | sed 's/^/ /' | tr -d '\n'))"
+  done
+fi
 
 if has inorder; then
   echo
