@@ -264,7 +264,10 @@ func TestBackPressure(t *testing.T) {
 	for _, b := range busies {
 		require.Equal(t, "1", b.retryAfter, "Retry-After: %s rounded up to whole seconds", bpSubmitTimeout)
 		require.GreaterOrEqual(t, b.waited, bpSubmitTimeout, "a 503 comes after waiting --feed-submit-timeout for room")
-		require.Less(t, b.waited, bpSubmitTimeout+10*time.Second, "the wait is bounded")
+		// Bounded, not timed: the request also waits for room for its
+		// body and for a starved CPU (10.9 s measured at load average 26
+		// on 2 cores); the bound catches a wait that never ends.
+		require.Less(t, b.waited, bpSubmitTimeout+time.Minute, "the wait is bounded")
 		var e struct {
 			Code string `json:"code"`
 		}
