@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
 // --- Helpers for the long-poll, consumer and lag tests ----------------------
@@ -32,9 +33,9 @@ func (c *fakeClock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
 // and the clock clk (nil: real time) injected before the sequencer runs.
 func openClockHarness(t testing.TB, dir string, cfg Config, reg prometheus.Registerer, clk *fakeClock) *harness {
 	t.Helper()
-	scfg := store.DefaultConfig()
+	scfg := badgerstore.DefaultConfig()
 	scfg.Dir = dir
-	db, err := store.Open(scfg, nil, nil)
+	db, err := badgerstore.Open(scfg, nil, nil)
 	require.NoError(t, err)
 	s, d, err := Open(cfg, db, nil, reg)
 	require.NoError(t, err)

@@ -7,7 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
 // harness is a sequencer running on a real badger store in t.TempDir(),
@@ -15,7 +15,7 @@ import (
 type harness struct {
 	t      testing.TB
 	dir    string
-	db     *store.DB
+	db     *badgerstore.DB
 	s      *Sequencer
 	d      *Drainer
 	cancel context.CancelFunc
@@ -25,9 +25,9 @@ type harness struct {
 // openHarness opens the store in dir and starts a sequencer on it.
 func openHarness(t testing.TB, dir string, cfg Config) *harness {
 	t.Helper()
-	scfg := store.DefaultConfig()
+	scfg := badgerstore.DefaultConfig()
 	scfg.Dir = dir
-	db, err := store.Open(scfg, nil, nil)
+	db, err := badgerstore.Open(scfg, nil, nil)
 	require.NoError(t, err)
 	s, d, err := Open(cfg, db, nil, nil)
 	require.NoError(t, err)

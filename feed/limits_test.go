@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
 // TestTableLimit checks Config.MaxTables: a write or CREATE TABLE that
@@ -100,10 +101,10 @@ func TestTombstoneBound(t *testing.T) {
 func TestTableChurnMemory(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxTombstones = 100
-	scfg := store.DefaultConfig()
+	scfg := badgerstore.DefaultConfig()
 	scfg.Dir = t.TempDir()
 	scfg.UnsafeNoSync = true // thousands of commits; durability is not under test
-	db, err := store.Open(scfg, nil, nil)
+	db, err := badgerstore.Open(scfg, nil, nil)
 	require.NoError(t, err)
 	s, _, err := Open(cfg, db, nil, nil)
 	require.NoError(t, err)

@@ -41,27 +41,26 @@ type RowsPage struct {
 // ErrInvalidCursor is returned by Rows for a cursor it did not issue.
 var ErrInvalidCursor = errors.New("feed: invalid cursor")
 
-// rowsCursor is what a RowsPage.Cursor carries.
+// rowsCursor is what a RowsPage.Cursor carries: the copy's epoch,
+// watermark and table instance, and the store's opaque position.
 type rowsCursor struct {
 	epoch, watermark, tid uint64
 	pos                   store.RowCursor
 }
 
+// encode renders c as version 1, three uvarints and the store's cursor,
+// in unpadded base64url.
 func (c rowsCursor) encode() string {
 	b := []byte{1}
 	b = binary.AppendUvarint(b, c.epoch)
 	b = binary.AppendUvarint(b, c.watermark)
 	b = binary.AppendUvarint(b, c.tid)
-	u := uint64(0)
-	if c.pos.Unsynced {
-		u = 1
-	}
-	b = binary.AppendUvarint(b, u)
-	b = binary.AppendUvarint(b, c.pos.Block)
-	b = binary.AppendUvarint(b, c.pos.Index)
+	b = append(b, c.pos...)
 	return base64.RawURLEncoding.EncodeToString(b)
 }
 
+// decodeRowsCursor reads what encode wrote; the store checks its own
+// part when the cursor is used (ErrInvalidCursor).
 func decodeRowsCursor(s string) (rowsCursor, error) {
 	var c rowsCursor
 	b, err := base64.RawURLEncoding.DecodeString(s)
@@ -69,7 +68,7 @@ func decodeRowsCursor(s string) (rowsCursor, error) {
 		return c, fmt.Errorf("%w: %s", ErrInvalidCursor, QuoteInput(s))
 	}
 	b = b[1:]
-	vals := make([]uint64, 6)
+	var vals [3]uint64
 	for i := range vals {
 		v, n := binary.Uvarint(b)
 		if n <= 0 {
@@ -77,9 +76,10 @@ func decodeRowsCursor(s string) (rowsCursor, error) {
 		}
 		vals[i], b = v, b[n:]
 	}
-	c = rowsCursor{epoch: vals[0], watermark: vals[1], tid: vals[2],
-		pos: store.RowCursor{Unsynced: vals[3] == 1, Block: vals[4], Index: vals[5]}}
-	return c, nil
+	if len(b) == 0 {
+		return c, fmt.Errorf("%w: %s", ErrInvalidCursor, QuoteInput(s))
+	}
+	return rowsCursor{epoch: vals[0], watermark: vals[1], tid: vals[2], pos: b}, nil
 }
 
 // Rows reads one page of a table's rows by time range, calling visit with
@@ -145,6 +145,9 @@ func (s *Drainer) Rows(ctx context.Context, req RowsRequest, visit func(cols []C
 		pg.Rows++
 		return nil
 	})
+	if errors.Is(err, store.ErrInvalidCursor) {
+		return RowsPage{}, fmt.Errorf("%w: %s", ErrInvalidCursor, QuoteInput(req.Cursor))
+	}
 	if err != nil {
 		return RowsPage{}, err
 	}

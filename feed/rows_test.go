@@ -11,6 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
 // --- Helpers for the copy by time range -----------------------------------------
@@ -111,7 +112,7 @@ func timeRange(from, to int64) []int64 {
 // in the caller's goroutine: a test commits writes there, between a Rows
 // call's snapshot of the table and its read.
 type hookedStore struct {
-	*store.DB
+	*badgerstore.DB
 	beforeReadRows func()
 }
 
@@ -125,9 +126,9 @@ func (h *hookedStore) ReadRows(tid uint64, cur store.RowCursor, start, end int64
 // openHookedHarness is openHarness with the sequencer on a hookedStore.
 func openHookedHarness(t testing.TB, dir string, cfg Config) (*harness, *hookedStore) {
 	t.Helper()
-	scfg := store.DefaultConfig()
+	scfg := badgerstore.DefaultConfig()
 	scfg.Dir = dir
-	db, err := store.Open(scfg, nil, nil)
+	db, err := badgerstore.Open(scfg, nil, nil)
 	require.NoError(t, err)
 	hs := &hookedStore{DB: db}
 	s, d, err := Open(cfg, hs, nil, nil)

@@ -19,7 +19,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
 // --- Test helpers shared by the feed tests ----------------------------------
@@ -1213,9 +1213,9 @@ func TestAutoCreate(t *testing.T) {
 // get x_seq oldest first, and the out-of-order lines inside one keep
 // theirs.
 func TestGroupAppliesWritesInTimeOrder(t *testing.T) {
-	scfg := store.DefaultConfig()
+	scfg := badgerstore.DefaultConfig()
 	scfg.Dir = t.TempDir()
-	db, err := store.Open(scfg, nil, nil)
+	db, err := badgerstore.Open(scfg, nil, nil)
 	require.NoError(t, err)
 	cfg := DefaultConfig()
 	cfg.SyncTables = []string{"*"}

@@ -2,7 +2,7 @@ package feed
 
 import "github.com/ingestd/ingestd/store"
 
-// Storage is what the feed needs from durable storage; *store.DB implements
+// Storage is what the feed needs from durable storage; *badgerstore.DB implements
 // it, and a second backend (e.g. NATS JetStream) would too. Its parts are
 // split by caller.
 type Storage interface {

@@ -19,7 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/feed"
-	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
 // rig is an Ingest on a real sequencer and badger store in t.TempDir(),
@@ -27,7 +27,7 @@ import (
 // Everything stops at the end of the test.
 type rig struct {
 	t    testing.TB
-	db   *store.DB
+	db   *badgerstore.DB
 	seq  *feed.Sequencer
 	d    *feed.Drainer
 	in   *Ingest
@@ -62,9 +62,9 @@ func newRig(t testing.TB, mod func(*Config), tables ...string) *rig {
 func newRigOpts(t testing.TB, opts rigOptions, tables ...string) *rig {
 	t.Helper()
 	mod := opts.mod
-	scfg := store.DefaultConfig()
+	scfg := badgerstore.DefaultConfig()
 	scfg.Dir = t.TempDir()
-	db, err := store.Open(scfg, nil, nil)
+	db, err := badgerstore.Open(scfg, nil, nil)
 	require.NoError(t, err)
 	seq, d, err := feed.Open(feed.DefaultConfig(), db, nil, nil)
 	if err != nil {

@@ -31,3 +31,17 @@ func (e *CorruptionError) Error() string {
 }
 
 func (e *CorruptionError) Unwrap() error { return e.Err }
+
+// ErrHistoryExpired is returned by ReadSeq when the read starts below the
+// table's history horizon as the read's own view sees it: a fragment the
+// read would return has been removed (or its history trimmed).
+var ErrHistoryExpired = errors.New("store: feed history expired")
+
+// ErrRowLeftOut, returned by a ReadRows visit function, ends the page
+// before the row it was called with: ReadRows returns no error and a
+// cursor that resumes at that row.
+var ErrRowLeftOut = errors.New("store: row left out of the page")
+
+// ErrInvalidCursor is returned by ReadRows for a cursor the backend did
+// not issue.
+var ErrInvalidCursor = errors.New("store: invalid row cursor")

@@ -1,6 +1,9 @@
 package store
 
-import "math"
+import (
+	"math"
+	"time"
+)
 
 // Kind is a column's type. Tag columns hold strings; field columns one of the
 // five ILP field types.
@@ -139,3 +142,58 @@ type Row struct {
 	Time   int64
 	Fields []Field
 }
+
+// SweepResult is what one SweepBefore batch did.
+type SweepResult struct {
+	// Removed is how many fragments the batch removed.
+	Removed int
+	// More is true when the batch stopped at its bound with aged
+	// fragments left: call again.
+	More bool
+	// Horizon is the instance's history horizon after the batch (raised
+	// above every synced fragment it removed).
+	Horizon uint64
+	// Oldest is the lowest time (Unix nanoseconds) of a fragment the table
+	// still holds, valid only when More is false and HasOldest is true
+	// (the table holds a fragment).
+	Oldest    int64
+	HasOldest bool
+}
+
+// TableStats is what one table instance holds in the store, as counted by
+// TableStats (issue 17: fragments, rows and bytes per table).
+type TableStats struct {
+	// Fragments is the number of stored fragments, synced and unsynced
+	// (one per accepted point write; exact).
+	Fragments uint64
+	// Overwritten is the number of points holding more than one fragment
+	// (the overwrite markers; exact).
+	Overwritten uint64
+	// Series is the number of distinct tag sets (exact).
+	Series uint64
+	// Bytes is the size of the table's keys and values in bytes as badger
+	// accounts them (key plus value, before compression). Files on disk
+	// also hold superseded data until compaction and value-log GC, so this
+	// is an estimate of the table's share, not of the directory's size.
+	Bytes uint64
+	// ComputedAt is when the figures were counted (the store keeps them
+	// for Config.TableStatsMaxAge).
+	ComputedAt time.Time
+}
+
+// RowsEstimate is the number of distinct points (what a query counting rows
+// would answer), estimated as Fragments - Overwritten: exact unless a
+// point was written three times or more, an upper bound otherwise.
+func (s TableStats) RowsEstimate() uint64 { return s.Fragments - min(s.Overwritten, s.Fragments) }
+
+// MaxValueBytes is the largest value the store can hold (badger's value
+// log file size): a table's block in one commit must stay below it, which
+// the feed guarantees by bounding its group commits.
+const MaxValueBytes = 256 << 20
+
+// RowCursor is an opaque position in a table instance's rows for
+// ReadRows, issued by the backend that reads them: callers store it and
+// hand it back byte for byte, never look inside. nil (or empty) is the
+// start. A backend refuses a cursor it cannot decode with
+// ErrInvalidCursor.
+type RowCursor []byte

@@ -17,7 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
 // fuzzRequestTimeout is how long one fuzzed request may take before its
@@ -84,7 +84,7 @@ func FuzzRouter(f *testing.F) {
 	cfg.store.MemTableBytes = 1 << 20 // a DROP or TRUNCATE allocates a new memtable
 	logger := slog.New(slog.NewTextHandler(io.Discard, nil))
 	reg := prometheus.NewRegistry()
-	db, err := store.Open(cfg.store, logger, reg)
+	db, err := badgerstore.Open(cfg.store, logger, reg)
 	require.NoError(f, err)
 	seq, _, api, err := wire(cfg, db, logger, reg, nil)
 	require.NoError(f, err)

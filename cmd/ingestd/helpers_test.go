@@ -14,7 +14,7 @@ import (
 	"github.com/ingestd/ingestd/httpapi"
 	"github.com/ingestd/ingestd/httpapi/auth"
 	"github.com/ingestd/ingestd/ilp"
-	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
 // daemon is the whole ingestd running in-process on 127.0.0.1:0.
@@ -32,7 +32,7 @@ type daemon struct {
 // the data in dir.
 func testConfig(dir string) config {
 	cfg := config{
-		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
+		store: badgerstore.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
 		auth: auth.DefaultConfig(), httpAddr: "127.0.0.1:0", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
 	}
 	cfg.store.Dir = dir

@@ -44,7 +44,7 @@ import (
 	"github.com/ingestd/ingestd/httpapi"
 	"github.com/ingestd/ingestd/httpapi/auth"
 	"github.com/ingestd/ingestd/ilp"
-	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
 func main() {
@@ -56,7 +56,7 @@ func main() {
 
 // config is the whole daemon's configuration.
 type config struct {
-	store           store.Config
+	store           badgerstore.Config
 	feed            feed.Config
 	ilp             ilp.Config
 	http            httpapi.Config
@@ -160,7 +160,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runVersion(nil, stdout, stderr)
 	}
 	cfg := config{
-		store: store.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
+		store: badgerstore.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
 		auth: auth.DefaultConfig(), httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
 		memoryLimitBytes: DefaultMemoryLimitBytes,
 	}
@@ -225,7 +225,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newBuildInfoGauge(readBuildInfo()))
 
-	db, err := store.Open(cfg.store, logger, reg)
+	db, err := badgerstore.Open(cfg.store, logger, reg)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -493,7 +493,7 @@ func writePortsFile(path, httpAddr, tcpAddr string) error {
 // to be run; the drainer, its read side, goes to the API), the ILP ingest
 // and the HTTP API that serves both, registering their metrics on reg (and
 // serving reg's), with sec's access control and audit log (nil: none).
-func wire(cfg config, db *store.DB, logger *slog.Logger, reg *prometheus.Registry, sec *security) (*feed.Sequencer, *ilp.Ingest, *httpapi.API, error) {
+func wire(cfg config, db *badgerstore.DB, logger *slog.Logger, reg *prometheus.Registry, sec *security) (*feed.Sequencer, *ilp.Ingest, *httpapi.API, error) {
 	seq, drainer, err := feed.Open(cfg.feed, db, logger, reg)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("start feed: %w", err)

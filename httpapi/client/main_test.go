@@ -13,7 +13,7 @@ import (
 	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/httpapi"
 	"github.com/ingestd/ingestd/ilp"
-	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
 // serverURL is the in-process ingestd the examples and tests talk to
@@ -45,9 +45,9 @@ func startIngestd() (string, func() error, error) {
 	}
 	logger := slog.New(slog.DiscardHandler)
 	reg := prometheus.NewRegistry()
-	scfg := store.DefaultConfig()
+	scfg := badgerstore.DefaultConfig()
 	scfg.Dir = dir
-	db, err := store.Open(scfg, logger, reg)
+	db, err := badgerstore.Open(scfg, logger, reg)
 	if err != nil {
 		return "", nil, err
 	}

@@ -1,4 +1,4 @@
-package store
+package badgerstore
 
 import (
 	"bytes"
@@ -9,6 +9,8 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 // lookupStats counts the reads Commit makes to place late points (see
@@ -159,7 +161,7 @@ func (l *lookup) runBefore(sid uint64, ts int64) (storedRun, error) {
 		return err
 	})
 	if err != nil {
-		return nil, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+		return nil, &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 	}
 	l.runs[sid] = r
 	return r, nil
@@ -243,7 +245,7 @@ func (l *lookup) maxTs(sid uint64) (int64, error) {
 			return err
 		})
 		if err != nil {
-			return 0, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+			return 0, &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 		}
 	}
 	return hi, nil

@@ -1,10 +1,12 @@
-package store
+package badgerstore
 
 import (
 	"encoding/json"
 	"errors"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 func consumerPrefix(table string) []byte {
@@ -15,7 +17,7 @@ func consumerKey(table, name string) []byte { return append(consumerPrefix(table
 
 // PutConsumers durably writes consumer positions, by table name. Safe for
 // concurrent use.
-func (db *DB) PutConsumers(byTable map[string][]Consumer) error {
+func (db *DB) PutConsumers(byTable map[string][]store.Consumer) error {
 	if err := db.checkSpace(); err != nil {
 		return err
 	}
@@ -49,16 +51,16 @@ func (db *DB) DeleteConsumers(table string) error {
 // LoadConsumers returns the consumers of a table, ordered by name, each
 // name read from its key. Table names never contain 0x00 (the feed refuses
 // them), so a table's prefix 'c' name 0x00 covers its consumers only.
-func (db *DB) LoadConsumers(table string) ([]Consumer, error) {
-	var out []Consumer
+func (db *DB) LoadConsumers(table string) ([]store.Consumer, error) {
+	var out []store.Consumer
 	err := db.bdb.View(func(txn *badger.Txn) error {
 		prefix := consumerPrefix(table)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			var c Consumer
+			var c store.Consumer
 			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &c) }); err != nil {
-				return &CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
+				return &store.CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
 			}
 			c.Name = string(it.Item().Key()[len(prefix):]) // byte for byte, unlike JSON
 			out = append(out, c)
@@ -83,7 +85,7 @@ func (db *DB) SeqTime(tid, seq uint64) (ts int64, ok bool, err error) {
 		return it.Item().Value(func(v []byte) error {
 			var br blockReader
 			if err := br.init(v); err != nil {
-				return &CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
+				return &store.CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
 			}
 			ts, ok = br.commitTime, true
 			return nil

@@ -1,4 +1,4 @@
-package store
+package badgerstore
 
 import (
 	"encoding/binary"
@@ -11,6 +11,8 @@ import (
 	"github.com/dgraph-io/badger/v4"
 	"github.com/stretchr/testify/require"
 	"go.uber.org/goleak"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 func TestMain(m *testing.M) {
@@ -41,20 +43,20 @@ func forEachConfig(t *testing.T, fn func(t *testing.T, db *DB)) {
 	}
 }
 
-func intField(col uint32, v int64) Field {
-	return Field{Col: col, Value: Value{Kind: KindInt, Num: uint64(v)}}
+func intField(col uint32, v int64) store.Field {
+	return store.Field{Col: col, Value: store.Value{Kind: store.KindInt, Num: uint64(v)}}
 }
 
 // readAll drains tid after..upto with the given page size, returning rows
 // with copied fields.
-func readAll(t *testing.T, db *DB, tid, after, upto uint64, limit int) []Row {
+func readAll(t *testing.T, db *DB, tid, after, upto uint64, limit int) []store.Row {
 	t.Helper()
-	var out []Row
+	var out []store.Row
 	for {
 		n := 0
-		err := db.ReadSeq(tid, after, upto, limit, func(r *Row) error {
+		err := db.ReadSeq(tid, after, upto, limit, func(r *store.Row) error {
 			c := *r
-			c.Fields = append([]Field(nil), r.Fields...)
+			c.Fields = append([]store.Field(nil), r.Fields...)
 			out = append(out, c)
 			after = r.Seq
 			n++
@@ -70,20 +72,20 @@ func readAll(t *testing.T, db *DB, tid, after, upto uint64, limit int) []Row {
 func TestReadSeqAcrossBlocks(t *testing.T) {
 	forEachConfig(t, func(t *testing.T, db *DB) {
 		tid := db.AllocTableID()
-		series := []Series{{ID: 1, Tags: []Field{{Col: 0, Value: Value{Kind: KindTag, Str: "a"}}}}}
+		series := []store.Series{{ID: 1, Tags: []store.Field{{Col: 0, Value: store.Value{Kind: store.KindTag, Str: "a"}}}}}
 		seq := uint64(0)
 		// Blocks of 1, 200 and 70 fragments: pages must cross the skip
 		// index (64) and block boundaries.
 		for i, n := range []int{1, 200, 70} {
-			frags := make([]Fragment, n)
+			frags := make([]store.Fragment, n)
 			for j := range frags {
-				frags[j] = Fragment{Series: 1, Time: int64(seq) + int64(j) + 1, Fields: []Field{intField(1, int64(seq)+int64(j)+1)}}
+				frags[j] = store.Fragment{Series: 1, Time: int64(seq) + int64(j) + 1, Fields: []store.Field{intField(1, int64(seq)+int64(j)+1)}}
 			}
-			tc := TableCommit{TableID: tid, FirstSeq: seq + 1, Fragments: frags}
+			tc := store.TableCommit{TableID: tid, FirstSeq: seq + 1, Fragments: frags}
 			if i == 0 {
 				tc.NewSeries = series
 			}
-			require.NoError(t, db.Commit([]TableCommit{tc}))
+			require.NoError(t, db.Commit([]store.TableCommit{tc}))
 			seq += uint64(n)
 		}
 		for _, limit := range []int{1, 7, 64, 65, 1000} {
@@ -93,7 +95,7 @@ func TestReadSeqAcrossBlocks(t *testing.T) {
 				for i, r := range rows {
 					require.Equal(t, uint64(i+1), r.Seq)
 					require.Equal(t, int64(i+1), r.Time)
-					require.Equal(t, []Field{intField(1, int64(i+1))}, r.Fields)
+					require.Equal(t, []store.Field{intField(1, int64(i+1))}, r.Fields)
 				}
 			})
 		}
@@ -111,23 +113,23 @@ func TestCoalesceOverwrites(t *testing.T) {
 		tid := db.AllocTableID()
 		// An unsynced fragment, then two synced ones at the same point (one
 		// in the same commit as a late point of another series).
-		require.NoError(t, db.Commit([]TableCommit{{TableID: tid, NewSeries: []Series{{ID: 1}, {ID: 2}},
-			Fragments: []Fragment{{Series: 1, Time: 100, Fields: []Field{intField(1, 1), intField(2, 2)}}}}}))
-		require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 1, Fragments: []Fragment{
-			{Series: 2, Time: 100, Fields: []Field{intField(1, 9)}},
-			{Series: 1, Time: 100, Fields: []Field{intField(2, 20)}},
-			{Series: 1, Time: 50, Fields: []Field{intField(3, 5)}},
+		require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, NewSeries: []store.Series{{ID: 1}, {ID: 2}},
+			Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{intField(1, 1), intField(2, 2)}}}}}))
+		require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, Fragments: []store.Fragment{
+			{Series: 2, Time: 100, Fields: []store.Field{intField(1, 9)}},
+			{Series: 1, Time: 100, Fields: []store.Field{intField(2, 20)}},
+			{Series: 1, Time: 50, Fields: []store.Field{intField(3, 5)}},
 		}}}))
-		require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 4, Fragments: []Fragment{
-			{Series: 1, Time: 100, Fields: []Field{intField(3, 30)}},
-			{Series: 1, Time: 100, Fields: []Field{intField(1, 10)}},
+		require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 4, Fragments: []store.Fragment{
+			{Series: 1, Time: 100, Fields: []store.Field{intField(3, 30)}},
+			{Series: 1, Time: 100, Fields: []store.Field{intField(1, 10)}},
 		}}}))
-		merged := []Field{intField(1, 10), intField(2, 20), intField(3, 30)}
+		merged := []store.Field{intField(1, 10), intField(2, 20), intField(3, 30)}
 		rows := readAll(t, db, tid, 0, 5, 10)
 		require.Len(t, rows, 5)
-		require.Equal(t, []Field{intField(1, 9)}, rows[0].Fields, "another series at the same time is not merged")
+		require.Equal(t, []store.Field{intField(1, 9)}, rows[0].Fields, "another series at the same time is not merged")
 		require.ElementsMatch(t, merged, rows[1].Fields)
-		require.Equal(t, []Field{intField(3, 5)}, rows[2].Fields, "a late point of its own stays alone")
+		require.Equal(t, []store.Field{intField(3, 5)}, rows[2].Fields, "a late point of its own stays alone")
 		require.ElementsMatch(t, merged, rows[3].Fields)
 		require.ElementsMatch(t, merged, rows[4].Fields)
 	})
@@ -136,16 +138,16 @@ func TestCoalesceOverwrites(t *testing.T) {
 func TestValueKindsRoundTrip(t *testing.T) {
 	forEachConfig(t, func(t *testing.T, db *DB) {
 		tid := db.AllocTableID()
-		fields := []Field{
-			{Col: 1, Value: Value{Kind: KindFloat, Num: math.Float64bits(-1.5e300)}},
-			{Col: 2, Value: Value{Kind: KindInt, Num: 1 << 63}},
-			{Col: 3, Value: Value{Kind: KindUint, Num: math.MaxUint64}},
-			{Col: 4, Value: Value{Kind: KindString, Str: "héllo\n\"x\""}},
-			{Col: 5, Value: Value{Kind: KindBool, Num: 1}},
-			{Col: 6, Value: Value{Kind: KindString, Str: ""}},
+		fields := []store.Field{
+			{Col: 1, Value: store.Value{Kind: store.KindFloat, Num: math.Float64bits(-1.5e300)}},
+			{Col: 2, Value: store.Value{Kind: store.KindInt, Num: 1 << 63}},
+			{Col: 3, Value: store.Value{Kind: store.KindUint, Num: math.MaxUint64}},
+			{Col: 4, Value: store.Value{Kind: store.KindString, Str: "héllo\n\"x\""}},
+			{Col: 5, Value: store.Value{Kind: store.KindBool, Num: 1}},
+			{Col: 6, Value: store.Value{Kind: store.KindString, Str: ""}},
 		}
-		require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []Series{{ID: 1}},
-			Fragments: []Fragment{{Series: 1, Time: math.MinInt64 + 1, Fields: fields}}}}))
+		require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}},
+			Fragments: []store.Fragment{{Series: 1, Time: math.MinInt64 + 1, Fields: fields}}}}))
 		rows := readAll(t, db, tid, 0, 1, 10)
 		require.Len(t, rows, 1)
 		require.Equal(t, int64(math.MinInt64+1), rows[0].Time)
@@ -160,10 +162,10 @@ func TestMetaSeriesAndDrop(t *testing.T) {
 	db, err := Open(cfg, nil, nil)
 	require.NoError(t, err)
 	tid := db.AllocTableID()
-	meta := TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1, SeqLease: 10, Columns: []Column{{"host", KindTag}, {"v", KindInt}}}
-	tags := []Field{{Col: 0, Value: Value{Kind: KindTag, Str: "a,b=c d"}}}
-	require.NoError(t, db.Commit([]TableCommit{{TableID: tid, Meta: &meta, NewSeries: []Series{{ID: 1, Tags: tags}},
-		FirstSeq: 1, Fragments: []Fragment{{Series: 1, Time: 1, Fields: []Field{intField(1, 1)}}}}}))
+	meta := store.TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1, SeqLease: 10, Columns: []store.Column{{Name: "host", Kind: store.KindTag}, {Name: "v", Kind: store.KindInt}}}
+	tags := []store.Field{{Col: 0, Value: store.Value{Kind: store.KindTag, Str: "a,b=c d"}}}
+	require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, Meta: &meta, NewSeries: []store.Series{{ID: 1, Tags: tags}},
+		FirstSeq: 1, Fragments: []store.Fragment{{Series: 1, Time: 1, Fields: []store.Field{intField(1, 1)}}}}}))
 	require.NoError(t, db.Close())
 
 	db, err = Open(cfg, nil, nil)
@@ -171,10 +173,10 @@ func TestMetaSeriesAndDrop(t *testing.T) {
 	defer func() { require.NoError(t, db.Close()) }()
 	metas, err := db.LoadTables()
 	require.NoError(t, err)
-	require.Equal(t, []TableMeta{meta}, metas)
+	require.Equal(t, []store.TableMeta{meta}, metas)
 	series, err := db.LoadSeries(tid)
 	require.NoError(t, err)
-	require.Equal(t, []Series{{ID: 1, Tags: tags}}, series)
+	require.Equal(t, []store.Series{{ID: 1, Tags: tags}}, series)
 	require.Greater(t, db.AllocTableID(), tid, "table ids are not reused after a restart")
 
 	require.NoError(t, db.DropTableData(tid))
@@ -192,7 +194,7 @@ func TestOpenRefusals(t *testing.T) {
 		require.NoError(t, err)
 		defer func() { require.NoError(t, db.Close()) }()
 		_, err = Open(cfg, nil, nil)
-		require.ErrorIs(t, err, ErrLocked)
+		require.ErrorIs(t, err, store.ErrLocked)
 	})
 	t.Run("unwritable", func(t *testing.T) {
 		if os.Geteuid() == 0 {
@@ -217,7 +219,7 @@ func TestOpenRefusals(t *testing.T) {
 		cfg.Dir = t.TempDir()
 		cfg.MinFreeBytes = math.MaxInt64
 		_, err := Open(cfg, nil, nil)
-		require.ErrorIs(t, err, ErrDiskFull)
+		require.ErrorIs(t, err, store.ErrDiskFull)
 		require.ErrorContains(t, err, cfg.Dir, "the error names the directory")
 		cfg.MinFreeBytes = 0
 		db, err := Open(cfg, nil, nil)
@@ -242,17 +244,19 @@ func TestDiskFull(t *testing.T) {
 		return free, nil
 	}
 	tid := db.AllocTableID()
-	meta := TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1, SeqLease: 10}
-	commit := []TableCommit{{TableID: tid, Meta: &meta, NewSeries: []Series{{ID: 1}},
-		FirstSeq: 1, Fragments: []Fragment{{Series: 1, Time: 1, Fields: []Field{intField(1, 1)}}}}}
+	meta := store.TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1, SeqLease: 10}
+	commit := []store.TableCommit{{TableID: tid, Meta: &meta, NewSeries: []store.Series{{ID: 1}},
+		FirstSeq: 1, Fragments: []store.Fragment{{Series: 1, Time: 1, Fields: []store.Field{intField(1, 1)}}}}}
 	writes := map[string]func() error{
-		"commit":    func() error { return db.Commit(commit) },
-		"meta":      func() error { return db.PutMeta(meta) },
-		"consumers": func() error { return db.PutConsumers(map[string][]Consumer{"t": {{Name: "c", Epoch: 1, Position: 1}}}) },
+		"commit": func() error { return db.Commit(commit) },
+		"meta":   func() error { return db.PutMeta(meta) },
+		"consumers": func() error {
+			return db.PutConsumers(map[string][]store.Consumer{"t": {{Name: "c", Epoch: 1, Position: 1}}})
+		},
 	}
 	for name, write := range writes {
 		err := write()
-		require.ErrorIs(t, err, ErrDiskFull, name)
+		require.ErrorIs(t, err, store.ErrDiskFull, name)
 		require.ErrorContains(t, err, "1048575 bytes free", name)
 	}
 	metas, err := db.LoadTables()
@@ -268,14 +272,14 @@ func TestDiskFull(t *testing.T) {
 }
 
 func TestBlockCorruption(t *testing.T) {
-	frags := []Fragment{{Series: 1, Time: 5, Fields: []Field{intField(1, 1), {Col: 2, Value: Value{Kind: KindString, Str: "abc"}}}}}
+	frags := []store.Fragment{{Series: 1, Time: 5, Fields: []store.Field{intField(1, 1), {Col: 2, Value: store.Value{Kind: store.KindString, Str: "abc"}}}}}
 	var body []byte
 	var offs []uint64
 	block, _, _ := appendBlock(nil, 1, 42, frags, body, offs)
 	for cut := range len(block) {
 		t.Run(fmt.Sprint("truncated at ", cut), func(t *testing.T) {
 			var br blockReader
-			var f Fragment
+			var f store.Fragment
 			err := br.init(block[:cut])
 			if err == nil {
 				err = br.next(&f)
@@ -296,8 +300,8 @@ func TestOpenWithEmptyLogs(t *testing.T) {
 			db, err := Open(cfg, nil, nil)
 			require.NoError(t, err)
 			tid := db.AllocTableID()
-			require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []Series{{ID: 1}},
-				Fragments: []Fragment{{Series: 1, Time: 1, Fields: []Field{intField(1, 7)}}}}}))
+			require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}},
+				Fragments: []store.Fragment{{Series: 1, Time: 1, Fields: []store.Field{intField(1, 7)}}}}}))
 			require.NoError(t, db.Close())
 			for _, f := range files {
 				require.NoError(t, os.WriteFile(filepath.Join(cfg.Dir, f), nil, 0o644))
@@ -307,7 +311,7 @@ func TestOpenWithEmptyLogs(t *testing.T) {
 			defer func() { require.NoError(t, db.Close()) }()
 			rows := readAll(t, db, tid, 0, 1, 10)
 			require.Len(t, rows, 1)
-			require.Equal(t, []Field{intField(1, 7)}, rows[0].Fields)
+			require.Equal(t, []store.Field{intField(1, 7)}, rows[0].Fields)
 		})
 	}
 }
@@ -335,12 +339,12 @@ func TestTornSplitCommit(t *testing.T) {
 				return n
 			}
 			// Two fragments at point (1, 100), then a third whose block is lost.
-			require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: seq(1), NewSeries: []Series{{ID: 1}},
-				Fragments: []Fragment{{Series: 1, Time: 100, Fields: []Field{intField(1, 1)}}}}}))
-			require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: seq(2),
-				Fragments: []Fragment{{Series: 1, Time: 100, Fields: []Field{intField(2, 2)}}}}}))
-			require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: seq(3),
-				Fragments: []Fragment{{Series: 1, Time: 100, Fields: []Field{intField(1, 9), intField(3, 3)}}}}}))
+			require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: seq(1), NewSeries: []store.Series{{ID: 1}},
+				Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{intField(1, 1)}}}}}))
+			require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: seq(2),
+				Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{intField(2, 2)}}}}}))
+			require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: seq(3),
+				Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{intField(1, 9), intField(3, 3)}}}}}))
 			lost := tableKey(ksUnsync, tid, 2)
 			if tc.firstSeq != 0 {
 				lost = tableKey(ksSync, tid, 3)
@@ -351,10 +355,10 @@ func TestTornSplitCommit(t *testing.T) {
 			db, err = Open(cfg, nil, nil)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, db.Close()) }()
-			want := []Field{intField(1, 1), intField(2, 2)}
-			var got [][]Field
-			_, done, err := db.ReadRows(tid, RowCursor{}, math.MinInt64, math.MaxInt64, 10, func(r *Row) error {
-				got = append(got, append([]Field(nil), r.Fields...))
+			want := []store.Field{intField(1, 1), intField(2, 2)}
+			var got [][]store.Field
+			_, done, err := db.ReadRows(tid, nil, math.MinInt64, math.MaxInt64, 10, func(r *store.Row) error {
+				got = append(got, append([]store.Field(nil), r.Fields...))
 				return nil
 			})
 			require.NoError(t, err)
@@ -368,8 +372,8 @@ func TestTornSplitCommit(t *testing.T) {
 				require.Len(t, rows, 2)
 				require.ElementsMatch(t, want, rows[1].Fields)
 				// A later block does not make the lost reference resolve.
-				require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 70000,
-					Fragments: []Fragment{{Series: 1, Time: 100, Fields: []Field{intField(4, 4)}}}}}))
+				require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 70000,
+					Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{intField(4, 4)}}}}}))
 				rows = readAll(t, db, tid, 0, 70000, 10)
 				require.Len(t, rows, 3)
 				require.ElementsMatch(t, append(want, intField(4, 4)), rows[2].Fields)
@@ -388,25 +392,25 @@ func TestSeriesRuns(t *testing.T) {
 	db, err := Open(cfg, nil, nil)
 	require.NoError(t, err)
 	tid := db.AllocTableID()
-	require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []Series{{ID: 1}, {ID: 2}}, Fragments: []Fragment{
-		{Series: 1, Time: 10, Fields: []Field{intField(1, 1)}},
-		{Series: 2, Time: 10, Fields: []Field{intField(1, 2)}},
-		{Series: 1, Time: 20, Fields: []Field{intField(1, 3)}},
-		{Series: 1, Time: 10, Fields: []Field{intField(2, 4)}}, // repeat within the block
+	require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}, {ID: 2}}, Fragments: []store.Fragment{
+		{Series: 1, Time: 10, Fields: []store.Field{intField(1, 1)}},
+		{Series: 2, Time: 10, Fields: []store.Field{intField(1, 2)}},
+		{Series: 1, Time: 20, Fields: []store.Field{intField(1, 3)}},
+		{Series: 1, Time: 10, Fields: []store.Field{intField(2, 4)}}, // repeat within the block
 	}}}))
 	require.NoError(t, db.Close())
 
 	db, err = Open(cfg, nil, nil)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
-	require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 5, Fragments: []Fragment{
-		{Series: 1, Time: 20, Fields: []Field{intField(2, 5)}}, // repeat of a run point, after a restart
-		{Series: 2, Time: 5, Fields: []Field{intField(1, 6)}},  // late and new
-		{Series: 1, Time: 30, Fields: []Field{intField(1, 7)}}, // in order again
+	require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 5, Fragments: []store.Fragment{
+		{Series: 1, Time: 20, Fields: []store.Field{intField(2, 5)}}, // repeat of a run point, after a restart
+		{Series: 2, Time: 5, Fields: []store.Field{intField(1, 6)}},  // late and new
+		{Series: 1, Time: 30, Fields: []store.Field{intField(1, 7)}}, // in order again
 	}}}))
 	rows := readAll(t, db, tid, 0, 7, 100)
 	require.Len(t, rows, 7)
-	want := [][]Field{
+	want := [][]store.Field{
 		{intField(1, 1), intField(2, 4)},
 		{intField(1, 2)},
 		{intField(1, 3), intField(2, 5)},
@@ -453,7 +457,7 @@ func TestLayoutVersions(t *testing.T) {
 	require.NoError(t, db.Close())
 	setVersion(layoutVersion + 1)
 	_, err = Open(cfg, nil, nil)
-	require.ErrorIs(t, err, ErrVersion)
+	require.ErrorIs(t, err, store.ErrVersion)
 }
 
 // TestNamesFromKeys checks that table and consumer names come back byte
@@ -464,9 +468,9 @@ func TestNamesFromKeys(t *testing.T) {
 	forEachConfig(t, func(t *testing.T, db *DB) {
 		names := []string{"\xff", "\uFFFD", "a", "a\xfe"}
 		for i, n := range names {
-			require.NoError(t, db.PutMeta(TableMeta{Name: n, ID: uint64(i + 1), Epoch: uint64(i)}))
+			require.NoError(t, db.PutMeta(store.TableMeta{Name: n, ID: uint64(i + 1), Epoch: uint64(i)}))
 		}
-		require.NoError(t, db.PutConsumers(map[string][]Consumer{"a": {{Name: "\xff", Position: 1}, {Name: "\uFFFD", Position: 2}}}))
+		require.NoError(t, db.PutConsumers(map[string][]store.Consumer{"a": {{Name: "\xff", Position: 1}, {Name: "\uFFFD", Position: 2}}}))
 		metas, err := db.LoadTables()
 		require.NoError(t, err)
 		got := map[string]uint64{}
@@ -476,7 +480,7 @@ func TestNamesFromKeys(t *testing.T) {
 		require.Equal(t, map[string]uint64{"\xff": 1, "\uFFFD": 2, "a": 3, "a\xfe": 4}, got)
 		cs, err := db.LoadConsumers("a")
 		require.NoError(t, err)
-		require.Equal(t, []Consumer{{Name: "\uFFFD", Position: 2}, {Name: "\xff", Position: 1}}, cs, "ordered by name bytes")
+		require.Equal(t, []store.Consumer{{Name: "\uFFFD", Position: 2}, {Name: "\xff", Position: 1}}, cs, "ordered by name bytes")
 		cs, err = db.LoadConsumers("a\xfe")
 		require.NoError(t, err)
 		require.Empty(t, cs, "a table's consumer prefix covers no other table's")

@@ -1,4 +1,4 @@
-package store
+package badgerstore
 
 import (
 	"encoding/binary"
@@ -18,6 +18,8 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 // Default values of Config.
@@ -43,11 +45,6 @@ const (
 	// open descriptor and a memory mapping.
 	DefaultValueLogMaxEntries = 16
 )
-
-// MaxValueBytes is the largest value the store can hold (badger's value
-// log file size): a table's block in one commit must stay below it, which
-// the feed guarantees by bounding its group commits.
-const MaxValueBytes = 256 << 20
 
 // Config configures the store.
 type Config struct {
@@ -205,7 +202,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		logger = slog.New(slog.DiscardHandler)
 	}
 	db := &DB{logger: logger.With("component", "store"), tables: map[uint64]*tableState{}, dir: cfg.Dir, freeBytes: freeBytes,
-		statsMaxAge: cfg.TableStatsMaxAge, tableStats: tableStatsCache{byTID: map[uint64]TableStats{}}}
+		statsMaxAge: cfg.TableStatsMaxAge, tableStats: tableStatsCache{byTID: map[uint64]store.TableStats{}}}
 	opts := badger.DefaultOptions(cfg.Dir)
 	if cfg.InMemory {
 		opts = badger.DefaultOptions("").WithInMemory(true)
@@ -240,7 +237,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		WithBlockCacheSize(cfg.BlockCacheBytes).
 		WithIndexCacheSize(32 << 20).
 		WithMemTableSize(cfg.MemTableBytes).
-		WithValueLogFileSize(MaxValueBytes).
+		WithValueLogFileSize(store.MaxValueBytes).
 		WithValueLogMaxEntries(uint32(max(cfg.ValueLogMaxEntries, 1)))
 	db.bdb, err = badger.Open(opts)
 	if err != nil {
@@ -275,7 +272,7 @@ func lockDir(dir string) (*os.File, error) {
 	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX|syscall.LOCK_NB); err != nil {
 		_ = f.Close()
 		if errors.Is(err, syscall.EWOULDBLOCK) {
-			return nil, fmt.Errorf("%w: %s", ErrLocked, dir)
+			return nil, fmt.Errorf("%w: %s", store.ErrLocked, dir)
 		}
 		return nil, fmt.Errorf("lock data directory: %w", err)
 	}
@@ -334,7 +331,7 @@ func (db *DB) checkSpace() error {
 	}
 	if free < uint64(db.minFree) {
 		return fmt.Errorf("%w: %s has %d bytes free, less than --store-min-free-bytes=%d (free some space, then restart)",
-			ErrDiskFull, db.dir, free, db.minFree)
+			store.ErrDiskFull, db.dir, free, db.minFree)
 	}
 	return nil
 }
@@ -358,7 +355,7 @@ func (db *DB) load() error {
 			}
 			ver, n := binary.Uvarint(v)
 			if n <= 0 || ver < 1 || ver > layoutVersion {
-				return fmt.Errorf("%w: %d (this build reads 1..%d)", ErrVersion, ver, layoutVersion)
+				return fmt.Errorf("%w: %d (this build reads 1..%d)", store.ErrVersion, ver, layoutVersion)
 			}
 			if ver < layoutVersion {
 				if err := txn.Set([]byte{ksVersion}, binary.AppendUvarint(nil, layoutVersion)); err != nil {
@@ -390,7 +387,7 @@ func (db *DB) load() error {
 		for it.Rewind(); it.Valid(); it.Next() {
 			k := it.Item().Key()
 			if len(k) != 25 {
-				return &CorruptionError{Key: it.Item().KeyCopy(nil), Err: errShort}
+				return &store.CorruptionError{Key: it.Item().KeyCopy(nil), Err: errShort}
 			}
 			ts := db.tableLocked(binary.BigEndian.Uint64(k[1:]))
 			ts.dups[pointID{binary.BigEndian.Uint64(k[9:]), pointKeyTime(k)}] = "" // entry not read yet
@@ -432,16 +429,16 @@ func (db *DB) Close() error {
 // LoadTables returns every table's metadata, tombstones included, ordered
 // by name. Each name is read from its key, so it is exactly the name
 // PutMeta was given.
-func (db *DB) LoadTables() ([]TableMeta, error) {
-	var metas []TableMeta
+func (db *DB) LoadTables() ([]store.TableMeta, error) {
+	var metas []store.TableMeta
 	err := db.bdb.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{ksMeta}, PrefetchValues: true})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
-			var m TableMeta
+			var m store.TableMeta
 			err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &m) })
 			if err != nil {
-				return &CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
+				return &store.CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
 			}
 			// The key holds the name byte for byte; JSON would have turned
 			// invalid UTF-8 into U+FFFD (names stored by older versions).
@@ -463,22 +460,22 @@ func (db *DB) AllocTableID() uint64 {
 
 // LoadSeries returns the series dictionary of table instance tid, ordered by
 // series id.
-func (db *DB) LoadSeries(tid uint64) ([]Series, error) {
-	var out []Series
+func (db *DB) LoadSeries(tid uint64) ([]store.Series, error) {
+	var out []store.Series
 	err := db.bdb.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSeries, tid), PrefetchValues: true})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			item := it.Item()
-			var tags []Field
+			var tags []store.Field
 			err := item.Value(func(v []byte) (err error) {
 				tags, err = decodeSeries(v)
 				return err
 			})
 			if err != nil {
-				return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+				return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 			}
-			out = append(out, Series{ID: binary.BigEndian.Uint64(item.Key()[9:]), Tags: tags})
+			out = append(out, store.Series{ID: binary.BigEndian.Uint64(item.Key()[9:]), Tags: tags})
 		}
 		return nil
 	})
@@ -487,7 +484,7 @@ func (db *DB) LoadSeries(tid uint64) ([]Series, error) {
 
 // PutMeta durably writes one table's metadata (and the instance id
 // high-water) in its own transaction.
-func (db *DB) PutMeta(m TableMeta) error {
+func (db *DB) PutMeta(m store.TableMeta) error {
 	if err := db.checkSpace(); err != nil {
 		return err
 	}
@@ -525,7 +522,7 @@ func (db *DB) DropTableData(tid uint64) error {
 // skip (the sequence lease accounts for the lost numbers).
 // It returns ErrDiskFull, having written nothing, when the data directory's
 // file system has less than Config.MinFreeBytes free.
-func (db *DB) Commit(commits []TableCommit) error {
+func (db *DB) Commit(commits []store.TableCommit) error {
 	if err := db.checkSpace(); err != nil {
 		return err
 	}
@@ -564,7 +561,7 @@ func (w *committer) set(k, v []byte) error {
 	return err
 }
 
-func (w *committer) table(tc *TableCommit) error {
+func (w *committer) table(tc *store.TableCommit) error {
 	if tc.Meta != nil {
 		if err := w.putMeta(tc.Meta); err != nil {
 			return err
@@ -608,7 +605,7 @@ func (w *committer) table(tc *TableCommit) error {
 // markers (else a drain would deliver such a fragment without the columns
 // written before it at its point); references to a block that was never
 // stored are skipped by readers.
-func (w *committer) index(st *tableState, tc *TableCommit, blockNo uint64, key, block []byte) error {
+func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64, key, block []byte) error {
 	refOf := func(i int) ref {
 		if tc.FirstSeq != 0 {
 			return ref{seq: tc.FirstSeq + uint64(i)}
@@ -706,7 +703,7 @@ func (w *committer) index(st *tableState, tc *TableCommit, blockNo uint64, key, 
 }
 
 // putMeta writes a table's metadata and the instance id high-water.
-func (w *committer) putMeta(m *TableMeta) error {
+func (w *committer) putMeta(m *store.TableMeta) error {
 	v, err := json.Marshal(m)
 	if err != nil {
 		return err
@@ -759,7 +756,7 @@ type gapRun struct {
 // gaps of one series are disjoint or the same (and the same gap has one
 // run per write of the block, ascending), and the in-order points of a block lie above every gap
 // found before them.
-func (w *committer) gapFor(gaps map[uint64][]*gapRun, cur *runBuilder, f *Fragment) (*gapRun, error) {
+func (w *committer) gapFor(gaps map[uint64][]*gapRun, cur *runBuilder, f *store.Fragment) (*gapRun, error) {
 	t := f.Time
 	if cur != nil && t >= cur.firstTs {
 		return nil, nil
@@ -790,7 +787,7 @@ func (w *committer) gapFor(gaps map[uint64][]*gapRun, cur *runBuilder, f *Fragme
 // when there is one, else the fragment of a series run holding f's time
 // (cur is the series' run in the block being written). At most one get
 // and one seek (lookup.go).
-func (w *committer) existing(f *Fragment, cur *runBuilder, refOf func(int) ref) ([]byte, error) {
+func (w *committer) existing(f *store.Fragment, cur *runBuilder, refOf func(int) ref) ([]byte, error) {
 	old, err := w.look.point(f.Series, f.Time)
 	if err != nil || old != nil {
 		return old, err
@@ -811,7 +808,7 @@ func (w *committer) existing(f *Fragment, cur *runBuilder, refOf func(int) ref) 
 // its point-index entry as this commit writes it: an overwrite marker the
 // first time, and the entry in memory, so that a drain merges the point
 // without reading the point index.
-func (w *committer) markDup(st *tableState, tid uint64, f *Fragment, refs []byte) error {
+func (w *committer) markDup(st *tableState, tid uint64, f *store.Fragment, refs []byte) error {
 	id := pointID{f.Series, f.Time}
 	st.dupMu.RLock()
 	_, ok := st.dups[id]

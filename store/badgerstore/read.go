@@ -1,4 +1,4 @@
-package store
+package badgerstore
 
 import (
 	"encoding/binary"
@@ -7,6 +7,8 @@ import (
 	"unsafe"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 // ReadSeq visits, in ascending x_seq, the fragments of table instance tid
@@ -17,7 +19,7 @@ import (
 // minus one as its read view sees it. The Row and its Fields are valid only
 // during the call to visit; visit's error stops the read and is returned.
 // Safe for concurrent use with Commit.
-func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*Row) error) error {
+func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*store.Row) error) error {
 	if after >= upto || limit <= 0 {
 		return nil
 	}
@@ -31,14 +33,14 @@ func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*Row) error
 		return err
 	}
 	if after+1 < horizon {
-		return fmt.Errorf("%w: after=%d is below the horizon %d", ErrHistoryExpired, after, horizon)
+		return fmt.Errorf("%w: after=%d is below the horizon %d", store.ErrHistoryExpired, after, horizon)
 	}
 	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 2, Prefix: tablePrefix(ksSync, tid)})
 	defer it.Close()
 	var (
 		br  blockReader
-		f   Fragment
-		row Row
+		f   store.Fragment
+		row store.Row
 		co  coalescer
 		n   int
 	)
@@ -50,12 +52,12 @@ func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*Row) error
 			return err
 		}
 		if err := br.init(val); err != nil {
-			return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+			return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 		}
 		seq := br.firstSeq
 		if after >= seq {
 			if err := br.seek(after + 1 - seq); err != nil {
-				return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+				return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 			}
 			seq = after + 1
 		}
@@ -64,13 +66,13 @@ func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*Row) error
 				return nil
 			}
 			if err := br.next(&f); err != nil {
-				return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+				return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 			}
 			if f.Series == removedSeries {
 				// Below the horizon by construction; never skipped silently.
-				return fmt.Errorf("%w: x_seq %d was removed", ErrHistoryExpired, seq)
+				return fmt.Errorf("%w: x_seq %d was removed", store.ErrHistoryExpired, seq)
 			}
-			row = Row{Seq: seq, Series: f.Series, Time: f.Time, Fields: f.Fields}
+			row = store.Row{Seq: seq, Series: f.Series, Time: f.Time, Fields: f.Fields}
 			if row.Fields, err = co.rowFields(st, txn, tid, &f, ref{seq: seq}); err != nil {
 				return err
 			}
@@ -101,7 +103,7 @@ func (st *tableState) dupRefs(sid uint64, ts int64) (string, bool) {
 type coalescer struct {
 	key    []byte
 	br     blockReader
-	merged []Field
+	merged []store.Field
 	refs   []ref
 	it     *badger.Iterator // over the synced blocks, opened on first use
 	cache  []*cachedBlock   // most recent last, at most coalescerCache
@@ -138,7 +140,7 @@ func (c *coalescer) close() {
 
 // rowFields returns f's fields, or its point's coalesced row when the point
 // holds more than one fragment. self names f.
-func (c *coalescer) rowFields(st *tableState, txn *badger.Txn, tid uint64, f *Fragment, self ref) ([]Field, error) {
+func (c *coalescer) rowFields(st *tableState, txn *badger.Txn, tid uint64, f *store.Fragment, self ref) ([]store.Field, error) {
 	known, dup := st.dupRefs(f.Series, f.Time)
 	if !dup {
 		return f.Fields, nil
@@ -155,7 +157,7 @@ func (c *coalescer) rowFields(st *tableState, txn *badger.Txn, tid uint64, f *Fr
 // its coalesced row, only at its oldest stored fragment, which never
 // changes however often the point is written again; skip reports the
 // other fragments. self names f.
-func (c *coalescer) pointFields(st *tableState, txn *badger.Txn, tid uint64, f *Fragment, self ref) (fields []Field, skip bool, err error) {
+func (c *coalescer) pointFields(st *tableState, txn *badger.Txn, tid uint64, f *store.Fragment, self ref) (fields []store.Field, skip bool, err error) {
 	known, dup := st.dupRefs(f.Series, f.Time)
 	if !dup {
 		return f.Fields, false, nil
@@ -171,7 +173,7 @@ func (c *coalescer) pointFields(st *tableState, txn *badger.Txn, tid uint64, f *
 // write winning per column, or nothing when no fragment of the point is
 // visible yet (the caller keeps the fragment it has). self, named by
 // selfRef, is not decoded again. The fields are valid until the next call.
-func (c *coalescer) coalesce(txn *badger.Txn, tid uint64, self *Fragment, selfRef ref, known string) ([]Field, error) {
+func (c *coalescer) coalesce(txn *badger.Txn, tid uint64, self *store.Fragment, selfRef ref, known string) ([]store.Field, error) {
 	c.key = pointKey(c.key, ksPoint, tid, self.Series, self.Time)
 	v := unsafe.Slice(unsafe.StringData(known), len(known)) // read only
 	if known == "" {
@@ -191,12 +193,12 @@ func (c *coalescer) coalesce(txn *badger.Txn, tid uint64, self *Fragment, selfRe
 	}
 	refs, err := decodeRefs(c.refs[:0], v)
 	if err != nil {
-		return nil, &CorruptionError{Key: c.key, Err: err}
+		return nil, &store.CorruptionError{Key: c.key, Err: err}
 	}
 	c.refs = refs
 	c.merged = c.merged[:0]
 	c.hasFirst = false
-	var f Fragment
+	var f store.Fragment
 	for _, r := range refs {
 		fields := self.Fields
 		if r != selfRef {
@@ -231,7 +233,7 @@ func (c *coalescer) coalesce(txn *badger.Txn, tid uint64, self *Fragment, selfRe
 // r's block does not exist: Commit writes the point index before the block,
 // so a crash between the transactions of a split commit, or a commit in
 // progress, leaves references to a block not (yet) stored.
-func (c *coalescer) fetch(txn *badger.Txn, tid uint64, r ref, f *Fragment) (found bool, err error) {
+func (c *coalescer) fetch(txn *badger.Txn, tid uint64, r ref, f *store.Fragment) (found bool, err error) {
 	b, idx, found, err := c.block(txn, tid, r)
 	if err != nil || !found {
 		return false, err
@@ -241,10 +243,10 @@ func (c *coalescer) fetch(txn *badger.Txn, tid uint64, r ref, f *Fragment) (foun
 	}
 	c.br.body, c.br.count = b.body, uint64(len(b.at))
 	if err := c.br.seekOffset(idx, b.at); err != nil {
-		return false, &CorruptionError{Key: c.key, Err: err}
+		return false, &store.CorruptionError{Key: c.key, Err: err}
 	}
 	if err := c.br.next(f); err != nil {
-		return false, &CorruptionError{Key: c.key, Err: err}
+		return false, &store.CorruptionError{Key: c.key, Err: err}
 	}
 	return true, nil
 }
@@ -285,7 +287,7 @@ func (c *coalescer) block(txn *badger.Txn, tid uint64, r ref) (_ *cachedBlock, i
 		return nil, 0, false, err
 	}
 	if err := c.br.init(val); err != nil {
-		return nil, 0, false, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+		return nil, 0, false, &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 	}
 	b := &cachedBlock{unsynced: r.seq == 0, lo: r.block, hi: r.block, firstSeq: c.br.firstSeq, body: c.br.body}
 	if r.seq != 0 {
@@ -295,7 +297,7 @@ func (c *coalescer) block(txn *badger.Txn, tid uint64, r ref) (_ *cachedBlock, i
 		}
 	}
 	if b.at, err = c.br.fragmentOffsets(); err != nil {
-		return nil, 0, false, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+		return nil, 0, false, &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 	}
 	if len(c.cache) == coalescerCache {
 		c.cache = append(c.cache[:0], c.cache[1:]...)

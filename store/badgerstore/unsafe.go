@@ -1,4 +1,4 @@
-package store
+package badgerstore
 
 import "unsafe"
 

@@ -1,19 +1,50 @@
-package store
+package badgerstore
 
 import (
 	"encoding/binary"
 	"errors"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ingestd/ingestd/store"
 )
 
-// RowCursor is a position in a table instance's blocks for ReadRows: the
+// rowPos is the position a store.RowCursor carries for ReadRows: the
 // synced blocks in x_seq order, then the unsynced ones in write order. The
-// zero RowCursor is the start.
-type RowCursor struct {
+// zero rowPos is the start.
+type rowPos struct {
 	Unsynced bool   // in the unsynced blocks
 	Block    uint64 // block key: last x_seq of a synced block, number of an unsynced one
 	Index    uint64 // next fragment within that block
+}
+
+// encode is the cursor of p: three uvarints (1 when unsynced, else 0; the
+// block; the index).
+func (p rowPos) encode() store.RowCursor {
+	u := uint64(0)
+	if p.Unsynced {
+		u = 1
+	}
+	b := binary.AppendUvarint(nil, u)
+	b = binary.AppendUvarint(b, p.Block)
+	return binary.AppendUvarint(b, p.Index)
+}
+
+// decodeRowPos reads a cursor encode issued; empty is the start. Bytes
+// after the three numbers are ignored.
+func decodeRowPos(c store.RowCursor) (rowPos, error) {
+	var vals [3]uint64
+	if len(c) == 0 {
+		return rowPos{}, nil
+	}
+	for i := range vals {
+		v, n := binary.Uvarint(c)
+		if n <= 0 {
+			return rowPos{}, store.ErrInvalidCursor
+		}
+		vals[i], c = v, c[n:]
+	}
+	return rowPos{Unsynced: vals[0] == 1, Block: vals[1], Index: vals[2]}, nil
 }
 
 // ReadRows visits the points of table instance tid with start <= ts < end
@@ -28,14 +59,18 @@ type RowCursor struct {
 // The Row and its Fields are valid only during visit. Safe for concurrent
 // use with Commit: it reads one consistent view, taken before the first
 // call to visit, so blocks committed meanwhile are not visited.
-func (db *DB) ReadRows(tid uint64, cur RowCursor, start, end int64, limit int, visit func(*Row) error) (RowCursor, bool, error) {
+func (db *DB) ReadRows(tid uint64, c store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error) {
+	cur, err := decodeRowPos(c)
+	if err != nil {
+		return nil, false, err
+	}
 	st := db.table(tid)
 	txn := db.bdb.NewTransaction(false)
 	defer txn.Discard()
 	var (
 		br  blockReader
-		f   Fragment
-		row Row
+		f   store.Fragment
+		row store.Row
 		co  coalescer
 		n   int
 	)
@@ -48,7 +83,7 @@ func (db *DB) ReadRows(tid uint64, cur RowCursor, start, end int64, limit int, v
 			continue
 		}
 		if space.unsynced && !cur.Unsynced {
-			cur = RowCursor{Unsynced: true}
+			cur = rowPos{Unsynced: true}
 		}
 		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 2, Prefix: tablePrefix(space.ks, tid)})
 		err := func() error {
@@ -58,28 +93,28 @@ func (db *DB) ReadRows(tid uint64, cur RowCursor, start, end int64, limit int, v
 				key := item.Key()
 				block := binary.BigEndian.Uint64(key[9:17])
 				if block != cur.Block {
-					cur = RowCursor{Unsynced: space.unsynced, Block: block}
+					cur = rowPos{Unsynced: space.unsynced, Block: block}
 				}
 				val, err := item.ValueCopy(nil)
 				if err != nil {
 					return err
 				}
 				if err := br.init(val); err != nil {
-					return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+					return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 				}
 				if err := br.seek(cur.Index); err != nil {
-					return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+					return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 				}
 				for br.read < br.count {
 					idx := br.read
 					if err := br.next(&f); err != nil {
-						return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+						return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 					}
 					cur.Index = idx + 1
 					if f.Series == removedSeries || f.Time < start || f.Time >= end {
 						continue
 					}
-					row = Row{Series: f.Series, Time: f.Time, Fields: f.Fields}
+					row = store.Row{Series: f.Series, Time: f.Time, Fields: f.Fields}
 					self := ref{block: block, idx: idx}
 					if !space.unsynced {
 						row.Seq = br.firstSeq + idx
@@ -93,7 +128,7 @@ func (db *DB) ReadRows(tid uint64, cur RowCursor, start, end int64, limit int, v
 						continue // the point was returned at its oldest fragment
 					}
 					if err := visit(&row); err != nil {
-						if errors.Is(err, ErrRowLeftOut) {
+						if errors.Is(err, store.ErrRowLeftOut) {
 							cur.Index = idx // the next page starts with this row
 							return errPageFull
 						}
@@ -103,24 +138,19 @@ func (db *DB) ReadRows(tid uint64, cur RowCursor, start, end int64, limit int, v
 						return errPageFull
 					}
 				}
-				cur = RowCursor{Unsynced: space.unsynced, Block: block + 1}
+				cur = rowPos{Unsynced: space.unsynced, Block: block + 1}
 			}
 			return nil
 		}()
 		if errors.Is(err, errPageFull) {
-			return cur, false, nil
+			return cur.encode(), false, nil
 		}
 		if err != nil {
-			return cur, false, err
+			return nil, false, err
 		}
 	}
-	return cur, true, nil
+	return nil, true, nil
 }
-
-// ErrRowLeftOut, returned by a ReadRows visit function, ends the page
-// before the row it was called with: ReadRows returns no error and a
-// cursor that resumes at that row.
-var ErrRowLeftOut = errors.New("store: row left out of the page")
 
 // errPageFull stops ReadRows' block walk once limit rows were visited.
 var errPageFull = errors.New("page full")

@@ -1,4 +1,4 @@
-package store
+package badgerstore
 
 import (
 	"fmt"
@@ -7,6 +7,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 // sweepModel is what a table must hold: per point the coalesced row, and
@@ -20,9 +22,9 @@ type sweepModel struct {
 func readPoints(t *testing.T, db *DB, tid uint64) map[pointID]map[uint32]int64 {
 	t.Helper()
 	out := map[pointID]map[uint32]int64{}
-	cur := RowCursor{}
+	var cur store.RowCursor
 	for {
-		next, done, err := db.ReadRows(tid, cur, math.MinInt64, math.MaxInt64, 97, func(r *Row) error {
+		next, done, err := db.ReadRows(tid, cur, math.MinInt64, math.MaxInt64, 97, func(r *store.Row) error {
 			id := pointID{r.Series, r.Time}
 			_, dup := out[id]
 			require.False(t, dup, "point %v copied twice", id)
@@ -52,13 +54,13 @@ func TestSweepRemovesExactlyAged(t *testing.T) {
 		rng := rand.New(rand.NewPCG(1, 2))
 		m := sweepModel{points: map[pointID]map[uint32]int64{}, seqTs: map[uint64]int64{}}
 		seq := uint64(0)
-		var series []Series
+		var series []store.Series
 		for s := uint64(1); s <= 5; s++ {
-			series = append(series, Series{ID: s})
+			series = append(series, store.Series{ID: s})
 		}
 		for c := 0; c < 30; c++ {
 			n := 1 + rng.IntN(150)
-			frags := make([]Fragment, n)
+			frags := make([]store.Fragment, n)
 			for i := range frags {
 				sid := uint64(1 + rng.IntN(5))
 				ts := int64(c*100 + i) // mostly in order
@@ -67,14 +69,14 @@ func TestSweepRemovesExactlyAged(t *testing.T) {
 				}
 				col := uint32(1 + rng.IntN(3))
 				v := int64(c*1000 + i)
-				frags[i] = Fragment{Series: sid, Time: ts, Fields: []Field{intField(col, v)}}
+				frags[i] = store.Fragment{Series: sid, Time: ts, Fields: []store.Field{intField(col, v)}}
 				id := pointID{sid, ts}
 				if m.points[id] == nil {
 					m.points[id] = map[uint32]int64{}
 				}
 				m.points[id][col] = v
 			}
-			tc := TableCommit{TableID: tid, Fragments: frags}
+			tc := store.TableCommit{TableID: tid, Fragments: frags}
 			if c == 0 {
 				tc.NewSeries = series
 			}
@@ -85,13 +87,13 @@ func TestSweepRemovesExactlyAged(t *testing.T) {
 				}
 				seq += uint64(n)
 			}
-			require.NoError(t, db.Commit([]TableCommit{tc}))
+			require.NoError(t, db.Commit([]store.TableCommit{tc}))
 		}
 		require.Equal(t, m.points, readPoints(t, db, tid))
 
 		const cutoff = 1500
 		batches, removed := 0, 0
-		var res SweepResult
+		var res store.SweepResult
 		for {
 			var err error
 			res, err = db.SweepBefore(tid, cutoff, 40)
@@ -140,8 +142,8 @@ func TestSweepRemovesExactlyAged(t *testing.T) {
 			}
 		}
 		require.Len(t, rows, retained, "a drain from horizon-1 reads every fragment above it")
-		err = db.ReadSeq(tid, h-2, seq, 10, func(*Row) error { return nil })
-		require.ErrorIs(t, err, ErrHistoryExpired)
+		err = db.ReadSeq(tid, h-2, seq, 10, func(*store.Row) error { return nil })
+		require.ErrorIs(t, err, store.ErrHistoryExpired)
 
 		// A second sweep finds nothing; a restart keeps the horizon.
 		res, err = db.SweepBefore(tid, cutoff, 40)
@@ -162,13 +164,13 @@ func TestSweepIdempotentAfterPartialWrites(t *testing.T) {
 	db, err := Open(cfg, nil, nil)
 	require.NoError(t, err)
 	tid := db.AllocTableID()
-	frags := []Fragment{}
+	frags := []store.Fragment{}
 	for i := range 200 {
-		frags = append(frags, Fragment{Series: 1, Time: int64(i), Fields: []Field{intField(1, int64(i))}})
+		frags = append(frags, store.Fragment{Series: 1, Time: int64(i), Fields: []store.Field{intField(1, int64(i))}})
 	}
-	require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []Series{{ID: 1}}, Fragments: frags}}))
+	require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}}, Fragments: frags}}))
 	// Overwrite the points 50..59 so they have point-index entries.
-	require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: 201, Fragments: frags[50:60]}}))
+	require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 201, Fragments: frags[50:60]}}))
 	// Simulate a crash after the blocks were rewritten but before the
 	// index entries went: run the block half by hand.
 	view := db.bdb.NewTransaction(false)
@@ -223,17 +225,17 @@ func TestCollectGarbageGivesSpaceBack(t *testing.T) {
 	for round := range 8 {
 		tid := db.AllocTableID()
 		for c := range 20 {
-			frags := make([]Fragment, 5000)
+			frags := make([]store.Fragment, 5000)
 			for j := range frags {
-				frags[j] = Fragment{Series: 1, Time: int64(c*5000 + j), Fields: []Field{intField(1, int64(j)),
-					{Col: 2, Value: Value{Kind: KindString, Str: fmt.Sprintf("round %d commit %d point %d and some padding", round, c, j)}}}}
+				frags[j] = store.Fragment{Series: 1, Time: int64(c*5000 + j), Fields: []store.Field{intField(1, int64(j)),
+					{Col: 2, Value: store.Value{Kind: store.KindString, Str: fmt.Sprintf("round %d commit %d point %d and some padding", round, c, j)}}}}
 			}
-			tc := TableCommit{TableID: tid, FirstSeq: seq + 1, Fragments: frags}
+			tc := store.TableCommit{TableID: tid, FirstSeq: seq + 1, Fragments: frags}
 			if c == 0 {
-				tc.NewSeries = []Series{{ID: 1}}
+				tc.NewSeries = []store.Series{{ID: 1}}
 			}
 			seq += uint64(len(frags))
-			require.NoError(t, db.Commit([]TableCommit{tc}))
+			require.NoError(t, db.Commit([]store.TableCommit{tc}))
 		}
 		if round == 0 {
 			lsm, vlog := db.diskSize()

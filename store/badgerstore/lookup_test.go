@@ -1,4 +1,4 @@
-package store
+package badgerstore
 
 import (
 	"fmt"
@@ -8,6 +8,8 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 // lateHarness holds lateTables synced tables of lateSeries series each,
@@ -45,9 +47,9 @@ func newLateHarness(tb testing.TB, cfg Config) *lateHarness {
 			require.NoError(tb, db.Close())
 		}
 	})
-	series := make([]Series, lateSeries)
+	series := make([]store.Series, lateSeries)
 	for i := range series {
-		series[i] = Series{ID: uint64(i + 1), Tags: []Field{{Col: 1, Value: Value{Kind: KindTag, Str: "host_" + strconv.Itoa(i)}}}}
+		series[i] = store.Series{ID: uint64(i + 1), Tags: []store.Field{{Col: 1, Value: store.Value{Kind: store.KindTag, Str: "host_" + strconv.Itoa(i)}}}}
 	}
 	for i := range h.tables {
 		t := &h.tables[i]
@@ -58,9 +60,9 @@ func newLateHarness(tb testing.TB, cfg Config) *lateHarness {
 		}
 	}
 	for b := 0; b < preloadPerSeries/preloadBlock; b++ {
-		commits := make([]TableCommit, len(h.tables))
+		commits := make([]store.TableCommit, len(h.tables))
 		for i := range h.tables {
-			frags := make([]Fragment, 0, lateSeries*preloadBlock)
+			frags := make([]store.Fragment, 0, lateSeries*preloadBlock)
 			for s := range lateSeries {
 				for range preloadBlock {
 					frags = append(frags, h.newPoint(i, s))
@@ -76,27 +78,27 @@ func newLateHarness(tb testing.TB, cfg Config) *lateHarness {
 	return h
 }
 
-func (h *lateHarness) newPoint(table, s int) Fragment {
+func (h *lateHarness) newPoint(table, s int) store.Fragment {
 	t := &h.tables[table]
-	f := Fragment{Series: uint64(s + 1), Time: t.next[s], Fields: []Field{intField(2, t.next[s])}}
+	f := store.Fragment{Series: uint64(s + 1), Time: t.next[s], Fields: []store.Field{intField(2, t.next[s])}}
 	t.next[s]++
 	return f
 }
 
 // latePoint is a repeat of a random preloaded point.
-func (h *lateHarness) latePoint() Fragment {
+func (h *lateHarness) latePoint() store.Fragment {
 	s := h.rng.IntN(lateSeries)
 	ts := 1 + h.rng.Int64N(preloadPerSeries)
-	return Fragment{Series: uint64(s + 1), Time: ts, Fields: []Field{intField(3, -ts)}}
+	return store.Fragment{Series: uint64(s + 1), Time: ts, Fields: []store.Field{intField(3, -ts)}}
 }
 
 // group returns one commit of n fragments spread evenly over the tables,
 // a share late/100 of them late (spread evenly too).
-func (h *lateHarness) group(n, late int) []TableCommit {
-	commits := make([]TableCommit, len(h.tables))
+func (h *lateHarness) group(n, late int) []store.TableCommit {
+	commits := make([]store.TableCommit, len(h.tables))
 	per := n / len(h.tables)
 	for i := range h.tables {
-		frags := make([]Fragment, per)
+		frags := make([]store.Fragment, per)
 		for j := range frags {
 			if j*late/100 != (j+1)*late/100 {
 				frags[j] = h.latePoint()
@@ -109,9 +111,9 @@ func (h *lateHarness) group(n, late int) []TableCommit {
 	return commits
 }
 
-func (h *lateHarness) commit(table int, frags []Fragment) TableCommit {
+func (h *lateHarness) commit(table int, frags []store.Fragment) store.TableCommit {
 	t := &h.tables[table]
-	tc := TableCommit{TableID: t.tid, FirstSeq: t.seq + 1, Fragments: frags, CommitTime: 1}
+	tc := store.TableCommit{TableID: t.tid, FirstSeq: t.seq + 1, Fragments: frags, CommitTime: 1}
 	t.seq += uint64(len(frags))
 	return tc
 }
@@ -179,7 +181,7 @@ func BenchmarkCommitLate(b *testing.B) {
 				cfg := DefaultConfig()
 				cfg.Dir = b.TempDir()
 				h := newLateHarness(b, cfg)
-				groups := make([][]TableCommit, b.N)
+				groups := make([][]store.TableCommit, b.N)
 				for i := range groups {
 					groups[i] = h.group(size, late)
 				}
@@ -221,8 +223,8 @@ func TestOverwriteEntriesAfterRestart(t *testing.T) {
 
 	// One overwritten point written again: its entry is in memory again.
 	f := commits[0].Fragments[1]
-	f.Fields = []Field{intField(3, 42)}
-	require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: upto + 1, Fragments: []Fragment{f}, CommitTime: 1}}))
+	f.Fields = []store.Field{intField(3, 42)}
+	require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: upto + 1, Fragments: []store.Fragment{f}, CommitTime: 1}}))
 	after := readAll(t, db, tid, 0, upto+1, 700)
 	require.Len(t, after, len(before)+1)
 	for _, r := range after {
@@ -246,10 +248,10 @@ func TestGapRuns(t *testing.T) {
 	db := st.db
 	commit := func(from int64, col uint32) {
 		t.Helper()
-		var frags []Fragment
+		var frags []store.Fragment
 		for s := range series {
 			for k := range int64(perCommit) {
-				frags = append(frags, Fragment{Series: uint64(s + 1), Time: from + k, Fields: []Field{intField(col, from+k)}})
+				frags = append(frags, store.Fragment{Series: uint64(s + 1), Time: from + k, Fields: []store.Field{intField(col, from+k)}})
 			}
 		}
 		st.commit(t, frags...)
@@ -282,7 +284,7 @@ func TestGapRuns(t *testing.T) {
 	rows := readAll(t, db, st.tid, 0, st.seq, 1000)
 	require.Len(t, rows, int(st.seq))
 	for _, r := range rows {
-		require.Equal(t, []Field{intField(1, r.Time), intField(2, r.Time)}, r.Fields, "x_seq %d (first pass up to %d)", r.Seq, first)
+		require.Equal(t, []store.Field{intField(1, r.Time), intField(2, r.Time)}, r.Fields, "x_seq %d (first pass up to %d)", r.Seq, first)
 	}
 }
 
@@ -297,19 +299,19 @@ func TestGapBetweenWrites(t *testing.T) {
 	const series, perWrite = 30, 20
 	st := newSeqTable(t)
 	db := st.db
-	write := func(w int, col uint32) []Fragment {
-		var frags []Fragment
+	write := func(w int, col uint32) []store.Fragment {
+		var frags []store.Fragment
 		for k := range int64(perWrite) {
 			for s := range series {
 				ts := int64(w*perWrite) + k
-				frags = append(frags, Fragment{Series: uint64(s + 1), Time: ts, Fields: []Field{intField(col, ts)}})
+				frags = append(frags, store.Fragment{Series: uint64(s + 1), Time: ts, Fields: []store.Field{intField(col, ts)}})
 			}
 		}
 		return frags
 	}
 	commit := func(col uint32, ws ...int) {
 		t.Helper()
-		var frags []Fragment
+		var frags []store.Fragment
 		var starts []int
 		for i, w := range ws {
 			if i > 0 {
@@ -317,7 +319,7 @@ func TestGapBetweenWrites(t *testing.T) {
 			}
 			frags = append(frags, write(w, col)...)
 		}
-		require.NoError(t, db.Commit([]TableCommit{{TableID: st.tid, FirstSeq: st.seq + 1, Fragments: frags, Writes: starts}}))
+		require.NoError(t, db.Commit([]store.TableCommit{{TableID: st.tid, FirstSeq: st.seq + 1, Fragments: frags, Writes: starts}}))
 		st.seq += uint64(len(frags))
 	}
 	commit(1, 0, 4) // in order: a run per series and write
@@ -334,7 +336,7 @@ func TestGapBetweenWrites(t *testing.T) {
 	rows := readAll(t, db, st.tid, 0, st.seq, 1000)
 	require.Len(t, rows, int(st.seq))
 	for _, r := range rows {
-		require.Equal(t, []Field{intField(1, r.Time), intField(2, r.Time)}, r.Fields, "x_seq %d (first pass up to %d)", r.Seq, first)
+		require.Equal(t, []store.Field{intField(1, r.Time), intField(2, r.Time)}, r.Fields, "x_seq %d (first pass up to %d)", r.Seq, first)
 	}
 }
 
@@ -369,7 +371,7 @@ func TestLatePlacementModel(t *testing.T) {
 				}
 				n := 1 + rng.IntN(40)
 				start := rng.Int64N(2000)
-				var frags []Fragment
+				var frags []store.Fragment
 				for k := range n {
 					var ts int64
 					switch c % 4 {
@@ -385,7 +387,7 @@ func TestLatePlacementModel(t *testing.T) {
 					sid := uint64(1 + rng.IntN(4))
 					seq++
 					col := uint32(1 + rng.IntN(4))
-					frags = append(frags, Fragment{Series: sid, Time: ts, Fields: []Field{intField(col, int64(seq))}})
+					frags = append(frags, store.Fragment{Series: sid, Time: ts, Fields: []store.Field{intField(col, int64(seq))}})
 					id := pointID{sid, ts}
 					model[id] = append(model[id], write{col, seq})
 				}
@@ -398,7 +400,7 @@ func TestLatePlacementModel(t *testing.T) {
 						writes = append(writes, k)
 					}
 				}
-				require.NoError(t, db.Commit([]TableCommit{{TableID: tid, FirstSeq: seq - uint64(n) + 1, Fragments: frags, Writes: writes}}))
+				require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: seq - uint64(n) + 1, Fragments: frags, Writes: writes}}))
 			}
 			rows := readAll(t, db, tid, 0, seq, 97)
 			require.Len(t, rows, int(seq))
@@ -407,7 +409,7 @@ func TestLatePlacementModel(t *testing.T) {
 				for _, w := range model[pointID{r.Series, r.Time}] {
 					last[w.col] = int64(w.seq)
 				}
-				var want []Field
+				var want []store.Field
 				for col, v := range last {
 					want = append(want, intField(col, v))
 				}
@@ -428,14 +430,14 @@ func BenchmarkReadSeqResent(b *testing.B) {
 	db, tid := st.db, st.tid
 	const series, times, block = 100, 500, 1000
 	for pass := range 2 {
-		var frags []Fragment
+		var frags []store.Fragment
 		for ts := range int64(times) {
 			for s := range uint64(series) {
-				fields := make([]Field, 10) // a TSBS cpu line's 10 integer fields
+				fields := make([]store.Field, 10) // a TSBS cpu line's 10 integer fields
 				for c := range fields {
 					fields[c] = intField(uint32(c+1), ts*int64(c+pass+1))
 				}
-				frags = append(frags, Fragment{Series: s + 1, Time: ts, Fields: fields})
+				frags = append(frags, store.Fragment{Series: s + 1, Time: ts, Fields: fields})
 				if len(frags) == block {
 					st.commit(b, frags...)
 					frags = nil
@@ -448,7 +450,7 @@ func BenchmarkReadSeqResent(b *testing.B) {
 	for b.Loop() {
 		after, rows := uint64(0), 0
 		for after < seq {
-			require.NoError(b, db.ReadSeq(tid, after, seq, 10_000, func(r *Row) error {
+			require.NoError(b, db.ReadSeq(tid, after, seq, 10_000, func(r *store.Row) error {
 				if len(r.Fields) != 10 || r.Fields[0] != intField(1, 2*r.Time) {
 					return fmt.Errorf("x_seq %d: %d fields", r.Seq, len(r.Fields))
 				}
@@ -470,11 +472,11 @@ func TestGapRunsBounded(t *testing.T) {
 	st := newSeqTable(t)
 	db := st.db
 	for i := range int64(gaps + 1) { // runs at 0, 10, 20, …: gaps between them
-		st.commit(t, Fragment{Series: 1, Time: 10 * i, Fields: []Field{intField(1, 10*i)}})
+		st.commit(t, store.Fragment{Series: 1, Time: 10 * i, Fields: []store.Field{intField(1, 10*i)}})
 	}
-	var late []Fragment
+	var late []store.Fragment
 	for i := range int64(gaps) {
-		late = append(late, Fragment{Series: 1, Time: 10*i + 5, Fields: []Field{intField(1, 10*i+5)}})
+		late = append(late, store.Fragment{Series: 1, Time: 10*i + 5, Fields: []store.Field{intField(1, 10*i+5)}})
 	}
 	before := db.stats.load()
 	st.commit(t, late...)
@@ -483,7 +485,7 @@ func TestGapRunsBounded(t *testing.T) {
 	require.Equal(t, gaps-maxGapRuns, pointEntries(t, db, st.tid), "the points beyond maxGapRuns gaps are indexed")
 	st.commit(t, late...) // every late point again: each found
 	for _, r := range readAll(t, db, st.tid, 0, st.seq, 100) {
-		require.Equal(t, []Field{intField(1, r.Time)}, r.Fields, "x_seq %d", r.Seq)
+		require.Equal(t, []store.Field{intField(1, r.Time)}, r.Fields, "x_seq %d", r.Seq)
 	}
 	require.Len(t, db.table(st.tid).dups, gaps, "every resent point is an overwrite")
 }
@@ -507,9 +509,9 @@ func newSeqTable(tb testing.TB) *seqTable {
 }
 
 // commit writes frags as one block, x_seq following the last.
-func (s *seqTable) commit(tb testing.TB, frags ...Fragment) {
+func (s *seqTable) commit(tb testing.TB, frags ...store.Fragment) {
 	tb.Helper()
-	require.NoError(tb, s.db.Commit([]TableCommit{{TableID: s.tid, FirstSeq: s.seq + 1, Fragments: frags}}))
+	require.NoError(tb, s.db.Commit([]store.TableCommit{{TableID: s.tid, FirstSeq: s.seq + 1, Fragments: frags}}))
 	s.seq += uint64(len(frags))
 }
 

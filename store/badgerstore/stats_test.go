@@ -1,10 +1,12 @@
-package store
+package badgerstore
 
 import (
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 // TestTableStatsMaxAge: counts are reused for Config.TableStatsMaxAge and
@@ -21,11 +23,11 @@ func TestTableStatsMaxAge(t *testing.T) {
 			defer func() { require.NoError(t, db.Close()) }()
 			tid := db.AllocTableID()
 			commit := func(first uint64, n int) {
-				frags := make([]Fragment, n)
+				frags := make([]store.Fragment, n)
 				for i := range frags {
-					frags[i] = Fragment{Series: 1, Time: int64(first) + int64(i), Fields: []Field{intField(1, int64(i))}}
+					frags[i] = store.Fragment{Series: 1, Time: int64(first) + int64(i), Fields: []store.Field{intField(1, int64(i))}}
 				}
-				require.NoError(t, db.Commit([]TableCommit{{TableID: tid, NewSeries: []Series{{ID: 1}}, FirstSeq: first, Fragments: frags}}))
+				require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, NewSeries: []store.Series{{ID: 1}}, FirstSeq: first, Fragments: frags}}))
 			}
 			commit(1, 3)
 			st, err := db.TableStats(tid)
@@ -48,6 +50,6 @@ func TestTableStatsMaxAge(t *testing.T) {
 }
 
 func TestRowsEstimate(t *testing.T) {
-	require.Equal(t, uint64(7), TableStats{Fragments: 9, Overwritten: 2}.RowsEstimate())
-	require.Zero(t, TableStats{Fragments: 1, Overwritten: 2}.RowsEstimate(), "never negative")
+	require.Equal(t, uint64(7), store.TableStats{Fragments: 9, Overwritten: 2}.RowsEstimate())
+	require.Zero(t, store.TableStats{Fragments: 1, Overwritten: 2}.RowsEstimate(), "never negative")
 }

@@ -1,4 +1,4 @@
-package store
+package badgerstore
 
 import (
 	"encoding/binary"
@@ -7,50 +7,26 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 // DefaultTableStatsMaxAge is the default Config.TableStatsMaxAge.
 const DefaultTableStatsMaxAge = 10 * time.Second
-
-// TableStats is what one table instance holds in the store, as counted by
-// TableStats (issue 17: fragments, rows and bytes per table).
-type TableStats struct {
-	// Fragments is the number of stored fragments, synced and unsynced
-	// (one per accepted point write; exact).
-	Fragments uint64
-	// Overwritten is the number of points holding more than one fragment
-	// (the overwrite markers; exact).
-	Overwritten uint64
-	// Series is the number of distinct tag sets (exact).
-	Series uint64
-	// Bytes is the size of the table's keys and values in bytes as badger
-	// accounts them (key plus value, before compression). Files on disk
-	// also hold superseded data until compaction and value-log GC, so this
-	// is an estimate of the table's share, not of the directory's size.
-	Bytes uint64
-	// ComputedAt is when the figures were counted (the store keeps them
-	// for Config.TableStatsMaxAge).
-	ComputedAt time.Time
-}
-
-// RowsEstimate is the number of distinct points (what a query counting rows
-// would answer), estimated as Fragments - Overwritten: exact unless a
-// point was written three times or more, an upper bound otherwise.
-func (s TableStats) RowsEstimate() uint64 { return s.Fragments - min(s.Overwritten, s.Fragments) }
 
 // tableStatsCache keeps each instance's last TableStats; mu also makes the
 // scans run one at a time, so that no number of concurrent requests costs
 // more than one scan of the store at once.
 type tableStatsCache struct {
 	mu    sync.Mutex
-	byTID map[uint64]TableStats
+	byTID map[uint64]store.TableStats
 }
 
 // TableStats counts what table instance tid holds: one read of every key
 // of the instance (values are not read, except the few header bytes of each
 // block). A count younger than Config.TableStatsMaxAge is returned as is.
 // Safe for concurrent use; scans run one at a time.
-func (db *DB) TableStats(tid uint64) (TableStats, error) {
+func (db *DB) TableStats(tid uint64) (store.TableStats, error) {
 	c := &db.tableStats
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -65,7 +41,7 @@ func (db *DB) TableStats(tid uint64) (TableStats, error) {
 	}
 	s, err := db.scanTableStats(tid)
 	if err != nil {
-		return TableStats{}, err
+		return store.TableStats{}, err
 	}
 	s.ComputedAt = now
 	if db.statsMaxAge > 0 {
@@ -74,8 +50,8 @@ func (db *DB) TableStats(tid uint64) (TableStats, error) {
 	return s, nil
 }
 
-func (db *DB) scanTableStats(tid uint64) (TableStats, error) {
-	var s TableStats
+func (db *DB) scanTableStats(tid uint64) (store.TableStats, error) {
+	var s store.TableStats
 	err := db.bdb.View(func(txn *badger.Txn) error {
 		for _, ks := range []byte{ksSync, ksUnsync, ksRun, ksPoint, ksDup, ksSeries} {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ks, tid)})
@@ -91,7 +67,7 @@ func (db *DB) scanTableStats(tid uint64) (TableStats, error) {
 						return err
 					}); err != nil {
 						it.Close()
-						return &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+						return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 					}
 					s.Fragments += n
 				case ksDup:

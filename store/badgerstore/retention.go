@@ -1,4 +1,4 @@
-package store
+package badgerstore
 
 import (
 	"encoding/binary"
@@ -8,6 +8,8 @@ import (
 	"sort"
 
 	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 // ksHorizon keys a table instance's feed history horizon: 'h' tid ->
@@ -19,11 +21,6 @@ const ksHorizon = 'h'
 // (and x_seq) in its block as sid 0, time 0 and no fields, which keeps
 // every index into the block valid.
 const removedSeries = 0
-
-// ErrHistoryExpired is returned by ReadSeq when the read starts below the
-// table's history horizon as the read's own view sees it: a fragment the
-// read would return has been removed (or its history trimmed).
-var ErrHistoryExpired = errors.New("store: feed history expired")
 
 func horizonKey(tid uint64) []byte { return tablePrefix(ksHorizon, tid) }
 
@@ -48,7 +45,7 @@ func readHorizon(txn *badger.Txn, tid uint64) (uint64, error) {
 	err = item.Value(func(v []byte) error {
 		var n int
 		if h, n = binary.Uvarint(v); n <= 0 {
-			return &CorruptionError{Key: horizonKey(tid), Err: errShort}
+			return &store.CorruptionError{Key: horizonKey(tid), Err: errShort}
 		}
 		return nil
 	})
@@ -100,7 +97,7 @@ func (db *DB) FirstSeqSince(tid, from uint64, cutoff int64, maxBlocks int) (seq 
 		var br blockReader
 		err := item.Value(func(v []byte) error { return br.init(v) })
 		if err != nil {
-			return 0, false, false, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+			return 0, false, false, &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 		}
 		if br.commitTime >= cutoff {
 			return max(br.firstSeq, from), true, false, nil
@@ -108,23 +105,6 @@ func (db *DB) FirstSeqSince(tid, from uint64, cutoff int64, maxBlocks int) (seq 
 		seq = binary.BigEndian.Uint64(item.Key()[9:17]) + 1
 	}
 	return seq, false, false, nil
-}
-
-// SweepResult is what one SweepBefore batch did.
-type SweepResult struct {
-	// Removed is how many fragments the batch removed.
-	Removed int
-	// More is true when the batch stopped at its bound with aged
-	// fragments left: call again.
-	More bool
-	// Horizon is the instance's history horizon after the batch (raised
-	// above every synced fragment it removed).
-	Horizon uint64
-	// Oldest is the lowest time (Unix nanoseconds) of a fragment the table
-	// still holds, valid only when More is false and HasOldest is true
-	// (the table holds a fragment).
-	Oldest    int64
-	HasOldest bool
 }
 
 // sweepBlock is one block a sweep batch rewrites: the indexes of the
@@ -148,13 +128,13 @@ type sweepBlock struct {
 // blocks, then the index entries (a repeated sweep finds the entries of
 // fragments already removed and removes them again, idempotently).
 // Sequencer only (it runs between group commits).
-func (db *DB) SweepBefore(tid uint64, cutoff int64, maxFragments int) (SweepResult, error) {
+func (db *DB) SweepBefore(tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
 	if err := db.checkSpace(); err != nil {
-		return SweepResult{}, err
+		return store.SweepResult{}, err
 	}
 	view := db.bdb.NewTransaction(false)
 	defer view.Discard()
-	res := SweepResult{Oldest: math.MaxInt64}
+	res := store.SweepResult{Oldest: math.MaxInt64}
 	var err error
 	if res.Horizon, err = readHorizon(view, tid); err != nil {
 		return res, err
@@ -194,7 +174,7 @@ func (db *DB) SweepBefore(tid uint64, cutoff int64, maxFragments int) (SweepResu
 	more, err := scanAged(view, ksRun, tid, cutoff, &res, func(key []byte, v []byte) (bool, error) {
 		run, err := decodeRun(v, pointKeyTime(key))
 		if err != nil {
-			return false, &CorruptionError{Key: key, Err: err}
+			return false, &store.CorruptionError{Key: key, Err: err}
 		}
 		kind := v[0]
 		base, _ := binary.Uvarint(v[1:]) // decodeRun checked it
@@ -232,7 +212,7 @@ func (db *DB) SweepBefore(tid uint64, cutoff int64, maxFragments int) (SweepResu
 		more, err = scanAged(view, ksPoint, tid, cutoff, &res, func(key []byte, v []byte) (bool, error) {
 			refs, err := decodeRefs(nil, v)
 			if err != nil {
-				return false, &CorruptionError{Key: key, Err: err}
+				return false, &store.CorruptionError{Key: key, Err: err}
 			}
 			if target > 0 && target+len(refs) > maxFragments {
 				return false, nil // the next batch takes this point whole
@@ -318,7 +298,7 @@ type kv struct{ k, v []byte }
 // with each key and value until fn returns false or limit reaches 0 (then
 // more is true). Per series, the first key at or above cutoff records the
 // series' oldest retained time in res and skips to the next series.
-func scanAged(view *badger.Txn, ks byte, tid uint64, cutoff int64, res *SweepResult, fn func(key, v []byte) (bool, error), limit int) (more bool, err error) {
+func scanAged(view *badger.Txn, ks byte, tid uint64, cutoff int64, res *store.SweepResult, fn func(key, v []byte) (bool, error), limit int) (more bool, err error) {
 	if limit <= 0 {
 		return true, nil
 	}
@@ -397,7 +377,7 @@ func (f *blockFinder) find(r ref) ([]byte, uint64, error) {
 		return nil
 	})
 	if err != nil {
-		return nil, 0, &CorruptionError{Key: item.KeyCopy(nil), Err: err}
+		return nil, 0, &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 	}
 	if r.seq < first {
 		return nil, 0, nil
@@ -423,21 +403,21 @@ func (w *committer) rewriteBlock(view *badger.Txn, b *sweepBlock) (int, error) {
 	}
 	var br blockReader
 	if err := br.init(val); err != nil {
-		return 0, &CorruptionError{Key: b.key, Err: err}
+		return 0, &store.CorruptionError{Key: b.key, Err: err}
 	}
-	frags := make([]Fragment, br.count)
+	frags := make([]store.Fragment, br.count)
 	removed, left := 0, 0
 	for i := range frags {
-		var f Fragment
+		var f store.Fragment
 		if err := br.next(&f); err != nil {
-			return 0, &CorruptionError{Key: b.key, Err: err}
+			return 0, &store.CorruptionError{Key: b.key, Err: err}
 		}
 		switch {
 		case f.Series == removedSeries:
 		case b.remove[uint64(i)]:
 			removed++
 		default:
-			f.Fields = append([]Field(nil), f.Fields...)
+			f.Fields = append([]store.Field(nil), f.Fields...)
 			frags[i] = f
 			left++
 		}

@@ -1,4 +1,4 @@
-package store
+package badgerstore
 
 import (
 	"encoding/binary"
@@ -6,6 +6,8 @@ import (
 	"fmt"
 	"math"
 	"sort"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 // Keyspace tags; see doc.go.
@@ -112,7 +114,7 @@ const skipEvery = 64
 
 // appendBlock encodes fragments as a block (see doc.go). offs is scratch
 // space for the skip index and is returned for reuse.
-func appendBlock(dst []byte, firstSeq uint64, commitTime int64, frags []Fragment, body []byte, offs []uint64) ([]byte, []byte, []uint64) {
+func appendBlock(dst []byte, firstSeq uint64, commitTime int64, frags []store.Fragment, body []byte, offs []uint64) ([]byte, []byte, []uint64) {
 	body = body[:0]
 	offs = offs[:0]
 	for i := range frags {
@@ -131,7 +133,7 @@ func appendBlock(dst []byte, firstSeq uint64, commitTime int64, frags []Fragment
 	return append(dst, body...), body, offs
 }
 
-func appendFragment(dst []byte, f *Fragment) []byte {
+func appendFragment(dst []byte, f *store.Fragment) []byte {
 	dst = binary.AppendUvarint(dst, f.Series)
 	dst = binary.AppendVarint(dst, f.Time)
 	dst = binary.AppendUvarint(dst, uint64(len(f.Fields)))
@@ -142,16 +144,16 @@ func appendFragment(dst []byte, f *Fragment) []byte {
 	return dst
 }
 
-func appendValue(dst []byte, v Value) []byte {
+func appendValue(dst []byte, v store.Value) []byte {
 	dst = append(dst, byte(v.Kind))
 	switch v.Kind {
-	case KindFloat:
+	case store.KindFloat:
 		return binary.LittleEndian.AppendUint64(dst, v.Num)
-	case KindInt:
+	case store.KindInt:
 		return binary.AppendVarint(dst, int64(v.Num))
-	case KindUint:
+	case store.KindUint:
 		return binary.AppendUvarint(dst, v.Num)
-	case KindBool:
+	case store.KindBool:
 		return append(dst, byte(v.Num))
 	default: // KindString, KindTag
 		dst = binary.AppendUvarint(dst, uint64(len(v.Str)))
@@ -169,7 +171,7 @@ type blockReader struct {
 	commitTime int64
 	count      uint64
 	read       uint64
-	fields     []Field
+	fields     []store.Field
 }
 
 func (r *blockReader) init(b []byte) error {
@@ -224,7 +226,7 @@ func (r *blockReader) seek(i uint64) error {
 		r.b = r.body[r.offs[k]:]
 		r.read = k * skipEvery
 	}
-	var f Fragment
+	var f store.Fragment
 	for r.read < i {
 		if err := r.next(&f); err != nil {
 			return err
@@ -241,7 +243,7 @@ func (r *blockReader) fragmentOffsets() ([]uint32, error) {
 		return nil, errShort
 	}
 	at := make([]uint32, r.count)
-	var f Fragment
+	var f store.Fragment
 	for i := range at {
 		at[i] = uint32(len(r.body) - len(r.b))
 		if err := r.next(&f); err != nil {
@@ -263,7 +265,7 @@ func (r *blockReader) seekOffset(i uint64, at []uint32) error {
 }
 
 // next decodes the next fragment. Its Fields are valid until the next call.
-func (r *blockReader) next(f *Fragment) error {
+func (r *blockReader) next(f *store.Fragment) error {
 	if r.read >= r.count {
 		return errShort
 	}
@@ -289,37 +291,37 @@ func (r *blockReader) next(f *Fragment) error {
 		if n <= 0 || col > math.MaxUint32 || len(b) < n+1 {
 			return errShort
 		}
-		kind := Kind(b[n])
+		kind := store.Kind(b[n])
 		b = b[n+1:]
-		v := Value{Kind: kind}
+		v := store.Value{Kind: kind}
 		switch kind {
-		case KindFloat:
+		case store.KindFloat:
 			if len(b) < 8 {
 				return errShort
 			}
 			v.Num = binary.LittleEndian.Uint64(b)
 			b = b[8:]
-		case KindInt:
+		case store.KindInt:
 			x, n := binary.Varint(b)
 			if n <= 0 {
 				return errShort
 			}
 			v.Num = uint64(x)
 			b = b[n:]
-		case KindUint:
+		case store.KindUint:
 			x, n := binary.Uvarint(b)
 			if n <= 0 {
 				return errShort
 			}
 			v.Num = x
 			b = b[n:]
-		case KindBool:
+		case store.KindBool:
 			if len(b) < 1 {
 				return errShort
 			}
 			v.Num = uint64(b[0])
 			b = b[1:]
-		case KindString, KindTag:
+		case store.KindString, store.KindTag:
 			l, n := binary.Uvarint(b)
 			if n <= 0 || l > uint64(len(b)-n) {
 				return errShort
@@ -329,16 +331,16 @@ func (r *blockReader) next(f *Fragment) error {
 		default:
 			return fmt.Errorf("unknown value kind %d", kind)
 		}
-		r.fields = append(r.fields, Field{Col: uint32(col), Value: v})
+		r.fields = append(r.fields, store.Field{Col: uint32(col), Value: v})
 	}
 	r.b = b
 	r.read++
-	*f = Fragment{Series: sid, Time: ts, Fields: r.fields}
+	*f = store.Fragment{Series: sid, Time: ts, Fields: r.fields}
 	return nil
 }
 
 // appendSeries encodes a series' tag set.
-func appendSeries(dst []byte, tags []Field) []byte {
+func appendSeries(dst []byte, tags []store.Field) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(tags)))
 	for _, t := range tags {
 		dst = binary.AppendUvarint(dst, uint64(t.Col))
@@ -348,13 +350,13 @@ func appendSeries(dst []byte, tags []Field) []byte {
 	return dst
 }
 
-func decodeSeries(b []byte) ([]Field, error) {
+func decodeSeries(b []byte) ([]store.Field, error) {
 	n, k := binary.Uvarint(b)
 	if k <= 0 || n > uint64(len(b)) {
 		return nil, errShort
 	}
 	b = b[k:]
-	tags := make([]Field, 0, n)
+	tags := make([]store.Field, 0, n)
 	for range n {
 		col, k := binary.Uvarint(b)
 		if k <= 0 || col > math.MaxUint32 {
@@ -365,7 +367,7 @@ func decodeSeries(b []byte) ([]Field, error) {
 		if k <= 0 || l > uint64(len(b)-k) {
 			return nil, errShort
 		}
-		tags = append(tags, Field{Col: uint32(col), Value: Value{Kind: KindTag, Str: string(b[k : k+int(l)])}})
+		tags = append(tags, store.Field{Col: uint32(col), Value: store.Value{Kind: store.KindTag, Str: string(b[k : k+int(l)])}})
 		b = b[k+int(l):]
 	}
 	return tags, nil
