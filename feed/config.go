@@ -39,10 +39,6 @@ const (
 // product could exceed it.
 const maxMetaBytes = store.MaxValueBytes / 4
 
-// seqLeaseChunk is how many x_seq numbers one durable lease reserves beyond
-// what a commit needs: one extra fsync per this many fragments per table.
-const seqLeaseChunk = 1 << 16
-
 // Config configures the sequencer and the drain.
 type Config struct {
 	// SyncTables are globs (path.Match syntax); a table auto-created by a

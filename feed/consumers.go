@@ -87,7 +87,7 @@ func (cs *consumerSet) takeDirty() []store.Consumer {
 }
 
 // remove forgets one consumer, durably.
-func (cs *consumerSet) remove(st ConsumerStore, table, name string) error {
+func (cs *consumerSet) remove(st store.ConsumerStore, table, name string) error {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	if _, ok := cs.byName[name]; !ok {
@@ -95,15 +95,16 @@ func (cs *consumerSet) remove(st ConsumerStore, table, name string) error {
 	}
 	delete(cs.byName, name)
 	delete(cs.dirty, name)
-	return st.DeleteConsumer(table, name)
+	return st.DeleteConsumer(storeCtx, table, name)
 }
 
-func (cs *consumerSet) dropAll(st ConsumerStore, table string) error {
+// dropAll forgets every consumer in memory (DROP: the store dropped them
+// with the table).
+func (cs *consumerSet) dropAll() {
 	cs.mu.Lock()
 	defer cs.mu.Unlock()
 	clear(cs.byName)
 	clear(cs.dirty)
-	return st.DeleteConsumers(table)
 }
 
 // Consumers lists a table's named consumers, ordered by name.
@@ -165,7 +166,7 @@ func (s *Sequencer) flushConsumers() {
 	if len(byTable) == 0 {
 		return
 	}
-	if err := s.st.PutConsumers(byTable); err != nil && !errors.Is(err, store.ErrClosed) {
+	if err := s.st.PutConsumers(storeCtx, byTable); err != nil && !errors.Is(err, store.ErrClosed) {
 		s.logger.Error("write consumer positions", "err", err)
 	}
 }

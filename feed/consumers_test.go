@@ -313,7 +313,7 @@ func TestConsumerDurable(t *testing.T) {
 	}
 	stored := func(t *testing.T, h *harness) []store.Consumer {
 		t.Helper()
-		cs, err := h.db.LoadConsumers("t")
+		cs, err := h.db.LoadConsumers(context.Background(), "t")
 		require.NoError(t, err)
 		return cs
 	}

@@ -125,7 +125,7 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 				// store's view refused the read before any row. The
 				// durable horizon may be ahead of the published one.
 				st := t.status()
-				h, herr := s.st.Horizon(p.tid)
+				h, herr := s.st.Horizon(ctx, p.tid)
 				if herr != nil {
 					return Page{}, herr
 				}
@@ -159,7 +159,7 @@ func (s *Drainer) readPage(ctx context.Context, req DrainRequest, p *published, 
 	vals := make([]Value, len(cols))
 	last := req.After
 	full := false // visit ended the page before the limit
-	err = s.st.ReadSeq(p.tid, req.After, p.watermark, req.Limit, func(r *store.Row) error {
+	err = s.st.ReadSeq(ctx, p.tid, req.After, p.watermark, req.Limit, func(r *store.Row) error {
 		proj.fill(vals, p, r)
 		if pg.Rows > 0 && pg.Rows%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()

@@ -19,13 +19,12 @@ const (
 )
 
 type metrics struct {
-	commitSeconds  prometheus.Histogram
-	groupPoints    prometheus.Histogram
-	committed      prometheus.Counter
-	rejected       *prometheus.CounterVec
-	queueDepth     prometheus.GaugeFunc
-	drains         *prometheus.CounterVec
-	leaseExtension prometheus.Counter
+	commitSeconds prometheus.Histogram
+	groupPoints   prometheus.Histogram
+	committed     prometheus.Counter
+	rejected      *prometheus.CounterVec
+	queueDepth    prometheus.GaugeFunc
+	drains        *prometheus.CounterVec
 	// tombstonesPruned counts tombstones folded into the floor.
 	tombstonesPruned prometheus.Counter
 	// groupSplits counts group commits cut at Config.MaxGroupBytes.
@@ -62,9 +61,6 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 		drains: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_feed_drains_total", Help: "Drain requests by outcome.",
 		}, []string{"outcome"}),
-		leaseExtension: f.NewCounter(prometheus.CounterOpts{
-			Name: "ingestd_feed_seq_lease_extensions_total", Help: "Durable x_seq lease extensions.",
-		}),
 		groupSplits: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_feed_group_splits_total", Help: "Group commits cut at --feed-max-group-bytes (the rest follows in another commit).",
 		}),

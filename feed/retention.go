@@ -18,24 +18,6 @@ const MinRetention = time.Second
 // MaxRetention is the longest: about 290 years, Go's time.Duration range.
 const MaxRetention = time.Duration(math.MaxInt64)
 
-// Sweeper is the store's side of retention and of the history horizon;
-// its methods are called from the sequencer goroutine only, except
-// Horizon (safe for concurrent use).
-type Sweeper interface {
-	// SweepBefore removes, in one bounded batch, the fragments of a table
-	// instance older than cutoff (Unix nanoseconds), raising its horizon
-	// above every synced fragment it removes.
-	SweepBefore(tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error)
-	// RaiseHorizon durably raises a table instance's horizon to h (never
-	// lowers it) and returns the horizon in force.
-	RaiseHorizon(tid, h uint64) (uint64, error)
-	// Horizon returns a table instance's horizon (1: nothing trimmed).
-	Horizon(tid uint64) (uint64, error)
-	// FirstSeqSince finds the first x_seq from from on committed at or
-	// after cutoff, looking at most maxBlocks blocks.
-	FirstSeqSince(tid, from uint64, cutoff int64, maxBlocks int) (seq uint64, found, more bool, err error)
-}
-
 // ParseRetention reads a retention: "0" or "INF" (forever), a Go duration
 // ("720h", "90m") or InfluxDB's duration literals with days and weeks
 // ("30d", "2w", "1d12h"). A retention must be 0 or within
@@ -175,7 +157,7 @@ func (s *Sequencer) sweepRetention(t *table) (bool, error) {
 	}
 	start := s.now()
 	cutoff := retentionCutoff(start, ret)
-	res, err := s.st.SweepBefore(t.meta.ID, cutoff, s.cfg.SweepBatchFragments)
+	res, err := s.st.SweepBefore(storeCtx, t.meta.ID, cutoff, s.cfg.SweepBatchFragments)
 	if err != nil {
 		return false, storageErr("retention sweep", err)
 	}
@@ -231,7 +213,7 @@ func (s *Sequencer) trimHistory(t *table) (bool, error) {
 	}
 	more := false
 	if s.cfg.FeedHistory > 0 && target > p.horizon {
-		seq, found, m, err := s.st.FirstSeqSince(t.meta.ID, p.horizon, retentionCutoff(s.now(), s.cfg.FeedHistory), s.cfg.SweepBatchFragments)
+		seq, found, m, err := s.st.FirstSeqSince(storeCtx, t.meta.ID, p.horizon, retentionCutoff(s.now(), s.cfg.FeedHistory), s.cfg.SweepBatchFragments)
 		if err != nil {
 			return false, storageErr("find the history horizon", err)
 		}
@@ -249,14 +231,14 @@ func (s *Sequencer) trimHistory(t *table) (bool, error) {
 	// Only fragments this instance stores need the horizon: after a
 	// TRUNCATE nothing below the new epoch's first fragment was ever
 	// drainable in it, so nothing is trimmed.
-	first, found, _, err := s.st.FirstSeqSince(t.meta.ID, p.horizon, math.MinInt64, 1)
+	first, found, _, err := s.st.FirstSeqSince(storeCtx, t.meta.ID, p.horizon, math.MinInt64, 1)
 	if err != nil {
 		return false, storageErr("find the history horizon", err)
 	}
 	if !found || first >= target {
 		return more, nil
 	}
-	h, err := s.st.RaiseHorizon(t.meta.ID, target)
+	h, err := s.st.RaiseHorizon(storeCtx, t.meta.ID, target)
 	if err != nil {
 		return false, storageErr("raise the history horizon", err)
 	}
@@ -303,8 +285,8 @@ func (s *Sequencer) publishHorizon(t *table, h uint64, cause string) {
 }
 
 // loadHorizon reads a table instance's horizon at start-up.
-func loadHorizon(st Sweeper, tid uint64) (uint64, error) {
-	h, err := st.Horizon(tid)
+func loadHorizon(st store.Sweeper, tid uint64) (uint64, error) {
+	h, err := st.Horizon(storeCtx, tid)
 	if err != nil {
 		return 0, fmt.Errorf("load history horizon: %w", err)
 	}

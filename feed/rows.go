@@ -120,7 +120,7 @@ func (s *Drainer) Rows(ctx context.Context, req RowsRequest, visit func(cols []C
 	proj, cols := rowsProjection(&p)
 	pg := RowsPage{Table: req.Table, Epoch: cur.epoch, Watermark: cur.watermark, Columns: cols}
 	var vals []Value
-	next, done, err := s.st.ReadRows(p.tid, cur.pos, start, end, req.Limit, func(r *store.Row) error {
+	next, done, err := s.st.ReadRows(ctx, p.tid, cur.pos, start, end, req.Limit, func(r *store.Row) error {
 		if pg.Rows == 0 {
 			// The store's read view is open now: every row it visits was
 			// committed before, so its series and columns are in this

@@ -116,11 +116,11 @@ type hookedStore struct {
 	beforeReadRows func()
 }
 
-func (h *hookedStore) ReadRows(tid uint64, cur store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error) {
+func (h *hookedStore) ReadRows(ctx context.Context, tid uint64, cur store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error) {
 	if f := h.beforeReadRows; f != nil {
 		f()
 	}
-	return h.DB.ReadRows(tid, cur, start, end, limit, visit)
+	return h.DB.ReadRows(ctx, tid, cur, start, end, limit, visit)
 }
 
 // openHookedHarness is openHarness with the sequencer on a hookedStore.

@@ -185,7 +185,7 @@ func newSequencer(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Re
 		queue:   make(chan *op, cfg.QueueLength),
 		stopped: make(chan struct{}),
 	}
-	metas, err := st.LoadTables()
+	metas, err := st.LoadTables(storeCtx)
 	if err != nil {
 		return nil, fmt.Errorf("load tables: %w", err)
 	}
@@ -198,7 +198,7 @@ func newSequencer(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Re
 			s.tombstones[m.Name] = m
 			continue
 		}
-		series, err := st.LoadSeries(m.ID)
+		series, err := st.LoadSeries(storeCtx, m.ID)
 		if err != nil {
 			return nil, fmt.Errorf("load series of %s: %w", m.Name, err)
 		}
@@ -206,7 +206,7 @@ func newSequencer(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Re
 		if t.pub.horizon, err = loadHorizon(st, m.ID); err != nil {
 			return nil, fmt.Errorf("%s: %w", m.Name, err)
 		}
-		cs, err := st.LoadConsumers(m.Name)
+		cs, err := st.LoadConsumers(storeCtx, m.Name)
 		if err != nil {
 			return nil, fmt.Errorf("load consumers of %s: %w", m.Name, err)
 		}
@@ -393,7 +393,7 @@ func (s *Sequencer) Run(ctx context.Context) error {
 				}
 			}
 			s.flushConsumers()
-			return s.releaseLeases()
+			return nil
 		}
 	}
 }
@@ -485,6 +485,13 @@ func failOps(ops []*op, err error) {
 	}
 }
 
+// storeCtx is the context of the store calls no request is behind: the
+// sequencer's, which are never abandoned half-way (the sequencer's memory
+// would then be ahead of the store), so none is cancelled, not even by
+// Run's context (Run commits what was queued before it ended); and
+// loading, stats and consumer flushes.
+var storeCtx = context.Background()
+
 // errStorage marks errors that stop the sequencer.
 var errStorage = errors.New("feed: storage failure")
 
@@ -548,20 +555,11 @@ func (s *Sequencer) flushGroup() error {
 	points := s.groupPointCount
 	s.forgetUnwrittenTables()
 	commits := make([]store.TableCommit, 0, len(s.groupTables))
-	var leases []*table
 	for _, g := range s.groupTables {
 		t := g.t
 		t.lastFrags = min(len(g.frags), s.cfg.MaxGroupPoints)
-		tc := store.TableCommit{TableID: t.meta.ID, NewSeries: g.newSeries, Fragments: g.frags, Writes: g.writes, CommitTime: s.now().UnixNano()}
-		if t.meta.Sync && len(g.frags) > 0 {
-			tc.FirstSeq = t.seq + 1
-			t.seq += uint64(len(g.frags))
-			if t.seq > t.meta.SeqLease {
-				t.meta.SeqLease = t.seq + seqLeaseChunk
-				leases = append(leases, t)
-				g.metaDirty = true
-			}
-		}
+		tc := store.TableCommit{TableID: t.meta.ID, NewSeries: g.newSeries, Fragments: g.frags, Writes: g.writes, CommitTime: s.now().UnixNano(),
+			Sync: t.meta.Sync}
 		if g.metaDirty {
 			m := t.meta
 			m.Columns = append([]store.Column(nil), m.Columns...)
@@ -569,23 +567,25 @@ func (s *Sequencer) flushGroup() error {
 		}
 		commits = append(commits, tc)
 	}
-	// A lease must be durable before any number under it is visible.
-	for _, t := range leases {
-		if err := s.st.PutMeta(t.meta); err != nil {
-			return storageErr("extend x_seq lease", err)
+	// The store assigns the x_seq numbers and calls stamped before any of
+	// them is visible: seq is published as handed out, the watermark only
+	// once the commit is durable.
+	var start time.Time
+	stamped := func() {
+		for i, g := range s.groupTables {
+			if tc := &commits[i]; tc.FirstSeq != 0 {
+				g.t.seq = tc.FirstSeq + uint64(len(tc.Fragments)) - 1
+			}
+			g.t.mu.Lock()
+			g.t.pub.seq = g.t.seq
+			g.t.mu.Unlock()
 		}
-		s.m.leaseExtension.Inc()
+		if s.testHookBeforeCommit != nil {
+			s.testHookBeforeCommit()
+		}
+		start = s.now()
 	}
-	for _, g := range s.groupTables {
-		g.t.mu.Lock()
-		g.t.pub.seq = g.t.seq
-		g.t.mu.Unlock()
-	}
-	if s.testHookBeforeCommit != nil {
-		s.testHookBeforeCommit()
-	}
-	start := s.now()
-	if err := s.st.Commit(commits); err != nil {
+	if err := s.st.Append(storeCtx, commits, stamped); err != nil {
 		return storageErr("commit", err)
 	}
 	s.m.commitSeconds.Observe(s.now().Sub(start).Seconds())
@@ -677,7 +677,10 @@ func (s *Sequencer) tableForWrite(name string) (*table, error) {
 		return nil, err
 	}
 	tomb, dropped := s.tombstones[name]
-	t := s.createTable(name, s.cfg.syncOnCreate(name))
+	t, err := s.createTable(name, s.cfg.syncOnCreate(name))
+	if err != nil {
+		return nil, err
+	}
 	t.group = &groupTable{t: t, metaDirty: true, created: true, cutoff: s.writeCutoff(t)}
 	if dropped {
 		t.group.tomb = &tomb
@@ -722,28 +725,23 @@ func (s *Sequencer) checkTableLimit() error {
 const floorName = "x_dropped_tables_floor"
 
 // pruneTombstones folds tombstones past Config.MaxTombstones into the
-// floor, the lowest sequence first: the floor is durable before the
-// tombstone goes, so a crash between the two loses nothing.
+// floor, the lowest sequence first: the floor is raised and the tombstone
+// goes in one store call, so a crash loses nothing.
 func (s *Sequencer) pruneTombstones() error {
 	for len(s.tombstones) > s.cfg.MaxTombstones {
 		var victim store.TableMeta
 		first := true
 		for _, tb := range s.tombstones {
-			if first || tb.SeqLease < victim.SeqLease || tb.SeqLease == victim.SeqLease && tb.Name < victim.Name {
+			if first || tb.Seq < victim.Seq || tb.Seq == victim.Seq && tb.Name < victim.Name {
 				victim, first = tb, false
 			}
 		}
 		floor := store.TableMeta{Name: floorName, Dropped: true,
-			Epoch: max(s.floor.Epoch, victim.Epoch), SeqLease: max(s.floor.SeqLease, victim.SeqLease)}
-		if floor.Epoch != s.floor.Epoch || floor.SeqLease != s.floor.SeqLease || s.floor.Name == "" {
-			if err := s.st.PutMeta(floor); err != nil {
-				return storageErr("raise the dropped tables' floor", err)
-			}
-			s.floor = floor
-		}
-		if err := s.st.DeleteMeta(victim.Name); err != nil {
+			Epoch: max(s.floor.Epoch, victim.Epoch), Seq: max(s.floor.Seq, victim.Seq)}
+		if err := s.st.PruneTombstone(storeCtx, victim.Name, floor); err != nil {
 			return storageErr("prune a tombstone", err)
 		}
+		s.floor = floor
 		s.mu.Lock()
 		delete(s.tombstones, victim.Name)
 		s.mu.Unlock()
@@ -754,12 +752,16 @@ func (s *Sequencer) pruneTombstones() error {
 
 // createTable makes a new live table (not yet persisted), resuming above a
 // dropped table's epoch and sequence.
-func (s *Sequencer) createTable(name string, sync bool) *table {
-	meta := store.TableMeta{Name: name, ID: s.st.AllocTableID(), Sync: sync}
+func (s *Sequencer) createTable(name string, sync bool) (*table, error) {
+	id, err := s.st.NewTableID(storeCtx)
+	if err != nil {
+		return nil, storageErr("create table", err)
+	}
+	meta := store.TableMeta{Name: name, ID: id, Sync: sync}
 	// Above the table's own tombstone, else above every pruned one.
-	meta.Epoch, meta.SeqLease = s.floor.Epoch, s.floor.SeqLease
+	meta.Epoch, meta.Seq = s.floor.Epoch, s.floor.Seq
 	if tomb, ok := s.tombstones[name]; ok {
-		meta.Epoch, meta.SeqLease = tomb.Epoch, tomb.SeqLease
+		meta.Epoch, meta.Seq = tomb.Epoch, tomb.Seq
 	}
 	if sync {
 		meta.Epoch++
@@ -769,7 +771,7 @@ func (s *Sequencer) createTable(name string, sync bool) *table {
 	s.tables[name] = t
 	delete(s.tombstones, name)
 	s.mu.Unlock()
-	return t
+	return t, nil
 }
 
 // applyPoint checks p against t's schema, extends the schema and series
@@ -874,20 +876,6 @@ func (s *Sequencer) pendingKind(name string) Kind {
 		}
 	}
 	return 0
-}
-
-// releaseLeases records each table's exact seq as its lease on a clean stop,
-// so a restart burns no numbers.
-func (s *Sequencer) releaseLeases() error {
-	for _, t := range s.tables {
-		if t.meta.SeqLease > t.seq {
-			t.meta.SeqLease = t.seq
-			if err := s.st.PutMeta(t.meta); err != nil {
-				return storageErr("release x_seq lease", err)
-			}
-		}
-	}
-	return nil
 }
 
 // liveTables returns the live tables (any order).

@@ -2,8 +2,6 @@ package feed
 
 import (
 	"time"
-
-	"github.com/ingestd/ingestd/store"
 )
 
 // TableStats is what a table holds in the store (issue 17): see
@@ -25,13 +23,6 @@ type TableStats struct {
 	ComputedAt time.Time
 }
 
-// StatsReader counts what a table instance holds; safe for concurrent use.
-type StatsReader interface {
-	// TableStats counts what table instance tid holds, as of at most
-	// --store-table-stats-max-age ago; an error is the store's.
-	TableStats(tid uint64) (store.TableStats, error)
-}
-
 // TableStats counts what table name holds. ErrTableNotFound for an unknown
 // table; a storage failure is returned as is. Safe for concurrent use.
 func (s *Drainer) TableStats(name string) (TableStats, error) {
@@ -39,11 +30,7 @@ func (s *Drainer) TableStats(name string) (TableStats, error) {
 	if err != nil {
 		return TableStats{}, err
 	}
-	sr, ok := s.st.(StatsReader)
-	if !ok {
-		return TableStats{}, nil
-	}
-	st, err := sr.TableStats(t.snapshot().tid)
+	st, err := s.st.TableStats(storeCtx, t.snapshot().tid)
 	if err != nil {
 		return TableStats{}, storageErr("table stats", err)
 	}
@@ -87,7 +74,7 @@ func (s *registry) consumerLags(t *table, p published) []ConsumerLag {
 			Fragments:    p.watermark - pos,
 		}
 		if l.Fragments > 0 {
-			if ts, ok, err := s.st.SeqTime(p.tid, pos+1); err == nil && ok {
+			if ts, ok, err := s.st.SeqTime(storeCtx, p.tid, pos+1); err == nil && ok {
 				l.Seconds = max(0, now.Sub(time.Unix(0, ts)).Seconds())
 			}
 		}

@@ -124,7 +124,7 @@ func newTable(meta store.TableMeta, series []store.Series) *table {
 		meta:      meta,
 		colByName: make(map[string]uint32, len(meta.Columns)),
 		series:    make(map[string]uint64, len(series)),
-		seq:       meta.SeqLease,
+		seq:       meta.Seq,
 		consumers: newConsumerSet(),
 	}
 	for i, c := range meta.Columns {

@@ -132,12 +132,14 @@ func (s *Sequencer) runControl(o *op) {
 		if o.err = s.checkTableLimit(); o.err != nil {
 			return
 		}
-		t = s.createTable(o.name, o.flag)
+		if t, o.err = s.createTable(o.name, o.flag); o.err != nil {
+			return
+		}
 		o.created = true
 		if o.retention != nil {
 			t.setRetention(*o.retention)
 		}
-		if err := s.st.PutMeta(t.meta); err != nil {
+		if _, err := s.st.PutTable(storeCtx, t.meta); err != nil {
 			o.err = storageErr("create table", err)
 			return
 		}
@@ -152,7 +154,7 @@ func (s *Sequencer) runControl(o *op) {
 	case opCreate, opSetSync:
 		if o.retention != nil {
 			t.setRetention(*o.retention)
-			if err := s.st.PutMeta(t.meta); err != nil {
+			if _, err := s.st.PutTable(storeCtx, t.meta); err != nil {
 				o.err = storageErr("set retention", err)
 				return
 			}
@@ -162,7 +164,7 @@ func (s *Sequencer) runControl(o *op) {
 			if o.flag {
 				t.meta.Epoch++
 			}
-			if err := s.st.PutMeta(t.meta); err != nil {
+			if _, err := s.st.PutTable(storeCtx, t.meta); err != nil {
 				o.err = storageErr("set sync", err)
 				return
 			}
@@ -172,31 +174,28 @@ func (s *Sequencer) runControl(o *op) {
 			t.mu.Unlock()
 		}
 	case opTruncate:
-		old := t.meta.ID
-		nt := newTable(store.TableMeta{
-			Name: t.name, ID: s.st.AllocTableID(), Sync: t.meta.Sync,
-			Epoch: t.meta.Epoch + 1, SeqLease: t.meta.SeqLease, Retention: t.meta.Retention,
-		}, nil)
+		// One store call: the new instance (epoch one higher, x_seq
+		// continuing) replaces the old one, whose data goes.
+		m, err := s.st.TruncateTable(storeCtx, t.meta.ID)
+		if err != nil {
+			o.err = storageErr("truncate", err)
+			return
+		}
+		nt := newTable(m, nil)
 		nt.seq = t.seq
 		nt.pub.seq, nt.pub.watermark = t.seq, t.seq
 		nt.pub.points = t.snapshot().points
 		nt.consumers = t.consumers
-		if err := s.st.PutMeta(nt.meta); err != nil {
-			o.err = storageErr("truncate", err)
-			return
-		}
 		s.mu.Lock()
 		s.tables[t.name] = nt
 		s.mu.Unlock()
 		t.notify()
 		t = nt
-		if err := s.st.DropTableData(old); err != nil {
-			o.err = storageErr("truncate", err)
-			return
-		}
 	case opDrop:
-		tomb := store.TableMeta{Name: t.name, Epoch: t.meta.Epoch, SeqLease: max(t.meta.SeqLease, t.seq), Dropped: true}
-		if err := s.st.PutMeta(tomb); err != nil {
+		// One store call: the tombstone replaces the table, whose data
+		// and consumers go.
+		tomb, err := s.st.DropTable(storeCtx, t.meta.ID)
+		if err != nil {
 			o.err = storageErr("drop", err)
 			return
 		}
@@ -205,19 +204,10 @@ func (s *Sequencer) runControl(o *op) {
 		s.tombstones[t.name] = tomb
 		s.mu.Unlock()
 		t.notify()
+		t.consumers.dropAll()
 		s.m.removedRows.DeleteLabelValues(t.name)
 		s.m.oldestRetained.DeleteLabelValues(t.name)
-		if err := s.pruneTombstones(); err != nil {
-			o.err = err
-			return
-		}
-		if err := t.consumers.dropAll(s.st, t.name); err != nil {
-			o.err = storageErr("drop consumers", err)
-			return
-		}
-		if err := s.st.DropTableData(t.meta.ID); err != nil {
-			o.err = storageErr("drop", err)
-		}
+		o.err = s.pruneTombstones()
 		return
 	}
 	o.status = t.status()
@@ -274,7 +264,11 @@ func (s *Sequencer) runDefine(o *op, exists bool) {
 	if o.err = s.checkTableLimit(); o.err != nil {
 		return
 	}
-	t := s.createTable(o.name, o.flag)
+	t, err := s.createTable(o.name, o.flag)
+	if err != nil {
+		o.err = err
+		return
+	}
 	for _, c := range storeColumns(o.cols) {
 		t.colByName[c.Name] = uint32(len(t.meta.Columns))
 		t.meta.Columns = append(t.meta.Columns, c)
@@ -283,7 +277,7 @@ func (s *Sequencer) runDefine(o *op, exists bool) {
 	t.pub.cols = t.meta.Columns
 	t.mu.Unlock()
 	o.created = true
-	if err := s.st.PutMeta(t.meta); err != nil {
+	if _, err := s.st.PutTable(storeCtx, t.meta); err != nil {
 		o.err = storageErr("create table", err)
 		return
 	}

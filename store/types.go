@@ -89,13 +89,15 @@ type Series struct {
 // (Dropped set, ID 0) so that a re-created table resumes above its epoch and
 // sequence.
 type TableMeta struct {
-	Name     string   `json:"name"`
-	ID       uint64   `json:"id"`
-	Sync     bool     `json:"sync"`
-	Epoch    uint64   `json:"epoch"`
-	SeqLease uint64   `json:"seq_lease"` // no x_seq at or below it may be handed out again
-	Columns  []Column `json:"columns"`
-	Dropped  bool     `json:"dropped,omitempty"`
+	Name  string `json:"name"`
+	ID    uint64 `json:"id"`
+	Sync  bool   `json:"sync"`
+	Epoch uint64 `json:"epoch"`
+	// Seq is the x_seq floor of the name: no number at or below it is
+	// assigned again (the backend's lease, or a tombstone's last number).
+	Seq     uint64   `json:"seq_lease"`
+	Columns []Column `json:"columns"`
+	Dropped bool     `json:"dropped,omitempty"`
 	// Retention, when set, is the table's own retention in nanoseconds
 	// (0: forever); nil follows the server's default.
 	Retention *int64 `json:"retention_ns,omitempty"`
@@ -109,8 +111,11 @@ type TableCommit struct {
 	Meta *TableMeta
 	// NewSeries are dictionary entries first used by these fragments.
 	NewSeries []Series
-	// FirstSeq is the x_seq of Fragments[0], the rest following
-	// consecutively; 0 writes an unsynced block (sync OFF).
+	// Sync asks the backend to assign x_seq numbers to the fragments (the
+	// table's sync is ON); without it they form an unsynced block.
+	Sync bool
+	// FirstSeq is set by Appender.Append: the x_seq of Fragments[0], the
+	// rest following consecutively; 0 for an unsynced block.
 	FirstSeq  uint64
 	Fragments []Fragment
 	// Writes, ascending, are the indexes in Fragments at which the

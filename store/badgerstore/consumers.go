@@ -15,9 +15,9 @@ func consumerPrefix(table string) []byte {
 
 func consumerKey(table, name string) []byte { return append(consumerPrefix(table), name...) }
 
-// PutConsumers durably writes consumer positions, by table name. Safe for
+// putConsumers durably writes consumer positions, by table name. Safe for
 // concurrent use.
-func (db *DB) PutConsumers(byTable map[string][]store.Consumer) error {
+func (db *DB) putConsumers(byTable map[string][]store.Consumer) error {
 	if err := db.checkSpace(); err != nil {
 		return err
 	}
@@ -37,21 +37,16 @@ func (db *DB) PutConsumers(byTable map[string][]store.Consumer) error {
 	return wb.Flush()
 }
 
-// DeleteConsumer forgets one consumer of a table; it is not an error when
+// deleteConsumer forgets one consumer of a table; it is not an error when
 // there is none. Safe for concurrent use.
-func (db *DB) DeleteConsumer(table, name string) error {
+func (db *DB) deleteConsumer(table, name string) error {
 	return db.bdb.Update(func(txn *badger.Txn) error { return txn.Delete(consumerKey(table, name)) })
 }
 
-// DeleteConsumers forgets every consumer of a table (DROP).
-func (db *DB) DeleteConsumers(table string) error {
-	return db.bdb.DropPrefix(consumerPrefix(table))
-}
-
-// LoadConsumers returns the consumers of a table, ordered by name, each
+// loadConsumers returns the consumers of a table, ordered by name, each
 // name read from its key. Table names never contain 0x00 (the feed refuses
 // them), so a table's prefix 'c' name 0x00 covers its consumers only.
-func (db *DB) LoadConsumers(table string) ([]store.Consumer, error) {
+func (db *DB) loadConsumers(table string) ([]store.Consumer, error) {
 	var out []store.Consumer
 	err := db.bdb.View(func(txn *badger.Txn) error {
 		prefix := consumerPrefix(table)
@@ -70,11 +65,11 @@ func (db *DB) LoadConsumers(table string) ([]store.Consumer, error) {
 	return out, err
 }
 
-// SeqTime returns when the server committed the fragment with x_seq seq of
+// seqTime returns when the server committed the fragment with x_seq seq of
 // table instance tid (Unix nanoseconds), or ok=false when no stored block
 // holds seq (e.g. a burned gap or a truncated range: the next stored one
 // answers). Safe for concurrent use.
-func (db *DB) SeqTime(tid, seq uint64) (ts int64, ok bool, err error) {
+func (db *DB) seqTime(tid, seq uint64) (ts int64, ok bool, err error) {
 	err = db.bdb.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSync, tid), PrefetchValues: false})
 		defer it.Close()

@@ -65,7 +65,7 @@ func (db *DB) runGC(interval time.Duration, bytesPerSecond int64) {
 	}
 }
 
-// CollectGarbage runs one value-log garbage collection pass now: it
+// collectGarbage runs one value-log garbage collection pass now: it
 // rewrites, one at a time, every value-log file at least half of which is
 // garbage (values of deleted or rewritten keys, as badger's compactions
 // have counted them), deleting the old file, and waits between two
@@ -73,7 +73,7 @@ func (db *DB) runGC(interval time.Duration, bytesPerSecond int64) {
 // per-second. It returns how many files it rewrote. The file badger is
 // writing to is never rewritten. Safe for concurrent use; passes run one
 // at a time.
-func (db *DB) CollectGarbage() (int, error) { return db.collect(db.gcBytesPerSecond) }
+func (db *DB) collectGarbage() (int, error) { return db.collect(db.gcBytesPerSecond) }
 
 func (db *DB) collect(bytesPerSecond int64) (n int, err error) {
 	if db.gc == nil {

@@ -22,6 +22,7 @@ const (
 	ksDup      = 'd'
 	ksConsumer = 'c'
 	ksRun      = 'r'
+	ksDrop     = 'x'
 )
 
 // layoutVersion is the on-disk layout this build writes; it also reads

@@ -53,7 +53,7 @@ func newLateHarness(tb testing.TB, cfg Config) *lateHarness {
 	}
 	for i := range h.tables {
 		t := &h.tables[i]
-		t.tid = db.AllocTableID()
+		t.tid = db.allocTableID()
 		t.next = make([]int64, lateSeries)
 		for s := range t.next {
 			t.next[s] = 1
@@ -73,7 +73,7 @@ func newLateHarness(tb testing.TB, cfg Config) *lateHarness {
 				commits[i].NewSeries = series
 			}
 		}
-		require.NoError(tb, db.Commit(commits))
+		require.NoError(tb, db.commit(commits))
 	}
 	return h
 }
@@ -133,7 +133,7 @@ func TestLateLookupsBounded(t *testing.T) {
 			h := newLateHarness(t, cfg)
 			before := h.db.stats.load()
 			commits := h.group(n, 100)
-			require.NoError(t, h.db.Commit(commits))
+			require.NoError(t, h.db.commit(commits))
 			after := h.db.stats.load()
 			gets := after.pointGets - before.pointGets
 			seeks := after.runSeeks - before.runSeeks
@@ -188,7 +188,7 @@ func BenchmarkCommitLate(b *testing.B) {
 				b.ReportAllocs()
 				b.ResetTimer()
 				for i := range b.N {
-					if err := h.db.Commit(groups[i]); err != nil {
+					if err := h.db.commit(groups[i]); err != nil {
 						b.Fatal(err)
 					}
 				}
@@ -209,7 +209,7 @@ func TestOverwriteEntriesAfterRestart(t *testing.T) {
 	cfg.UnsafeNoSync = true
 	h := newLateHarness(t, cfg)
 	commits := h.group(2_000, 50)
-	require.NoError(t, h.db.Commit(commits))
+	require.NoError(t, h.db.commit(commits))
 	tid, upto := h.tables[0].tid, h.tables[0].seq
 	before := readAll(t, h.db, tid, 0, upto, 700)
 	gets := h.db.stats.load().pointGets
@@ -224,7 +224,7 @@ func TestOverwriteEntriesAfterRestart(t *testing.T) {
 	// One overwritten point written again: its entry is in memory again.
 	f := commits[0].Fragments[1]
 	f.Fields = []store.Field{intField(3, 42)}
-	require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: upto + 1, Fragments: []store.Fragment{f}, CommitTime: 1}}))
+	require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: upto + 1, Fragments: []store.Fragment{f}, CommitTime: 1}}))
 	after := readAll(t, db, tid, 0, upto+1, 700)
 	require.Len(t, after, len(before)+1)
 	for _, r := range after {
@@ -319,7 +319,7 @@ func TestGapBetweenWrites(t *testing.T) {
 			}
 			frags = append(frags, write(w, col)...)
 		}
-		require.NoError(t, db.Commit([]store.TableCommit{{TableID: st.tid, FirstSeq: st.seq + 1, Fragments: frags, Writes: starts}}))
+		require.NoError(t, db.commit([]store.TableCommit{{TableID: st.tid, FirstSeq: st.seq + 1, Fragments: frags, Writes: starts}}))
 		st.seq += uint64(len(frags))
 	}
 	commit(1, 0, 4) // in order: a run per series and write
@@ -356,7 +356,7 @@ func TestLatePlacementModel(t *testing.T) {
 			db, err := Open(cfg, nil, nil)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, db.Close()) }()
-			tid := db.AllocTableID()
+			tid := db.allocTableID()
 			type write struct {
 				col uint32
 				seq uint64
@@ -400,7 +400,7 @@ func TestLatePlacementModel(t *testing.T) {
 						writes = append(writes, k)
 					}
 				}
-				require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: seq - uint64(n) + 1, Fragments: frags, Writes: writes}}))
+				require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: seq - uint64(n) + 1, Fragments: frags, Writes: writes}}))
 			}
 			rows := readAll(t, db, tid, 0, seq, 97)
 			require.Len(t, rows, int(seq))
@@ -450,7 +450,7 @@ func BenchmarkReadSeqResent(b *testing.B) {
 	for b.Loop() {
 		after, rows := uint64(0), 0
 		for after < seq {
-			require.NoError(b, db.ReadSeq(tid, after, seq, 10_000, func(r *store.Row) error {
+			require.NoError(b, db.readSeq(tid, after, seq, 10_000, func(r *store.Row) error {
 				if len(r.Fields) != 10 || r.Fields[0] != intField(1, 2*r.Time) {
 					return fmt.Errorf("x_seq %d: %d fields", r.Seq, len(r.Fields))
 				}
@@ -505,13 +505,13 @@ func newSeqTable(tb testing.TB) *seqTable {
 	db, err := Open(cfg, nil, nil)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { require.NoError(tb, db.Close()) })
-	return &seqTable{db: db, tid: db.AllocTableID()}
+	return &seqTable{db: db, tid: db.allocTableID()}
 }
 
 // commit writes frags as one block, x_seq following the last.
 func (s *seqTable) commit(tb testing.TB, frags ...store.Fragment) {
 	tb.Helper()
-	require.NoError(tb, s.db.Commit([]store.TableCommit{{TableID: s.tid, FirstSeq: s.seq + 1, Fragments: frags}}))
+	require.NoError(tb, s.db.commit([]store.TableCommit{{TableID: s.tid, FirstSeq: s.seq + 1, Fragments: frags}}))
 	s.seq += uint64(len(frags))
 }
 

@@ -11,7 +11,7 @@ import (
 	"github.com/ingestd/ingestd/store"
 )
 
-// ReadSeq visits, in ascending x_seq, the fragments of table instance tid
+// readSeq visits, in ascending x_seq, the fragments of table instance tid
 // with after < x_seq <= upto, at most limit of them, each as the coalesced
 // row at its (series, ts): the union of every fragment stored there, the
 // later write winning per column. It returns ErrHistoryExpired, before
@@ -19,7 +19,7 @@ import (
 // minus one as its read view sees it. The Row and its Fields are valid only
 // during the call to visit; visit's error stops the read and is returned.
 // Safe for concurrent use with Commit.
-func (db *DB) ReadSeq(tid, after, upto uint64, limit int, visit func(*store.Row) error) error {
+func (db *DB) readSeq(tid, after, upto uint64, limit int, visit func(*store.Row) error) error {
 	if after >= upto || limit <= 0 {
 		return nil
 	}

@@ -24,10 +24,10 @@ const removedSeries = 0
 
 func horizonKey(tid uint64) []byte { return tablePrefix(ksHorizon, tid) }
 
-// Horizon returns table instance tid's history horizon: the lowest x_seq a
+// horizon returns table instance tid's history horizon: the lowest x_seq a
 // drain may still start at (after >= horizon-1). It is 1 while nothing of
 // the instance's history was removed. Safe for concurrent use.
-func (db *DB) Horizon(tid uint64) (uint64, error) {
+func (db *DB) horizon(tid uint64) (uint64, error) {
 	txn := db.bdb.NewTransaction(false)
 	defer txn.Discard()
 	return readHorizon(txn, tid)
@@ -52,14 +52,14 @@ func readHorizon(txn *badger.Txn, tid uint64) (uint64, error) {
 	return max(h, 1), err
 }
 
-// RaiseHorizon durably sets table instance tid's history horizon to h
+// raiseHorizon durably sets table instance tid's history horizon to h
 // when h is above it (drains after < h-1 are refused from then on) and
 // returns the horizon now in force. Sequencer only.
-func (db *DB) RaiseHorizon(tid, h uint64) (uint64, error) {
+func (db *DB) raiseHorizon(tid, h uint64) (uint64, error) {
 	if err := db.checkSpace(); err != nil {
 		return 0, err
 	}
-	cur, err := db.Horizon(tid)
+	cur, err := db.horizon(tid)
 	if err != nil || h <= cur {
 		return cur, err
 	}
@@ -72,7 +72,7 @@ func (db *DB) RaiseHorizon(tid, h uint64) (uint64, error) {
 	return h, nil
 }
 
-// FirstSeqSince returns the first x_seq of the oldest synced block of
+// firstSeqSince returns the first x_seq of the oldest synced block of
 // table instance tid that holds x_seq >= from and was committed at or
 // after cutoff (Unix nanoseconds), looking at most maxBlocks blocks. When
 // every block it looked at is older, it returns the x_seq after the last
@@ -81,7 +81,7 @@ func (db *DB) RaiseHorizon(tid, h uint64) (uint64, error) {
 // is older than cutoff). Commit times are the server's clock at commit, so
 // they ascend with x_seq unless the clock stepped back. Safe for
 // concurrent use.
-func (db *DB) FirstSeqSince(tid, from uint64, cutoff int64, maxBlocks int) (seq uint64, found, more bool, err error) {
+func (db *DB) firstSeqSince(tid, from uint64, cutoff int64, maxBlocks int) (seq uint64, found, more bool, err error) {
 	txn := db.bdb.NewTransaction(false)
 	defer txn.Discard()
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSync, tid)})
@@ -114,7 +114,7 @@ type sweepBlock struct {
 	remove map[uint64]bool
 }
 
-// SweepBefore removes, in one bounded batch, the fragments of table
+// sweepBefore removes, in one bounded batch, the fragments of table
 // instance tid whose time is below cutoff (Unix nanoseconds): at most
 // maxFragments of them, found through the series runs and point-index
 // entries (which only aged points have, ordered by series and time, so the
@@ -128,7 +128,7 @@ type sweepBlock struct {
 // blocks, then the index entries (a repeated sweep finds the entries of
 // fragments already removed and removes them again, idempotently).
 // Sequencer only (it runs between group commits).
-func (db *DB) SweepBefore(tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
+func (db *DB) sweepBefore(tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
 	if err := db.checkSpace(); err != nil {
 		return store.SweepResult{}, err
 	}

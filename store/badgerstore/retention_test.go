@@ -24,7 +24,7 @@ func readPoints(t *testing.T, db *DB, tid uint64) map[pointID]map[uint32]int64 {
 	out := map[pointID]map[uint32]int64{}
 	var cur store.RowCursor
 	for {
-		next, done, err := db.ReadRows(tid, cur, math.MinInt64, math.MaxInt64, 97, func(r *store.Row) error {
+		next, done, err := db.readRows(tid, cur, math.MinInt64, math.MaxInt64, 97, func(r *store.Row) error {
 			id := pointID{r.Series, r.Time}
 			_, dup := out[id]
 			require.False(t, dup, "point %v copied twice", id)
@@ -50,7 +50,7 @@ func readPoints(t *testing.T, db *DB, tid uint64) map[pointID]map[uint32]int64 {
 // retained fragment while one below it is refused.
 func TestSweepRemovesExactlyAged(t *testing.T) {
 	forEachConfig(t, func(t *testing.T, db *DB) {
-		tid := db.AllocTableID()
+		tid := db.allocTableID()
 		rng := rand.New(rand.NewPCG(1, 2))
 		m := sweepModel{points: map[pointID]map[uint32]int64{}, seqTs: map[uint64]int64{}}
 		seq := uint64(0)
@@ -87,7 +87,7 @@ func TestSweepRemovesExactlyAged(t *testing.T) {
 				}
 				seq += uint64(n)
 			}
-			require.NoError(t, db.Commit([]store.TableCommit{tc}))
+			require.NoError(t, db.commit([]store.TableCommit{tc}))
 		}
 		require.Equal(t, m.points, readPoints(t, db, tid))
 
@@ -96,7 +96,7 @@ func TestSweepRemovesExactlyAged(t *testing.T) {
 		var res store.SweepResult
 		for {
 			var err error
-			res, err = db.SweepBefore(tid, cutoff, 40)
+			res, err = db.sweepBefore(tid, cutoff, 40)
 			require.NoError(t, err)
 			removed += res.Removed
 			batches++
@@ -125,7 +125,7 @@ func TestSweepRemovesExactlyAged(t *testing.T) {
 				maxRemoved = max(maxRemoved, s)
 			}
 		}
-		h, err := db.Horizon(tid)
+		h, err := db.horizon(tid)
 		require.NoError(t, err)
 		require.Equal(t, maxRemoved+1, h)
 		require.Equal(t, h, res.Horizon)
@@ -142,11 +142,11 @@ func TestSweepRemovesExactlyAged(t *testing.T) {
 			}
 		}
 		require.Len(t, rows, retained, "a drain from horizon-1 reads every fragment above it")
-		err = db.ReadSeq(tid, h-2, seq, 10, func(*store.Row) error { return nil })
+		err = db.readSeq(tid, h-2, seq, 10, func(*store.Row) error { return nil })
 		require.ErrorIs(t, err, store.ErrHistoryExpired)
 
 		// A second sweep finds nothing; a restart keeps the horizon.
-		res, err = db.SweepBefore(tid, cutoff, 40)
+		res, err = db.sweepBefore(tid, cutoff, 40)
 		require.NoError(t, err)
 		require.Zero(t, res.Removed)
 		require.False(t, res.More)
@@ -163,14 +163,14 @@ func TestSweepIdempotentAfterPartialWrites(t *testing.T) {
 	cfg.MinFreeBytes = 0
 	db, err := Open(cfg, nil, nil)
 	require.NoError(t, err)
-	tid := db.AllocTableID()
+	tid := db.allocTableID()
 	frags := []store.Fragment{}
 	for i := range 200 {
 		frags = append(frags, store.Fragment{Series: 1, Time: int64(i), Fields: []store.Field{intField(1, int64(i))}})
 	}
-	require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}}, Fragments: frags}}))
+	require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}}, Fragments: frags}}))
 	// Overwrite the points 50..59 so they have point-index entries.
-	require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 201, Fragments: frags[50:60]}}))
+	require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: 201, Fragments: frags[50:60]}}))
 	// Simulate a crash after the blocks were rewritten but before the
 	// index entries went: run the block half by hand.
 	view := db.bdb.NewTransaction(false)
@@ -194,7 +194,7 @@ func TestSweepIdempotentAfterPartialWrites(t *testing.T) {
 	db, err = Open(cfg, nil, nil)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
-	res, err := db.SweepBefore(tid, 100, 1000)
+	res, err := db.sweepBefore(tid, 100, 1000)
 	require.NoError(t, err)
 	require.False(t, res.More)
 	require.Equal(t, 10, res.Removed, "only the overwrites in the second block were left to remove")
@@ -223,7 +223,7 @@ func TestCollectGarbageGivesSpaceBack(t *testing.T) {
 	var written int64 // the directory's size once the first round is written
 	rewrites := 0
 	for round := range 8 {
-		tid := db.AllocTableID()
+		tid := db.allocTableID()
 		for c := range 20 {
 			frags := make([]store.Fragment, 5000)
 			for j := range frags {
@@ -235,14 +235,14 @@ func TestCollectGarbageGivesSpaceBack(t *testing.T) {
 				tc.NewSeries = []store.Series{{ID: 1}}
 			}
 			seq += uint64(len(frags))
-			require.NoError(t, db.Commit([]store.TableCommit{tc}))
+			require.NoError(t, db.commit([]store.TableCommit{tc}))
 		}
 		if round == 0 {
 			lsm, vlog := db.diskSize()
 			written = lsm + vlog
 		}
-		require.NoError(t, db.DropTableData(tid))
-		n, err := db.CollectGarbage()
+		require.NoError(t, db.dropTableData(tid))
+		n, err := db.collectGarbage()
 		require.NoError(t, err)
 		rewrites += n
 		lsm, vlog := db.diskSize()

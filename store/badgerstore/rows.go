@@ -47,7 +47,7 @@ func decodeRowPos(c store.RowCursor) (rowPos, error) {
 	return rowPos{Unsynced: vals[0] == 1, Block: vals[1], Index: vals[2]}, nil
 }
 
-// ReadRows visits the points of table instance tid with start <= ts < end
+// readRows visits the points of table instance tid with start <= ts < end
 // from cur on, at most limit of them, each once as its coalesced row: a
 // point written several times is visited at its oldest stored fragment
 // only (a point overwritten while the read goes on may be visited again at
@@ -59,7 +59,7 @@ func decodeRowPos(c store.RowCursor) (rowPos, error) {
 // The Row and its Fields are valid only during visit. Safe for concurrent
 // use with Commit: it reads one consistent view, taken before the first
 // call to visit, so blocks committed meanwhile are not visited.
-func (db *DB) ReadRows(tid uint64, c store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error) {
+func (db *DB) readRows(tid uint64, c store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error) {
 	cur, err := decodeRowPos(c)
 	if err != nil {
 		return nil, false, err

@@ -22,11 +22,11 @@ type tableStatsCache struct {
 	byTID map[uint64]store.TableStats
 }
 
-// TableStats counts what table instance tid holds: one read of every key
+// countTable counts what table instance tid holds: one read of every key
 // of the instance (values are not read, except the few header bytes of each
 // block). A count younger than Config.TableStatsMaxAge is returned as is.
 // Safe for concurrent use; scans run one at a time.
-func (db *DB) TableStats(tid uint64) (store.TableStats, error) {
+func (db *DB) countTable(tid uint64) (store.TableStats, error) {
 	c := &db.tableStats
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -101,9 +101,9 @@ func blockCount(v []byte) (uint64, error) {
 	return count, nil
 }
 
-// FreeBytes reports the free space of the data directory's file system in
+// freeSpace reports the free space of the data directory's file system in
 // bytes (0 for an in-memory store).
-func (db *DB) FreeBytes() (uint64, error) {
+func (db *DB) freeSpace() (uint64, error) {
 	if db.dir == "" || db.lock == nil {
 		return 0, nil
 	}
@@ -119,7 +119,7 @@ type freeCollector struct{ db *DB }
 func (c freeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- freeDesc }
 
 func (c freeCollector) Collect(ch chan<- prometheus.Metric) {
-	if free, err := c.db.FreeBytes(); err == nil {
+	if free, err := c.db.freeSpace(); err == nil {
 		ch <- prometheus.MustNewConstMetric(freeDesc, prometheus.GaugeValue, float64(free))
 	}
 }

@@ -21,22 +21,22 @@ func TestTableStatsMaxAge(t *testing.T) {
 			db, err := Open(cfg, nil, nil)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, db.Close()) }()
-			tid := db.AllocTableID()
+			tid := db.allocTableID()
 			commit := func(first uint64, n int) {
 				frags := make([]store.Fragment, n)
 				for i := range frags {
 					frags[i] = store.Fragment{Series: 1, Time: int64(first) + int64(i), Fields: []store.Field{intField(1, int64(i))}}
 				}
-				require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, NewSeries: []store.Series{{ID: 1}}, FirstSeq: first, Fragments: frags}}))
+				require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, NewSeries: []store.Series{{ID: 1}}, FirstSeq: first, Fragments: frags}}))
 			}
 			commit(1, 3)
-			st, err := db.TableStats(tid)
+			st, err := db.countTable(tid)
 			require.NoError(t, err)
 			require.Equal(t, uint64(3), st.Fragments)
 			require.Equal(t, uint64(1), st.Series)
 
 			commit(4, 2000) // a block above the value threshold: in the value log
-			again, err := db.TableStats(tid)
+			again, err := db.countTable(tid)
 			require.NoError(t, err)
 			if maxAge == 0 {
 				require.Equal(t, uint64(2003), again.Fragments)

@@ -162,6 +162,14 @@ type DB struct {
 	mu     sync.Mutex             // guards tables
 	tables map[uint64]*tableState // by table instance id
 
+	// closeMu's read side is held by every call of the store.Backend
+	// contract, its write side by Close to set closed (see enter).
+	closeMu sync.RWMutex
+	closed  bool
+
+	// leaseExtensions counts durable x_seq lease extensions.
+	leaseExtensions prometheus.Counter
+
 	stats lookupStats
 
 	// gc is the value-log collector (nil in memory); gcBytesPerSecond is
@@ -175,6 +183,14 @@ type DB struct {
 
 // tableState is the store's in-memory state of one table instance.
 type tableState struct {
+	// meta is a live instance's metadata as last written, live is set
+	// while it is (not truncated or dropped), seq is the highest x_seq
+	// assigned to it and lease the highest durably reserved (Seq as
+	// stored); writer only.
+	meta       store.TableMeta
+	live       bool
+	seq, lease uint64
+
 	// maxTs is each series' highest stored timestamp, for series whose
 	// maximum is known; touched by Commit only.
 	maxTs map[uint64]int64
@@ -202,7 +218,10 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		logger = slog.New(slog.DiscardHandler)
 	}
 	db := &DB{logger: logger.With("component", "store"), tables: map[uint64]*tableState{}, dir: cfg.Dir, freeBytes: freeBytes,
-		statsMaxAge: cfg.TableStatsMaxAge, tableStats: tableStatsCache{byTID: map[uint64]store.TableStats{}}}
+		statsMaxAge: cfg.TableStatsMaxAge, tableStats: tableStatsCache{byTID: map[uint64]store.TableStats{}},
+		leaseExtensions: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_feed_seq_lease_extensions_total", Help: "Durable x_seq lease extensions.",
+		})}
 	opts := badger.DefaultOptions(cfg.Dir)
 	if cfg.InMemory {
 		opts = badger.DefaultOptions("").WithInMemory(true)
@@ -246,6 +265,9 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 	if err := db.load(); err != nil {
 		return nil, errors.Join(err, db.bdb.Close())
 	}
+	if err := db.loadInstances(); err != nil {
+		return nil, errors.Join(err, db.bdb.Close())
+	}
 	if !cfg.InMemory {
 		db.gc, db.gcBytesPerSecond = newGCState(), cfg.GCMaxBytesPerSecond
 		if reg != nil {
@@ -258,7 +280,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(sizeCollector{db}, statsCollector{db}, freeCollector{db})
+		reg.MustRegister(sizeCollector{db}, statsCollector{db}, freeCollector{db}, db.leaseExtensions)
 	}
 	return db, nil
 }
@@ -396,6 +418,45 @@ func (db *DB) load() error {
 	})
 }
 
+// loadInstances finishes the removal of every instance marked for it (a
+// TRUNCATE or DROP the process did not finish) and starts each live
+// table's x_seq counter at its lease.
+func (db *DB) loadInstances() error {
+	var marked []uint64
+	err := db.bdb.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{ksDrop}})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			k := it.Item().Key()
+			if len(k) != 9 {
+				return &store.CorruptionError{Key: it.Item().KeyCopy(nil), Err: errShort}
+			}
+			marked = append(marked, binary.BigEndian.Uint64(k[1:]))
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	for _, tid := range marked {
+		if err := db.dropInstance(tid); err != nil {
+			return fmt.Errorf("finish removing table instance %d: %w", tid, err)
+		}
+		db.logger.Info("finished removing a truncated or dropped table instance", "instance", tid)
+	}
+	metas, err := db.loadTables()
+	if err != nil {
+		return err
+	}
+	for _, m := range metas {
+		if !m.Dropped {
+			st := db.tableLocked(m.ID)
+			st.meta, st.live, st.seq, st.lease = m, true, m.Seq, m.Seq
+		}
+	}
+	return nil
+}
+
 // tableLocked returns the state of instance tid, creating it.
 // db.mu must be held, or the caller must be the only user (Open).
 func (db *DB) tableLocked(tid uint64) *tableState {
@@ -413,23 +474,10 @@ func (db *DB) table(tid uint64) *tableState {
 	return db.tableLocked(tid)
 }
 
-// Close flushes and closes the database and releases the directory lock.
-func (db *DB) Close() error {
-	if db.gc != nil {
-		close(db.gc.stop)
-		<-db.gc.done
-	}
-	err := db.bdb.Close()
-	if db.lock != nil {
-		err = errors.Join(err, db.lock.Close())
-	}
-	return err
-}
-
-// LoadTables returns every table's metadata, tombstones included, ordered
+// loadTables returns every table's metadata, tombstones included, ordered
 // by name. Each name is read from its key, so it is exactly the name
-// PutMeta was given.
-func (db *DB) LoadTables() ([]store.TableMeta, error) {
+// putMeta was given.
+func (db *DB) loadTables() ([]store.TableMeta, error) {
 	var metas []store.TableMeta
 	err := db.bdb.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{ksMeta}, PrefetchValues: true})
@@ -450,17 +498,17 @@ func (db *DB) LoadTables() ([]store.TableMeta, error) {
 	return metas, err
 }
 
-// AllocTableID returns a table instance id never returned before, also
+// allocTableID returns a table instance id never returned before, also
 // across restarts: ids are persisted with the metadata that uses them.
 // Sequencer only.
-func (db *DB) AllocTableID() uint64 {
+func (db *DB) allocTableID() uint64 {
 	db.nextTID++
 	return db.nextTID - 1
 }
 
-// LoadSeries returns the series dictionary of table instance tid, ordered by
+// loadSeries returns the series dictionary of table instance tid, ordered by
 // series id.
-func (db *DB) LoadSeries(tid uint64) ([]store.Series, error) {
+func (db *DB) loadSeries(tid uint64) ([]store.Series, error) {
 	var out []store.Series
 	err := db.bdb.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSeries, tid), PrefetchValues: true})
@@ -482,9 +530,9 @@ func (db *DB) LoadSeries(tid uint64) ([]store.Series, error) {
 	return out, err
 }
 
-// PutMeta durably writes one table's metadata (and the instance id
+// putMeta durably writes one table's metadata (and the instance id
 // high-water) in its own transaction.
-func (db *DB) PutMeta(m store.TableMeta) error {
+func (db *DB) putMeta(m store.TableMeta) error {
 	if err := db.checkSpace(); err != nil {
 		return err
 	}
@@ -496,15 +544,9 @@ func (db *DB) PutMeta(m store.TableMeta) error {
 	return w.txn.Commit()
 }
 
-// DeleteMeta durably deletes a table's metadata (a pruned tombstone); it
-// is not an error when there is none.
-func (db *DB) DeleteMeta(name string) error {
-	return db.bdb.Update(func(txn *badger.Txn) error { return txn.Delete(metaKey(name)) })
-}
-
-// DropTableData deletes every fragment, series and index entry of table
+// dropTableData deletes every fragment, series and index entry of table
 // instance tid. It blocks writes while it runs (badger DropPrefix).
-func (db *DB) DropTableData(tid uint64) error {
+func (db *DB) dropTableData(tid uint64) error {
 	db.mu.Lock()
 	delete(db.tables, tid)
 	db.mu.Unlock()
@@ -513,7 +555,7 @@ func (db *DB) DropTableData(tid uint64) error {
 		horizonKey(tid))
 }
 
-// Commit durably writes the given table commits: per table, metadata and
+// commit durably writes the given table commits: per table, metadata and
 // series first, then the point index, then the table's block. It returns
 // once everything is fsynced (unless UnsafeNoSync). A commit larger than
 // one badger transaction is split into several, committed in order; a
@@ -522,7 +564,7 @@ func (db *DB) DropTableData(tid uint64) error {
 // skip (the sequence lease accounts for the lost numbers).
 // It returns ErrDiskFull, having written nothing, when the data directory's
 // file system has less than Config.MinFreeBytes free.
-func (db *DB) Commit(commits []store.TableCommit) error {
+func (db *DB) commit(commits []store.TableCommit) error {
 	if err := db.checkSpace(); err != nil {
 		return err
 	}
@@ -562,12 +604,16 @@ func (w *committer) set(k, v []byte) error {
 }
 
 func (w *committer) table(tc *store.TableCommit) error {
+	st := w.db.table(tc.TableID)
 	if tc.Meta != nil {
-		if err := w.putMeta(tc.Meta); err != nil {
+		m := *tc.Meta
+		if st.live {
+			m.Seq = max(m.Seq, st.lease)
+		}
+		if err := w.putMeta(&m); err != nil {
 			return err
 		}
 	}
-	st := w.db.table(tc.TableID)
 	w.look.table(tc.TableID)
 	for _, s := range tc.NewSeries {
 		if err := w.set(tableKey(ksSeries, tc.TableID, s.ID), appendSeries(nil, s.Tags)); err != nil {

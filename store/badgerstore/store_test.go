@@ -54,7 +54,7 @@ func readAll(t *testing.T, db *DB, tid, after, upto uint64, limit int) []store.R
 	var out []store.Row
 	for {
 		n := 0
-		err := db.ReadSeq(tid, after, upto, limit, func(r *store.Row) error {
+		err := db.readSeq(tid, after, upto, limit, func(r *store.Row) error {
 			c := *r
 			c.Fields = append([]store.Field(nil), r.Fields...)
 			out = append(out, c)
@@ -71,7 +71,7 @@ func readAll(t *testing.T, db *DB, tid, after, upto uint64, limit int) []store.R
 
 func TestReadSeqAcrossBlocks(t *testing.T) {
 	forEachConfig(t, func(t *testing.T, db *DB) {
-		tid := db.AllocTableID()
+		tid := db.allocTableID()
 		series := []store.Series{{ID: 1, Tags: []store.Field{{Col: 0, Value: store.Value{Kind: store.KindTag, Str: "a"}}}}}
 		seq := uint64(0)
 		// Blocks of 1, 200 and 70 fragments: pages must cross the skip
@@ -85,7 +85,7 @@ func TestReadSeqAcrossBlocks(t *testing.T) {
 			if i == 0 {
 				tc.NewSeries = series
 			}
-			require.NoError(t, db.Commit([]store.TableCommit{tc}))
+			require.NoError(t, db.commit([]store.TableCommit{tc}))
 			seq += uint64(n)
 		}
 		for _, limit := range []int{1, 7, 64, 65, 1000} {
@@ -110,17 +110,17 @@ func TestReadSeqAcrossBlocks(t *testing.T) {
 
 func TestCoalesceOverwrites(t *testing.T) {
 	forEachConfig(t, func(t *testing.T, db *DB) {
-		tid := db.AllocTableID()
+		tid := db.allocTableID()
 		// An unsynced fragment, then two synced ones at the same point (one
 		// in the same commit as a late point of another series).
-		require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, NewSeries: []store.Series{{ID: 1}, {ID: 2}},
+		require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, NewSeries: []store.Series{{ID: 1}, {ID: 2}},
 			Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{intField(1, 1), intField(2, 2)}}}}}))
-		require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, Fragments: []store.Fragment{
+		require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, Fragments: []store.Fragment{
 			{Series: 2, Time: 100, Fields: []store.Field{intField(1, 9)}},
 			{Series: 1, Time: 100, Fields: []store.Field{intField(2, 20)}},
 			{Series: 1, Time: 50, Fields: []store.Field{intField(3, 5)}},
 		}}}))
-		require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 4, Fragments: []store.Fragment{
+		require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: 4, Fragments: []store.Fragment{
 			{Series: 1, Time: 100, Fields: []store.Field{intField(3, 30)}},
 			{Series: 1, Time: 100, Fields: []store.Field{intField(1, 10)}},
 		}}}))
@@ -137,7 +137,7 @@ func TestCoalesceOverwrites(t *testing.T) {
 
 func TestValueKindsRoundTrip(t *testing.T) {
 	forEachConfig(t, func(t *testing.T, db *DB) {
-		tid := db.AllocTableID()
+		tid := db.allocTableID()
 		fields := []store.Field{
 			{Col: 1, Value: store.Value{Kind: store.KindFloat, Num: math.Float64bits(-1.5e300)}},
 			{Col: 2, Value: store.Value{Kind: store.KindInt, Num: 1 << 63}},
@@ -146,7 +146,7 @@ func TestValueKindsRoundTrip(t *testing.T) {
 			{Col: 5, Value: store.Value{Kind: store.KindBool, Num: 1}},
 			{Col: 6, Value: store.Value{Kind: store.KindString, Str: ""}},
 		}
-		require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}},
+		require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}},
 			Fragments: []store.Fragment{{Series: 1, Time: math.MinInt64 + 1, Fields: fields}}}}))
 		rows := readAll(t, db, tid, 0, 1, 10)
 		require.Len(t, rows, 1)
@@ -161,27 +161,27 @@ func TestMetaSeriesAndDrop(t *testing.T) {
 	cfg.Dir = dir
 	db, err := Open(cfg, nil, nil)
 	require.NoError(t, err)
-	tid := db.AllocTableID()
-	meta := store.TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1, SeqLease: 10, Columns: []store.Column{{Name: "host", Kind: store.KindTag}, {Name: "v", Kind: store.KindInt}}}
+	tid := db.allocTableID()
+	meta := store.TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1, Seq: 10, Columns: []store.Column{{Name: "host", Kind: store.KindTag}, {Name: "v", Kind: store.KindInt}}}
 	tags := []store.Field{{Col: 0, Value: store.Value{Kind: store.KindTag, Str: "a,b=c d"}}}
-	require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, Meta: &meta, NewSeries: []store.Series{{ID: 1, Tags: tags}},
+	require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, Meta: &meta, NewSeries: []store.Series{{ID: 1, Tags: tags}},
 		FirstSeq: 1, Fragments: []store.Fragment{{Series: 1, Time: 1, Fields: []store.Field{intField(1, 1)}}}}}))
 	require.NoError(t, db.Close())
 
 	db, err = Open(cfg, nil, nil)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
-	metas, err := db.LoadTables()
+	metas, err := db.loadTables()
 	require.NoError(t, err)
 	require.Equal(t, []store.TableMeta{meta}, metas)
-	series, err := db.LoadSeries(tid)
+	series, err := db.loadSeries(tid)
 	require.NoError(t, err)
 	require.Equal(t, []store.Series{{ID: 1, Tags: tags}}, series)
-	require.Greater(t, db.AllocTableID(), tid, "table ids are not reused after a restart")
+	require.Greater(t, db.allocTableID(), tid, "table ids are not reused after a restart")
 
-	require.NoError(t, db.DropTableData(tid))
+	require.NoError(t, db.dropTableData(tid))
 	require.Empty(t, readAll(t, db, tid, 0, 1, 10))
-	series, err = db.LoadSeries(tid)
+	series, err = db.loadSeries(tid)
 	require.NoError(t, err)
 	require.Empty(t, series)
 }
@@ -243,15 +243,15 @@ func TestDiskFull(t *testing.T) {
 		require.Equal(t, cfg.Dir, dir)
 		return free, nil
 	}
-	tid := db.AllocTableID()
-	meta := store.TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1, SeqLease: 10}
+	tid := db.allocTableID()
+	meta := store.TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1, Seq: 10}
 	commit := []store.TableCommit{{TableID: tid, Meta: &meta, NewSeries: []store.Series{{ID: 1}},
 		FirstSeq: 1, Fragments: []store.Fragment{{Series: 1, Time: 1, Fields: []store.Field{intField(1, 1)}}}}}
 	writes := map[string]func() error{
-		"commit": func() error { return db.Commit(commit) },
-		"meta":   func() error { return db.PutMeta(meta) },
+		"commit": func() error { return db.commit(commit) },
+		"meta":   func() error { return db.putMeta(meta) },
 		"consumers": func() error {
-			return db.PutConsumers(map[string][]store.Consumer{"t": {{Name: "c", Epoch: 1, Position: 1}}})
+			return db.putConsumers(map[string][]store.Consumer{"t": {{Name: "c", Epoch: 1, Position: 1}}})
 		},
 	}
 	for name, write := range writes {
@@ -259,7 +259,7 @@ func TestDiskFull(t *testing.T) {
 		require.ErrorIs(t, err, store.ErrDiskFull, name)
 		require.ErrorContains(t, err, "1048575 bytes free", name)
 	}
-	metas, err := db.LoadTables()
+	metas, err := db.loadTables()
 	require.NoError(t, err)
 	require.Empty(t, metas, "a refused write writes nothing")
 	require.Empty(t, readAll(t, db, tid, 0, 1, 10))
@@ -299,8 +299,8 @@ func TestOpenWithEmptyLogs(t *testing.T) {
 			cfg.Dir = t.TempDir()
 			db, err := Open(cfg, nil, nil)
 			require.NoError(t, err)
-			tid := db.AllocTableID()
-			require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}},
+			tid := db.allocTableID()
+			require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}},
 				Fragments: []store.Fragment{{Series: 1, Time: 1, Fields: []store.Field{intField(1, 7)}}}}}))
 			require.NoError(t, db.Close())
 			for _, f := range files {
@@ -331,7 +331,7 @@ func TestTornSplitCommit(t *testing.T) {
 			cfg.Dir = t.TempDir()
 			db, err := Open(cfg, nil, nil)
 			require.NoError(t, err)
-			tid := db.AllocTableID()
+			tid := db.allocTableID()
 			seq := func(n uint64) uint64 {
 				if tc.firstSeq == 0 {
 					return 0
@@ -339,11 +339,11 @@ func TestTornSplitCommit(t *testing.T) {
 				return n
 			}
 			// Two fragments at point (1, 100), then a third whose block is lost.
-			require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: seq(1), NewSeries: []store.Series{{ID: 1}},
+			require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: seq(1), NewSeries: []store.Series{{ID: 1}},
 				Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{intField(1, 1)}}}}}))
-			require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: seq(2),
+			require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: seq(2),
 				Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{intField(2, 2)}}}}}))
-			require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: seq(3),
+			require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: seq(3),
 				Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{intField(1, 9), intField(3, 3)}}}}}))
 			lost := tableKey(ksUnsync, tid, 2)
 			if tc.firstSeq != 0 {
@@ -357,7 +357,7 @@ func TestTornSplitCommit(t *testing.T) {
 			defer func() { require.NoError(t, db.Close()) }()
 			want := []store.Field{intField(1, 1), intField(2, 2)}
 			var got [][]store.Field
-			_, done, err := db.ReadRows(tid, nil, math.MinInt64, math.MaxInt64, 10, func(r *store.Row) error {
+			_, done, err := db.readRows(tid, nil, math.MinInt64, math.MaxInt64, 10, func(r *store.Row) error {
 				got = append(got, append([]store.Field(nil), r.Fields...))
 				return nil
 			})
@@ -372,7 +372,7 @@ func TestTornSplitCommit(t *testing.T) {
 				require.Len(t, rows, 2)
 				require.ElementsMatch(t, want, rows[1].Fields)
 				// A later block does not make the lost reference resolve.
-				require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 70000,
+				require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: 70000,
 					Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{intField(4, 4)}}}}}))
 				rows = readAll(t, db, tid, 0, 70000, 10)
 				require.Len(t, rows, 3)
@@ -391,8 +391,8 @@ func TestSeriesRuns(t *testing.T) {
 	cfg.Dir = t.TempDir()
 	db, err := Open(cfg, nil, nil)
 	require.NoError(t, err)
-	tid := db.AllocTableID()
-	require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}, {ID: 2}}, Fragments: []store.Fragment{
+	tid := db.allocTableID()
+	require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}, {ID: 2}}, Fragments: []store.Fragment{
 		{Series: 1, Time: 10, Fields: []store.Field{intField(1, 1)}},
 		{Series: 2, Time: 10, Fields: []store.Field{intField(1, 2)}},
 		{Series: 1, Time: 20, Fields: []store.Field{intField(1, 3)}},
@@ -403,7 +403,7 @@ func TestSeriesRuns(t *testing.T) {
 	db, err = Open(cfg, nil, nil)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
-	require.NoError(t, db.Commit([]store.TableCommit{{TableID: tid, FirstSeq: 5, Fragments: []store.Fragment{
+	require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: 5, Fragments: []store.Fragment{
 		{Series: 1, Time: 20, Fields: []store.Field{intField(2, 5)}}, // repeat of a run point, after a restart
 		{Series: 2, Time: 5, Fields: []store.Field{intField(1, 6)}},  // late and new
 		{Series: 1, Time: 30, Fields: []store.Field{intField(1, 7)}}, // in order again
@@ -468,20 +468,20 @@ func TestNamesFromKeys(t *testing.T) {
 	forEachConfig(t, func(t *testing.T, db *DB) {
 		names := []string{"\xff", "\uFFFD", "a", "a\xfe"}
 		for i, n := range names {
-			require.NoError(t, db.PutMeta(store.TableMeta{Name: n, ID: uint64(i + 1), Epoch: uint64(i)}))
+			require.NoError(t, db.putMeta(store.TableMeta{Name: n, ID: uint64(i + 1), Epoch: uint64(i)}))
 		}
-		require.NoError(t, db.PutConsumers(map[string][]store.Consumer{"a": {{Name: "\xff", Position: 1}, {Name: "\uFFFD", Position: 2}}}))
-		metas, err := db.LoadTables()
+		require.NoError(t, db.putConsumers(map[string][]store.Consumer{"a": {{Name: "\xff", Position: 1}, {Name: "\uFFFD", Position: 2}}}))
+		metas, err := db.loadTables()
 		require.NoError(t, err)
 		got := map[string]uint64{}
 		for _, m := range metas {
 			got[m.Name] = m.ID
 		}
 		require.Equal(t, map[string]uint64{"\xff": 1, "\uFFFD": 2, "a": 3, "a\xfe": 4}, got)
-		cs, err := db.LoadConsumers("a")
+		cs, err := db.loadConsumers("a")
 		require.NoError(t, err)
 		require.Equal(t, []store.Consumer{{Name: "\uFFFD", Position: 2}, {Name: "\xff", Position: 1}}, cs, "ordered by name bytes")
-		cs, err = db.LoadConsumers("a\xfe")
+		cs, err = db.loadConsumers("a\xfe")
 		require.NoError(t, err)
 		require.Empty(t, cs, "a table's consumer prefix covers no other table's")
 	})
