@@ -23,9 +23,11 @@ func TestImportDirection(t *testing.T) {
 		"store": {},
 		// The badger backend implements the contract of store.
 		"store/badgerstore": {"store"},
-		"feed":              {"store"},
-		"ilp":               {"feed"},
-		"httpapi":           {"feed", "httpapi/sql", "httpapi/auth"},
+		// The contract suite every backend runs from its tests.
+		"store/storetest": {"store"},
+		"feed":            {"store"},
+		"ilp":             {"feed"},
+		"httpapi":         {"feed", "httpapi/sql", "httpapi/auth"},
 		// The SQL parser is pure: it borrows only the feed's column kinds
 		// and its quoting of input in messages.
 		"httpapi/sql": {"feed"},
@@ -89,7 +91,7 @@ func TestEveryPackageIsChecked(t *testing.T) {
 			}
 		}
 	}
-	known := map[string]bool{"store": true, "store/badgerstore": true, "feed": true, "ilp": true, "httpapi": true, "httpapi/sql": true, "httpapi/auth": true, "httpapi/client": true, "cmd/ingestd": true, "cmd/ingestd/crashtest": true,
+	known := map[string]bool{"store": true, "store/badgerstore": true, "store/storetest": true, "feed": true, "ilp": true, "httpapi": true, "httpapi/sql": true, "httpapi/auth": true, "httpapi/client": true, "cmd/ingestd": true, "cmd/ingestd/crashtest": true,
 		"cmd/ingestd/cli": true, "cmd/ingestd/mirror": true, "cmd/ingestd/bench": true}
 	for _, d := range dirs {
 		require.True(t, known[d], "package %s has no import-direction rule in TestImportDirection", d)

@@ -1,0 +1,203 @@
+// Package badgerstore is the store.Backend of one machine: fragments,
+// table metadata and the series dictionary in an embedded badger database.
+// It is the only package that imports badger (imports_test.go), and it
+// passes the contract suite store/storetest on disk and in memory.
+//
+// # Lifecycle
+//
+// Open takes the data directory's lock (a second process on the same
+// directory gets store.ErrLocked at once); Append and the DDL calls are
+// made by exactly one goroutine (the feed's sequencer); reads (ReadSeq,
+// ReadRows, LoadTables, LoadSeries, …) may run concurrently with it from
+// any goroutine; Close waits for the calls in flight, records each live
+// table's exact x_seq as its lease, flushes and releases the directory,
+// and every call after it returns store.ErrClosed. Nothing above this
+// package sees a badger type or error.
+//
+// # x_seq
+//
+// Append assigns each synced table's numbers from an in-memory counter
+// under a durable lease: when a commit would pass the lease, the table's
+// metadata with a lease 64 Ki numbers higher is fsynced first (one
+// transaction for every table extended;
+// ingestd_feed_seq_lease_extensions_total counts them), before the
+// numbers are handed out. A crash resumes above the lease (burning the
+// unused rest, a gap the cursor steps over); a clean Close lowers each
+// lease to the exact number, so a restart burns nothing.
+//
+// # DDL
+//
+// TruncateTable and DropTable write, in one transaction, the metadata that
+// ends the instance (the new instance, or the tombstone, plus the deletion
+// of the name's consumers on DROP) and a drop mark 'x' tid; then the
+// instance's keys go (badger DropPrefix, not transactional) and the mark
+// with them. Open finishes every marked removal a crash interrupted, so a
+// TRUNCATE or DROP is whole or not at all. (The mark is an addition an
+// older build ignores, leaving the old instance's keys unreferenced as it
+// always did: no layout version bump.)
+//
+// # Key layout
+//
+// Every key starts with a one-byte keyspace tag. Integers are 8-byte
+// big-endian so that byte order is numeric order; timestamps are stored with
+// the sign bit flipped so that negative times sort before positive ones.
+//
+//	'm' name                      -> table meta (JSON): instance id, sync, epoch, seq lease, columns
+//	'n'                           -> next table instance id and next unsynced block number
+//	's' tid sid                   -> series: the tag set as (column, value) pairs
+//	'l' tid lastSeq               -> sync block: the fragments a commit wrote to the table, x_seq firstSeq..lastSeq
+//	'u' tid blockNo               -> unsynced block: fragments written while sync was OFF (no x_seq)
+//	'r' tid sid firstTs           -> series run: fragments of one series in one block, in time order (times and block indexes)
+//	'p' tid sid ts                -> point index: references to every fragment at (series, ts), in write order,
+//	                                 for points not proven new by their series' high-water time
+//	'd' tid sid ts                -> overwrite marker: (series, ts) holds more than one fragment
+//	'c' name 0x00 consumer        -> a named consumer's acknowledged position (JSON)
+//	'h' tid                       -> the instance's feed history horizon (uvarint; absent: 1)
+//	'x' tid                       -> drop mark: the instance's keys are being removed (empty value)
+//
+// Consumers are keyed by table name, not instance: they outlive TRUNCATE
+// (their epoch then tells them apart) and go with DROP.
+//
+// tid is a table instance id: TRUNCATE and DROP give the table a new one and
+// drop every key of the old one, so no scan ever filters dead data.
+//
+// # Why it is fast
+//
+// One commit writes one block per table, not one entry per line: a block is
+// a single large value that badger appends to its value log, so the LSM tree
+// only sees one small key per block, one or two series runs per series in
+// the block and, only for points that are repeated (or late outside a gap,
+// see below), one point-index entry each. A point whose time is above its
+// series' highest stored time (kept in memory, looked up once per series
+// and process) is new by construction: it joins its series' run and costs
+// no index entry and no lookup. An existing
+// point gets a point-index entry listing all its fragments and an overwrite
+// marker, which makes a drain merge that point's fragments and nothing else.
+// A drain is a forward seek to the block holding after+1 followed by
+// sequential decoding of whole blocks: no per-row lookups.
+//
+// # Late points
+//
+// A point at or below its series' highest stored time (late, repeated,
+// backfilled, or from a writer whose batch of the same series committed
+// first) is placed as follows, in order, stopping at the first hit:
+//
+//  1. the points of the same block already placed (a map): free;
+//  2. a gap run: when the point lies below the series' in-order run of
+//     this block and in an interval where earlier commits stored nothing
+//     of the series (between two stored runs, above the last point-index
+//     entry there), it is new without a look-up and joins the series' gap
+//     run of this block, a run like any other, as long as its time is
+//     above the run's last (at most 16 gap runs per series and block;
+//     points beyond them take steps 3–5). The interval is found once per
+//     series, gap and commit (a reverse and a forward seek among runs, a reverse seek
+//     among point-index entries; none when the series' last decoded run
+//     spans the point) and reused by the series' following late points.
+//     This is the path of backfills and of concurrent writers' batches
+//     of one stream landing out of order: a few seeks and one run key per
+//     series and commit instead of a get, a seek and an index entry per
+//     point;
+//  3. the point index as stored by earlier commits: one get;
+//  4. the series' run in the block being written (binary search): free;
+//  5. the series' stored runs: runs are disjoint and ascending, so the run
+//     with the greatest first time at or below the point's time is the
+//     only one that can hold it: one reverse seek, then a binary search in
+//     the decoded run. The last run decoded per series is kept for the
+//     commit, so the late points of a resend or a backfill, which fall in
+//     the same runs in order, mostly cost no seek at all.
+//
+// Points placed by steps 3–5 get a point-index entry (and an overwrite
+// marker when something was found). Runs stay disjoint: a gap holds no
+// stored run, two gaps of a series are disjoint or the same, and the
+// in-order points a block adds later lie above every gap found before
+// them.
+//
+// So a late point costs at most one get and four seeks, whatever the size
+// of the commit and whatever else it holds, and a new late point in a gap
+// nothing after the first of its series. Steps 2, 3 and 5 read a read-only
+// view opened once per commit, with three iterators reused by seeking,
+// never the commit's own write transaction: badger builds an
+// iterator over a write transaction by sorting all its pending writes, so a
+// lookup there cost O(size of the commit) and a commit of N late points
+// O(N²). The view lacks nothing a lookup needs, because a commit holds at
+// most one block per table and what that block places is known in memory
+// (steps 1, 2 and 4). ingestd_store_index_reads_total counts the reads by
+// kind; TestLateLookupsBounded proves the bound, TestGapRuns the cost of
+// backfills and interleaved commits, and BenchmarkCommitLate measures the
+// cost per point at several commit sizes.
+//
+// A run value is a kind byte ('L': synced, then uvarint first x_seq of the
+// block; 'U': unsynced, then uvarint block number), uvarint count, and count
+// pairs of uvarint time delta (the first from the key's firstTs) and uvarint
+// block-index delta.
+//
+// # Block encoding
+//
+// A block is uvarint firstSeq (0 in unsynced blocks), varint commit time
+// (Unix nanoseconds: when the server committed it, for consumer lag in
+// seconds), uvarint count, a skip
+// index (uvarint n = ceil(count/64), then n uvarint byte offsets of fragments
+// 0, 64, 128, … into the body), then the body: count fragments, each uvarint sid, varint ts, uvarint nfields and nfields
+// times (uvarint column, kind byte, value) where a float is 8 bytes
+// little-endian IEEE 754, an integer a zig-zag varint, an unsigned integer
+// a uvarint, a string a uvarint length and its bytes, a boolean one byte.
+//
+// # Retention and the history horizon
+//
+// SweepBefore removes the fragments older than a cutoff in bounded
+// batches. It finds them through the indexes, which hold every fragment
+// by (series, time): the series runs (in-order fragments) and the
+// point-index entries (late and repeated ones), both keyed ks tid sid ts,
+// so per series the aged entries come first and one seek skips the rest.
+// A removed fragment is not cut out of its block: the block is rewritten
+// with the fragment replaced by a placeholder (series 0, which no written
+// fragment has, time 0, no fields), so that the x_seq numbers and block
+// indexes of every other fragment, which runs and point entries refer to,
+// stay valid; a block left with placeholders only is deleted. Aged run
+// entries go (a shortened run is stored again under its new first time),
+// aged point-index entries and overwrite markers go, and the overwrite
+// set in memory forgets them.
+//
+// The history horizon of an instance is the lowest x_seq a drain may
+// still start at (after >= horizon-1). It only rises: the feed raises it
+// for --feed-history, and every sweep batch raises it above the highest
+// x_seq it removes, because a drain must never pass a removed fragment in
+// silence. ReadSeq reads the horizon in its own read view and refuses a
+// read below it (store.ErrHistoryExpired), and meeting a placeholder above its
+// start is refused the same way, which the order of a batch's writes
+// makes impossible: (1) the horizon, (2) the rewritten blocks, (3) the
+// new runs, then the deletion of the old runs and point entries. A batch
+// larger than one transaction commits in that order, so a crash at any
+// point leaves a prefix: the horizon may be raised with nothing removed
+// yet (drains are refused a little early, never skip), blocks may hold
+// placeholders whose index entries remain (the next sweep finds them,
+// "removes" them again, which changes nothing, and deletes the entries).
+// A crash never loses a retained fragment, because only fragments older
+// than the cutoff are ever named. The copy by time range (ReadRows) and
+// coalescing skip placeholders. TRUNCATE and DROP drop the horizon with
+// the instance, so a new instance starts at 1.
+//
+// # Space given back
+//
+// Blocks live in badger's value log, which only a value-log garbage
+// collection shrinks: badger's compactions count the bytes of deleted and
+// overwritten values per value-log file, and RunValueLogGC rewrites a
+// file at least half garbage (copying its live values forward) and
+// deletes it. CollectGarbage runs such passes, one file at a time,
+// pausing after each as long as rewriting that file takes at
+// --store-gc-max-bytes-per-second; a background loop calls it every
+// --store-gc-interval. badger never collects the file it is writing, so
+// --store-value-log-max-entries (256 values) starts a new file sooner than
+// the 256 MiB size limit would: this bounds the garbage the newest file
+// can hold. ingestd_store_size_bytes walks the data directory at every
+// scrape and reports allocated blocks (badger preallocates value-log
+// files sparsely, so their length says nothing).
+//
+// # Version rule
+//
+// The layout is version 2, recorded under 'v'. Version 1 (no series runs:
+// every point had a point-index entry) is read as is, version 2's rules
+// finding every point through its entry, and its mark is upgraded. A newer
+// version is refused with store.ErrVersion; a change to the layout bumps the
+// version and ships a migration.
+package badgerstore
