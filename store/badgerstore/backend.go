@@ -176,8 +176,6 @@ func (db *DB) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta, e
 	}
 	m := store.TableMeta{Name: old.meta.Name, ID: db.allocTableID(), Sync: old.meta.Sync, Epoch: old.meta.Epoch + 1,
 		Seq: old.lease, Retention: old.meta.Retention}
-	st := db.table(m.ID)
-	st.meta, st.live, st.seq, st.lease = m, true, old.seq, old.lease
 	err = db.bdb.Update(func(txn *badger.Txn) error {
 		if err := db.setMeta(txn, m); err != nil {
 			return err
@@ -187,6 +185,9 @@ func (db *DB) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta, e
 	if err != nil {
 		return store.TableMeta{}, err
 	}
+	st := db.table(m.ID)
+	st.meta, st.live, st.seq, st.lease = m, true, old.seq, old.lease
+	old.live = false
 	return m, db.dropInstance(tid)
 }
 
@@ -227,6 +228,7 @@ func (db *DB) DropTable(ctx context.Context, tid uint64) (store.TableMeta, error
 	if err != nil {
 		return store.TableMeta{}, err
 	}
+	st.live = false
 	return tomb, db.dropInstance(tid)
 }
 
