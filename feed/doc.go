@@ -2,7 +2,9 @@
 //
 // # Two sides over one registry
 //
-// Open loads every table from the store and returns the feed's two sides
+// Open loads every table from the store (any store.Backend, through the
+// Storage interface: store/doc.go is the contract, store/badgerstore the
+// backend of one machine) and returns the feed's two sides
 // over one table registry (the live tables by name and the dropped
 // tables' tombstones), in the manner of etcd's write and watch sides over
 // one store:
@@ -28,28 +30,32 @@
 //
 // # Invariants
 //
-// One goroutine, the sequencer, owns every write: schemas, series ids,
-// x_seq and epochs change only there, and it group-commits whatever the
-// queue holds as one store commit (one fsync) before acknowledging it.
+// One goroutine, the sequencer, owns every write: schemas, series ids
+// and epochs change only there, and it group-commits whatever the queue
+// holds as one store Append (one fsync) before acknowledging it. Each DDL
+// change (create, SET SYNC, retention, TRUNCATE, DROP, pruning a
+// tombstone) is one store call.
 //
-//   - x_seq is per table, assigned in arrival order, and never runs
-//     backwards nor repeats, across restarts, crashes, TRUNCATE, SET SYNC and
-//     DROP + re-create: numbers are leased durably in chunks before any of
-//     them becomes visible, and a restart resumes above the lease (a crash
-//     burns the unused rest, a gap the cursor steps over).
+//   - x_seq is per table, assigned in arrival order by the store in
+//     Append (the backend's sequence: badger's durable lease, a JetStream
+//     stream's), and never runs backwards nor repeats, across restarts,
+//     crashes, TRUNCATE, SET SYNC and DROP + re-create (a crash may burn
+//     a gap, which the cursor steps over).
 //     Arrival order is the queue's, except among the writes of one group
 //     commit: they were all in flight together (none answered), so the
 //     sequencer applies them by their lowest point time, which keeps a
 //     series' points of concurrent writers' requests in ascending runs
-//     (store/doc.go). The lines of one write keep their order, and a
-//     writer that waits for an answer before its next write (every HTTP
-//     client, one batch in flight per TCP connection) sees its writes in
-//     the order it sent them.
+//     (store/badgerstore/doc.go). The lines of one write keep their order,
+//     and a writer that waits for an answer before its next write (every
+//     HTTP client, one batch in flight per TCP connection) sees its writes
+//     in the order it sent them.
 //   - seq is the highest x_seq handed out; the watermark is the highest x_seq
-//     a drain may return. The sequencer raises seq when it stamps a group and
-//     the watermark only after the store commit returned, so everything at
-//     or below the watermark is durable and visible, and a drain, which never
-//     reads above the watermark it saw, can never skip an in-flight write.
+//     a drain may return. The sequencer raises seq when the store reports
+//     the group's numbers (Append's stamped callback, before anything is
+//     visible) and the watermark only after Append returned, so everything
+//     at or below the watermark is durable and visible, and a drain, which
+//     never reads above the watermark it saw, can never skip an in-flight
+//     write.
 //   - The epoch starts at 1 for a table created with sync ON (0 otherwise),
 //     and is bumped by enabling sync on a table whose sync is OFF and by
 //     TRUNCATE; a drain naming another epoch is refused (ErrStaleEpoch).
@@ -81,8 +87,9 @@
 // the sequencer's loop, chosen at random against the queued writes, so a
 // sweep never holds writes up longer than one batch, and a batch sees
 // every commit before it and none in flight. The horizon a batch raises
-// is durable before its fragments go (see store/doc.go), so a drain that
-// read the old published horizon is refused by the store's own view.
+// is durable before its fragments go (see store/doc.go, History), so a
+// drain that read the old published horizon is refused by the store's own
+// view.
 //
 // # When a commit fails
 //
@@ -103,9 +110,9 @@
 // store: x_seq numbers stamped, the schema and series dictionary extended,
 // watermarks about to move. Accepting more writes on top of a store in an
 // unknown state could acknowledge what is not durable or hand out an x_seq
-// twice; a restart reloads exactly the durable state (the x_seq lease makes
-// it resume above every number handed out), once the operator has fixed
-// the disk.
+// twice; a restart reloads exactly the durable state (the store resumes
+// x_seq above every number handed out), once the operator has fixed the
+// disk.
 //
 // # Locks
 //

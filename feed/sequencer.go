@@ -649,7 +649,7 @@ func (s *Sequencer) applyBatch(o *op) error {
 }
 
 // fragmentBytes bounds the size of p's fragment in a stored block (see
-// store/doc.go): uvarint series id, varint time, uvarint field count, and
+// store/badgerstore/doc.go): uvarint series id, varint time, uvarint field count, and
 // per field a uvarint column, a kind byte and at most 10 bytes or a
 // uvarint length and the string.
 func fragmentBytes(p *Point) int {
