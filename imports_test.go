@@ -78,6 +78,33 @@ func TestImportDirection(t *testing.T) {
 	}
 }
 
+// TestBadgerNotLinked checks what `go list -deps ./ilp ./httpapi | grep
+// badger` would: no package of the module a listener, the feed or the store
+// contract stands on reaches badger, through the module's own imports
+// (every other package's badger import is refused above).
+func TestBadgerNotLinked(t *testing.T) {
+	for _, root := range []string{"store", "feed", "ilp", "httpapi"} {
+		seen := map[string]bool{}
+		var walk func(dir string)
+		walk = func(dir string) {
+			if seen[dir] {
+				return
+			}
+			seen[dir] = true
+			pkg, err := build.ImportDir(filepath.Join(".", dir), 0)
+			require.NoError(t, err)
+			for _, imp := range pkg.Imports {
+				require.False(t, strings.HasPrefix(imp, "github.com/dgraph-io/badger"), "%s links badger through %s", root, dir)
+				if strings.HasPrefix(imp, module+"/") {
+					walk(strings.TrimPrefix(imp, module+"/"))
+				}
+			}
+		}
+		walk(root)
+		require.False(t, seen["store/badgerstore"], "%s links store/badgerstore", root)
+	}
+}
+
 // TestEveryPackageIsChecked fails when a package is added without a rule
 // above.
 func TestEveryPackageIsChecked(t *testing.T) {
