@@ -2,24 +2,19 @@ package feed
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"io"
-	"io/fs"
 	"math"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
-	"syscall"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/storetest"
 )
 
 // --- Test helpers shared by the feed tests ----------------------------------
@@ -263,77 +258,6 @@ func installStall(h *harness) *stallHook {
 
 func (st *stallHook) arm()     { st.armed.Store(true) }
 func (st *stallHook) release() { st.once.Do(func() { close(st.released) }) }
-
-// copyDir copies the regular files under src to dst, keeping holes (badger
-// preallocates sparse files of hundreds of MiB).
-func copyDir(t testing.TB, src, dst string) {
-	t.Helper()
-	err := filepath.WalkDir(src, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, err := filepath.Rel(src, path)
-		if err != nil {
-			return err
-		}
-		target := filepath.Join(dst, rel)
-		if d.IsDir() {
-			return os.MkdirAll(target, 0o750)
-		}
-		if !d.Type().IsRegular() {
-			return nil
-		}
-		return copySparse(path, target)
-	})
-	require.NoError(t, err)
-}
-
-// lseek(2) whence values on Linux; other systems reject them and get a
-// plain copy.
-const (
-	seekData = 3
-	seekHole = 4
-)
-
-func copySparse(src, dst string) error {
-	in, err := os.Open(src)
-	if err != nil {
-		return err
-	}
-	defer in.Close()
-	info, err := in.Stat()
-	if err != nil {
-		return err
-	}
-	out, err := os.OpenFile(dst, os.O_CREATE|os.O_WRONLY|os.O_TRUNC, info.Mode().Perm())
-	if err != nil {
-		return err
-	}
-	size := info.Size()
-	for off := int64(0); off < size; {
-		data, err := in.Seek(off, seekData)
-		if errors.Is(err, syscall.ENXIO) {
-			break // only a hole is left
-		}
-		if err != nil { // no SEEK_DATA: copy the rest as is
-			data, err = off, nil
-		}
-		hole, err := in.Seek(data, seekHole)
-		if err != nil {
-			hole = size
-		}
-		if _, err := io.Copy(io.NewOffsetWriter(out, data), io.NewSectionReader(in, data, hole-data)); err != nil {
-			_ = out.Close()
-			return err
-		}
-		off = hole
-	}
-	if err := out.Truncate(size); err != nil {
-		_ = out.Close()
-		return err
-	}
-	return out.Close()
-}
 
 func TestSeriesKey(t *testing.T) {
 	cases := []struct {
@@ -649,7 +573,7 @@ func TestCrashKeepsSequence(t *testing.T) {
 			// Crash: copy the directory of the live store and never close
 			// the copied store.
 			copied := t.TempDir()
-			copyDir(t, h.dir, copied)
+			storetest.CopyDir(t, h.dir, copied)
 			defer func() {
 				if after != nil {
 					after()

@@ -157,12 +157,49 @@ func (db *DB) PutTable(ctx context.Context, m store.TableMeta) (store.TableMeta,
 	return m, db.putMeta(m)
 }
 
-// TruncateTable implements store.Tables: one transaction writes the new
-// instance's metadata in place of the old one's and marks the old instance
-// for removal; its data then goes (badger DropPrefix, which blocks writes
-// while it runs), and a crash before that finishes the removal at the next
-// Open. Writer only.
+// TruncateTable implements store.Tables (see endInstance). Writer only.
 func (db *DB) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
+	return db.endInstance(ctx, tid, func(txn *badger.Txn, old *tableState) (store.TableMeta, error) {
+		m := store.TableMeta{Name: old.meta.Name, ID: db.allocTableID(), Sync: old.meta.Sync, Epoch: old.meta.Epoch + 1,
+			Seq: old.lease, Retention: old.meta.Retention}
+		return m, db.setMeta(txn, m)
+	}, func(m store.TableMeta, old *tableState) {
+		st := db.table(m.ID)
+		st.meta, st.live, st.seq, st.lease = m, true, old.seq, old.lease
+	})
+}
+
+// DropTable implements store.Tables (see endInstance); its transaction
+// also deletes the name's consumers. Writer only.
+func (db *DB) DropTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
+	return db.endInstance(ctx, tid, func(txn *badger.Txn, old *tableState) (store.TableMeta, error) {
+		tomb := store.TableMeta{Name: old.meta.Name, Epoch: old.meta.Epoch, Seq: max(old.lease, old.seq), Dropped: true}
+		if err := db.setMeta(txn, tomb); err != nil {
+			return store.TableMeta{}, err
+		}
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: consumerPrefix(tomb.Name)})
+		var keys [][]byte
+		for it.Rewind(); it.Valid(); it.Next() {
+			keys = append(keys, it.Item().KeyCopy(nil))
+		}
+		it.Close()
+		for _, k := range keys {
+			if err := txn.Delete(k); err != nil {
+				return store.TableMeta{}, err
+			}
+		}
+		return tomb, nil
+	}, nil)
+}
+
+// endInstance ends live instance tid (TRUNCATE, DROP): one transaction
+// writes what end puts in its place and a drop mark for tid; then ended
+// (when non-nil) sees the result, and the instance's keys go (badger
+// DropPrefix, which blocks writes while it runs) with the mark. A crash
+// before that leaves the mark, and Open finishes the removal, so the
+// change is whole or not at all.
+func (db *DB) endInstance(ctx context.Context, tid uint64, end func(*badger.Txn, *tableState) (store.TableMeta, error),
+	ended func(store.TableMeta, *tableState)) (store.TableMeta, error) {
 	if err := db.enter(ctx); err != nil {
 		return store.TableMeta{}, err
 	}
@@ -174,10 +211,10 @@ func (db *DB) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta, e
 	if err != nil {
 		return store.TableMeta{}, err
 	}
-	m := store.TableMeta{Name: old.meta.Name, ID: db.allocTableID(), Sync: old.meta.Sync, Epoch: old.meta.Epoch + 1,
-		Seq: old.lease, Retention: old.meta.Retention}
+	var m store.TableMeta
 	err = db.bdb.Update(func(txn *badger.Txn) error {
-		if err := db.setMeta(txn, m); err != nil {
+		var err error
+		if m, err = end(txn, old); err != nil {
 			return err
 		}
 		return txn.Set(dropKey(tid), nil)
@@ -185,51 +222,11 @@ func (db *DB) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta, e
 	if err != nil {
 		return store.TableMeta{}, err
 	}
-	st := db.table(m.ID)
-	st.meta, st.live, st.seq, st.lease = m, true, old.seq, old.lease
+	if ended != nil {
+		ended(m, old)
+	}
 	old.live = false
 	return m, db.dropInstance(tid)
-}
-
-// DropTable implements store.Tables: one transaction writes the tombstone,
-// deletes the name's consumers and marks the instance for removal, as
-// TruncateTable. Writer only.
-func (db *DB) DropTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
-	if err := db.enter(ctx); err != nil {
-		return store.TableMeta{}, err
-	}
-	defer db.leave()
-	if err := db.checkSpace(); err != nil {
-		return store.TableMeta{}, err
-	}
-	st, err := db.liveTable(tid)
-	if err != nil {
-		return store.TableMeta{}, err
-	}
-	tomb := store.TableMeta{Name: st.meta.Name, Epoch: st.meta.Epoch, Seq: max(st.lease, st.seq), Dropped: true}
-	err = db.bdb.Update(func(txn *badger.Txn) error {
-		if err := db.setMeta(txn, tomb); err != nil {
-			return err
-		}
-		prefix := consumerPrefix(tomb.Name)
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix})
-		var keys [][]byte
-		for it.Rewind(); it.Valid(); it.Next() {
-			keys = append(keys, it.Item().KeyCopy(nil))
-		}
-		it.Close()
-		for _, k := range keys {
-			if err := txn.Delete(k); err != nil {
-				return err
-			}
-		}
-		return txn.Set(dropKey(tid), nil)
-	})
-	if err != nil {
-		return store.TableMeta{}, err
-	}
-	st.live = false
-	return tomb, db.dropInstance(tid)
 }
 
 // PruneTombstone implements store.Tables in one transaction. Writer only.
