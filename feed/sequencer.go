@@ -606,7 +606,8 @@ func (s *Sequencer) flushGroup() error {
 
 // applyBatch validates each point of o's batch and adds the accepted ones
 // to the group, committing the group whenever it reaches
-// Config.MaxGroupBytes. It returns the storage error of such a commit.
+// Config.MaxGroupBytes. It returns the storage error of such a commit or
+// of a new table's instance id.
 func (s *Sequencer) applyBatch(o *op) error {
 	var t *table
 	for i := range o.batch.Points {
@@ -624,6 +625,9 @@ func (s *Sequencer) applyBatch(o *op) error {
 				t, err = nil, fmt.Errorf("%w: %s", ErrTableNotFound, QuoteInput(p.Table))
 			} else {
 				t, err = s.tableForWrite(p.Table)
+			}
+			if errors.Is(err, errStorage) {
+				return err // no instance id: the store failed
 			}
 			if err != nil {
 				o.res.Rejected = append(o.res.Rejected, &RejectError{Line: p.Line, Key: p.Table, Err: err, Msg: err.Error()})
