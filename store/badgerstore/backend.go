@@ -345,26 +345,6 @@ func (db *DB) TableStats(ctx context.Context, tid uint64) (store.TableStats, err
 	return db.countTable(tid)
 }
 
-// CollectGarbage runs one value-log garbage collection pass now (see
-// collectGarbage); store.ErrClosed after Close.
-func (db *DB) CollectGarbage(ctx context.Context) (int, error) {
-	if err := db.enter(ctx); err != nil {
-		return 0, err
-	}
-	defer db.leave()
-	return db.collectGarbage()
-}
-
-// FreeBytes reports the free space of the data directory's file system in
-// bytes (see freeSpace); store.ErrClosed after Close.
-func (db *DB) FreeBytes(ctx context.Context) (uint64, error) {
-	if err := db.enter(ctx); err != nil {
-		return 0, err
-	}
-	defer db.leave()
-	return db.freeSpace()
-}
-
 // adopt makes m the metadata of instance st and returns it as it will be
 // stored. An instance new to this process starts its x_seq counter at
 // m.Seq, raised (with the epoch) above a tombstone of the same name; a

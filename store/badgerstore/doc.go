@@ -183,7 +183,7 @@
 // collection shrinks: badger's compactions count the bytes of deleted and
 // overwritten values per value-log file, and RunValueLogGC rewrites a
 // file at least half garbage (copying its live values forward) and
-// deletes it. CollectGarbage runs such passes, one file at a time,
+// deletes it. collectGarbage runs such passes, one file at a time,
 // pausing after each as long as rewriting that file takes at
 // --store-gc-max-bytes-per-second; a background loop calls it every
 // --store-gc-interval. badger never collects the file it is writing, so

@@ -24,7 +24,7 @@ const gcDiscardRatio = 0.5
 type gcState struct {
 	stop chan struct{}
 	done chan struct{}
-	// mu serializes passes (the background loop and CollectGarbage).
+	// mu serializes passes (the background loop and collectGarbage).
 	mu sync.Mutex
 
 	runs     *prometheus.CounterVec

@@ -69,7 +69,7 @@ type Config struct {
 	// too. 0 disables the check.
 	MinFreeBytes int64
 	// GCInterval is how often the value-log garbage collector runs in the
-	// background (CollectGarbage); 0 disables it.
+	// background (collectGarbage); 0 disables it.
 	GCInterval time.Duration
 	// GCMaxBytesPerSecond bounds the collector's I/O: after rewriting a
 	// file it pauses as long as reading and writing that file takes at this
