@@ -204,6 +204,19 @@ func testXSeqAssigned(t *testing.T, h Harness) {
 	}
 	require.Equal(t, int64(5), rows[4].Fields[valCol])
 	require.Len(t, readSeq(t, b, u.ID, 0, commits[1].FirstSeq+1, 10), 2)
+
+	// SET SYNC OFF, a write, SET SYNC ON: numbers continue above.
+	last := commits[0].FirstSeq
+	m.Sync = false
+	m, err := b.PutTable(ctx, m)
+	require.NoError(t, err)
+	f, _ = write(t, b, m, false, frag(6, iv(valCol, 6)))
+	require.Zero(t, f)
+	m.Sync, m.Epoch = true, m.Epoch+1
+	m, err = b.PutTable(ctx, m)
+	require.NoError(t, err)
+	f, _ = write(t, b, m, false, frag(7, iv(valCol, 7)))
+	require.Greater(t, f, last, "x_seq never reused across SET SYNC OFF/ON")
 }
 
 func testStampedBeforeVisible(t *testing.T, h Harness) {
