@@ -158,5 +158,8 @@ type Sweeper interface {
 
 // StatsReader counts what a table instance holds. Safe for concurrent use.
 type StatsReader interface {
+	// TableStats counts instance tid's fragments, overwritten points,
+	// series and bytes; a backend may reuse counts up to an age it
+	// documents (TableStats.ComputedAt says when they were taken).
 	TableStats(ctx context.Context, tid uint64) (TableStats, error)
 }
