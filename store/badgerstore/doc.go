@@ -75,6 +75,16 @@
 // marker, which makes a drain merge that point's fragments and nothing else.
 // A drain is a forward seek to the block holding after+1 followed by
 // sequential decoding of whole blocks: no per-row lookups.
+
+// A block holds the writes of one group commit (store.TableCommit.Writes tells
+// where each begins): a series' in-order points form one run per write,
+// not one per block, and so do its gap runs. Concurrent writers'
+// requests of one time-ordered stream commit out of order; when writes 1
+// and 3 of a series share a block and write 2 comes later, the time
+// between the runs of 1 and 3 is still a gap, and write 2 is placed there
+// by step 2 below instead of a get per point (one run would span write
+// 2's times and make every one of its points a look-up and an index
+// entry).
 //
 // # Late points
 //
@@ -83,16 +93,18 @@
 // first) is placed as follows, in order, stopping at the first hit:
 //
 //  1. the points of the same block already placed (a map): free;
-//  2. a gap run: when the point lies below the series' in-order run of
+//  2. a gap run: when the point lies below the series' in-order runs of
 //     this block and in an interval where earlier commits stored nothing
 //     of the series (between two stored runs, above the last point-index
-//     entry there), it is new without a look-up and joins the series' gap
-//     run of this block, a run like any other, as long as its time is
-//     above the run's last (at most 16 gap runs per series and block;
-//     points beyond them take steps 3–5). The interval is found once per
-//     series, gap and commit (a reverse and a forward seek among runs, a reverse seek
-//     among point-index entries; none when the series' last decoded run
-//     spans the point) and reused by the series' following late points.
+//     entry there), it is new without a look-up and joins its write's run
+//     in that gap, a run like any other, as long as its time is above the
+//     gap's last placed point (at most 64 gaps per series and block, found
+//     by binary search; points beyond them take steps 3–5). The interval
+//     is found once per
+//     series, gap and commit (a reverse and a forward seek among runs, a
+//     reverse seek among point-index entries; none when the series' last
+//     decoded run spans the point) and reused by the series' following
+//     late points.
 //     This is the path of backfills and of concurrent writers' batches
 //     of one stream landing out of order: a few seeks and one run key per
 //     series and commit instead of a get, a seek and an index entry per
