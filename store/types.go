@@ -122,8 +122,8 @@ type TableCommit struct {
 	// fragments of another write (request, TCP batch) of the group commit
 	// begin. A series' in-order points of two writes go to two series
 	// runs, so that the time between the writes stays a gap that a write
-	// landing later can fill without a point-index look-up (doc.go, Late
-	// points). Nil: one write.
+	// landing later can fill without a point-index look-up (badger's
+	// layout: store/badgerstore/doc.go, Late points). Nil: one write.
 	Writes []int
 	// CommitTime is when the server commits the block (Unix nanoseconds).
 	CommitTime int64

@@ -75,7 +75,7 @@
 // marker, which makes a drain merge that point's fragments and nothing else.
 // A drain is a forward seek to the block holding after+1 followed by
 // sequential decoding of whole blocks: no per-row lookups.
-
+//
 // A block holds the writes of one group commit (store.TableCommit.Writes tells
 // where each begins): a series' in-order points form one run per write,
 // not one per block, and so do its gap runs. Concurrent writers'
