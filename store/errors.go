@@ -22,14 +22,18 @@ var (
 
 // CorruptionError is returned when a stored key or value cannot be decoded.
 type CorruptionError struct {
+	// Key is the backend's key (or record id) that failed to decode.
 	Key []byte
+	// Err is the decoding error.
 	Err error
 }
 
+// Error renders the key and the decoding error.
 func (e *CorruptionError) Error() string {
 	return fmt.Sprintf("store: corrupt value at key %q: %v", e.Key, e.Err)
 }
 
+// Unwrap returns the decoding error.
 func (e *CorruptionError) Unwrap() error { return e.Err }
 
 // ErrHistoryExpired is returned by ReadSeq when the read starts below the

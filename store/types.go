@@ -42,9 +42,12 @@ func (k Kind) String() string {
 // complement, float64 as IEEE 754 bits, bool as 0 or 1); Str holds a string
 // or tag value. The zero Value (Kind 0) means absent.
 type Value struct {
+	// Kind is the value's type; 0 means absent.
 	Kind Kind
-	Num  uint64
-	Str  string
+	// Num holds a number's bits (see Int, Float, Bool).
+	Num uint64
+	// Str holds a string field's or a tag's value.
+	Str string
 }
 
 // Int returns the value as int64.
@@ -59,29 +62,39 @@ func (v Value) Bool() bool { return v.Num != 0 }
 // Field is a value in a table column, identified by the column's position in
 // the table's schema.
 type Field struct {
-	Col   uint32
+	// Col is the column's position in the table's schema.
+	Col uint32
+	// Value is the column's value.
 	Value Value
 }
 
 // Column is one column of a table's schema. Position 0 is always "time" with
 // Kind 0; tags and fields follow in order of first appearance.
 type Column struct {
+	// Name is the tag key or field key (as written, checked by
+	// feed.CheckName).
 	Name string `json:"name"`
-	Kind Kind   `json:"kind"`
+	// Kind is KindTag for a tag, the field's type for a field, 0 for time.
+	Kind Kind `json:"kind"`
 }
 
 // Fragment is what one ILP line carries: field values at (series, ts).
 // Fields are in any order, each column at most once.
 type Fragment struct {
+	// Series is the series id in the table's dictionary (Series.ID).
 	Series uint64
-	Time   int64 // nanoseconds since the Unix epoch
+	// Time is the point's time in nanoseconds since the Unix epoch.
+	Time int64
+	// Fields are the line's field values.
 	Fields []Field
 }
 
 // Series is one entry of a table's series dictionary: the tag set (as tag
 // columns and their values, sorted by tag key) behind a series id.
 type Series struct {
-	ID   uint64
+	// ID is the series id, from 1 up within a table instance.
+	ID uint64
+	// Tags are the tag columns and values, sorted by tag key.
 	Tags []Field
 }
 
@@ -89,9 +102,13 @@ type Series struct {
 // (Dropped set, ID 0) so that a re-created table resumes above its epoch and
 // sequence.
 type TableMeta struct {
-	Name  string `json:"name"`
-	ID    uint64 `json:"id"`
-	Sync  bool   `json:"sync"`
+	// Name is the table's name (the measurement).
+	Name string `json:"name"`
+	// ID is the instance id (Tables.NewTableID); 0 in a tombstone.
+	ID uint64 `json:"id"`
+	// Sync tells whether the table's sync is ON (SPEC §4).
+	Sync bool `json:"sync"`
+	// Epoch is the table's feed epoch (SPEC §4).
 	Epoch uint64 `json:"epoch"`
 	// Seq is the x_seq floor of the name: no number at or below it is
 	// assigned again (the backend's lease, or a tombstone's last number).
@@ -133,18 +150,27 @@ type TableCommit struct {
 // it has applied everything up to Position in Epoch, as of LastSeen (Unix
 // nanoseconds).
 type Consumer struct {
-	Name     string `json:"name"`
-	Epoch    uint64 `json:"epoch"`
+	// Name is the consumer's name (feed.CheckName).
+	Name string `json:"name"`
+	// Epoch is the epoch its Position belongs to.
+	Epoch uint64 `json:"epoch"`
+	// Position is the highest x_seq it has acknowledged.
 	Position uint64 `json:"position"`
-	LastSeen int64  `json:"last_seen"`
+	// LastSeen is when it last drained, in Unix nanoseconds.
+	LastSeen int64 `json:"last_seen"`
 }
 
 // Row is one drained fragment delivered as the coalesced row at its
 // (series, ts). Fields is valid until the visit function returns.
 type Row struct {
-	Seq    uint64
+	// Seq is the fragment's x_seq (0 in an unsynced block).
+	Seq uint64
+	// Series is the series id.
 	Series uint64
-	Time   int64
+	// Time is the point's time in Unix nanoseconds.
+	Time int64
+	// Fields are the coalesced row's values: per column, the latest
+	// fragment at the point that set it.
 	Fields []Field
 }
 
