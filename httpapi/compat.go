@@ -9,6 +9,7 @@ import (
 	"sync"
 
 	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
 // DefaultMaxDatabases is the default Config.MaxDatabases.
@@ -41,7 +42,7 @@ func (a *API) query(w http.ResponseWriter, r *http.Request) {
 	q := r.FormValue("q")
 	if m := createDatabase.FindStringSubmatch(q); m != nil {
 		if err := a.createDatabase(m[1]); err != nil {
-			writeClientErr(w, CodeInvalidParameter, err.Error())
+			writeClientErr(w, wire.CodeInvalidParameter, err.Error())
 			return
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"results": []any{map[string]any{"statement_id": 0}}})
@@ -61,7 +62,7 @@ func (a *API) query(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	msg := "ingestd answers only CREATE DATABASE and SHOW DATABASES; read data with GET /drain"
-	writeJSON(w, http.StatusBadRequest, errorBody{Code: CodeInvalidParameter, Message: msg, Error: msg})
+	writeJSON(w, http.StatusBadRequest, wire.ErrorBody{Code: wire.CodeInvalidParameter, Message: msg, Error: msg})
 }
 
 // createDatabase records name (an InfluxQL identifier: bare or double

@@ -10,6 +10,7 @@ import (
 
 	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/httpapi/auth"
+	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
 // Drain output formats (SPEC §6).
@@ -31,17 +32,17 @@ func drainParams(w http.ResponseWriter, r *http.Request) (feed.DrainRequest, str
 	q := r.URL.Query()
 	req := feed.DrainRequest{Table: q.Get("table")}
 	if req.Table == "" {
-		writeClientErr(w, CodeInvalidParameter, "table is required")
+		writeClientErr(w, wire.CodeInvalidParameter, "table is required")
 		return req, "", 0, false
 	}
 	ls := q.Get("limit")
 	if ls == "" {
-		writeClientErr(w, CodeLimitRequired, "limit is required: the feed pages, it does not stream unbounded")
+		writeClientErr(w, wire.CodeLimitRequired, "limit is required: the feed pages, it does not stream unbounded")
 		return req, "", 0, false
 	}
 	var err error
 	if req.Limit, err = strconv.Atoi(ls); err != nil {
-		writeClientErr(w, CodeInvalidLimit, "limit must be an integer, got "+feed.QuoteInput(ls))
+		writeClientErr(w, wire.CodeInvalidLimit, "limit must be an integer, got "+feed.QuoteInput(ls))
 		return req, "", 0, false
 	}
 	for _, p := range []struct {
@@ -54,7 +55,7 @@ func drainParams(w http.ResponseWriter, r *http.Request) (feed.DrainRequest, str
 			continue
 		}
 		if *p.dst, err = strconv.ParseUint(s, 10, 64); err != nil {
-			writeClientErr(w, CodeInvalidParameter, p.name+" must be a non-negative integer, got "+feed.QuoteInput(s))
+			writeClientErr(w, wire.CodeInvalidParameter, p.name+" must be a non-negative integer, got "+feed.QuoteInput(s))
 			return req, "", 0, false
 		}
 		if p.set != nil {
@@ -67,7 +68,7 @@ func drainParams(w http.ResponseWriter, r *http.Request) (feed.DrainRequest, str
 	if s := q.Get("wait"); s != "" {
 		d, err := time.ParseDuration(s)
 		if err != nil || d < 0 || d > maxWait {
-			writeClientErr(w, CodeInvalidParameter, "wait must be a duration from 0s to 60s (e.g. 5s), got "+feed.QuoteInput(s))
+			writeClientErr(w, wire.CodeInvalidParameter, "wait must be a duration from 0s to 60s (e.g. 5s), got "+feed.QuoteInput(s))
 			return req, "", 0, false
 		}
 		req.Wait = d
@@ -79,12 +80,12 @@ func drainParams(w http.ResponseWriter, r *http.Request) (feed.DrainRequest, str
 		format = formatJSON
 	case formatJSON, formatNDJSON, formatLP:
 	default:
-		writeClientErr(w, CodeInvalidParameter, "format must be json, ndjson or lp, got "+feed.QuoteInput(format))
+		writeClientErr(w, wire.CodeInvalidParameter, "format must be json, ndjson or lp, got "+feed.QuoteInput(format))
 		return req, "", 0, false
 	}
 	tf, ok := parseTimeFormat(q.Get("time_format"))
 	if !ok {
-		writeClientErr(w, CodeInvalidParameter, "time_format must be one of rfc3339, ns, us, ms, s, got "+feed.QuoteInput(q.Get("time_format")))
+		writeClientErr(w, wire.CodeInvalidParameter, "time_format must be one of rfc3339, ns, us, ms, s, got "+feed.QuoteInput(q.Get("time_format")))
 		return req, "", 0, false
 	}
 	return req, format, tf, true
@@ -151,7 +152,7 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 		return nil
 	})
 	if errors.Is(err, errNoFieldForLP) {
-		writeClientErr(w, CodeInvalidParameter, err.Error())
+		writeClientErr(w, wire.CodeInvalidParameter, err.Error())
 		return
 	}
 	if grant != nil && grant.Err() != nil {

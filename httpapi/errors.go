@@ -8,42 +8,7 @@ import (
 	"unicode/utf8"
 
 	"github.com/ingestd/ingestd/feed"
-)
-
-// Error codes of the JSON error object; api.yaml lists each.
-const (
-	CodeTableNotFound        = "table_not_found"
-	CodeSyncOff              = "sync_off"
-	CodeStaleEpoch           = "stale_epoch"
-	CodeCursorBeyondSequence = "cursor_beyond_sequence"
-	CodeHistoryExpired       = "history_expired"
-	CodeLimitRequired        = "limit_required"
-	CodeInvalidLimit         = "invalid_limit"
-	CodeInvalidParameter     = "invalid_parameter"
-	CodeUnknownColumn        = "unknown_column"
-	CodeInvalidCursor        = "invalid_cursor"
-	CodeInvalidTableName     = "invalid_table_name"
-	CodeInvalidName          = "invalid_name"
-	CodeInvalidBody          = "invalid_body"
-	CodeTooManyConsumers     = "too_many_consumers"
-	CodeTableLimit           = "table_limit"
-	CodeConsumerNotFound     = "consumer_not_found"
-	CodeTableExists          = "table_exists"
-	CodeColumnLimit          = "column_limit"
-	CodeSyntaxError          = "syntax_error"
-	CodeInvalidValue         = "invalid_value"
-	CodeRowRejected          = "row_rejected"
-	CodeScanLimit            = "scan_limit"
-	CodeTooLarge             = "request_too_large"
-	CodeMethodNotAllowed     = "method_not_allowed"
-	CodeUnavailable          = "unavailable"
-	// CodeUnauthorized and CodeForbidden are InfluxDB 2.x's codes of 401
-	// and 403 (package auth writes them for tokens; CodeForbidden also
-	// refuses cross-site requests).
-	CodeUnauthorized         = "unauthorized"
-	CodeForbidden            = "forbidden"
-	CodeUnsupportedMediaType = "unsupported_media_type"
-	CodeInternal             = "internal"
+	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
 // statusClientClosed is the status of a request whose client went away
@@ -51,20 +16,6 @@ const (
 // and it must not count among the 5xx that a bug or a storage failure
 // answers.
 const statusClientClosed = 499
-
-// errorBody is the JSON error object. Epoch, Seq and Watermark are set on
-// drain refusals; Line and Column (1-based) on SQL errors.
-type errorBody struct {
-	Code      string  `json:"code"`
-	Message   string  `json:"message"`
-	Error     string  `json:"error"`
-	Epoch     *uint64 `json:"epoch,omitempty"`
-	Seq       *uint64 `json:"seq,omitempty"`
-	Watermark *uint64 `json:"watermark,omitempty"`
-	Horizon   *uint64 `json:"horizon,omitempty"`
-	Line      int     `json:"line,omitempty"`
-	Column    int     `json:"column,omitempty"`
-}
 
 // errorStatus is the one table from errors to responses: status and code.
 // 4xx are client mistakes (never worth retrying as is), 503 is back-pressure
@@ -74,45 +25,45 @@ type errorBody struct {
 func errorStatus(err error) (int, string) {
 	switch {
 	case errors.Is(err, feed.ErrTableNotFound):
-		return http.StatusNotFound, CodeTableNotFound
+		return http.StatusNotFound, wire.CodeTableNotFound
 	case errors.Is(err, feed.ErrSyncOff):
-		return http.StatusConflict, CodeSyncOff
+		return http.StatusConflict, wire.CodeSyncOff
 	case errors.Is(err, feed.ErrStaleEpoch):
-		return http.StatusConflict, CodeStaleEpoch
+		return http.StatusConflict, wire.CodeStaleEpoch
 	case errors.Is(err, feed.ErrCursorBeyondSequence):
-		return http.StatusConflict, CodeCursorBeyondSequence
+		return http.StatusConflict, wire.CodeCursorBeyondSequence
 	case errors.Is(err, feed.ErrHistoryExpired):
-		return http.StatusConflict, CodeHistoryExpired
+		return http.StatusConflict, wire.CodeHistoryExpired
 	case errors.Is(err, feed.ErrInvalidRetention):
-		return http.StatusBadRequest, CodeInvalidBody
+		return http.StatusBadRequest, wire.CodeInvalidBody
 	case errors.Is(err, feed.ErrUnknownColumn):
-		return http.StatusBadRequest, CodeUnknownColumn
+		return http.StatusBadRequest, wire.CodeUnknownColumn
 	case errors.Is(err, feed.ErrDuplicateColumn):
-		return http.StatusBadRequest, CodeInvalidParameter
+		return http.StatusBadRequest, wire.CodeInvalidParameter
 	case errors.Is(err, feed.ErrInvalidLimit):
-		return http.StatusBadRequest, CodeInvalidLimit
+		return http.StatusBadRequest, wire.CodeInvalidLimit
 	case errors.Is(err, feed.ErrInvalidCursor):
-		return http.StatusBadRequest, CodeInvalidCursor
+		return http.StatusBadRequest, wire.CodeInvalidCursor
 	case errors.Is(err, feed.ErrInvalidTableName):
-		return http.StatusBadRequest, CodeInvalidTableName
+		return http.StatusBadRequest, wire.CodeInvalidTableName
 	case errors.Is(err, feed.ErrInvalidName):
-		return http.StatusBadRequest, CodeInvalidName
+		return http.StatusBadRequest, wire.CodeInvalidName
 	case errors.Is(err, feed.ErrTableExists):
-		return http.StatusConflict, CodeTableExists
+		return http.StatusConflict, wire.CodeTableExists
 	case errors.Is(err, feed.ErrColumnLimit):
-		return http.StatusConflict, CodeColumnLimit
+		return http.StatusConflict, wire.CodeColumnLimit
 	case errors.Is(err, feed.ErrTableLimit):
-		return http.StatusConflict, CodeTableLimit
+		return http.StatusConflict, wire.CodeTableLimit
 	case errors.Is(err, feed.ErrTooManyConsumers):
-		return http.StatusConflict, CodeTooManyConsumers
+		return http.StatusConflict, wire.CodeTooManyConsumers
 	case errors.Is(err, feed.ErrConsumerNotFound):
-		return http.StatusNotFound, CodeConsumerNotFound
+		return http.StatusNotFound, wire.CodeConsumerNotFound
 	case errors.Is(err, feed.ErrClosed), errors.Is(err, feed.ErrBusy):
-		return http.StatusServiceUnavailable, CodeUnavailable
+		return http.StatusServiceUnavailable, wire.CodeUnavailable
 	case errors.Is(err, context.Canceled):
 		return statusClientClosed, ""
 	}
-	return http.StatusInternalServerError, CodeInternal
+	return http.StatusInternalServerError, wire.CodeInternal
 }
 
 // MaxErrorMessageBytes bounds the message of an error body: messages quote
@@ -140,7 +91,7 @@ func writeErr(w http.ResponseWriter, err error) {
 		return
 	}
 	msg := capMessage(err.Error())
-	body := errorBody{Code: code, Message: msg, Error: msg}
+	body := wire.ErrorBody{Code: code, Message: msg, Error: msg}
 	var ref *feed.RefusalError
 	if errors.As(err, &ref) {
 		body.Epoch, body.Seq, body.Watermark = &ref.Status.Epoch, &ref.Status.Seq, &ref.Status.Watermark
@@ -162,7 +113,7 @@ func writeClientErr(w http.ResponseWriter, code, msg string) {
 // writeJSONErr writes the JSON error object with status and code.
 func writeJSONErr(w http.ResponseWriter, status int, code, msg string) {
 	msg = capMessage(msg)
-	writeJSON(w, status, errorBody{Code: code, Message: msg, Error: msg})
+	writeJSON(w, status, wire.ErrorBody{Code: code, Message: msg, Error: msg})
 }
 
 func writeJSON(w http.ResponseWriter, status int, v any) {

@@ -17,6 +17,7 @@ import (
 
 	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/httpapi/auth"
+	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
 // Version is reported in X-Influxdb-Version and /health.
@@ -230,7 +231,7 @@ func (a *API) crossSite(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if err := a.csrf.Check(r); err != nil {
 			a.m.refused.WithLabelValues(refusedCrossSite).Inc()
-			writeJSONErr(w, http.StatusForbidden, CodeForbidden, "cross-site request refused: "+err.Error()+
+			writeJSONErr(w, http.StatusForbidden, wire.CodeForbidden, "cross-site request refused: "+err.Error()+
 				" (a browser page of another site may not change data; non-browser clients send no Origin or Sec-Fetch-Site)")
 			return
 		}
@@ -249,7 +250,7 @@ func (a *API) jsonOnly(next http.Handler) http.Handler {
 			mt, _, err := mime.ParseMediaType(ct)
 			if err != nil || mt != "application/json" {
 				a.m.refused.WithLabelValues(refusedContentType).Inc()
-				writeJSONErr(w, http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
+				writeJSONErr(w, http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType,
 					"Content-Type must be application/json, got "+feed.QuoteInput(ct))
 				return
 			}
@@ -309,12 +310,12 @@ func strictQuery(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q, err := url.ParseQuery(r.URL.RawQuery)
 		if err != nil {
-			writeClientErr(w, CodeInvalidParameter, "query string cannot be read: "+feed.QuoteInput(err.Error()))
+			writeClientErr(w, wire.CodeInvalidParameter, "query string cannot be read: "+feed.QuoteInput(err.Error()))
 			return
 		}
 		for k, vs := range q {
 			if len(vs) > 1 {
-				writeClientErr(w, CodeInvalidParameter, "parameter "+feed.QuoteInput(k)+" is given more than once")
+				writeClientErr(w, wire.CodeInvalidParameter, "parameter "+feed.QuoteInput(k)+" is given more than once")
 				return
 			}
 		}

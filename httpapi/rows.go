@@ -6,6 +6,7 @@ import (
 
 	"github.com/ingestd/ingestd/feed"
 	sqlp "github.com/ingestd/ingestd/httpapi/sql"
+	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
 // rows serves GET /api/v1/tables/{table}/rows?start=&end=&limit=&cursor=
@@ -18,12 +19,12 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 	req := feed.RowsRequest{Table: pathParam(r, "table"), Cursor: q.Get("cursor")}
 	ls := q.Get("limit")
 	if ls == "" {
-		writeClientErr(w, CodeLimitRequired, "limit is required: the copy pages, it does not stream unbounded")
+		writeClientErr(w, wire.CodeLimitRequired, "limit is required: the copy pages, it does not stream unbounded")
 		return
 	}
 	var err error
 	if req.Limit, err = strconv.Atoi(ls); err != nil {
-		writeClientErr(w, CodeInvalidLimit, "limit must be an integer, got "+feed.QuoteInput(ls))
+		writeClientErr(w, wire.CodeInvalidLimit, "limit must be an integer, got "+feed.QuoteInput(ls))
 		return
 	}
 	for _, b := range []struct {
@@ -36,18 +37,18 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 			continue
 		}
 		if *b.dst, *b.has = sqlp.ParseTime(s); !*b.has {
-			writeClientErr(w, CodeInvalidParameter, b.name+" must be RFC 3339 or integer nanoseconds within ±2^63 ns (years 1677 to 2262), got "+feed.QuoteInput(s))
+			writeClientErr(w, wire.CodeInvalidParameter, b.name+" must be RFC 3339 or integer nanoseconds within ±2^63 ns (years 1677 to 2262), got "+feed.QuoteInput(s))
 			return
 		}
 	}
 	format := q.Get("format")
 	if format != "" && format != formatJSON && format != formatLP {
-		writeClientErr(w, CodeInvalidParameter, "format must be json or lp, got "+feed.QuoteInput(format))
+		writeClientErr(w, wire.CodeInvalidParameter, "format must be json or lp, got "+feed.QuoteInput(format))
 		return
 	}
 	tf, ok := parseTimeFormat(q.Get("time_format"))
 	if !ok {
-		writeClientErr(w, CodeInvalidParameter, "time_format must be one of rfc3339, ns, us, ms, s, got "+feed.QuoteInput(q.Get("time_format")))
+		writeClientErr(w, wire.CodeInvalidParameter, "time_format must be one of rfc3339, ns, us, ms, s, got "+feed.QuoteInput(q.Get("time_format")))
 		return
 	}
 	enc := encoder{timeFormat: tf, buf: a.pageBuf()}

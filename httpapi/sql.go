@@ -16,6 +16,7 @@ import (
 	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/httpapi/auth"
 	sqlp "github.com/ingestd/ingestd/httpapi/sql"
+	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
 // Statement kinds, the closed label set of ingestd_sql_statements_total.
@@ -63,11 +64,11 @@ func (a *API) sql(w http.ResponseWriter, r *http.Request) {
 		case e.Limit != "":
 			a.m.sqlRefused.WithLabelValues(e.Limit).Inc()
 			msg := capMessage(e.Error())
-			writeJSON(sw, http.StatusRequestEntityTooLarge, errorBody{Code: CodeTooLarge, Message: msg, Error: msg, Line: e.Pos.Line, Column: e.Pos.Column})
+			writeJSON(sw, http.StatusRequestEntityTooLarge, wire.ErrorBody{Code: wire.CodeTooLarge, Message: msg, Error: msg, Line: e.Pos.Line, Column: e.Pos.Column})
 		case e.LimitRequired:
-			writeStatementErr(sw, CodeLimitRequired, e)
+			writeStatementErr(sw, wire.CodeLimitRequired, e)
 		default:
-			writeStatementErr(sw, CodeSyntaxError, e)
+			writeStatementErr(sw, wire.CodeSyntaxError, e)
 		}
 		return
 	}
@@ -75,7 +76,7 @@ func (a *API) sql(w http.ResponseWriter, r *http.Request) {
 	if r.Method == http.MethodGet && !st.Read() {
 		sw.Header().Set("Allow", http.MethodPost)
 		msg := "this statement changes data: send it with POST (GET carries SELECT and SHOW only)"
-		writeJSON(sw, http.StatusMethodNotAllowed, errorBody{Code: CodeMethodNotAllowed, Message: msg, Error: msg})
+		writeJSON(sw, http.StatusMethodNotAllowed, wire.ErrorBody{Code: wire.CodeMethodNotAllowed, Message: msg, Error: msg})
 		return
 	}
 	access := statementAccess(st)
@@ -210,7 +211,7 @@ func acceptsCSV(accept string) bool {
 // writeStatementErr writes a 400 naming the statement's line and column.
 func writeStatementErr(w http.ResponseWriter, code string, e *sqlp.Error) {
 	msg := capMessage(e.Error())
-	writeJSON(w, http.StatusBadRequest, errorBody{Code: code, Message: msg, Error: msg, Line: e.Pos.Line, Column: e.Pos.Column})
+	writeJSON(w, http.StatusBadRequest, wire.ErrorBody{Code: code, Message: msg, Error: msg, Line: e.Pos.Line, Column: e.Pos.Column})
 }
 
 // sqlRequest reads the statement and time_format of a SQL request,
@@ -221,7 +222,7 @@ func (a *API) sqlRequest(w http.ResponseWriter, r *http.Request) (string, timeFo
 	tooLarge := func() (string, timeFormat, bool) {
 		a.m.sqlRefused.WithLabelValues("statement_bytes").Inc()
 		msg := fmt.Sprintf("the SQL request is larger than --sql-max-statement-bytes=%d", maxBytes)
-		writeJSON(w, http.StatusRequestEntityTooLarge, errorBody{Code: CodeTooLarge, Message: msg, Error: msg})
+		writeJSON(w, http.StatusRequestEntityTooLarge, wire.ErrorBody{Code: wire.CodeTooLarge, Message: msg, Error: msg})
 		return "", 0, false
 	}
 	var qs, tfs []string
@@ -239,7 +240,7 @@ func (a *API) sqlRequest(w http.ResponseWriter, r *http.Request) (string, timeFo
 				if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 					return tooLarge()
 				}
-				writeClientErr(w, CodeInvalidBody, `body must be {"q": "<one SQL statement>"[, "time_format": …]}: `+err.Error())
+				writeClientErr(w, wire.CodeInvalidBody, `body must be {"q": "<one SQL statement>"[, "time_format": …]}: `+err.Error())
 				return "", 0, false
 			}
 			if in.Q != nil {
@@ -254,7 +255,7 @@ func (a *API) sqlRequest(w http.ResponseWriter, r *http.Request) (string, timeFo
 				if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
 					return tooLarge()
 				}
-				writeClientErr(w, CodeInvalidBody, "form body cannot be read: "+err.Error())
+				writeClientErr(w, wire.CodeInvalidBody, "form body cannot be read: "+err.Error())
 				return "", 0, false
 			}
 			qs, tfs = r.PostForm["q"], r.PostForm["time_format"]
@@ -263,11 +264,11 @@ func (a *API) sqlRequest(w http.ResponseWriter, r *http.Request) (string, timeFo
 	url := r.URL.Query()
 	qs, tfs = append(qs, url["q"]...), append(tfs, url["time_format"]...)
 	if len(qs) > 1 || len(tfs) > 1 {
-		writeClientErr(w, CodeInvalidParameter, "q and time_format may each be given once (in the body or the query string)")
+		writeClientErr(w, wire.CodeInvalidParameter, "q and time_format may each be given once (in the body or the query string)")
 		return "", 0, false
 	}
 	if len(qs) == 0 || strings.TrimSpace(qs[0]) == "" {
-		writeClientErr(w, CodeInvalidParameter, `q is required: one SQL statement, as a form field, a JSON body {"q": …} or in the query string`)
+		writeClientErr(w, wire.CodeInvalidParameter, `q is required: one SQL statement, as a form field, a JSON body {"q": …} or in the query string`)
 		return "", 0, false
 	}
 	if len(qs[0]) > maxBytes {
@@ -276,7 +277,7 @@ func (a *API) sqlRequest(w http.ResponseWriter, r *http.Request) (string, timeFo
 	tf, ok := timeRFC3339, true
 	if len(tfs) == 1 {
 		if tf, ok = parseTimeFormat(tfs[0]); !ok {
-			writeClientErr(w, CodeInvalidParameter, "time_format must be one of rfc3339, ns, us, ms, s, got "+feed.QuoteInput(tfs[0]))
+			writeClientErr(w, wire.CodeInvalidParameter, "time_format must be one of rfc3339, ns, us, ms, s, got "+feed.QuoteInput(tfs[0]))
 			return "", 0, false
 		}
 	}
@@ -414,7 +415,7 @@ func (a *API) sqlInsert(w http.ResponseWriter, r *http.Request, st *sqlp.Insert)
 	for i, c := range st.Columns {
 		j := slices.IndexFunc(t.Columns, func(tc feed.Column) bool { return tc.Name == c.Name })
 		if j < 0 {
-			writeStatementErr(w, CodeUnknownColumn, sqlp.Errorf(c.Pos, "table %s has no column %s (CREATE TABLE declares columns; line protocol writes add them)", feed.QuoteInput(t.Name), feed.QuoteInput(c.Name)))
+			writeStatementErr(w, wire.CodeUnknownColumn, sqlp.Errorf(c.Pos, "table %s has no column %s (CREATE TABLE declares columns; line protocol writes add them)", feed.QuoteInput(t.Name), feed.QuoteInput(c.Name)))
 			return
 		}
 		kinds[i] = t.Columns[j].Kind
@@ -433,13 +434,13 @@ func (a *API) sqlInsert(w http.ResponseWriter, r *http.Request, st *sqlp.Insert)
 			case feed.KindTime:
 				ns, ok := sqlp.TimeValue(lit)
 				if !ok {
-					writeStatementErr(w, CodeInvalidValue, sqlp.Errorf(lit.Pos, "time must be integer nanoseconds or an RFC 3339 'string' within ±2^63 ns"))
+					writeStatementErr(w, wire.CodeInvalidValue, sqlp.Errorf(lit.Pos, "time must be integer nanoseconds or an RFC 3339 'string' within ±2^63 ns"))
 					return
 				}
 				p.Time = ns
 			case feed.KindTag:
 				if lit.Kind != sqlp.LitString || strings.ContainsAny(lit.Text, "\r\n") {
-					writeStatementErr(w, CodeInvalidValue, sqlp.Errorf(lit.Pos, "%s is a tag: its value is a 'string' without line breaks (as in line protocol)", feed.QuoteInput(col)))
+					writeStatementErr(w, wire.CodeInvalidValue, sqlp.Errorf(lit.Pos, "%s is a tag: its value is a 'string' without line breaks (as in line protocol)", feed.QuoteInput(col)))
 					return
 				}
 				if lit.Text != "" { // an empty tag is no tag, as in InfluxDB
@@ -448,14 +449,14 @@ func (a *API) sqlInsert(w http.ResponseWriter, r *http.Request, st *sqlp.Insert)
 			default:
 				v, ok := literalValue(lit, kinds[j])
 				if !ok {
-					writeStatementErr(w, CodeInvalidValue, sqlp.Errorf(lit.Pos, "%s is %s: the value does not fit it", feed.QuoteInput(col), sqlTypes[kinds[j]]))
+					writeStatementErr(w, wire.CodeInvalidValue, sqlp.Errorf(lit.Pos, "%s is %s: the value does not fit it", feed.QuoteInput(col), sqlTypes[kinds[j]]))
 					return
 				}
 				p.Fields = append(p.Fields, feed.PointField{Key: col, Value: v})
 			}
 		}
 		if len(p.Fields) == 0 {
-			writeStatementErr(w, CodeInvalidValue, sqlp.Errorf(row[0].Pos, "row %d has no field value: a fragment needs at least one field, as a line of line protocol does", i+1))
+			writeStatementErr(w, wire.CodeInvalidValue, sqlp.Errorf(row[0].Pos, "row %d has no field value: a fragment needs at least one field, as a line of line protocol does", i+1))
 			return
 		}
 		slices.SortFunc(p.Tags, func(x, y feed.Tag) int { return strings.Compare(x.Key, y.Key) })
@@ -473,7 +474,7 @@ func (a *API) sqlInsert(w http.ResponseWriter, r *http.Request, st *sqlp.Insert)
 			return
 		}
 		msg := fmt.Sprintf("partial insert: row %d: %v: %s inserted=%d dropped=%d", rej.Line, rej.Err, rej.Msg, res.Accepted, len(res.Rejected))
-		writeClientErr(w, CodeRowRejected, msg)
+		writeClientErr(w, wire.CodeRowRejected, msg)
 		return
 	}
 	writeResult(w, result{name: t.Name, cols: []string{"inserted"}, rows: [][]feed.Value{{uintValue(uint64(res.Accepted))}}}, acceptsCSV(r.Header.Get("Accept")), timeRFC3339)

@@ -9,6 +9,7 @@ import (
 
 	"github.com/ingestd/ingestd/feed"
 	sqlp "github.com/ingestd/ingestd/httpapi/sql"
+	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
 // errReadDone ends a SQL read's walk through the table once its result is
@@ -49,7 +50,7 @@ func (a *API) sqlRead(w http.ResponseWriter, r *http.Request, st *sqlp.Select, c
 	kindOf := func(n sqlp.Name) (feed.Kind, bool) {
 		j := slices.IndexFunc(t.Columns, func(c feed.Column) bool { return c.Name == n.Name })
 		if j < 0 {
-			writeStatementErr(w, CodeUnknownColumn, sqlp.Errorf(n.Pos, "table %s has no column %s", feed.QuoteInput(t.Name), feed.QuoteInput(n.Name)))
+			writeStatementErr(w, wire.CodeUnknownColumn, sqlp.Errorf(n.Pos, "table %s has no column %s", feed.QuoteInput(t.Name), feed.QuoteInput(n.Name)))
 			return 0, false
 		}
 		return t.Columns[j].Kind, true
@@ -59,7 +60,7 @@ func (a *API) sqlRead(w http.ResponseWriter, r *http.Request, st *sqlp.Select, c
 			return
 		}
 		if slices.ContainsFunc(out[:i], func(m sqlp.Name) bool { return m.Name == n.Name }) {
-			writeStatementErr(w, CodeInvalidParameter, sqlp.Errorf(n.Pos, "column %s is selected twice", feed.QuoteInput(n.Name)))
+			writeStatementErr(w, wire.CodeInvalidParameter, sqlp.Errorf(n.Pos, "column %s is selected twice", feed.QuoteInput(n.Name)))
 			return
 		}
 	}
@@ -69,7 +70,7 @@ func (a *API) sqlRead(w http.ResponseWriter, r *http.Request, st *sqlp.Select, c
 			return
 		}
 		if k != feed.KindTag {
-			writeStatementErr(w, CodeInvalidParameter, sqlp.Errorf(f.Column.Pos, "%s is a %s field: only tags are compared in a WHERE (and time)", feed.QuoteInput(f.Column.Name), k))
+			writeStatementErr(w, wire.CodeInvalidParameter, sqlp.Errorf(f.Column.Pos, "%s is a %s field: only tags are compared in a WHERE (and time)", feed.QuoteInput(f.Column.Name), k))
 			return
 		}
 	}
@@ -94,7 +95,7 @@ func (a *API) sqlRead(w http.ResponseWriter, r *http.Request, st *sqlp.Select, c
 		}
 		if errors.Is(err, errScanLimit) {
 			a.m.sqlRefused.WithLabelValues("scan_rows").Inc()
-			writeClientErr(w, CodeScanLimit, fmt.Sprintf("the read looked at more than --sql-max-scan-rows=%d rows of its time range: narrow it with WHERE time >= … AND time < …", a.opts.SQLMaxScanRows))
+			writeClientErr(w, wire.CodeScanLimit, fmt.Sprintf("the read looked at more than --sql-max-scan-rows=%d rows of its time range: narrow it with WHERE time >= … AND time < …", a.opts.SQLMaxScanRows))
 			return
 		}
 		if err != nil {

@@ -10,48 +10,19 @@ import (
 
 	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/httpapi/auth"
+	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
 // maxControlBody bounds table-management request bodies.
 const maxControlBody = 64 << 10
 
-type syncJSON struct {
-	Enabled   bool   `json:"enabled"`
-	Epoch     uint64 `json:"epoch"`
-	Seq       uint64 `json:"seq"`
-	Watermark uint64 `json:"watermark"`
-	Horizon   uint64 `json:"horizon"`
-}
-
-func syncBody(s feed.SyncStatus) syncJSON {
-	return syncJSON{Enabled: s.Enabled, Epoch: s.Epoch, Seq: s.Seq, Watermark: s.Watermark, Horizon: s.Horizon}
-}
-
-type columnJSON struct {
-	Name string `json:"name"`
-	Type string `json:"type"`
-}
-
-type tableJSON struct {
-	Name      string       `json:"name"`
-	Sync      syncJSON     `json:"sync"`
-	Retention string       `json:"retention"`
-	Columns   []columnJSON `json:"columns,omitempty"`
-	Stats     *statsJSON   `json:"stats,omitempty"`
-}
-
-// statsJSON is what a table holds (issue 17); see feed.TableStats.
-type statsJSON struct {
-	Fragments    uint64 `json:"fragments"`
-	RowsEstimate uint64 `json:"rows_estimate"`
-	Series       uint64 `json:"series"`
-	Bytes        uint64 `json:"bytes"`
-	CountedAt    string `json:"counted_at"`
+func syncBody(s feed.SyncStatus) wire.SyncStatus {
+	return wire.SyncStatus{Enabled: s.Enabled, Epoch: s.Epoch, Seq: s.Seq, Watermark: s.Watermark, Horizon: s.Horizon}
 }
 
 // withStats adds the table's counted contents to out when Options.Stats
 // is set.
-func (a *API) withStats(out *tableJSON) error {
+func (a *API) withStats(out *wire.Table) error {
 	if a.opts.Stats == nil {
 		return nil
 	}
@@ -59,23 +30,23 @@ func (a *API) withStats(out *tableJSON) error {
 	if err != nil {
 		return err
 	}
-	out.Stats = &statsJSON{
+	out.Stats = &wire.TableStats{
 		Fragments: st.Fragments, RowsEstimate: st.RowsEstimate, Series: st.Series, Bytes: st.Bytes,
 		CountedAt: st.ComputedAt.UTC().Format(time.RFC3339Nano),
 	}
 	return nil
 }
 
-func tableBody(t feed.TableInfo, withColumns bool) tableJSON {
-	out := tableJSON{Name: t.Name, Sync: syncBody(t.Sync), Retention: feed.FormatRetention(t.Retention)}
+func tableBody(t feed.TableInfo, withColumns bool) wire.Table {
+	out := wire.Table{Name: t.Name, Sync: syncBody(t.Sync), Retention: feed.FormatRetention(t.Retention)}
 	if withColumns {
-		out.Columns = make([]columnJSON, len(t.Columns))
+		out.Columns = make([]wire.Column, len(t.Columns))
 		for i, c := range t.Columns {
 			typ := c.Kind.String()
 			if c.Kind == feed.KindTime {
 				typ = "time"
 			}
-			out.Columns[i] = columnJSON{Name: c.Name, Type: typ}
+			out.Columns[i] = wire.Column{Name: c.Name, Type: typ}
 		}
 	}
 	return out
@@ -104,7 +75,7 @@ func decodeBody(r *http.Request, v any, optional bool) error {
 func (a *API) listTables(w http.ResponseWriter, r *http.Request) {
 	g := auth.FromContext(r.Context())
 	ts := a.opts.Tables.Tables()
-	out := make([]tableJSON, 0, len(ts))
+	out := make([]wire.Table, 0, len(ts))
 	for _, t := range ts {
 		if g != nil && !g.Allows(auth.Any, t.Name) {
 			continue
@@ -157,14 +128,14 @@ func (a *API) putTable(w http.ResponseWriter, r *http.Request) {
 		Retention *string `json:"retention"`
 	}
 	if err := decodeBody(r, &body, true); err != nil {
-		writeClientErr(w, CodeInvalidBody, err.Error())
+		writeClientErr(w, wire.CodeInvalidBody, err.Error())
 		return
 	}
 	opts := feed.TableOptions{Sync: body.Sync}
 	if body.Retention != nil {
 		d, err := feed.ParseRetention(*body.Retention)
 		if err != nil {
-			writeClientErr(w, CodeInvalidBody, err.Error())
+			writeClientErr(w, wire.CodeInvalidBody, err.Error())
 			return
 		}
 		opts.Retention = &d
@@ -215,11 +186,11 @@ func (a *API) putSync(w http.ResponseWriter, r *http.Request) {
 		Enabled *bool `json:"enabled"`
 	}
 	if err := decodeBody(r, &body, false); err != nil {
-		writeClientErr(w, CodeInvalidBody, err.Error())
+		writeClientErr(w, wire.CodeInvalidBody, err.Error())
 		return
 	}
 	if body.Enabled == nil {
-		writeClientErr(w, CodeInvalidBody, `body must be {"enabled": true|false}`)
+		writeClientErr(w, wire.CodeInvalidBody, `body must be {"enabled": true|false}`)
 		return
 	}
 	st, err := a.opts.Admin.SetSync(r.Context(), pathParam(r, "table"), *body.Enabled)

@@ -11,6 +11,8 @@ import (
 	"net/url"
 	"strconv"
 	"strings"
+
+	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
 // Client talks to one ingestd over HTTP. It is safe for concurrent use.
@@ -146,17 +148,7 @@ func newError(resp *http.Response, b []byte) *Error {
 	if s := resp.Header.Get("Retry-After"); s != "" {
 		e.RetryAfter, _ = strconv.Atoi(s)
 	}
-	var body struct {
-		Code      string  `json:"code"`
-		Message   string  `json:"message"`
-		Error     string  `json:"error"`
-		Epoch     *uint64 `json:"epoch"`
-		Seq       *uint64 `json:"seq"`
-		Watermark *uint64 `json:"watermark"`
-		Horizon   *uint64 `json:"horizon"`
-		Line      int     `json:"line"`
-		Column    int     `json:"column"`
-	}
+	var body wire.ErrorBody
 	if json.Unmarshal(b, &body) != nil || (body.Code == "" && body.Message == "" && body.Error == "") {
 		e.Message = clip(b)
 		return e

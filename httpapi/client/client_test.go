@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/httpapi/client"
+	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
 func newClient(t *testing.T, base string, opts ...client.Option) *client.Client {
@@ -94,7 +95,7 @@ func TestTableManagement(t *testing.T) {
 	require.False(t, e.HasState)
 	_, _, err = c.CreateTable(ctx, "x_reserved", client.TableOptions{})
 	require.ErrorAs(t, err, &e)
-	require.Equal(t, client.CodeInvalidTableName, e.Code)
+	require.Equal(t, wire.CodeInvalidTableName, e.Code)
 }
 
 func names(ts []client.Table) []string {
@@ -203,17 +204,17 @@ func TestRefusalState(t *testing.T) {
 	_, err = c.Drain(ctx, client.DrainRequest{Table: "rs", After: 9, Limit: 1})
 	var e *client.Error
 	require.ErrorAs(t, err, &e)
-	require.Equal(t, client.Error{StatusCode: 409, Code: client.CodeCursorBeyondSequence, Message: e.Message, HasState: true, Epoch: 1}, *e)
+	require.Equal(t, client.Error{StatusCode: 409, Code: wire.CodeCursorBeyondSequence, Message: e.Message, HasState: true, Epoch: 1}, *e)
 	require.True(t, client.IsResync(err))
 	require.ErrorIs(t, err, client.ErrCursorBeyondSequence)
 	require.NotErrorIs(t, err, client.ErrStaleEpoch)
 	_, err = c.Drain(ctx, client.DrainRequest{Table: "rs"})
 	require.ErrorAs(t, err, &e)
-	require.Equal(t, client.CodeLimitRequired, e.Code)
+	require.Equal(t, wire.CodeLimitRequired, e.Code)
 	require.False(t, client.IsResync(err))
 	_, err = c.Drain(ctx, client.DrainRequest{Table: "rs", Limit: 1, Consumer: "bad name\x00"})
 	require.ErrorAs(t, err, &e)
-	require.Equal(t, client.CodeInvalidName, e.Code)
+	require.Equal(t, wire.CodeInvalidName, e.Code)
 }
 
 // TestForeignAnswers: answers that are not ingestd's (a proxy's page, a

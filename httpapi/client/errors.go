@@ -5,35 +5,8 @@ import (
 	"fmt"
 	"strconv"
 	"strings"
-)
 
-// The SPEC §3.1 error codes of the API's JSON error object (api.yaml's
-// ErrorCode), as Error.Code carries them.
-const (
-	CodeTableNotFound        = "table_not_found"
-	CodeSyncOff              = "sync_off"
-	CodeStaleEpoch           = "stale_epoch"
-	CodeCursorBeyondSequence = "cursor_beyond_sequence"
-	CodeHistoryExpired       = "history_expired"
-	CodeLimitRequired        = "limit_required"
-	CodeInvalidLimit         = "invalid_limit"
-	CodeInvalidParameter     = "invalid_parameter"
-	CodeUnknownColumn        = "unknown_column"
-	CodeInvalidCursor        = "invalid_cursor"
-	CodeInvalidTableName     = "invalid_table_name"
-	CodeInvalidName          = "invalid_name"
-	CodeInvalidBody          = "invalid_body"
-	CodeTooManyConsumers     = "too_many_consumers"
-	CodeConsumerNotFound     = "consumer_not_found"
-	CodeTableExists          = "table_exists"
-	CodeTableLimit           = "table_limit"
-	CodeColumnLimit          = "column_limit"
-	CodeTooLarge             = "request_too_large"
-	CodeUnavailable          = "unavailable"
-	CodeUnauthorized         = "unauthorized"
-	CodeForbidden            = "forbidden"
-	CodeUnsupportedMediaType = "unsupported_media_type"
-	CodeInternal             = "internal"
+	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
 // The write routes answer with InfluxDB's codes instead (api.yaml's
@@ -49,37 +22,37 @@ const (
 // whatever its status and message (errors.Is(err, ErrStaleEpoch)).
 var (
 	// ErrTableNotFound is returned when the table does not exist (404).
-	ErrTableNotFound = &Error{Code: CodeTableNotFound}
+	ErrTableNotFound = &Error{Code: wire.CodeTableNotFound}
 	// ErrSyncOff is returned by a drain of a table whose sync is OFF (409).
-	ErrSyncOff = &Error{Code: CodeSyncOff}
+	ErrSyncOff = &Error{Code: wire.CodeSyncOff}
 	// ErrStaleEpoch is returned by a drain or copy whose epoch is no longer
 	// the table's (409): TRUNCATE, SET SYNC ON or DROP + re-create
 	// happened; resync in full.
-	ErrStaleEpoch = &Error{Code: CodeStaleEpoch}
+	ErrStaleEpoch = &Error{Code: wire.CodeStaleEpoch}
 	// ErrCursorBeyondSequence is returned by a drain whose after is above
 	// the table's seq (409), e.g. a table restored from an older backup.
-	ErrCursorBeyondSequence = &Error{Code: CodeCursorBeyondSequence}
+	ErrCursorBeyondSequence = &Error{Code: wire.CodeCursorBeyondSequence}
 	// ErrHistoryExpired is returned by a drain whose after is below the
 	// table's horizon - 1 (409; SPEC §9): resync with the copy by time
 	// range, then drain from the watermark it reports.
-	ErrHistoryExpired = &Error{Code: CodeHistoryExpired}
+	ErrHistoryExpired = &Error{Code: wire.CodeHistoryExpired}
 	// ErrTooManyConsumers is returned when a drain names a consumer beyond
 	// the server's --max-consumers-per-table (409).
-	ErrTooManyConsumers = &Error{Code: CodeTooManyConsumers}
+	ErrTooManyConsumers = &Error{Code: wire.CodeTooManyConsumers}
 	// ErrConsumerNotFound is returned for a consumer the table does not
 	// know (404).
-	ErrConsumerNotFound = &Error{Code: CodeConsumerNotFound}
+	ErrConsumerNotFound = &Error{Code: wire.CodeConsumerNotFound}
 	// ErrTableExists is returned by CREATE TABLE without IF NOT EXISTS over
 	// SQL (409); PUT /api/v1/tables/{t} is idempotent and never returns it.
-	ErrTableExists = &Error{Code: CodeTableExists}
+	ErrTableExists = &Error{Code: wire.CodeTableExists}
 	// ErrUnavailable is returned while the server shuts down or sheds load
 	// (503): retry after a pause.
-	ErrUnavailable = &Error{Code: CodeUnavailable}
+	ErrUnavailable = &Error{Code: wire.CodeUnavailable}
 	// ErrUnauthorized is returned for a missing, unknown or revoked token
 	// (401).
-	ErrUnauthorized = &Error{Code: CodeUnauthorized}
+	ErrUnauthorized = &Error{Code: wire.CodeUnauthorized}
 	// ErrForbidden is returned when the token lacks the route's scope (403).
-	ErrForbidden = &Error{Code: CodeForbidden}
+	ErrForbidden = &Error{Code: wire.CodeForbidden}
 )
 
 // maxErrorBodyBytes bounds how much of an error answer is read and kept.
@@ -93,9 +66,9 @@ const maxErrorBodyBytes = 64 << 10
 type Error struct {
 	// StatusCode is the HTTP status (404, 409 …); 0 only in sentinels.
 	StatusCode int
-	// Code is the machine-readable code: one of the Code* constants on the
-	// API routes, InfluxDB's ("invalid", "unprocessable entity" …) on the
-	// write routes.
+	// Code is the machine-readable code: one of package wire's Code
+	// constants (shared with the server) on the API routes, InfluxDB's
+	// (CodeWriteInvalid, CodeWritePartial) on the write routes.
 	Code string
 	// Message is the human-readable reason.
 	Message string

@@ -6,60 +6,23 @@ import (
 	"net/http"
 	"net/url"
 	"time"
+
+	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
 // SyncStatus is SHOW SYNC (SPEC §5): the body of GET, PUT
-// /api/v1/tables/{t}/sync and POST …/truncate.
-type SyncStatus struct {
-	// Enabled reports whether the table's sync is ON.
-	Enabled bool `json:"enabled"`
-	// Epoch changes at TRUNCATE, SET SYNC ON and DROP + re-create.
-	Epoch uint64 `json:"epoch"`
-	// Seq is the highest x_seq handed out.
-	Seq uint64 `json:"seq"`
-	// Watermark is the highest x_seq a drain may return now.
-	Watermark uint64 `json:"watermark"`
-	// Horizon is the lowest x_seq still drainable (SPEC §9; 1 while nothing
-	// was trimmed).
-	Horizon uint64 `json:"horizon"`
-}
+// /api/v1/tables/{t}/sync and POST …/truncate (wire.SyncStatus, which the
+// server writes).
+type SyncStatus = wire.SyncStatus
 
-// Column is one column of SHOW COLUMNS.
-type Column struct {
-	// Name is the column's name: time, a tag or a field key.
-	Name string `json:"name"`
-	// Type is time, tag, float, integer, unsigned, string or boolean.
-	Type string `json:"type"`
-}
+// Column is one column of SHOW COLUMNS (wire.Column).
+type Column = wire.Column
 
-// TableStats is what a table holds (api.yaml TableStats).
-type TableStats struct {
-	// Fragments counts the stored fragments, synced and not (exact).
-	Fragments uint64 `json:"fragments"`
-	// RowsEstimate estimates the distinct points.
-	RowsEstimate uint64 `json:"rows_estimate"`
-	// Series counts the distinct tag sets.
-	Series uint64 `json:"series"`
-	// Bytes is the table's keys and values before compression, in bytes.
-	Bytes uint64 `json:"bytes"`
-	// CountedAt is when the counts were taken (RFC 3339).
-	CountedAt string `json:"counted_at"`
-}
+// TableStats is what a table holds (wire.TableStats).
+type TableStats = wire.TableStats
 
-// Table is one table as the table routes show it.
-type Table struct {
-	// Name is the table's name (the ILP measurement).
-	Name string `json:"name"`
-	// Sync is the table's sync state.
-	Sync SyncStatus `json:"sync"`
-	// Retention is the retention in force ("0": forever; SPEC §9).
-	Retention string `json:"retention"`
-	// Columns lists time, tags and fields in order of first appearance
-	// (GET of one table; nil in lists).
-	Columns []Column `json:"columns,omitempty"`
-	// Stats is what the table holds, when the server counts it.
-	Stats *TableStats `json:"stats,omitempty"`
-}
+// Table is one table as the table routes show it (wire.Table).
+type Table = wire.Table
 
 // TableOptions is the body of CreateTable; nil fields are left out.
 type TableOptions struct {
@@ -176,7 +139,7 @@ func (c *Client) Position(ctx context.Context, table, name string) (Consumer, er
 			return cons, nil
 		}
 	}
-	return Consumer{}, &Error{StatusCode: http.StatusNotFound, Code: CodeConsumerNotFound, Message: "no consumer " + name + " on table " + table}
+	return Consumer{}, &Error{StatusCode: http.StatusNotFound, Code: wire.CodeConsumerNotFound, Message: "no consumer " + name + " on table " + table}
 }
 
 // Ack records that consumer name has applied table's feed up to after in

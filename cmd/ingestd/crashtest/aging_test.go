@@ -17,6 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/httpapi/client"
+	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
 // TestCrashCycles' aging tables (issue 15): crash_r keeps its rows for
@@ -243,7 +244,7 @@ func (a *agingLoad) pull(ctx context.Context, hc *http.Client, base string, tb *
 		if err := a.sawSync(tb, refusal.Epoch, refusal.Seq); err != nil {
 			return false, err
 		}
-		want := map[string]string{"crash_r": client.CodeHistoryExpired, "crash_t": client.CodeStaleEpoch}[tb.name]
+		want := map[string]string{"crash_r": wire.CodeHistoryExpired, "crash_t": wire.CodeStaleEpoch}[tb.name]
 		if refusal.Code != want {
 			return false, fmt.Errorf("drain %s epoch %d after %d: %w, want 200 or %s", tb.name, epoch, after, err, want)
 		}
@@ -477,7 +478,7 @@ func verifyRetention(t testing.TB, hc *http.Client, base string, writes []retWri
 		var ref *client.Error
 		require.ErrorAs(t, err, &ref)
 		require.Equal(t, http.StatusConflict, ref.StatusCode, "%v", err)
-		require.Equal(t, client.CodeHistoryExpired, ref.Code)
+		require.Equal(t, wire.CodeHistoryExpired, ref.Code)
 		require.Greater(t, ref.Horizon, st.Horizon, "refused at the horizon itself: %v", err)
 		st.Horizon = ref.Horizon
 	}
