@@ -37,54 +37,59 @@ func (db *DB) readSeq(tid, after, upto uint64, limit int, visit func(*store.Row)
 	}
 	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 2, Prefix: tablePrefix(ksSync, tid)})
 	defer it.Close()
-	var (
-		br  blockReader
-		f   store.Fragment
-		row store.Row
-		co  coalescer
-		n   int
-	)
-	defer co.close()
+	var sc blockScan
+	defer sc.co.close()
 	for it.Seek(tableKey(ksSync, tid, after+1)); it.Valid(); it.Next() {
 		item := it.Item()
 		val, err := item.ValueCopy(nil) // owned: strings alias it
 		if err != nil {
 			return err
 		}
-		if err := br.init(val); err != nil {
+		if err := sc.br.init(val); err != nil {
 			return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 		}
-		seq := br.firstSeq
+		seq := sc.br.firstSeq
 		if after >= seq {
-			if err := br.seek(after + 1 - seq); err != nil {
+			if err := sc.br.seek(after + 1 - seq); err != nil {
 				return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 			}
 			seq = after + 1
 		}
-		for ; br.read < br.count; seq++ {
+		for ; sc.br.read < sc.br.count; seq++ {
 			if seq > upto {
 				return nil
 			}
-			if err := br.next(&f); err != nil {
+			if err := sc.br.next(&sc.f); err != nil {
 				return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 			}
-			if f.Series == removedSeries {
+			if sc.f.Series == removedSeries {
 				// Below the horizon by construction; never skipped silently.
 				return fmt.Errorf("%w: x_seq %d was removed", store.ErrHistoryExpired, seq)
 			}
-			row = store.Row{Seq: seq, Series: f.Series, Time: f.Time, Fields: f.Fields}
-			if row.Fields, err = co.rowFields(st, txn, tid, &f, ref{seq: seq}); err != nil {
+			sc.row = store.Row{Seq: seq, Series: sc.f.Series, Time: sc.f.Time, Fields: sc.f.Fields}
+			if sc.row.Fields, err = sc.co.rowFields(st, txn, tid, &sc.f, ref{seq: seq}); err != nil {
 				return err
 			}
-			if err := visit(&row); err != nil {
+			if err := visit(&sc.row); err != nil {
 				return err
 			}
-			if n++; n == limit {
+			if sc.n++; sc.n == limit {
 				return nil
 			}
 		}
 	}
 	return nil
+}
+
+// blockScan is the state of a read that decodes blocks into coalesced
+// rows (readSeq, readRows): the block being read, the fragment and row
+// decoded last, the coalescer of overwritten points and the rows visited.
+type blockScan struct {
+	br  blockReader
+	f   store.Fragment
+	row store.Row
+	co  coalescer
+	n   int
 }
 
 // dupRefs reports whether (sid, ts) holds more than one fragment, with its

@@ -67,14 +67,8 @@ func (db *DB) readRows(tid uint64, c store.RowCursor, start, end int64, limit in
 	st := db.table(tid)
 	txn := db.bdb.NewTransaction(false)
 	defer txn.Discard()
-	var (
-		br  blockReader
-		f   store.Fragment
-		row store.Row
-		co  coalescer
-		n   int
-	)
-	defer co.close()
+	var sc blockScan
+	defer sc.co.close()
 	for _, space := range []struct {
 		unsynced bool
 		ks       byte
@@ -99,42 +93,42 @@ func (db *DB) readRows(tid uint64, c store.RowCursor, start, end int64, limit in
 				if err != nil {
 					return err
 				}
-				if err := br.init(val); err != nil {
+				if err := sc.br.init(val); err != nil {
 					return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 				}
-				if err := br.seek(cur.Index); err != nil {
+				if err := sc.br.seek(cur.Index); err != nil {
 					return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 				}
-				for br.read < br.count {
-					idx := br.read
-					if err := br.next(&f); err != nil {
+				for sc.br.read < sc.br.count {
+					idx := sc.br.read
+					if err := sc.br.next(&sc.f); err != nil {
 						return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 					}
 					cur.Index = idx + 1
-					if f.Series == removedSeries || f.Time < start || f.Time >= end {
+					if sc.f.Series == removedSeries || sc.f.Time < start || sc.f.Time >= end {
 						continue
 					}
-					row = store.Row{Series: f.Series, Time: f.Time, Fields: f.Fields}
+					sc.row = store.Row{Series: sc.f.Series, Time: sc.f.Time, Fields: sc.f.Fields}
 					self := ref{block: block, idx: idx}
 					if !space.unsynced {
-						row.Seq = br.firstSeq + idx
-						self = ref{seq: row.Seq}
+						sc.row.Seq = sc.br.firstSeq + idx
+						self = ref{seq: sc.row.Seq}
 					}
 					var skip bool
-					if row.Fields, skip, err = co.pointFields(st, txn, tid, &f, self); err != nil {
+					if sc.row.Fields, skip, err = sc.co.pointFields(st, txn, tid, &sc.f, self); err != nil {
 						return err
 					}
 					if skip {
 						continue // the point was returned at its oldest fragment
 					}
-					if err := visit(&row); err != nil {
+					if err := visit(&sc.row); err != nil {
 						if errors.Is(err, store.ErrRowLeftOut) {
 							cur.Index = idx // the next page starts with this row
 							return errPageFull
 						}
 						return err
 					}
-					if n++; n == limit {
+					if sc.n++; sc.n == limit {
 						return errPageFull
 					}
 				}
