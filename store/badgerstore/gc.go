@@ -36,15 +36,12 @@ func newGCState() *gcState {
 	return &gcState{
 		stop: make(chan struct{}),
 		done: make(chan struct{}),
-		runs: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "ingestd_store_gc_passes_total", Help: "Value-log garbage collection passes by result (rewrote: at least one file rewritten and deleted; nothing; error).",
-		}, []string{"result"}),
-		seconds: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ingestd_store_gc_seconds_total", Help: "Time spent in value-log garbage collection passes, pauses for --store-gc-max-bytes-per-second excluded.",
-		}),
-		rewrites: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ingestd_store_gc_file_rewrites_total", Help: "Value-log files rewritten (their live values copied forward) and deleted by the garbage collector.",
-		}),
+		runs: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestd_store_gc_passes_total",
+			Help: "Value-log garbage collection passes by result (rewrote: at least one file rewritten and deleted; nothing; error)."}, []string{"result"}),
+		seconds: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestd_store_gc_seconds_total",
+			Help: "Time spent in value-log garbage collection passes, pauses for --store-gc-max-bytes-per-second excluded."}),
+		rewrites: prometheus.NewCounter(prometheus.CounterOpts{Name: "ingestd_store_gc_file_rewrites_total",
+			Help: "Value-log files rewritten (their live values copied forward) and deleted by the garbage collector."}),
 	}
 }
 
