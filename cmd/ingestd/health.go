@@ -16,13 +16,16 @@ import (
 // prints its state on stdout ("pass: ready for queries and writes (ingestd
 // 0.1.0)") and exits 0 when it answers 200 (ready), 1 otherwise (the state
 // then goes to stderr). Container images without a shell use it as their
-// health check.
+// health check. An https:// URL is checked with the system's roots plus
+// --ca-file, presenting --client-cert when the server requires one.
 func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("ingestd health", flag.ContinueOnError)
 	url := fs.String("url", "http://127.0.0.1:8086/health", "health URL of the ingestd to probe")
 	timeout := fs.Duration("timeout", 3*time.Second, "how long to wait for the answer")
+	var ctls cli.ClientTLS
+	ctls.RegisterFlags(fs)
 	cmd := &cli.Command{Name: "ingestd health", Usage: `Usage:
-  ingestd health [--url URL] [--timeout D]
+  ingestd health [--url URL] [--timeout D] [--ca-file F] [--client-cert F --client-key F]
 Prints a running ingestd's state from its /health; exit 0 when ready, 1 otherwise.
 `}
 	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
@@ -34,7 +37,11 @@ Prints a running ingestd's state from its /health; exit 0 when ready, 1 otherwis
 	if err != nil {
 		return cmd.UsageError(stderr, "--url: "+err.Error())
 	}
-	resp, err := http.DefaultClient.Do(req)
+	tr, err := ctls.Transport()
+	if err != nil {
+		return cmd.UsageError(stderr, err.Error())
+	}
+	resp, err := (&http.Client{Transport: tr}).Do(req)
 	if err != nil {
 		fmt.Fprintln(stderr, "ingestd health: fail:", err)
 		return cli.ExitFailure

@@ -65,6 +65,9 @@ type Config struct {
 	MetricsAddr string
 	// LogLevel and LogFormat configure the log on stderr.
 	LogLevel, LogFormat string
+	// TLS is the trust and client certificate for https:// source and
+	// target URLs (--ca-file, --client-cert, --client-key).
+	TLS cli.ClientTLS
 }
 
 // DefaultConfig returns the defaults of the flags.
@@ -87,6 +90,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "serve the mirror's Prometheus metrics at this address (empty: off)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
+	c.TLS.RegisterFlags(fs)
 }
 
 // Validate checks c; the error names every bad flag.
@@ -198,13 +202,19 @@ type Mirror struct {
 }
 
 // New returns a mirror of cfg (validated) registering its metrics on reg
-// (nil: none). Both clients share one *http.Client on
-// http.DefaultTransport whose timeout outlasts the long-poll.
+// (nil: none). Both clients share one *http.Client whose timeout outlasts
+// the long-poll, on http.DefaultTransport or, with cfg.TLS set, a clone of
+// it trusting and presenting what cfg.TLS names (an error names the flag
+// whose file cannot be used).
 func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Mirror, error) {
 	if cfg.Consumer == "" {
 		cfg.Consumer = "mirror-" + cfg.Table
 	}
-	hc := &http.Client{Timeout: cfg.Wait + 60*time.Second}
+	tr, err := cfg.TLS.Transport()
+	if err != nil {
+		return nil, err
+	}
+	hc := &http.Client{Transport: tr, Timeout: cfg.Wait + 60*time.Second}
 	src, err := client.New(cfg.Source, client.WithHTTPClient(hc), client.WithToken(cfg.SourceToken))
 	if err != nil {
 		return nil, fmt.Errorf("--source: %w", err)
