@@ -9,19 +9,25 @@ import (
 )
 
 // plainFields decodes the field set and timestamp of rest, the part of a
-// line after its measurement and tag set (from the separating space), when
-// it has the plain form almost every writer sends:
+// line after the measurement and tag set of ks (from the separating space),
+// when it has the plain form almost every writer sends:
 //
 //	' '+ key=value (',' key=value)* [' '+ timestamp]
 //
 // with keys and values free of backslashes, and strings free of
 // backslashes. The values are converted by fieldValue, as the decoder's
-// are, and the keys checked by checkKey unless the previous line had the
-// same key at the same position. It reports false for anything else and
-// for any error, leaving the line to lineprotocol's decoder, which reports
-// errors with their columns: plainFields only ever accepts what the decoder
-// accepts, with the same result (FuzzPlainFields checks it).
-func (p *Parser) plainFields(rest []byte, tags []feed.Tag, prec Precision, now int64) (fields []feed.PointField, ts int64, ok bool) {
+// are. The keys are checked (checkKey unless the previous line had the same
+// key at the same position, no key twice, none a tag key of ks) unless they
+// are ks.shape's: the field keys of the series' last line plainFields
+// accepted, in order, which passed those checks then. A line that repeats
+// them (a writer sends a series' fields in the same order every time) costs
+// a comparison per key and no scan for its '='; its keys are shape's
+// strings. Any other accepted line becomes ks.shape. It reports false for
+// anything else and for any error, leaving the line to lineprotocol's
+// decoder, which reports errors with their columns: plainFields only ever
+// accepts what the decoder accepts, with the same result (FuzzParse checks
+// it).
+func (p *Parser) plainFields(rest []byte, ks *knownSeries, prec Precision, now int64) (fields []feed.PointField, ts int64, ok bool) {
 	i := 0
 	for i < len(rest) && rest[i] == ' ' {
 		i++
@@ -30,26 +36,39 @@ func (p *Parser) plainFields(rest []byte, tags []feed.Tag, prec Precision, now i
 		return nil, 0, false
 	}
 	fields = p.fields[len(p.fields):]
+	// same: fields hold shape's first keys. A shape key holds none of the
+	// bytes that end a key (plainFields scanned it), so where its bytes
+	// and an '=' follow, the scan below would find that key.
+	shape, same := ks.shape, true
 	for {
-		// The key: up to '=', none of the bytes that end a key.
+		var key string
 		start := i
-		for i < len(rest) && rest[i] != '=' {
-			if c := rest[i]; c == ',' || c == ' ' || c < 0x20 || c == 0x7f {
+		if n := len(fields); same && n < len(shape) {
+			if e := i + len(shape[n]); e+1 < len(rest) && rest[e] == '=' && string(rest[i:e]) == shape[n] {
+				key, i = shape[n], e
+			} else {
+				same = false
+			}
+		} else {
+			same = false
+		}
+		if !same {
+			// The key: up to '=', none of the bytes that end a key.
+			for i < len(rest) && rest[i] != '=' {
+				if c := rest[i]; c == ',' || c == ' ' || c < 0x20 || c == 0x7f {
+					return nil, 0, false
+				}
+				i++
+			}
+			if i == start || i+1 >= len(rest) {
 				return nil, 0, false
 			}
-			i++
-		}
-		if i == start || i+1 >= len(rest) {
-			return nil, 0, false
+			if key, ok = p.plainKey(rest[start:i], ks.tags, fields); !ok {
+				return nil, 0, false
+			}
 		}
 		k := rest[start:i]
 		i++ // '='
-		pos := 1 + len(tags) + len(fields)
-		if pos >= len(p.lastKeys) || p.lastKeys[pos] != string(k) {
-			if p.checkKey("field key", k) != nil {
-				return nil, 0, false
-			}
-		}
 		var kind lineprotocol.ValueKind
 		var v []byte
 		switch c := rest[i]; {
@@ -90,12 +109,7 @@ func (p *Parser) plainFields(rest []byte, tags []feed.Tag, prec Precision, now i
 				return nil, 0, false
 			}
 		}
-		for j := range fields {
-			if fields[j].Key == string(k) {
-				return nil, 0, false // a repeated key: the decoder's path merges it
-			}
-		}
-		fields = append(fields, feed.PointField{Key: p.internAt(pos, k), Value: val})
+		fields = append(fields, feed.PointField{Key: key, Value: val})
 		if i == len(rest) {
 			break
 		}
@@ -123,21 +137,49 @@ func (p *Parser) plainFields(rest []byte, tags []feed.Tag, prec Precision, now i
 		if ts, perr = parseTime(tb, prec); perr != nil {
 			return nil, 0, false
 		}
-		return p.tagFieldOK(tags, fields, ts)
+		return p.keepShape(ks, fields, same), ts, true
 	}
-	return p.tagFieldOK(tags, fields, now-now%int64(prec))
+	return p.keepShape(ks, fields, same), now - now%int64(prec), true
 }
 
-// tagFieldOK reports whether no field key is also a tag key.
-func (p *Parser) tagFieldOK(tags []feed.Tag, fields []feed.PointField, ts int64) ([]feed.PointField, int64, bool) {
-	for i := range tags {
-		for j := range fields {
-			if tags[i].Key == fields[j].Key {
-				return nil, 0, false
-			}
+// plainKey checks k, the key of the field that follows fields in a line
+// of the series whose tags are tags, and returns it interned: false when
+// it breaks the name rules (checkKey, skipped when the previous line had
+// the same key at the same position), repeats a key of fields (the
+// decoder's path merges it) or is a tag key (refused by the full parse).
+func (p *Parser) plainKey(k []byte, tags []feed.Tag, fields []feed.PointField) (string, bool) {
+	pos := 1 + len(tags) + len(fields)
+	if pos >= len(p.lastKeys) || p.lastKeys[pos] != string(k) {
+		if p.checkKey("field key", k) != nil {
+			return "", false
 		}
 	}
-	return fields, ts, true
+	for j := range fields {
+		if fields[j].Key == string(k) {
+			return "", false
+		}
+	}
+	for j := range tags {
+		if tags[j].Key == string(k) {
+			return "", false
+		}
+	}
+	return p.internAt(pos, k), true
+}
+
+// keepShape makes the keys of fields, a line of ks that plainFields
+// accepted, ks's shape unless they are already (same, and as many).
+func (p *Parser) keepShape(ks *knownSeries, fields []feed.PointField, same bool) []feed.PointField {
+	if !same || len(fields) != len(ks.shape) {
+		if cap(ks.shape) < len(fields) {
+			ks.shape = make([]string, len(fields))
+		}
+		ks.shape = ks.shape[:len(fields)]
+		for i := range fields {
+			ks.shape[i] = fields[i].Key
+		}
+	}
+	return fields
 }
 
 // smallInt parses v, an optional '-' and 1 to 18 decimal digits, which

@@ -1,7 +1,9 @@
 package ilp
 
 import (
+	"fmt"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -70,4 +72,63 @@ func TestSmallInt(t *testing.T) {
 		body := []byte("m,t=a f=1u 1\nm,t=a f=" + v + " 2")
 		require.Equal(t, parseAlone(body, DefaultLimits(), Nanosecond), parseWhole(body, DefaultLimits(), Nanosecond), v)
 	}
+}
+
+// TestFieldShape checks lines of a known series against the keys of its
+// last plain line (its shape): the same keys, more, fewer, reordered, a
+// key that extends or shortens a shape key, a repeated key, a tag key or
+// a reserved key after shape keys, and a shape key without its '='. Each
+// body must parse exactly as its lines do alone.
+func TestFieldShape(t *testing.T) {
+	tests := []struct {
+		name string
+		body string
+	}{
+		{"same keys", "m,t=a x=1i,y=2i 1\nm,t=a x=3i,y=4i 2\nm,t=a x=5i,y=6i 3"},
+		{"one more", "m,t=a x=1i 1\nm,t=a x=2i,y=3i 2\nm,t=a x=4i,y=5i 3"},
+		{"one fewer", "m,t=a x=1i,y=2i 1\nm,t=a x=3i 2\nm,t=a x=4i,y=5i 3"},
+		{"reordered", "m,t=a x=1i,y=2i 1\nm,t=a y=3i,x=4i 2\nm,t=a x=5i,y=6i 3"},
+		{"longer key", "m,t=a x=1i 1\nm,t=a xx=2i 2\nm,t=a x=3i 3"},
+		{"shorter key", "m,t=a xy=1i 1\nm,t=a x=2i 2\nm,t=a xy=3i 3"},
+		{"repeated key", "m,t=a x=1i,y=2i 1\nm,t=a x=3i,y=4i,x=5i 2"},
+		{"tag key", "m,t=a x=1i 1\nm,t=a x=2i,t=3i 2\nm,t=a x=4i 3"},
+		{"reserved key", "m,t=a x=1i 1\nm,t=a x=2i,x_seq=1i 2\nm,t=a x=2i,time=1i 3"},
+		{"no equals sign", "m,t=a x=1i 1\nm,t=a x 2\nm,t=a x=\nm,t=a x= 4\nm,t=a xy1i 5"},
+		{"another type", "m,t=a x=1i,y=true 1\nm,t=a x=1.5,y=\"s\" 2\nm,t=a x=2u,y=F 3"},
+		{"without timestamp", "m,t=a x=1i,y=2i\nm,t=a x=3i,y=4i\nm,t=a x=5i,y=6i 3"},
+		{"two series", "m,t=a x=1i 1\nm,t=b y=1i 1\nm,t=a x=2i 2\nm,t=b x=2i 2\nm,t=a y=3i 3"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			// The first line twice: parsed in full, then by plainFields,
+			// which makes its keys the shape.
+			first, _, _ := strings.Cut(tt.body, "\n")
+			body := []byte(first + "\n" + tt.body)
+			require.Equal(t, parseAlone(body, DefaultLimits(), Nanosecond), parseWhole(body, DefaultLimits(), Nanosecond))
+		})
+	}
+}
+
+// TestParserReuseFields checks that after Reuse a Parser parses a body of
+// known series into the field slabs of the bodies before it (no
+// allocation at all, given the batch's points array), with the same points
+// a fresh Parser returns.
+func TestParserReuseFields(t *testing.T) {
+	var body []byte
+	for i := range 2 * slabLen {
+		body = fmt.Appendf(body, "m,host=h%d a=%di,b=%d.5,c=%q %d\n", i%7, i, i, "s", i)
+	}
+	p := NewParser(DefaultLimits())
+	b := &feed.Batch{}
+	parse := func() {
+		b.Points = b.Points[:0]
+		errs, _ := p.ParseAll(b, body, 1, Nanosecond, 0)
+		require.Empty(t, errs)
+		p.Reuse()
+	}
+	parse() // the series become known, the slabs and points are allocated
+	require.Zero(t, testing.AllocsPerRun(3, parse))
+	want, errs := parseWholePoints(body, DefaultLimits(), Nanosecond)
+	require.Empty(t, errs)
+	require.Equal(t, want, b.Points)
 }

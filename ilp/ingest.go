@@ -37,6 +37,8 @@ type Ingest struct {
 	// (Config.MaxInflightWriteBytes).
 	inflight *writeQuota
 	auth     Auth
+	// parsers are the HTTP handler's idle Parsers (parserPool).
+	parsers parserPool
 }
 
 // Grant limits what one writer may write (SPEC §10); package
@@ -83,7 +85,7 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 		cfg: cfg, app: app, submitTimeout: submitTimeout,
 		logger: logger.With("component", "ilp"), m: newMetrics(reg), now: time.Now,
 		logLimit: rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},
-		inflight: newWriteQuota(cfg.MaxInflightWriteBytes),
+		inflight: newWriteQuota(cfg.MaxInflightWriteBytes), parsers: make(parserPool, pooledParsers),
 	}, nil
 }
 

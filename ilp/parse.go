@@ -50,9 +50,11 @@ var bom = []byte("\xef\xbb\xbf")
 // TrimBOM strips one leading UTF-8 byte-order mark.
 func TrimBOM(b []byte) []byte { return bytes.TrimPrefix(b, bom) }
 
-// Parser turns ILP lines into feed points. Strings in the points it returns
-// live in memory the Parser never writes again, so a batch may be handed to
-// the sequencer while the Parser goes on. Not safe for concurrent use.
+// Parser turns ILP lines into feed points. Everything the points it returns
+// hold lives in memory the Parser never writes again, so a batch may be
+// handed to the sequencer while the Parser goes on; only Reuse, once the
+// batch is answered, hands the memory of their field sets out again. Not
+// safe for concurrent use.
 type Parser struct {
 	lim    Limits
 	intern map[string]string
@@ -67,6 +69,10 @@ type Parser struct {
 	series      map[string]*knownSeries
 	seriesBytes int
 	rest        []byte // a field section behind a one-byte measurement
+	// usedSlabs are the field slabs handed out since the last Reuse (at
+	// most maxReusedSlabs of them are remembered), spareSlabs the ones
+	// Reuse gave back, handed out again before any new one is made.
+	usedSlabs, spareSlabs [][]feed.PointField
 }
 
 // knownSeries is a measurement and tag section parsed before: what every
@@ -75,6 +81,10 @@ type knownSeries struct {
 	table  string
 	tags   []feed.Tag // sorted; shared by every point of the series, never written
 	series string
+	// shape is the field keys, in line order, of the series' last line
+	// that plainFields accepted (interned, each checked): a later line with
+	// the same keys skips their checks.
+	shape []string
 }
 
 // Bounds of one Parser's caches: the measurement and key intern table
@@ -348,7 +358,7 @@ func (p *Parser) parseKnown(ks *knownSeries, rest []byte, prec Precision, now in
 	if !utf8.Valid(rest) {
 		return feed.Point{}, false
 	}
-	if fields, ts, ok := p.plainFields(rest, ks.tags, prec, now); ok {
+	if fields, ts, ok := p.plainFields(rest, ks, prec, now); ok {
 		p.fields = p.growFields(fields)
 		return feed.Point{Table: ks.table, Series: ks.series, Tags: ks.tags, Fields: fields[:len(fields):len(fields)], Time: ts}, true
 	}
@@ -563,9 +573,43 @@ func (p *Parser) growTags(s []feed.Tag) []feed.Tag {
 
 func (p *Parser) growFields(s []feed.PointField) []feed.PointField {
 	if cap(s)-len(s) < 256 {
-		return make([]feed.PointField, 0, slabLen)
+		return p.newFieldSlab()
 	}
 	return s[len(s):]
+}
+
+// maxReusedSlabs bounds the field slabs Reuse gives back (each slabLen
+// fields, 192 KiB): enough for the field sets of a 5,000-line TSBS body
+// (about 55,000 fields) and no more held by an idle Parser.
+const maxReusedSlabs = 16
+
+// newFieldSlab returns an empty field slab, a spare one when there is.
+func (p *Parser) newFieldSlab() []feed.PointField {
+	var s []feed.PointField
+	if n := len(p.spareSlabs); n > 0 {
+		s, p.spareSlabs = p.spareSlabs[n-1][:0], p.spareSlabs[:n-1]
+	} else {
+		s = make([]feed.PointField, 0, slabLen)
+	}
+	if len(p.usedSlabs) < maxReusedSlabs {
+		p.usedSlabs = append(p.usedSlabs, s)
+	}
+	return s
+}
+
+// Reuse lets the Parser write again the memory of the field sets of every
+// point it returned so far, so that a Parser that parses batch after batch
+// (a pooled HTTP parser) does not allocate (and the kernel clear) theirs
+// anew each time. Call it only when no such point is read any more: the
+// sequencer has answered the batch holding them (a batch whose wait was
+// abandoned may still be read). Everything else a point holds (tags,
+// series key, strings) stays where it is, never written again: known
+// series share it.
+func (p *Parser) Reuse() {
+	p.spareSlabs = append(p.spareSlabs, p.usedSlabs...)
+	clear(p.usedSlabs)
+	p.usedSlabs = p.usedSlabs[:0]
+	p.fields = p.newFieldSlab()
 }
 
 // ParseAll splits data into lines and parses each into b, numbering lines
