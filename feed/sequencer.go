@@ -813,8 +813,16 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 		}
 	}
 	slab := len(s.fieldSlab)
-	for _, f := range p.Fields {
-		c, ok := t.colByName[f.Key]
+	sameShape := len(p.Fields) == len(t.shapeKeys)
+	for j, f := range p.Fields {
+		var c uint32
+		ok := j < len(t.shapeKeys) && t.shapeKeys[j] == f.Key
+		if ok {
+			c = t.shapeCols[j]
+		} else {
+			sameShape = false
+			c, ok = t.colByName[f.Key]
+		}
 		if !ok {
 			if k := s.pendingKind(f.Key); k != 0 {
 				s.fieldSlab = s.fieldSlab[:slab]
@@ -844,6 +852,9 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 			fmt.Sprintf("table %s would have %d columns, more than --feed-max-columns-per-table=%d",
 				QuoteInput(t.name), len(t.meta.Columns)+len(s.newCols), s.cfg.MaxColumnsPerTable))
 	}
+	if !sameShape {
+		t.setShape(s.fieldSlab[slab:], p.Fields)
+	}
 	g := t.group
 	if len(s.newCols) > 0 {
 		for _, c := range s.newCols {
@@ -869,6 +880,16 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 	}
 	g.frags = append(g.frags, store.Fragment{Series: sid, Time: p.Time, Fields: s.fieldSlab[slab:len(s.fieldSlab):len(s.fieldSlab)]})
 	return nil
+}
+
+// setShape makes the keys of fields, whose columns are cols (in order),
+// t's shape. Sequencer goroutine only.
+func (t *table) setShape(cols []store.Field, fields []PointField) {
+	t.shapeKeys, t.shapeCols = t.shapeKeys[:0], t.shapeCols[:0]
+	for i := range fields {
+		t.shapeKeys = append(t.shapeKeys, fields[i].Key)
+		t.shapeCols = append(t.shapeCols, cols[i].Col)
+	}
 }
 
 // pendingKind returns the kind of a column added by the point being

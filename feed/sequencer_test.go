@@ -855,6 +855,25 @@ func TestSchemaRejects(t *testing.T) {
 			columns:  []Column{{"time", KindTime}, {"host", KindTag}, {"v", KindInt}, {"w", KindFloat}},
 		},
 		{
+			// The columns of the previous point's keys are reused by
+			// position (table.shapeKeys): kinds are still checked, and
+			// other orders and key sets find their own columns.
+			name:  "field shapes",
+			setup: []Point{pt("t", 1, tg("host", "a"), fld("x", iv(1)), fld("y", iv(1)))},
+			batch: []Point{
+				withLine(1, pt("t", 2, tg("host", "a"), fld("x", iv(2)), fld("y", fv(2)))),
+				withLine(2, pt("t", 3, tg("host", "a"), fld("y", iv(3)), fld("x", iv(30)))),
+				withLine(3, pt("t", 4, tg("host", "a"), fld("y", iv(4)), fld("x", iv(40)), fld("z", sv("z")))),
+				withLine(4, pt("t", 5, tg("host", "a"), fld("y", iv(5)), fld("x", sv("x")), fld("z", sv("z")))),
+				withLine(5, pt("t", 6, tg("host", "a"), fld("x", iv(6)), fld("y", iv(60)))),
+				withLine(6, pt("t", 7, tg("host", "a"), fld("z", sv("7")))),
+				withLine(7, pt("t", 8, tg("host", "a"), fld("x", iv(8)), fld("y", iv(80)))),
+			},
+			rejects:  []reject{{1, "y", ErrFieldTypeConflict}, {4, "x", ErrFieldTypeConflict}},
+			accepted: 5,
+			columns:  []Column{{"time", KindTime}, {"host", KindTag}, {"x", KindInt}, {"y", KindInt}, {"z", KindString}},
+		},
+		{
 			name: "field type conflict within one batch",
 			batch: []Point{
 				withLine(1, pt("t", 1, nil, fld("v", bv(true)))),

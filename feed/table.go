@@ -15,6 +15,14 @@ type table struct {
 	// Owned by the sequencer goroutine; no lock.
 	meta      store.TableMeta
 	colByName map[string]uint32 // column name -> position in meta.Columns
+	// shapeKeys are the field keys of the last point applied, in its
+	// order, and shapeCols their positions in meta.Columns: a point whose
+	// keys are the same (a writer sends a table's fields in one order)
+	// finds their columns without a colByName look-up. Positions never
+	// change and columns are never removed (TRUNCATE and DROP replace the
+	// table), so an entry stays right as long as the table.
+	shapeKeys []string
+	shapeCols []uint32
 	series    map[string]uint64 // canonical tag set -> series id
 	seq       uint64            // highest x_seq stamped (published as pub.seq)
 	group     *groupTable       // this table's part of the group being built
