@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/ingestd/ingestd/store"
@@ -113,8 +114,9 @@ func decodeRefs(refs []ref, b []byte) ([]ref, error) {
 // positions itself at any fragment by decoding at most skipEvery-1 others.
 const skipEvery = 64
 
-// appendBlock encodes fragments as a block (see doc.go). offs is scratch
-// space for the skip index and is returned for reuse.
+// appendBlock encodes fragments as a block (see doc.go). body and offs are
+// scratch space for the fragments and the skip index and are returned for
+// reuse; dst grows at most once, to the block's size.
 func appendBlock(dst []byte, firstSeq uint64, commitTime int64, frags []store.Fragment, body []byte, offs []uint64) ([]byte, []byte, []uint64) {
 	body = body[:0]
 	offs = offs[:0]
@@ -124,6 +126,7 @@ func appendBlock(dst []byte, firstSeq uint64, commitTime int64, frags []store.Fr
 		}
 		body = appendFragment(body, &frags[i])
 	}
+	dst = slices.Grow(dst, (4+len(offs))*binary.MaxVarintLen64+len(body))
 	dst = binary.AppendUvarint(dst, firstSeq)
 	dst = binary.AppendVarint(dst, commitTime)
 	dst = binary.AppendUvarint(dst, uint64(len(frags)))
@@ -387,6 +390,12 @@ type runBuilder struct {
 	// series' run of the latest write so far.
 	write      int
 	next, last *runBuilder
+}
+
+// newRunBuilder starts the run of series sid at firstTs for write, with
+// room for hint fragments.
+func newRunBuilder(sid uint64, firstTs int64, write, hint int) *runBuilder {
+	return &runBuilder{sid: sid, firstTs: firstTs, write: write, ts: make([]int64, 0, hint), idx: make([]uint64, 0, hint)}
 }
 
 func (rb *runBuilder) add(ts int64, idx uint64) {

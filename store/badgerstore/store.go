@@ -158,6 +158,11 @@ type DB struct {
 	// table instance id; touched by the sequencer's calls only.
 	nextBlock uint64
 	nextTID   uint64
+	// blockBody and blockOffs are the block encoder's scratch space
+	// (appendBlock), kept across commits unless larger than
+	// maxScratchBodyBytes; touched by the sequencer's calls only.
+	blockBody []byte
+	blockOffs []uint64
 
 	mu     sync.Mutex             // guards tables
 	tables map[uint64]*tableState // by table instance id
@@ -568,10 +573,13 @@ func (db *DB) commit(commits []store.TableCommit) error {
 	if err := db.checkSpace(); err != nil {
 		return err
 	}
-	w := &committer{db: db, txn: db.bdb.NewTransaction(true), look: lookup{db: db}}
+	w := &committer{db: db, txn: db.bdb.NewTransaction(true), look: lookup{db: db}, body: db.blockBody, offs: db.blockOffs}
 	defer func() {
 		w.look.close()
 		w.txn.Discard()
+		if cap(w.body) <= maxScratchBodyBytes {
+			db.blockBody, db.blockOffs = w.body, w.offs
+		}
 	}()
 	for i := range commits {
 		if err := w.table(&commits[i]); err != nil {
@@ -580,6 +588,11 @@ func (db *DB) commit(commits []store.TableCommit) error {
 	}
 	return w.txn.Commit()
 }
+
+// maxScratchBodyBytes bounds the block encoder's scratch space kept
+// between commits: a block of a 5,000-line TSBS write is about 250 KB, one
+// of a group at --feed-max-group-bytes up to 64 MiB, which is not kept.
+const maxScratchBodyBytes = 4 << 20
 
 type committer struct {
 	db   *DB
@@ -658,6 +671,10 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 		}
 		return ref{block: blockNo, idx: uint64(i)}
 	}
+	// Room in each run for the fragments of a series when the block's are
+	// spread evenly over the table's series: one allocation for a run of
+	// an in-order load instead of one per doubling (at most 256: 4 KiB).
+	hint := min(max(len(tc.Fragments)/max(len(st.maxTs), 1), 4), 256)
 	runs := map[uint64]*runBuilder{}
 	var order []*runBuilder        // every run of the block: in-order and gap runs
 	gaps := map[uint64][]*gapRun{} // by series, the gap runs of this block
@@ -682,12 +699,12 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 			first := runs[f.Series]
 			switch {
 			case first == nil:
-				first = &runBuilder{sid: f.Series, firstTs: f.Time, write: write}
+				first = newRunBuilder(f.Series, f.Time, write, hint)
 				first.last = first
 				runs[f.Series] = first
 				order = append(order, first)
 			case first.last.write != write:
-				rb := &runBuilder{sid: f.Series, firstTs: f.Time, write: write}
+				rb := newRunBuilder(f.Series, f.Time, write, 0)
 				first.last.next, first.last = rb, rb
 				order = append(order, rb)
 			}
@@ -704,7 +721,7 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 			if g != nil {
 				if g.rb == nil || g.rb.write != write {
 					// one run per write, as in-order runs
-					g.rb = &runBuilder{sid: f.Series, firstTs: f.Time, write: write}
+					g.rb = newRunBuilder(f.Series, f.Time, write, 0)
 					order = append(order, g.rb)
 				}
 				g.rb.add(f.Time, uint64(i))
