@@ -134,8 +134,12 @@ func (p *Parser) Parse(b *feed.Batch, line []byte, lineNo int, prec Precision, n
 // (its first other byte is '#'), as InfluxDB skips them. The decoder alone
 // would reject a tab there.
 func isBlank(line []byte) bool {
-	line = bytes.TrimLeft(line, " \t")
-	return len(line) == 0 || line[0] == '#'
+	for _, c := range line {
+		if c != ' ' && c != '\t' {
+			return c == '#'
+		}
+	}
+	return true
 }
 
 // maxDecoderMessage bounds a decoder error message: the decoder quotes
