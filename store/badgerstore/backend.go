@@ -460,3 +460,33 @@ func (db *DB) dropInstance(tid uint64) error {
 	}
 	return db.bdb.Update(func(txn *badger.Txn) error { return txn.Delete(dropKey(tid)) })
 }
+
+// ApplyAt writes commits whose x_seq numbers another system already
+// assigned (each TableCommit.FirstSeq as given, 0 for an unsynced block)
+// instead of assigning them as Append does: store/jsstore materialises a
+// JetStream stream's blocks into a badger cache with it. Every instance
+// written must be live (PutTable); its x_seq counter is raised to the
+// commit's last number so a later Append never goes below it. It returns
+// once the commit is fsynced (unless Config.UnsafeNoSync), like Append.
+// Writer only; the default backend's own writes never call it.
+func (db *DB) ApplyAt(ctx context.Context, commits []store.TableCommit) error {
+	if err := db.enter(ctx); err != nil {
+		return err
+	}
+	defer db.leave()
+	if err := db.checkSpace(); err != nil {
+		return err
+	}
+	for i := range commits {
+		tc := &commits[i]
+		st, err := db.liveTable(tc.TableID)
+		if err != nil {
+			return err
+		}
+		if tc.FirstSeq != 0 && len(tc.Fragments) > 0 {
+			last := tc.FirstSeq + uint64(len(tc.Fragments)) - 1
+			st.seq, st.lease = max(st.seq, last), max(st.lease, last)
+		}
+	}
+	return db.commit(commits)
+}
