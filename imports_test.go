@@ -25,9 +25,14 @@ func TestImportDirection(t *testing.T) {
 		"store/badgerstore": {"store"},
 		// The contract suite every backend runs from its tests.
 		"store/storetest": {"store"},
-		"feed":            {"store"},
-		"ilp":             {"feed"},
-		"httpapi":         {"feed", "httpapi/sql", "httpapi/auth", "httpapi/wire"},
+		// The JetStream backend: blocks in streams, metadata in a KV
+		// bucket, rows materialised into a badgerstore cache.
+		"store/jsstore": {"store", "store/badgerstore"},
+		// Embedded NATS servers for tests: no package of the module.
+		"store/jsstore/natstest": {},
+		"feed":                   {"store"},
+		"ilp":                    {"feed"},
+		"httpapi":                {"feed", "httpapi/sql", "httpapi/auth", "httpapi/wire"},
 		// The SQL parser is pure: it borrows only the feed's column kinds
 		// and its quoting of input in messages.
 		"httpapi/sql": {"feed"},
@@ -40,7 +45,7 @@ func TestImportDirection(t *testing.T) {
 		"httpapi/client": {"httpapi/wire"},
 		// What the server writes and the client reads: standard library only.
 		"httpapi/wire": {},
-		"cmd/ingestd": {"", "store", "store/badgerstore", "feed", "ilp", "httpapi", "httpapi/auth", "httpapi/client",
+		"cmd/ingestd": {"", "store", "store/badgerstore", "store/jsstore", "feed", "ilp", "httpapi", "httpapi/auth", "httpapi/client",
 			"cmd/ingestd/cli", "cmd/ingestd/mirror", "cmd/ingestd/bench"},
 		// What every command shares (flags, help, exit codes, logger).
 		"cmd/ingestd/cli": {},
@@ -67,6 +72,10 @@ func TestImportDirection(t *testing.T) {
 					bad = append(bad, imp)
 					continue
 				}
+				if strings.HasPrefix(imp, "github.com/nats-io/") && !strings.HasPrefix(dir, "store/jsstore") {
+					bad = append(bad, imp)
+					continue
+				}
 				if imp != module && !strings.HasPrefix(imp, module+"/") {
 					continue
 				}
@@ -82,9 +91,10 @@ func TestImportDirection(t *testing.T) {
 }
 
 // TestBadgerNotLinked checks what `go list -deps ./ilp ./httpapi | grep
-// badger` would: no package of the module a listener, the feed or the store
-// contract stands on reaches badger, through the module's own imports
-// (every other package's badger import is refused above).
+// -e badger -e nats-io` would: no package of the module a listener, the
+// feed or the store contract stands on reaches badger or NATS, through the
+// module's own imports (every other package's badger and NATS import is
+// refused above).
 func TestBadgerNotLinked(t *testing.T) {
 	for _, root := range []string{"store", "feed", "ilp", "httpapi"} {
 		seen := map[string]bool{}
@@ -98,6 +108,7 @@ func TestBadgerNotLinked(t *testing.T) {
 			require.NoError(t, err)
 			for _, imp := range pkg.Imports {
 				require.False(t, strings.HasPrefix(imp, "github.com/dgraph-io/badger"), "%s links badger through %s", root, dir)
+				require.False(t, strings.HasPrefix(imp, "github.com/nats-io/"), "%s links NATS through %s", root, dir)
 				if strings.HasPrefix(imp, module+"/") {
 					walk(strings.TrimPrefix(imp, module+"/"))
 				}
@@ -105,6 +116,7 @@ func TestBadgerNotLinked(t *testing.T) {
 		}
 		walk(root)
 		require.False(t, seen["store/badgerstore"], "%s links store/badgerstore", root)
+		require.False(t, seen["store/jsstore"], "%s links store/jsstore", root)
 	}
 }
 
@@ -112,7 +124,7 @@ func TestBadgerNotLinked(t *testing.T) {
 // above.
 func TestEveryPackageIsChecked(t *testing.T) {
 	var dirs []string
-	for _, pattern := range []string{"*", "*/*", "*/*/*"} {
+	for _, pattern := range []string{"*", "*/*", "*/*/*", "*/*/*/*"} {
 		matches, err := filepath.Glob(filepath.Join(pattern, "*.go"))
 		require.NoError(t, err)
 		for _, m := range matches {
@@ -121,7 +133,7 @@ func TestEveryPackageIsChecked(t *testing.T) {
 			}
 		}
 	}
-	known := map[string]bool{"store": true, "store/badgerstore": true, "store/storetest": true, "feed": true, "ilp": true, "httpapi": true, "httpapi/sql": true, "httpapi/auth": true, "httpapi/client": true, "httpapi/wire": true, "cmd/ingestd": true, "cmd/ingestd/crashtest": true,
+	known := map[string]bool{"store": true, "store/badgerstore": true, "store/storetest": true, "store/jsstore": true, "store/jsstore/natstest": true, "feed": true, "ilp": true, "httpapi": true, "httpapi/sql": true, "httpapi/auth": true, "httpapi/client": true, "httpapi/wire": true, "cmd/ingestd": true, "cmd/ingestd/crashtest": true,
 		"cmd/ingestd/cli": true, "cmd/ingestd/mirror": true, "cmd/ingestd/bench": true}
 	for _, d := range dirs {
 		require.True(t, known[d], "package %s has no import-direction rule in TestImportDirection", d)

@@ -1,0 +1,181 @@
+package jsstore
+
+import (
+	"crypto/tls"
+	"errors"
+	"flag"
+	"fmt"
+	"net/url"
+	"os"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/nats-io/nats.go"
+)
+
+// The defaults of Config.
+const (
+	// DefaultReplicas is how many servers hold each stream and bucket: 3
+	// survives the loss of one (JetStream's quorum of 2).
+	DefaultReplicas = 3
+	// DefaultPrefix names ingestd's buckets and streams.
+	DefaultPrefix = "ingestd"
+	// DefaultDuplicateWindow is how long the streams remember a message
+	// id (JetStream's default): a publish retried within it is stored once.
+	DefaultDuplicateWindow = 2 * time.Minute
+	// DefaultPublishTimeout bounds one commit's publish, retries included
+	// (a stream leader election takes a few seconds).
+	DefaultPublishTimeout = 30 * time.Second
+	// DefaultCacheDirName is the cache directory under --data-dir.
+	DefaultCacheDirName = "jetstream-cache"
+	// MaxReplicas is JetStream's limit on a stream's replicas.
+	MaxReplicas = 5
+)
+
+// Config configures the JetStream backend. The connection settings follow
+// nats.go's options of the same names.
+type Config struct {
+	// URLs are the NATS servers, comma-separated (nats://, tls://).
+	URLs string
+	// CredsFile is a NATS credentials file (JWT and NKey seed).
+	CredsFile string
+	// User and Password authenticate with a user and password.
+	User, Password string
+	// Token authenticates with a token.
+	Token string
+	// TLSCA is a PEM file of the CAs the client trusts; TLSCert and TLSKey
+	// are the client certificate and key for mutual TLS (both or none).
+	TLSCA, TLSCert, TLSKey string
+	// Replicas is each stream's and bucket's replica count (1..5).
+	Replicas int
+	// ClampReplicas lowers Replicas to what the cluster can place instead
+	// of refusing to start.
+	ClampReplicas bool
+	// Prefix names the buckets (PREFIX_meta) and streams (PREFIX_T_...):
+	// several ingestd clusters may share a NATS account under different
+	// prefixes. Letters, digits, '-' and '_'.
+	Prefix string
+	// DuplicateWindow is each stream's deduplication window.
+	DuplicateWindow time.Duration
+	// PublishTimeout bounds one commit's publish, retries included.
+	PublishTimeout time.Duration
+	// CacheDir is the local badger the rows are materialised into
+	// (derived state, rebuilt from the streams at every start). Empty: a
+	// subdirectory of --data-dir (cmd/ingestd sets it).
+	CacheDir string
+	// MaxMessageBytes, when positive, caps a block message below the
+	// server's max_payload (tests use it to exercise atomic batches); 0
+	// follows the server.
+	MaxMessageBytes int
+}
+
+// DefaultConfig returns the defaults.
+func DefaultConfig() Config {
+	return Config{Replicas: DefaultReplicas, Prefix: DefaultPrefix, DuplicateWindow: DefaultDuplicateWindow,
+		PublishTimeout: DefaultPublishTimeout}
+}
+
+// RegisterFlags registers the backend's flags on fs.
+func (c *Config) RegisterFlags(fs *flag.FlagSet) {
+	fs.StringVar(&c.URLs, "nats-url", c.URLs, "NATS servers of the JetStream cluster, comma-separated (with --store=jetstream)")
+	fs.StringVar(&c.CredsFile, "nats-creds", c.CredsFile, "NATS credentials file (JWT and NKey seed)")
+	fs.StringVar(&c.User, "nats-user", c.User, "NATS user name (with --nats-password)")
+	fs.StringVar(&c.Password, "nats-password", c.Password, "NATS password")
+	fs.StringVar(&c.Token, "nats-token", c.Token, "NATS authentication token")
+	fs.StringVar(&c.TLSCA, "nats-tls-ca", c.TLSCA, "PEM file of the CAs trusted for the NATS servers' certificates")
+	fs.StringVar(&c.TLSCert, "nats-tls-cert", c.TLSCert, "client certificate (PEM) for mutual TLS with NATS (with --nats-tls-key)")
+	fs.StringVar(&c.TLSKey, "nats-tls-key", c.TLSKey, "client key (PEM) for mutual TLS with NATS")
+	fs.IntVar(&c.Replicas, "jetstream-replicas", c.Replicas, "replicas of each stream and bucket (1..5; 3 survives losing a server)")
+	fs.BoolVar(&c.ClampReplicas, "jetstream-replicas-clamp", c.ClampReplicas, "lower --jetstream-replicas to what the cluster can place instead of refusing to start")
+	fs.StringVar(&c.Prefix, "jetstream-prefix", c.Prefix, "prefix of ingestd's bucket and stream names (letters, digits, - and _)")
+	fs.DurationVar(&c.DuplicateWindow, "jetstream-duplicate-window", c.DuplicateWindow, "how long a stream remembers a message id: a publish retried within it is stored once")
+	fs.DurationVar(&c.PublishTimeout, "jetstream-publish-timeout", c.PublishTimeout, "bound of one commit's publish to JetStream, retries included")
+	fs.StringVar(&c.CacheDir, "jetstream-cache-dir", c.CacheDir, "local row cache materialised from the streams, rebuilt at every start (default: "+DefaultCacheDirName+" under --data-dir)")
+}
+
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9_-]{1,32}$`)
+
+// Validate reports every invalid setting, joined.
+func (c *Config) Validate() error {
+	var errs []error
+	if strings.TrimSpace(c.URLs) == "" {
+		errs = append(errs, errors.New("jsstore: --nats-url is required with --store=jetstream"))
+	}
+	for _, u := range strings.Split(c.URLs, ",") {
+		if strings.TrimSpace(u) == "" {
+			continue
+		}
+		p, err := url.Parse(strings.TrimSpace(u))
+		if err != nil || p.Host == "" || (p.Scheme != "nats" && p.Scheme != "tls" && p.Scheme != "ws" && p.Scheme != "wss") {
+			errs = append(errs, fmt.Errorf("jsstore: --nats-url %q is not a nats://, tls://, ws:// or wss:// URL with a host", u))
+		}
+	}
+	if (c.User == "") != (c.Password == "") {
+		errs = append(errs, errors.New("jsstore: --nats-user and --nats-password go together"))
+	}
+	auths := 0
+	for _, s := range []string{c.CredsFile, c.User, c.Token} {
+		if s != "" {
+			auths++
+		}
+	}
+	if auths > 1 {
+		errs = append(errs, errors.New("jsstore: give one of --nats-creds, --nats-user/--nats-password and --nats-token"))
+	}
+	if (c.TLSCert == "") != (c.TLSKey == "") {
+		errs = append(errs, errors.New("jsstore: --nats-tls-cert and --nats-tls-key go together"))
+	}
+	for flagName, path := range map[string]string{"--nats-creds": c.CredsFile, "--nats-tls-ca": c.TLSCA, "--nats-tls-cert": c.TLSCert, "--nats-tls-key": c.TLSKey} {
+		if path == "" {
+			continue
+		}
+		if _, err := os.Stat(path); err != nil {
+			errs = append(errs, fmt.Errorf("jsstore: %s: %w", flagName, err))
+		}
+	}
+	if c.Replicas < 1 || c.Replicas > MaxReplicas {
+		errs = append(errs, fmt.Errorf("jsstore: --jetstream-replicas must be within 1..%d", MaxReplicas))
+	}
+	if !prefixRE.MatchString(c.Prefix) {
+		errs = append(errs, errors.New("jsstore: --jetstream-prefix must be 1..32 letters, digits, - or _"))
+	}
+	if c.DuplicateWindow < time.Second {
+		errs = append(errs, errors.New("jsstore: --jetstream-duplicate-window must be at least 1s"))
+	}
+	if c.PublishTimeout < time.Second {
+		errs = append(errs, errors.New("jsstore: --jetstream-publish-timeout must be at least 1s"))
+	}
+	if c.CacheDir == "" {
+		errs = append(errs, errors.New("jsstore: --jetstream-cache-dir must not be empty"))
+	}
+	if c.MaxMessageBytes < 0 {
+		errs = append(errs, errors.New("jsstore: MaxMessageBytes must not be negative"))
+	}
+	return errors.Join(errs...)
+}
+
+// natsOptions returns the connection options of c: reconnect forever
+// (the publish timeout bounds each commit), authentication and TLS.
+func (c *Config) natsOptions() []nats.Option {
+	opts := []nats.Option{nats.Name("ingestd"), nats.MaxReconnects(-1), nats.ReconnectWait(250 * time.Millisecond),
+		nats.RetryOnFailedConnect(false)}
+	switch {
+	case c.CredsFile != "":
+		opts = append(opts, nats.UserCredentials(c.CredsFile))
+	case c.User != "":
+		opts = append(opts, nats.UserInfo(c.User, c.Password))
+	case c.Token != "":
+		opts = append(opts, nats.Token(c.Token))
+	}
+	if c.TLSCA != "" {
+		opts = append(opts, nats.RootCAs(c.TLSCA))
+	}
+	if c.TLSCert != "" {
+		opts = append(opts, nats.ClientCert(c.TLSCert, c.TLSKey))
+	}
+	if c.TLSCA != "" || c.TLSCert != "" {
+		opts = append(opts, nats.Secure(&tls.Config{MinVersion: tls.VersionTLS12}))
+	}
+	return opts
+}

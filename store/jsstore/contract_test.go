@@ -1,0 +1,92 @@
+package jsstore
+
+import (
+	"fmt"
+	"path/filepath"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/jsstore/natstest"
+	"github.com/ingestd/ingestd/store/storetest"
+)
+
+// harness opens stores on one embedded cluster, each under its own
+// prefix (its own bucket and streams) and cache directory.
+type harness struct {
+	cluster *natstest.Cluster
+	prefix  atomic.Int64
+	mu      sync.Mutex
+	cfgs    map[store.Backend]Config // guarded by mu
+}
+
+func newHarness(t *testing.T, servers int) *harness {
+	c := natstest.Start(t, servers)
+	c.WaitJetStream()
+	return &harness{cluster: c, cfgs: map[store.Backend]Config{}}
+}
+
+// config is a fresh store's configuration: a new prefix and cache.
+func (h *harness) config(t testing.TB) Config {
+	cfg := DefaultConfig()
+	cfg.URLs = h.cluster.URLs()
+	cfg.Replicas = h.cluster.Size()
+	cfg.Prefix = fmt.Sprintf("t%d", h.prefix.Add(1))
+	cfg.CacheDir = filepath.Join(t.TempDir(), "cache")
+	return cfg
+}
+
+func (h *harness) open(t testing.TB, cfg Config) *Store {
+	t.Helper()
+	s, err := Open(cfg, badgerstore.DefaultConfig(), nil, nil)
+	require.NoError(t, err)
+	h.mu.Lock()
+	h.cfgs[s] = cfg
+	h.mu.Unlock()
+	return s
+}
+
+func (h *harness) cfgOf(b store.Backend) Config {
+	h.mu.Lock()
+	defer h.mu.Unlock()
+	return h.cfgs[b]
+}
+
+// crash ends s as a crash would: nothing released, no lease lowered.
+func crash(s *Store) {
+	s.closeMu.Lock()
+	s.closed = true
+	s.closeMu.Unlock()
+	s.abandon()
+}
+
+func (h *harness) storetest() storetest.Harness {
+	return storetest.Harness{
+		New: func(t testing.TB) store.Backend { return h.open(t, h.config(t)) },
+		Restart: func(t testing.TB, b store.Backend) store.Backend {
+			require.NoError(t, b.Close())
+			return h.open(t, h.cfgOf(b))
+		},
+		Crash: func(t testing.TB, b store.Backend) store.Backend {
+			crash(b.(*Store))
+			cfg := h.cfgOf(b)
+			cfg.CacheDir = filepath.Join(t.TempDir(), "cache") // the local cache is lost too
+			return h.open(t, cfg)
+		},
+	}
+}
+
+// TestContract runs the store contract suite against an embedded
+// 1-server JetStream and an embedded 3-server JetStream cluster (streams
+// and bucket with 3 replicas).
+func TestContract(t *testing.T) {
+	for _, n := range []int{1, 3} {
+		t.Run(fmt.Sprintf("%d servers", n), func(t *testing.T) {
+			storetest.Run(t, newHarness(t, n).storetest())
+		})
+	}
+}

@@ -1,0 +1,209 @@
+// Package natstest runs embedded NATS JetStream servers for tests: one
+// server, or a cluster of several routed to each other on loopback, each
+// with its own store directory under t.TempDir(), in the manner of
+// nats-server's own test helpers (RunServer, a cluster of explicit
+// routes). A server can be stopped and restarted on the same ports and
+// store, which the fault tests of store/jsstore use.
+package natstest
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats-server/v2/server"
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// startTimeout bounds how long a server may take to accept connections.
+const startTimeout = 10 * time.Second
+
+// Cluster is n embedded JetStream servers (n = 1: a single server without
+// a cluster block). Its methods are safe for concurrent use.
+type Cluster struct {
+	t       testing.TB
+	mu      sync.Mutex
+	opts    []*server.Options
+	servers []*server.Server // nil while stopped
+}
+
+// Start starts n servers (n >= 1) on loopback ports chosen now and kept
+// across Restart, with JetStream file storage fsynced after every write
+// (sync_interval: always, what README recommends), and stops them at the
+// end of the test. It returns once every server accepts connections; with
+// n > 1 the JetStream meta leader may still be being elected (clients
+// retry, or call WaitJetStream).
+func Start(t testing.TB, n int) *Cluster {
+	t.Helper()
+	c := &Cluster{t: t}
+	clientPorts, clusterPorts := freePorts(t, n), freePorts(t, n)
+	var routes []string
+	for _, p := range clusterPorts {
+		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	}
+	base := t.TempDir()
+	for i := range n {
+		o := &server.Options{
+			ServerName: fmt.Sprintf("n%d", i+1),
+			Host:       "127.0.0.1",
+			Port:       clientPorts[i],
+			NoLog:      true,
+			NoSigs:     true,
+			JetStream:  true,
+			StoreDir:   filepath.Join(base, fmt.Sprintf("n%d", i+1)),
+			SyncAlways: true,
+			// Bounded so that a test machine's disk size does not matter.
+			JetStreamMaxMemory: 64 << 20,
+			JetStreamMaxStore:  1 << 30,
+		}
+		if n > 1 {
+			o.Cluster.Name = "ingestd-test"
+			o.Cluster.Host = "127.0.0.1"
+			o.Cluster.Port = clusterPorts[i]
+			o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+		}
+		c.opts = append(c.opts, o)
+		c.servers = append(c.servers, nil)
+	}
+	t.Cleanup(c.stopAll)
+	var wg sync.WaitGroup
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() { errs[i] = c.start(i) })
+	}
+	wg.Wait()
+	for _, err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return c
+}
+
+// WaitJetStream waits (up to a minute) until the cluster's JetStream
+// answers an account request: its meta leader is elected.
+func (c *Cluster) WaitJetStream() {
+	c.t.Helper()
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	deadline := time.Now().Add(time.Minute)
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		_, err := js.AccountInfo(ctx)
+		cancel()
+		if err == nil {
+			return
+		}
+		if time.Now().After(deadline) {
+			c.t.Fatalf("natstest: JetStream not ready: %v", err)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// freePorts returns n loopback TCP ports free at the time of the call.
+func freePorts(t testing.TB, n int) []int {
+	t.Helper()
+	var ls []net.Listener
+	defer func() {
+		for _, l := range ls {
+			_ = l.Close()
+		}
+	}()
+	var ports []int
+	for range n {
+		l, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls = append(ls, l)
+		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+	}
+	return ports
+}
+
+// start starts server i from its options.
+func (c *Cluster) start(i int) error {
+	o := *c.opts[i] // NewServer keeps and modifies its options
+	s, err := server.NewServer(&o)
+	if err != nil {
+		return fmt.Errorf("natstest: server %d: %w", i, err)
+	}
+	s.Start()
+	if !s.ReadyForConnections(startTimeout) {
+		s.Shutdown()
+		return fmt.Errorf("natstest: server %d not ready after %s", i, startTimeout)
+	}
+	c.mu.Lock()
+	c.servers[i] = s
+	c.mu.Unlock()
+	return nil
+}
+
+// URLs returns every server's client URL, comma-separated (the form of
+// --nats-url), stopped servers included.
+func (c *Cluster) URLs() string {
+	var urls []string
+	for _, o := range c.opts {
+		urls = append(urls, fmt.Sprintf("nats://127.0.0.1:%d", o.Port))
+	}
+	return strings.Join(urls, ",")
+}
+
+// Size is the number of servers, running or stopped.
+func (c *Cluster) Size() int { return len(c.opts) }
+
+// Stop shuts server i down and waits until it is gone; its store stays.
+func (c *Cluster) Stop(i int) {
+	c.mu.Lock()
+	s := c.servers[i]
+	c.servers[i] = nil
+	c.mu.Unlock()
+	if s != nil {
+		s.Shutdown()
+		s.WaitForShutdown()
+	}
+}
+
+// Restart starts the stopped server i again on its ports and store.
+func (c *Cluster) Restart(i int) {
+	c.t.Helper()
+	if err := c.start(i); err != nil {
+		c.t.Fatal(err)
+	}
+}
+
+// StreamLeader returns the index of the running server leading stream
+// in the global account, or -1 when none does (an election under way).
+func (c *Cluster) StreamLeader(stream string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, s := range c.servers {
+		if s == nil {
+			continue
+		}
+		if len(c.opts) == 1 || s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			return i
+		}
+	}
+	return -1
+}
+
+func (c *Cluster) stopAll() {
+	for i := range c.servers {
+		c.Stop(i)
+	}
+}

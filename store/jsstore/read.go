@@ -1,0 +1,115 @@
+package jsstore
+
+import (
+	"context"
+
+	"github.com/ingestd/ingestd/store"
+)
+
+// The read side is served by the row cache, which holds exactly what
+// Append applied after the streams acknowledged it (and, after Open, what
+// the streams held): each method checks that the store is open, then
+// asks the cache.
+
+// ReadSeq implements store.Reader from the row cache.
+func (s *Store) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int, visit func(*store.Row) error) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	return s.cache.ReadSeq(ctx, tid, after, upto, limit, visit)
+}
+
+// SeqTime implements store.Reader from the row cache.
+func (s *Store) SeqTime(ctx context.Context, tid, seq uint64) (int64, bool, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, false, err
+	}
+	defer s.leave()
+	return s.cache.SeqTime(ctx, tid, seq)
+}
+
+// ReadRows implements store.Reader from the row cache (its cursors).
+func (s *Store) ReadRows(ctx context.Context, tid uint64, cur store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, false, err
+	}
+	defer s.leave()
+	return s.cache.ReadRows(ctx, tid, cur, start, end, limit, visit)
+}
+
+// Horizon implements store.Sweeper from the row cache (raised from the
+// record at Open).
+func (s *Store) Horizon(ctx context.Context, tid uint64) (uint64, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	return s.cache.Horizon(ctx, tid)
+}
+
+// FirstSeqSince implements store.Sweeper from the row cache.
+func (s *Store) FirstSeqSince(ctx context.Context, tid, from uint64, cutoff int64, maxBlocks int) (uint64, bool, bool, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, false, false, err
+	}
+	defer s.leave()
+	return s.cache.FirstSeqSince(ctx, tid, from, cutoff, maxBlocks)
+}
+
+// TableStats implements store.StatsReader from the row cache (its counts
+// and their age, badgerstore.Config.TableStatsMaxAge).
+func (s *Store) TableStats(ctx context.Context, tid uint64) (store.TableStats, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.TableStats{}, err
+	}
+	defer s.leave()
+	return s.cache.TableStats(ctx, tid)
+}
+
+// RaiseHorizon implements store.Sweeper: the record first (a rebuild
+// keeps it), then the cache. Writer only.
+func (s *Store) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	t, err := s.live(tid)
+	if err != nil {
+		return 0, err
+	}
+	cur, err := s.cache.Horizon(ctx, tid)
+	if err != nil || h <= cur {
+		return cur, err
+	}
+	if err := s.update(t, func(r *record) { r.Horizon = max(r.Horizon, h) }); err != nil {
+		return cur, err
+	}
+	return s.cache.RaiseHorizon(context.Background(), tid, h)
+}
+
+// SweepBefore implements store.Sweeper: the cache sweeps (raising its
+// horizon before removing), then, when it removed anything, the record
+// keeps the horizon and the cutoff so that a rebuild sweeps the same
+// rows (the stream still holds them: see doc.go, what phase 2 adds).
+// Writer only.
+func (s *Store) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.SweepResult{}, err
+	}
+	defer s.leave()
+	t, err := s.live(tid)
+	if err != nil {
+		return store.SweepResult{}, err
+	}
+	res, err := s.cache.SweepBefore(ctx, tid, cutoff, maxFragments)
+	if err != nil || res.Removed == 0 {
+		return res, err
+	}
+	return res, s.update(t, func(r *record) {
+		r.Horizon = max(r.Horizon, res.Horizon)
+		if r.Cutoff == nil || *r.Cutoff < cutoff {
+			r.Cutoff = &cutoff
+		}
+	})
+}

@@ -1,0 +1,390 @@
+package jsstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+	"strings"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ingestd/ingestd/store"
+)
+
+// LoadTables implements store.Loader from the records read at Open and
+// kept since: every table, tombstones included, ordered by name; a live
+// table's Seq is its lease (at least every number assigned).
+func (s *Store) LoadTables(ctx context.Context) ([]store.TableMeta, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]store.TableMeta, 0, len(s.byName))
+	for _, t := range s.byName {
+		m := t.rec.Meta
+		m.Columns = slices.Clone(m.Columns)
+		if !m.Dropped {
+			m.Seq = max(m.Seq, t.xseq)
+		}
+		out = append(out, m)
+	}
+	slices.SortFunc(out, func(a, b store.TableMeta) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// LoadSeries implements store.Loader from the row cache (the series ride
+// in the block messages that first use them).
+func (s *Store) LoadSeries(ctx context.Context, tid uint64) ([]store.Series, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	return s.cache.LoadSeries(ctx, tid)
+}
+
+// NewTableID implements store.Tables: a counter in the meta bucket,
+// raised with compare-and-set, so an id is never returned twice, across
+// restarts and processes.
+func (s *Store) NewTableID(ctx context.Context) (uint64, error) {
+	if err := s.enter(ctx); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	return s.newTableID()
+}
+
+func (s *Store) newTableID() (uint64, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	for range 16 {
+		e, err := s.meta.Get(ctx, nextTIDKey)
+		if errors.Is(err, jetstream.ErrKeyNotFound) {
+			if _, err := s.meta.Create(ctx, nextTIDKey, []byte("2")); err == nil {
+				return 1, nil
+			} else if !isConflict(err) {
+				return 0, fmt.Errorf("jsstore: table id: %w", err)
+			}
+			continue
+		}
+		if err != nil {
+			return 0, fmt.Errorf("jsstore: table id: %w", err)
+		}
+		id, err := strconv.ParseUint(string(e.Value()), 10, 64)
+		if err != nil {
+			return 0, &store.CorruptionError{Key: []byte(nextTIDKey), Err: err}
+		}
+		if _, err := s.meta.Update(ctx, nextTIDKey, []byte(strconv.FormatUint(id+1, 10)), e.Revision()); err == nil {
+			return id, nil
+		} else if !isConflict(err) {
+			return 0, fmt.Errorf("jsstore: table id: %w", err)
+		}
+	}
+	return 0, errors.New("jsstore: table id: too many concurrent updates")
+}
+
+// PutTable implements store.Tables with one compare-and-set update of the
+// name's record. A new instance gets the name's stream (created when
+// missing) and resumes above a tombstone of the same name. Writer only.
+func (s *Store) PutTable(ctx context.Context, m store.TableMeta) (store.TableMeta, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.TableMeta{}, err
+	}
+	defer s.leave()
+	s.mu.Lock()
+	t := s.byName[m.Name]
+	s.mu.Unlock()
+	m.Columns = slices.Clone(m.Columns)
+	m.Dropped = false
+	if t != nil && !t.rec.Meta.Dropped {
+		if t.rec.Meta.ID != m.ID {
+			return store.TableMeta{}, fmt.Errorf("jsstore: table %q is live as instance %d, not %d", m.Name, t.rec.Meta.ID, m.ID)
+		}
+		err := s.update(t, func(r *record) {
+			m.Seq = max(m.Seq, r.Meta.Seq, t.xseq)
+			r.Meta = m
+		})
+		return m, err
+	}
+	fresh := t == nil
+	if fresh {
+		t = &table{rec: record{Name: []byte(m.Name), Stream: s.streamName(m.Name)}}
+	} else {
+		m.Seq = max(m.Seq, t.rec.Meta.Seq)
+		bump := uint64(0)
+		if m.Sync {
+			bump = 1
+		}
+		m.Epoch = max(m.Epoch, t.rec.Meta.Epoch+bump)
+	}
+	if err := s.ensureStream(t); err != nil {
+		return store.TableMeta{}, err
+	}
+	if _, err := s.cache.PutTable(context.Background(), cacheMeta(m.ID)); err != nil {
+		return store.TableMeta{}, err
+	}
+	err := s.update(t, func(r *record) {
+		r.Meta, r.Born, r.Horizon, r.Cutoff = m, m.ID, 0, nil
+	})
+	if err != nil {
+		return store.TableMeta{}, err
+	}
+	s.mu.Lock()
+	t.xseq = max(t.xseq, m.Seq)
+	s.byName[m.Name] = t
+	s.byTID[m.ID] = t
+	s.mu.Unlock()
+	return m, nil
+}
+
+// ensureStream creates t's stream when missing (file storage, the
+// store's replicas, atomic batches, the duplicate window) and reads its
+// last sequence.
+func (s *Store) ensureStream(t *table) error {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	stream, err := s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+		Name: t.rec.Stream, Subjects: []string{subjectOf(t.rec.Stream)}, Description: "ingestd table blocks",
+		Storage: jetstream.FileStorage, Replicas: s.replicas, Duplicates: s.cfg.DuplicateWindow,
+		AllowAtomicPublish: true, Discard: jetstream.DiscardOld,
+	})
+	if err != nil {
+		return fmt.Errorf("jsstore: create stream %s for table %q: %w", t.rec.Stream, t.rec.Meta.Name, err)
+	}
+	t.lastSeq = stream.CachedInfo().State.LastSeq
+	return nil
+}
+
+// TruncateTable implements store.Tables: one update of the record puts a
+// new instance (new id, epoch one higher, the lease kept, no columns,
+// horizon and cutoff reset) in place of tid; the old instance's messages
+// are ignored by id from then on and purged from the stream, its rows
+// leave the cache. Writer only.
+func (s *Store) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.TableMeta{}, err
+	}
+	defer s.leave()
+	t, err := s.live(tid)
+	if err != nil {
+		return store.TableMeta{}, err
+	}
+	id, err := s.newTableID()
+	if err != nil {
+		return store.TableMeta{}, err
+	}
+	if _, err := s.cache.PutTable(context.Background(), cacheMeta(id)); err != nil {
+		return store.TableMeta{}, err
+	}
+	var m store.TableMeta
+	err = s.update(t, func(r *record) {
+		old := r.Meta
+		m = store.TableMeta{Name: old.Name, ID: id, Sync: old.Sync, Epoch: old.Epoch + 1, Seq: max(old.Seq, t.xseq), Retention: old.Retention}
+		r.Meta, r.Horizon, r.Cutoff = m, 0, nil
+	})
+	if err != nil {
+		return store.TableMeta{}, err
+	}
+	s.mu.Lock()
+	delete(s.byTID, tid)
+	s.byTID[id] = t
+	s.mu.Unlock()
+	return m, s.endInstance(t, tid)
+}
+
+// DropTable implements store.Tables: one update of the record turns it
+// into the tombstone (and moves the name's consumers out of sight: they
+// belong to the generation Born); the stream is purged, the cache and
+// the old consumers' entry dropped after. Writer only.
+func (s *Store) DropTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
+	if err := s.enter(ctx); err != nil {
+		return store.TableMeta{}, err
+	}
+	defer s.leave()
+	t, err := s.live(tid)
+	if err != nil {
+		return store.TableMeta{}, err
+	}
+	born := t.rec.Born
+	var tomb store.TableMeta
+	err = s.update(t, func(r *record) {
+		tomb = store.TableMeta{Name: r.Meta.Name, Epoch: r.Meta.Epoch, Seq: max(r.Meta.Seq, t.xseq), Dropped: true}
+		r.Meta, r.Born, r.Horizon, r.Cutoff = tomb, 0, 0, nil
+	})
+	if err != nil {
+		return store.TableMeta{}, err
+	}
+	s.mu.Lock()
+	delete(s.byTID, tid)
+	s.mu.Unlock()
+	if err := s.meta.Purge(context.Background(), s.consumersKey(tomb.Name, born)); err != nil {
+		s.logger.Warn("the dropped table's consumers stay in the bucket (out of sight)", "table", tomb.Name, "err", err)
+	}
+	return tomb, s.endInstance(t, tid)
+}
+
+// endInstance removes ended instance tid's rows from the cache and purges
+// its messages from the stream (the stream's sequence keeps running). A
+// purge that fails is only logged: the messages are ignored by id.
+func (s *Store) endInstance(t *table, tid uint64) error {
+	if _, err := s.cache.DropTable(context.Background(), tid); err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	stream, err := s.js.Stream(ctx, t.rec.Stream)
+	if err == nil {
+		err = stream.Purge(ctx, jetstream.WithPurgeSequence(t.lastSeq+1))
+	}
+	if err != nil {
+		s.logger.Warn("stream not purged of an ended table instance (its messages are ignored)", "stream", t.rec.Stream, "err", err)
+	}
+	return nil
+}
+
+// PruneTombstone implements store.Tables: it writes floor's record first,
+// then deletes name's, then its stream. A crash in between leaves both
+// records, which only keeps a second, lower floor (never a lower number).
+// Writer only.
+func (s *Store) PruneTombstone(ctx context.Context, name string, floor store.TableMeta) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	s.mu.Lock()
+	ft, old := s.byName[floor.Name], s.byName[name]
+	s.mu.Unlock()
+	if ft == nil {
+		ft = &table{rec: record{Name: []byte(floor.Name), Stream: s.streamName(floor.Name)}}
+	}
+	floor.Dropped, floor.ID = true, 0
+	if err := s.update(ft, func(r *record) { r.Meta = floor }); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	s.byName[floor.Name] = ft
+	s.mu.Unlock()
+	if old == nil {
+		return nil
+	}
+	if err := s.meta.Purge(context.Background(), s.tableKey(name)); err != nil {
+		return fmt.Errorf("jsstore: delete tombstone %q: %w", name, err)
+	}
+	s.mu.Lock()
+	delete(s.byName, name)
+	s.mu.Unlock()
+	if err := s.js.DeleteStream(context.Background(), old.rec.Stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		s.logger.Warn("stream of a pruned tombstone not deleted", "stream", old.rec.Stream, "err", err)
+	}
+	return nil
+}
+
+// consumers are a table name's consumer positions, one entry per name
+// and generation (consumersKey), by consumer name.
+type consumers map[string]store.Consumer
+
+// born returns the consumers' generation of name (0: no live table).
+func (s *Store) born(name string) uint64 {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t := s.byName[name]; t != nil {
+		return t.rec.Born
+	}
+	return 0
+}
+
+// readConsumers returns key's entry and revision (0: none).
+func (s *Store) readConsumers(ctx context.Context, key string) (consumers, uint64, error) {
+	e, err := s.meta.Get(ctx, key)
+	if errors.Is(err, jetstream.ErrKeyNotFound) {
+		return consumers{}, 0, nil
+	}
+	if err != nil {
+		return nil, 0, fmt.Errorf("jsstore: read consumers: %w", err)
+	}
+	cs := consumers{}
+	if err := json.Unmarshal(e.Value(), &cs); err != nil {
+		return nil, 0, &store.CorruptionError{Key: []byte(key), Err: err}
+	}
+	return cs, e.Revision(), nil
+}
+
+// changeConsumers applies change to the consumers of table with
+// compare-and-set, reading again on a conflict.
+func (s *Store) changeConsumers(table string, change func(consumers)) error {
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	key := s.consumersKey(table, s.born(table))
+	for range 16 {
+		cs, rev, err := s.readConsumers(ctx, key)
+		if err != nil {
+			return err
+		}
+		change(cs)
+		v, err := json.Marshal(cs)
+		if err != nil {
+			return err
+		}
+		if rev == 0 {
+			_, err = s.meta.Create(ctx, key, v)
+		} else {
+			_, err = s.meta.Update(ctx, key, v, rev)
+		}
+		if err == nil || !isConflict(err) {
+			return err
+		}
+	}
+	return errors.New("jsstore: consumers: too many concurrent updates")
+}
+
+// PutConsumers implements store.ConsumerStore: one compare-and-set
+// update per table.
+func (s *Store) PutConsumers(ctx context.Context, byTable map[string][]store.Consumer) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	for table, list := range byTable {
+		err := s.changeConsumers(table, func(cs consumers) {
+			for _, c := range list {
+				cs[c.Name] = c
+			}
+		})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// LoadConsumers implements store.ConsumerStore.
+func (s *Store) LoadConsumers(ctx context.Context, table string) ([]store.Consumer, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	cs, _, err := s.readConsumers(ctx, s.consumersKey(table, s.born(table)))
+	if err != nil {
+		return nil, err
+	}
+	out := make([]store.Consumer, 0, len(cs))
+	for name, c := range cs {
+		c.Name = name
+		out = append(out, c)
+	}
+	slices.SortFunc(out, func(a, b store.Consumer) int { return strings.Compare(a.Name, b.Name) })
+	return out, nil
+}
+
+// DeleteConsumer implements store.ConsumerStore.
+func (s *Store) DeleteConsumer(ctx context.Context, table, name string) error {
+	if err := s.enter(ctx); err != nil {
+		return err
+	}
+	defer s.leave()
+	return s.changeConsumers(table, func(cs consumers) { delete(cs, name) })
+}
