@@ -1,0 +1,363 @@
+package jsstore
+
+import (
+	"context"
+	"math"
+	"os"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
+)
+
+var ctx = context.Background()
+
+// createTable creates a live table WITH SYNC named name.
+func createTable(t *testing.T, s *Store, name string) store.TableMeta {
+	t.Helper()
+	id, err := s.NewTableID(ctx)
+	require.NoError(t, err)
+	m, err := s.PutTable(ctx, store.TableMeta{Name: name, ID: id, Sync: true, Epoch: 1,
+		Columns: []store.Column{{Name: "time"}, {Name: "host", Kind: store.KindTag}, {Name: "v", Kind: store.KindInt}, {Name: "s", Kind: store.KindString}}})
+	require.NoError(t, err)
+	return m
+}
+
+// commit is a synced commit of n fragments of series 1 from time ts on,
+// each with an int and a string of pad bytes.
+func commit(m store.TableMeta, first bool, ts int64, n, pad int) store.TableCommit {
+	tc := store.TableCommit{TableID: m.ID, Sync: true, CommitTime: ts}
+	if first {
+		tc.NewSeries = []store.Series{{ID: 1, Tags: []store.Field{{Col: 1, Value: store.Value{Kind: store.KindTag, Str: "h1"}}}}}
+	}
+	for i := range n {
+		tc.Fragments = append(tc.Fragments, store.Fragment{Series: 1, Time: ts + int64(i), Fields: []store.Field{
+			{Col: 2, Value: store.Value{Kind: store.KindInt, Num: uint64(ts) + uint64(i)}},
+			{Col: 3, Value: store.Value{Kind: store.KindString, Str: strings.Repeat("x", pad)}},
+		}})
+	}
+	return tc
+}
+
+// rows is every row of instance tid up to upto (ReadSeq, pages of 7) and
+// every point (ReadRows, pages of 5), as compared copies.
+type rows struct {
+	Seq    []store.Row
+	Points []store.Row
+}
+
+func readAll(t *testing.T, s *Store, tid, after, upto uint64) rows {
+	t.Helper()
+	cp := func(r *store.Row) store.Row {
+		c := *r
+		c.Fields = append([]store.Field(nil), r.Fields...)
+		return c
+	}
+	var out rows
+	for {
+		n := 0
+		require.NoError(t, s.ReadSeq(ctx, tid, after, upto, 7, func(r *store.Row) error {
+			out.Seq = append(out.Seq, cp(r))
+			after = r.Seq
+			n++
+			return nil
+		}))
+		if n < 7 {
+			break
+		}
+	}
+	var cur store.RowCursor
+	for {
+		next, done, err := s.ReadRows(ctx, tid, cur, math.MinInt64, math.MaxInt64, 5, func(r *store.Row) error {
+			out.Points = append(out.Points, cp(r))
+			return nil
+		})
+		require.NoError(t, err)
+		if done {
+			return out
+		}
+		cur = next
+	}
+}
+
+// streamMsgs is how many messages the table's stream holds.
+func streamMsgs(t *testing.T, s *Store, name string) uint64 {
+	t.Helper()
+	st, err := s.js.Stream(ctx, s.streamName(name))
+	require.NoError(t, err)
+	return st.CachedInfo().State.Msgs
+}
+
+// TestRetrySameMessageIDStoredOnce publishes a commit's message, then
+// publishes it again as Append would after a lost acknowledgement (the
+// same message id, the same expected last sequence): the stream stores it
+// once, the second publish is a dedup hit and succeeds, and the rows are
+// there once.
+func TestRetrySameMessageIDStoredOnce(t *testing.T) {
+	h := newHarness(t, 1)
+	s := h.open(t, h.config(t))
+	t.Cleanup(func() { _ = s.Close() })
+	m := createTable(t, s, "dedup")
+	tab, err := s.live(m.ID)
+	require.NoError(t, err)
+	tc := commit(m, true, 100, 3, 1)
+	tc.FirstSeq = 1
+	j, err := s.prepare(tab, &tc)
+	require.NoError(t, err)
+	require.Len(t, j.msgs, 1)
+
+	seq, dup, err := s.send(j.msgs, tab.lastSeq) // stored; its ack "lost"
+	require.NoError(t, err)
+	require.False(t, dup)
+
+	// Append's path: the same job published again (same message id, the
+	// same expected last sequence, which the stream has passed): settled
+	// as stored, not stored twice.
+	require.NoError(t, s.publish(&j))
+	require.Equal(t, seq, tab.lastSeq)
+	require.Equal(t, float64(1), testutil.ToFloat64(s.m.dedups))
+	require.Equal(t, uint64(1), streamMsgs(t, s, "dedup"), "stored once")
+
+	// The stream itself drops the id within the duplicate window, without
+	// any sequence check.
+	again := nats.NewMsg(j.msgs[0].Subject)
+	again.Header.Set(jetstream.MsgIDHeader, j.msgs[0].Header.Get(jetstream.MsgIDHeader))
+	again.Data = j.msgs[0].Data
+	ack, err := s.js.PublishMsg(ctx, again)
+	require.NoError(t, err)
+	require.True(t, ack.Duplicate, "the stream recognised the message id")
+	require.Equal(t, seq, ack.Sequence)
+	require.Equal(t, uint64(1), streamMsgs(t, s, "dedup"), "stored once")
+
+	// A rebuild from the stream holds the rows once.
+	require.NoError(t, s.Close())
+	s2 := h.open(t, h.cfgOf(s))
+	t.Cleanup(func() { _ = s2.Close() })
+	got := readAll(t, s2, m.ID, 0, 10)
+	require.Len(t, got.Seq, 3)
+	require.Equal(t, uint64(3), got.Seq[2].Seq)
+}
+
+// TestOtherWriterConflict has a second store (another ingestd node,
+// which phase 1 does not support) append to the same table: the first
+// node's next Append finds the stream moved under its expected last
+// sequence and a block that is not its own, refuses with ErrConflict
+// (nothing of it readable), and its following Append numbers above the
+// other block.
+func TestOtherWriterConflict(t *testing.T) {
+	h := newHarness(t, 1)
+	s := h.open(t, h.config(t))
+	t.Cleanup(func() { _ = s.Close() })
+	m := createTable(t, s, "conflict")
+	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 1, 2, 1)}, nil))
+
+	// Another writer's block: Append refuses with ErrConflict and the
+	// next Append continues above it.
+	other := h.open(t, func() Config { c := h.cfgOf(s); c.CacheDir = t.TempDir(); return c }())
+	t.Cleanup(func() { _ = other.Close() })
+	om, err := other.live(m.ID)
+	require.NoError(t, err)
+	require.NoError(t, other.Append(ctx, []store.TableCommit{commit(store.TableMeta{ID: m.ID}, false, 30, 1, 1)}, nil))
+	foreign := om.xseq
+	refused := []store.TableCommit{commit(m, false, 40, 1, 1)}
+	err = s.Append(ctx, refused, nil)
+	require.ErrorIs(t, err, ErrConflict)
+	cs := []store.TableCommit{commit(m, false, 50, 1, 1)}
+	require.NoError(t, s.Append(ctx, cs, nil))
+	require.Greater(t, cs[0].FirstSeq, foreign, "never below another writer's numbers")
+	got := readAll(t, s, m.ID, 0, cs[0].FirstSeq)
+	require.Len(t, got.Seq, 3, "the refused commit is not readable (the other node's block is not applied here: phase 2)")
+	for _, r := range got.Seq {
+		require.NotEqual(t, refused[0].FirstSeq, r.Seq)
+	}
+}
+
+// TestAtomicBatchAboveMaxPayload makes the largest message small, so a
+// commit becomes an atomic batch of many messages: all of it is read
+// back, before and after a rebuild, in x_seq order.
+func TestAtomicBatchAboveMaxPayload(t *testing.T) {
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	cfg.MaxMessageBytes = 600
+	s := h.open(t, cfg)
+	t.Cleanup(func() { _ = s.Close() })
+	m := createTable(t, s, "batch")
+	commits := []store.TableCommit{commit(m, true, 1000, 40, 100)}
+	commits[0].Writes = []int{10, 25}
+	require.NoError(t, s.Append(ctx, commits, nil))
+	last := commits[0].FirstSeq + 39
+	require.Greater(t, streamMsgs(t, s, "batch"), uint64(5), "one commit, many messages")
+	before := readAll(t, s, m.ID, 0, last)
+	require.Len(t, before.Seq, 40)
+	for i, r := range before.Seq {
+		require.Equal(t, commits[0].FirstSeq+uint64(i), r.Seq)
+	}
+	require.NoError(t, s.Close())
+	s2 := h.open(t, cfg)
+	t.Cleanup(func() { _ = s2.Close() })
+	require.Equal(t, before, readAll(t, s2, m.ID, 0, last))
+}
+
+// TestDeletedCacheRebuilds writes, truncates, sweeps and raises a horizon,
+// closes, deletes the cache directory and opens again: the drains and
+// row pages are identical, a drain below the horizon is still refused and
+// the swept rows stay gone.
+func TestDeletedCacheRebuilds(t *testing.T) {
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	s := h.open(t, cfg)
+	m := createTable(t, s, "cache")
+	gone := createTable(t, s, "gone")
+	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(gone, true, 1, 5, 1)}, nil))
+	gone, err := s.TruncateTable(ctx, gone.ID)
+	require.NoError(t, err)
+	var last uint64
+	for i := range 20 {
+		cs := []store.TableCommit{commit(m, i == 0, int64(i*10), 3, 5), commit(gone, i == 0, int64(i), 1, 1)}
+		require.NoError(t, s.Append(ctx, cs, nil))
+		last = cs[0].FirstSeq + 2
+	}
+	// An overwrite: coalesced rows must come back the same.
+	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, false, 30, 2, 7)}, nil))
+	last += 2
+	for {
+		res, err := s.SweepBefore(ctx, m.ID, 25, 4)
+		require.NoError(t, err)
+		if !res.More {
+			break
+		}
+	}
+	hz, err := s.RaiseHorizon(ctx, m.ID, 12)
+	require.NoError(t, err)
+	before := readAll(t, s, m.ID, hz-1, last)
+	beforeGone := readAll(t, s, gone.ID, 0, math.MaxUint64)
+	require.NotEmpty(t, before.Seq)
+	require.Len(t, beforeGone.Seq, 20)
+	require.NoError(t, s.Close())
+
+	require.NoError(t, os.RemoveAll(cfg.CacheDir))
+	s2 := h.open(t, cfg)
+	t.Cleanup(func() { _ = s2.Close() })
+	require.Equal(t, before, readAll(t, s2, m.ID, hz-1, last), "the same drain and rows after a rebuild")
+	require.Equal(t, beforeGone, readAll(t, s2, gone.ID, 0, math.MaxUint64))
+	got, err := s2.Horizon(ctx, m.ID)
+	require.NoError(t, err)
+	require.Equal(t, hz, got)
+	err = s2.ReadSeq(ctx, m.ID, 0, last, 10, func(*store.Row) error { return nil })
+	require.ErrorIs(t, err, store.ErrHistoryExpired)
+	for _, r := range before.Points {
+		require.GreaterOrEqual(t, r.Time, int64(25), "swept rows stay gone")
+	}
+	require.Equal(t, float64(21+20), testutil.ToFloat64(s2.m.catchup), "every block of the live instances replayed, none of the truncated one")
+}
+
+// TestReplicasRefusedOrClamped opens with 3 replicas on one server: a
+// clear error, or the store with 1 replica when clamping is asked for.
+func TestReplicasRefusedOrClamped(t *testing.T) {
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	cfg.Replicas = 3
+	_, err := Open(cfg, badgerstore.DefaultConfig(), nil, nil)
+	require.ErrorContains(t, err, "cannot place 3 replicas")
+	require.ErrorContains(t, err, "--jetstream-replicas")
+	cfg.ClampReplicas = true
+	s := h.open(t, cfg)
+	require.Equal(t, 1, s.replicas)
+	require.NoError(t, s.Close())
+}
+
+// TestLeaderRestartMidRun appends continuously on the 3-server cluster
+// while the stream leader is stopped and started again, twice: every
+// acknowledged fragment is read back once at its x_seq, no x_seq repeats,
+// and a rebuild from the streams returns the same.
+func TestLeaderRestartMidRun(t *testing.T) {
+	h := newHarness(t, 3)
+	cfg := h.config(t)
+	s := h.open(t, cfg)
+	m := createTable(t, s, "leader")
+	stream := s.streamName("leader")
+
+	var (
+		mu    sync.Mutex
+		acked []uint64
+		fails int
+	)
+	stop := make(chan struct{})
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for i := 0; ; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			cs := []store.TableCommit{commit(m, i == 0, int64(i*10), 2, 3)}
+			err := s.Append(ctx, cs, nil)
+			mu.Lock()
+			if err == nil {
+				acked = append(acked, cs[0].FirstSeq, cs[0].FirstSeq+1)
+			} else {
+				fails++
+			}
+			mu.Unlock()
+		}
+	}()
+	count := func() int {
+		mu.Lock()
+		defer mu.Unlock()
+		return len(acked)
+	}
+	waitFor := func(n int) {
+		deadline := time.Now().Add(60 * time.Second)
+		for count() < n {
+			require.True(t, time.Now().Before(deadline), "no progress: %d acknowledged", count())
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	for round := range 2 {
+		waitFor(count() + 40)
+		leader := -1
+		deadline := time.Now().Add(30 * time.Second)
+		for leader < 0 {
+			require.True(t, time.Now().Before(deadline), "no stream leader")
+			leader = h.cluster.StreamLeader(stream)
+		}
+		h.cluster.Stop(leader)
+		waitFor(count() + 20) // writes go on under the new leader
+		h.cluster.Restart(leader)
+		t.Logf("round %d: restarted server %d, %d fragments acknowledged", round, leader, count())
+	}
+	waitFor(count() + 20)
+	close(stop)
+	<-done
+
+	mu.Lock()
+	defer mu.Unlock()
+	require.Zero(t, fails, "a leader change is ridden out by the publish retries")
+	for i := 1; i < len(acked); i++ {
+		require.Greater(t, acked[i], acked[i-1], "x_seq never repeats")
+	}
+	last := acked[len(acked)-1]
+	check := func(s *Store) []store.Row {
+		got := readAll(t, s, m.ID, 0, last)
+		require.Len(t, got.Seq, len(acked), "every acknowledged fragment, once")
+		for i, r := range got.Seq {
+			require.Equal(t, acked[i], r.Seq)
+		}
+		return got.Seq
+	}
+	before := check(s)
+	require.NoError(t, s.Close())
+	s2 := h.open(t, cfg)
+	t.Cleanup(func() { _ = s2.Close() })
+	require.Equal(t, before, check(s2), "a rebuild from the stream returns the same")
+}
