@@ -24,6 +24,7 @@ import (
 	"net/http/pprof"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"sync"
@@ -44,7 +45,9 @@ import (
 	"github.com/ingestd/ingestd/httpapi"
 	"github.com/ingestd/ingestd/httpapi/auth"
 	"github.com/ingestd/ingestd/ilp"
+	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/jsstore"
 )
 
 func main() {
@@ -56,7 +59,11 @@ func main() {
 
 // config is the whole daemon's configuration.
 type config struct {
+	// backend is --store: "badger" (store/badgerstore, the default) or
+	// "jetstream" (store/jsstore, with the badger settings for its cache).
+	backend         string
 	store           badgerstore.Config
+	jetstream       jsstore.Config
 	feed            feed.Config
 	ilp             ilp.Config
 	http            httpapi.Config
@@ -104,7 +111,11 @@ func (c *config) registerFlags(fs *flag.FlagSet) *cli.FlagGroups {
 	}, c.ilp.RegisterFlags)
 	g.Register(fs, "Security (tokens, TLS)", nil, c.auth.RegisterFlags)
 	g.Register(fs, "Feed (sequencer, tables, drain)", nil, c.feed.RegisterFlags)
-	g.Register(fs, "Store (badger)", nil, c.store.RegisterFlags)
+	g.Register(fs, "Store (badger)", nil, func(fs *flag.FlagSet) {
+		fs.StringVar(&c.backend, "store", c.backend, "storage backend: badger (one machine) or jetstream (a NATS JetStream cluster, the --nats-* and --jetstream-* flags; badger then holds the local row cache)")
+		c.store.RegisterFlags(fs)
+	})
+	g.Register(fs, "Store (NATS JetStream, with --store=jetstream)", nil, c.jetstream.RegisterFlags)
 	g.Register(fs, "Logging", nil, func(fs *flag.FlagSet) {
 		fs.StringVar(&c.logLevel, "log-level", c.logLevel, "log level: debug, info, warn, error")
 		fs.StringVar(&c.logFormat, "log-format", c.logFormat, "log format: text or json")
@@ -128,7 +139,27 @@ func (c *config) validate() error {
 	if c.memoryLimitBytes < 0 {
 		return errors.New("--memory-limit-bytes must not be negative")
 	}
-	return errors.Join(c.store.Validate(), c.feed.Validate(), c.ilp.Validate(), c.http.Validate(), c.auth.Validate())
+	var backendErr error
+	switch c.backend {
+	case "badger":
+	case "jetstream":
+		if c.jetstream.CacheDir == "" {
+			c.jetstream.CacheDir = filepath.Join(c.store.Dir, jsstore.DefaultCacheDirName)
+		}
+		backendErr = c.jetstream.Validate()
+	default:
+		backendErr = fmt.Errorf("--store must be badger or jetstream, not %q", c.backend)
+	}
+	return errors.Join(backendErr, c.store.Validate(), c.feed.Validate(), c.ilp.Validate(), c.http.Validate(), c.auth.Validate())
+}
+
+// openStore opens the backend --store names: badger in --data-dir, or
+// JetStream with its row cache in --jetstream-cache-dir.
+func openStore(cfg config, logger *slog.Logger, reg prometheus.Registerer) (store.Backend, error) {
+	if cfg.backend == "jetstream" {
+		return jsstore.Open(cfg.jetstream, cfg.store, logger, reg)
+	}
+	return badgerstore.Open(cfg.store, logger, reg)
 }
 
 // usage heads `ingestd --help`.
@@ -160,7 +191,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return runVersion(nil, stdout, stderr)
 	}
 	cfg := config{
-		store: badgerstore.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
+		backend: "badger", store: badgerstore.DefaultConfig(), jetstream: jsstore.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
 		auth: auth.DefaultConfig(), httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
 		memoryLimitBytes: DefaultMemoryLimitBytes,
 	}
@@ -225,7 +256,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newBuildInfoGauge(readBuildInfo()))
 
-	db, err := badgerstore.Open(cfg.store, logger, reg)
+	db, err := openStore(cfg, logger, reg)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
 	}
@@ -493,7 +524,7 @@ func writePortsFile(path, httpAddr, tcpAddr string) error {
 // to be run; the drainer, its read side, goes to the API), the ILP ingest
 // and the HTTP API that serves both, registering their metrics on reg (and
 // serving reg's), with sec's access control and audit log (nil: none).
-func wire(cfg config, db *badgerstore.DB, logger *slog.Logger, reg *prometheus.Registry, sec *security) (*feed.Sequencer, *ilp.Ingest, *httpapi.API, error) {
+func wire(cfg config, db store.Backend, logger *slog.Logger, reg *prometheus.Registry, sec *security) (*feed.Sequencer, *ilp.Ingest, *httpapi.API, error) {
 	seq, drainer, err := feed.Open(cfg.feed, db, logger, reg)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("start feed: %w", err)
