@@ -110,6 +110,20 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 	return s.cache.ApplyAt(context.Background(), applied)
 }
 
+// enterLive is enter, then live: it admits a call on live instance tid.
+// On nil the caller must call leave.
+func (s *Store) enterLive(ctx context.Context, tid uint64) (*table, error) {
+	if err := s.enter(ctx); err != nil {
+		return nil, err
+	}
+	t, err := s.live(tid)
+	if err != nil {
+		s.leave()
+		return nil, err
+	}
+	return t, nil
+}
+
 // live returns the state of live instance tid.
 func (s *Store) live(tid uint64) (*table, error) {
 	s.mu.Lock()

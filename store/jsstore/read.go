@@ -70,14 +70,11 @@ func (s *Store) TableStats(ctx context.Context, tid uint64) (store.TableStats, e
 // RaiseHorizon implements store.Sweeper: the record first (a rebuild
 // keeps it), then the cache. Writer only.
 func (s *Store) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error) {
-	if err := s.enter(ctx); err != nil {
-		return 0, err
-	}
-	defer s.leave()
-	t, err := s.live(tid)
+	t, err := s.enterLive(ctx, tid)
 	if err != nil {
 		return 0, err
 	}
+	defer s.leave()
 	cur, err := s.cache.Horizon(ctx, tid)
 	if err != nil || h <= cur {
 		return cur, err
@@ -94,14 +91,11 @@ func (s *Store) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error)
 // rows (the stream still holds them: see doc.go, what phase 2 adds).
 // Writer only.
 func (s *Store) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
-	if err := s.enter(ctx); err != nil {
-		return store.SweepResult{}, err
-	}
-	defer s.leave()
-	t, err := s.live(tid)
+	t, err := s.enterLive(ctx, tid)
 	if err != nil {
 		return store.SweepResult{}, err
 	}
+	defer s.leave()
 	res, err := s.cache.SweepBefore(ctx, tid, cutoff, maxFragments)
 	if err != nil || res.Removed == 0 {
 		return res, err

@@ -165,14 +165,11 @@ func (s *Store) ensureStream(t *table) error {
 // are ignored by id from then on and purged from the stream, its rows
 // leave the cache. Writer only.
 func (s *Store) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
-	if err := s.enter(ctx); err != nil {
-		return store.TableMeta{}, err
-	}
-	defer s.leave()
-	t, err := s.live(tid)
+	t, err := s.enterLive(ctx, tid)
 	if err != nil {
 		return store.TableMeta{}, err
 	}
+	defer s.leave()
 	id, err := s.newTableID()
 	if err != nil {
 		return store.TableMeta{}, err
@@ -201,14 +198,11 @@ func (s *Store) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta,
 // belong to the generation Born); the stream is purged, the cache and
 // the old consumers' entry dropped after. Writer only.
 func (s *Store) DropTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
-	if err := s.enter(ctx); err != nil {
-		return store.TableMeta{}, err
-	}
-	defer s.leave()
-	t, err := s.live(tid)
+	t, err := s.enterLive(ctx, tid)
 	if err != nil {
 		return store.TableMeta{}, err
 	}
+	defer s.leave()
 	born := t.rec.Born
 	var tomb store.TableMeta
 	err = s.update(t, func(r *record) {
