@@ -1,0 +1,83 @@
+package jsstore
+
+import (
+	"bytes"
+	"log/slog"
+	"math"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
+)
+
+// TestHostileNames: table names with what stream names and KV keys may
+// not hold ('.', '*', '>', whitespace, path separators, invalid UTF-8)
+// and a name of 32,000 bytes (feed's ceiling) each get their own stream
+// and record, and come back byte for byte after a restart with their
+// rows.
+func TestHostileNames(t *testing.T) {
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	s := h.open(t, cfg)
+	names := []string{"a.b", "a*b", "a>b", "a b\tc", "a/b\\c", "\xff\xfe", "$KV.x.>", strings.Repeat("n", 32000), strings.Repeat("n", 31999) + "m"}
+	ids := map[string]uint64{}
+	for i, name := range names {
+		m := createTable(t, s, name)
+		ids[name] = m.ID
+		require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, int64(i), 2, 1)}, nil))
+	}
+	streams := map[string]bool{}
+	for _, name := range names {
+		st := s.streamName(name)
+		require.LessOrEqual(t, len(st), 255)
+		require.NotContains(t, st, ".")
+		require.False(t, streams[st], "one stream per name")
+		streams[st] = true
+	}
+	require.NoError(t, s.Close())
+	s2 := h.open(t, cfg)
+	t.Cleanup(func() { _ = s2.Close() })
+	metas, err := s2.LoadTables(ctx)
+	require.NoError(t, err)
+	require.Len(t, metas, len(names))
+	for _, m := range metas {
+		require.Equal(t, ids[m.Name], m.ID, "name %q read back byte for byte", m.Name[:min(len(m.Name), 20)])
+		require.Len(t, readAll(t, s2, m.ID, 0, math.MaxUint64).Seq, 2)
+	}
+}
+
+// TestSyncIntervalWarning: a client without system account access cannot
+// read the servers' sync_interval, and Open says so in a WARN naming the
+// setting and how to verify it.
+func TestSyncIntervalWarning(t *testing.T) {
+	h := newHarness(t, 1)
+	var logs bytes.Buffer
+	s, err := Open(h.config(t), badgerstore.DefaultConfig(), slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	require.NoError(t, err)
+	require.NoError(t, s.Close())
+	require.Contains(t, logs.String(), "level=WARN")
+	require.Contains(t, logs.String(), "sync_interval: always")
+	require.Contains(t, logs.String(), "/varz")
+}
+
+// FuzzDecodeBody: a block body never panics the decoder nor makes it
+// allocate beyond the message, and what it decodes encodes and decodes
+// again to the same (bytes may differ: a varint may be padded).
+func FuzzDecodeBody(f *testing.F) {
+	f.Add(appendBody(nil, []store.Series{{ID: 1, Tags: []store.Field{{Col: 1, Value: store.Value{Kind: store.KindTag, Str: "h"}}}}},
+		[]int{1}, []store.Fragment{{Series: 1, Time: -5, Fields: []store.Field{{Col: 2, Value: store.Value{Kind: store.KindFloat, Num: 7}}}}, {Series: 1, Time: 9}}))
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
+	f.Fuzz(func(t *testing.T, b []byte) {
+		body, err := decodeBody(b)
+		if err != nil {
+			require.ErrorIs(t, err, errCodec)
+			return
+		}
+		again, err := decodeBody(appendBody(nil, body.series, body.writes, body.frags))
+		require.NoError(t, err)
+		require.Equal(t, body, again, "encode and decode again: the same body")
+	})
+}
