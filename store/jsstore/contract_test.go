@@ -24,7 +24,7 @@ type harness struct {
 	cfgs    map[store.Backend]Config // guarded by mu
 }
 
-func newHarness(t *testing.T, servers int) *harness {
+func newHarness(t testing.TB, servers int) *harness {
 	c := natstest.Start(t, servers)
 	c.WaitJetStream()
 	return &harness{cluster: c, cfgs: map[store.Backend]Config{}}
