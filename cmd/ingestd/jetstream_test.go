@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -38,12 +39,13 @@ func TestJetStreamBackend(t *testing.T) {
 	}
 	c.mustWrite(t, strings.Join(lines[:20], "\n")+"\n")
 	c.mustWrite(t, strings.Join(lines[20:], "\n")+"\n")
+	c.mustWrite(t, "room,name=lab temp=21.5 1764410400\n") // auto-created by the write, sync OFF
 	q := url.Values{"table": {"sensor"}, "epoch": {"1"}, "after": {"0"}, "limit": {"100"}, "time_format": {"s"}}
 	page, first := c.drainOK(t, q)
 	require.Len(t, page.Rows, 30)
 	require.Equal(t, uint64(30), page.Watermark)
 	metrics := string(c.getOK(t, "/metrics").Body)
-	require.Contains(t, metrics, "ingestd_jetstream_publishes_total 2")
+	require.Contains(t, metrics, "ingestd_jetstream_publishes_total 3")
 	d.stop(t)
 
 	require.NoError(t, os.RemoveAll(cfg.jetstream.CacheDir))
@@ -51,6 +53,7 @@ func TestJetStreamBackend(t *testing.T) {
 	c = newClient(t, d)
 	_, again := c.drainOK(t, q)
 	require.Equal(t, string(first), string(again), "the same page after a rebuild of the row cache")
+	require.Equal(t, http.StatusOK, c.get(t, tablePath("room")).Status, "the table created by a write survived the restart")
 	c.mustWrite(t, "sensor,host=h9,site=south p00=9.5 1764410500\n")
 	page, _ = c.drainOK(t, url.Values{"table": {"sensor"}, "epoch": {"1"}, "after": {"30"}, "limit": {"10"}})
 	require.Len(t, page.Rows, 1)

@@ -34,8 +34,8 @@ const maxBatchMessages = 1000
 // its numbers; the next Append continues above the other block.
 var ErrConflict = errors.New("jsstore: another writer appended to the table's stream (run one ingestd node per cluster)")
 
-// Append implements store.Appender: it writes each commit's new columns
-// to its record, assigns x_seq numbers above the table's last (extending
+// Append implements store.Appender: it writes each commit's Meta (new
+// columns, or a table created by the write: PutTable's update), assigns x_seq numbers above the table's last (extending
 // the lease in the record when it runs out, before stamped), calls
 // stamped, publishes every table's block concurrently (one message, or
 // one atomic batch above the server's max_payload) with a message id and
@@ -49,20 +49,21 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 	tables := make([]*table, len(commits))
 	for i := range commits {
 		tc := &commits[i]
-		t, err := s.live(tc.TableID)
+		var (
+			t   *table
+			err error
+		)
+		if tc.Meta != nil { // new columns, or a table created by this write
+			m := *tc.Meta
+			m.ID = tc.TableID
+			_, t, err = s.putTable(m)
+		} else {
+			t, err = s.live(tc.TableID)
+		}
 		if err != nil {
 			return err
 		}
 		tables[i] = t
-		if tc.Meta != nil {
-			m := *tc.Meta
-			if err := s.update(t, func(r *record) {
-				m.Name, m.ID, m.Seq, m.Dropped = r.Meta.Name, r.Meta.ID, max(m.Seq, r.Meta.Seq), false
-				r.Meta = m
-			}); err != nil {
-				return err
-			}
-		}
 		tc.FirstSeq = 0
 		if tc.Sync && len(tc.Fragments) > 0 {
 			tc.FirstSeq = t.xseq + 1

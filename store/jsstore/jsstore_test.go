@@ -361,3 +361,39 @@ func TestLeaderRestartMidRun(t *testing.T) {
 	t.Cleanup(func() { _ = s2.Close() })
 	require.Equal(t, before, check(s2), "a rebuild from the stream returns the same")
 }
+
+// TestAppendCreatesTable: a table created by a write (the feed's
+// auto-create: no PutTable, the commit's Meta) gets its stream and record
+// in the Append, above a tombstone of the same name, and is there after a
+// restart.
+func TestAppendCreatesTable(t *testing.T) {
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	s := h.open(t, cfg)
+	old := createTable(t, s, "auto")
+	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(old, true, 1, 3, 1)}, nil))
+	tomb, err := s.DropTable(ctx, old.ID)
+	require.NoError(t, err)
+
+	id, err := s.NewTableID(ctx)
+	require.NoError(t, err)
+	m := store.TableMeta{Name: "auto", ID: id, Sync: true, Epoch: tomb.Epoch + 1, Seq: tomb.Seq,
+		Columns: []store.Column{{Name: "time"}, {Name: "host", Kind: store.KindTag}, {Name: "v", Kind: store.KindInt}}}
+	tc := commit(m, true, 10, 2, 1)
+	tc.Meta = &m
+	cs := []store.TableCommit{tc}
+	require.NoError(t, s.Append(ctx, cs, nil))
+	require.Greater(t, cs[0].FirstSeq, tomb.Seq, "above the tombstone")
+	require.Len(t, readAll(t, s, id, 0, math.MaxUint64).Seq, 2)
+	require.NoError(t, s.Close())
+
+	s2 := h.open(t, cfg)
+	t.Cleanup(func() { _ = s2.Close() })
+	metas, err := s2.LoadTables(ctx)
+	require.NoError(t, err)
+	require.Len(t, metas, 1)
+	require.Equal(t, id, metas[0].ID)
+	require.Equal(t, m.Columns, metas[0].Columns)
+	require.Equal(t, m.Epoch, metas[0].Epoch)
+	require.Len(t, readAll(t, s2, id, 0, math.MaxUint64).Seq, 2)
+}

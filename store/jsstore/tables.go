@@ -95,6 +95,13 @@ func (s *Store) PutTable(ctx context.Context, m store.TableMeta) (store.TableMet
 		return store.TableMeta{}, err
 	}
 	defer s.leave()
+	m, _, err := s.putTable(m)
+	return m, err
+}
+
+// putTable writes m (PutTable, or the Meta of an Append's commit) and
+// returns it as stored with its table. Writer only.
+func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 	s.mu.Lock()
 	t := s.byName[m.Name]
 	s.mu.Unlock()
@@ -102,13 +109,13 @@ func (s *Store) PutTable(ctx context.Context, m store.TableMeta) (store.TableMet
 	m.Dropped = false
 	if t != nil && !t.rec.Meta.Dropped {
 		if t.rec.Meta.ID != m.ID {
-			return store.TableMeta{}, fmt.Errorf("jsstore: table %q is live as instance %d, not %d", m.Name, t.rec.Meta.ID, m.ID)
+			return store.TableMeta{}, nil, fmt.Errorf("jsstore: table %q is live as instance %d, not %d", m.Name, t.rec.Meta.ID, m.ID)
 		}
 		err := s.update(t, func(r *record) {
 			m.Seq = max(m.Seq, r.Meta.Seq, t.xseq)
 			r.Meta = m
 		})
-		return m, err
+		return m, t, err
 	}
 	fresh := t == nil
 	if fresh {
@@ -122,23 +129,23 @@ func (s *Store) PutTable(ctx context.Context, m store.TableMeta) (store.TableMet
 		m.Epoch = max(m.Epoch, t.rec.Meta.Epoch+bump)
 	}
 	if err := s.ensureStream(t); err != nil {
-		return store.TableMeta{}, err
+		return store.TableMeta{}, nil, err
 	}
 	if _, err := s.cache.PutTable(context.Background(), cacheMeta(m.ID)); err != nil {
-		return store.TableMeta{}, err
+		return store.TableMeta{}, nil, err
 	}
 	err := s.update(t, func(r *record) {
 		r.Meta, r.Born, r.Horizon, r.Cutoff = m, m.ID, 0, nil
 	})
 	if err != nil {
-		return store.TableMeta{}, err
+		return store.TableMeta{}, nil, err
 	}
 	s.mu.Lock()
 	t.xseq = max(t.xseq, m.Seq)
 	s.byName[m.Name] = t
 	s.byTID[m.ID] = t
 	s.mu.Unlock()
-	return m, nil
+	return m, t, nil
 }
 
 // ensureStream creates t's stream when missing (file storage, the
