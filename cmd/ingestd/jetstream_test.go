@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -58,6 +59,25 @@ func TestJetStreamBackend(t *testing.T) {
 	page, _ = c.drainOK(t, url.Values{"table": {"sensor"}, "epoch": {"1"}, "after": {"30"}, "limit": {"10"}})
 	require.Len(t, page.Rows, 1)
 	require.Greater(t, page.Next, uint64(30), "x_seq continues above every number handed out")
+}
+
+// TestREADMEWalkthroughOnJetStream runs the README's Walkthrough and SQL
+// sections, each on a fresh daemon with --store=jetstream over one
+// embedded 3-server cluster (its own --jetstream-prefix per daemon), and
+// requires the outputs README.md prints for badger: the same feed,
+// refusals, TRUNCATE and DROP rules on both backends.
+func TestREADMEWalkthroughOnJetStream(t *testing.T) {
+	cluster := natstest.Start(t, 3)
+	cluster.WaitJetStream()
+	var prefixes atomic.Int64
+	runREADMESections(t, func(t *testing.T) config {
+		cfg := testConfig(t.TempDir())
+		cfg.backend, cfg.jetstream = "jetstream", jsstore.DefaultConfig()
+		cfg.jetstream.URLs = cluster.URLs()
+		cfg.jetstream.Prefix = fmt.Sprint("readme", prefixes.Add(1))
+		require.NoError(t, cfg.validate())
+		return cfg
+	})
 }
 
 // TestJetStreamFlagsValidated: the store choice and the JetStream flags

@@ -76,6 +76,13 @@ const blockEnd = "--- end of README block ---"
 // once. So the README cannot drift from what the commands print (issue
 // 17).
 func TestREADMEWalkthrough(t *testing.T) {
+	runREADMESections(t, func(t *testing.T) config { return testConfig(t.TempDir()) })
+}
+
+// runREADMESections runs the Walkthrough and "The same steps as SQL"
+// against a fresh daemon per section configured by newConfig (see
+// TestREADMEWalkthrough).
+func runREADMESections(t *testing.T, newConfig func(t *testing.T) config) {
 	if _, err := exec.LookPath("curl"); err != nil {
 		t.Fatal("the README's commands need curl on PATH")
 	}
@@ -88,7 +95,7 @@ func TestREADMEWalkthrough(t *testing.T) {
 	for _, section := range []string{"Walkthrough", "The same steps as SQL"} {
 		t.Run(section, func(t *testing.T) {
 			blocks := readmeBlocks(t, string(raw), section)
-			d := startDaemon(t, testConfig(t.TempDir()))
+			d := startDaemon(t, newConfig(t))
 			subst := strings.NewReplacer("localhost:8086", strings.TrimPrefix(d.URL, "http://"), "go run ./cmd/ingestd", bin)
 			var script strings.Builder
 			for _, b := range blocks {
