@@ -466,7 +466,10 @@ func (db *DB) dropInstance(tid uint64) error {
 // instead of assigning them as Append does: store/jsstore materialises a
 // JetStream stream's blocks into a badger cache with it. Every instance
 // written must be live (PutTable); its x_seq counter is raised to the
-// commit's last number so a later Append never goes below it. It returns
+// commit's last number so a later Append never goes below it. A series
+// given again (store/jsstore republishes a table's dictionary before it
+// purges old messages) keeps its entry's value and what the store knows
+// of its stored times. It returns
 // once the commit is fsynced (unless Config.UnsafeNoSync), like Append.
 // Writer only; the default backend's own writes never call it.
 func (db *DB) ApplyAt(ctx context.Context, commits []store.TableCommit) error {

@@ -632,7 +632,9 @@ func (w *committer) table(tc *store.TableCommit) error {
 		if err := w.set(tableKey(ksSeries, tc.TableID, s.ID), appendSeries(nil, s.Tags)); err != nil {
 			return err
 		}
-		st.maxTs[s.ID] = math.MinInt64
+		if _, known := st.maxTs[s.ID]; !known { // ApplyAt may repeat a series (store/jsstore's dictionary snapshots)
+			st.maxTs[s.ID] = math.MinInt64
+		}
 	}
 	if len(tc.Fragments) == 0 {
 		return nil

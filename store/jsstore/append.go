@@ -104,6 +104,9 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 	var applied []store.TableCommit
 	for _, j := range jobs {
 		applied = append(applied, j.blocks...)
+		for i, b := range j.blocks { // the last message is at the table's last sequence
+			j.t.ages.add(j.t.lastSeq-uint64(len(j.blocks)-1-i), b.Fragments)
+		}
 	}
 	if len(applied) == 0 {
 		return nil

@@ -29,6 +29,9 @@ const (
 	DefaultPublishTimeout = 30 * time.Second
 	// DefaultCacheDirName is the cache directory under --data-dir.
 	DefaultCacheDirName = "jetstream-cache"
+	// DefaultPurgeMinMessages is how many stream sequences retention must
+	// have left nothing of before a stream is purged of them.
+	DefaultPurgeMinMessages = 1000
 	// MaxReplicas is JetStream's limit on a stream's replicas.
 	MaxReplicas = 5
 )
@@ -64,6 +67,11 @@ type Config struct {
 	// (derived state, rebuilt from the streams at every start). Empty: a
 	// subdirectory of --data-dir (cmd/ingestd sets it).
 	CacheDir string
+	// PurgeMinMessages is how many stream sequences retention must have
+	// left nothing of before a table's stream is purged of them (each
+	// purge first republishes the table's series dictionary, so a purge
+	// per sweep would cost more than it frees).
+	PurgeMinMessages int
 	// MaxMessageBytes, when positive, caps a block message below the
 	// server's max_payload (tests use it to exercise atomic batches); 0
 	// follows the server.
@@ -73,7 +81,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Replicas: DefaultReplicas, Prefix: DefaultPrefix, DuplicateWindow: DefaultDuplicateWindow,
-		PublishTimeout: DefaultPublishTimeout}
+		PublishTimeout: DefaultPublishTimeout, PurgeMinMessages: DefaultPurgeMinMessages}
 }
 
 // RegisterFlags registers the backend's flags on fs.
@@ -91,6 +99,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Prefix, "jetstream-prefix", c.Prefix, "prefix of ingestd's bucket and stream names (letters, digits, - and _)")
 	fs.DurationVar(&c.DuplicateWindow, "jetstream-duplicate-window", c.DuplicateWindow, "how long a stream remembers a message id: a publish retried within it is stored once")
 	fs.DurationVar(&c.PublishTimeout, "jetstream-publish-timeout", c.PublishTimeout, "bound of one commit's publish to JetStream, retries included")
+	fs.IntVar(&c.PurgeMinMessages, "jetstream-purge-min-messages", c.PurgeMinMessages, "stream messages retention must have left nothing of before a table's stream is purged of them (each purge republishes the table's series dictionary)")
 	fs.StringVar(&c.CacheDir, "jetstream-cache-dir", c.CacheDir, "local row cache materialised from the streams, rebuilt at every start (default: "+DefaultCacheDirName+" under --data-dir)")
 }
 
@@ -145,6 +154,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PublishTimeout < time.Second {
 		errs = append(errs, errors.New("jsstore: --jetstream-publish-timeout must be at least 1s"))
+	}
+	if c.PurgeMinMessages < 1 {
+		errs = append(errs, errors.New("jsstore: --jetstream-purge-min-messages must be at least 1"))
 	}
 	if c.CacheDir == "" {
 		errs = append(errs, errors.New("jsstore: --jetstream-cache-dir must not be empty"))

@@ -111,10 +111,17 @@
 //
 // SweepBefore sweeps the cache (which raises its horizon before removing
 // anything) and, when it removed rows, records the horizon and cutoff in
-// the record. Stream messages are purged when their instance ends
-// (TRUNCATE, DROP); messages wholly below the horizon of a live instance
-// stay in the stream in phase 1 (the rebuild sweeps them again), see
-// below.
+// the record. Once a sweep at a cutoff is complete, the stream is purged
+// of the prefix of messages it left nothing of (purgeAged: a per-table
+// index of the running maximum of the messages' times says where that
+// prefix ends; all their synced fragments are below the horizon), when
+// that prefix holds at least Config.PurgeMinMessages sequences. Those
+// messages may hold the first use of series still in use, so the
+// instance's series dictionary is published again (one message of series
+// only) before the purge; a rebuild applies a repeated series as the
+// same entry (badgerstore.DB.ApplyAt keeps what it knows of its times).
+// JetStream's purge keeps the stream's sequence running. Messages of an
+// ended instance are purged at TRUNCATE and DROP.
 //
 // # Concurrency
 //
@@ -132,8 +139,9 @@
 //   - Series dictionaries in the meta bucket, one key per (instance,
 //     series id), created with compare-and-set (KV Create) so two nodes
 //     never mint the same id for different tag sets; today the new series
-//     ride in the block message that first uses them, which is only
-//     correct with one writer. The block format keeps its series section.
+//     ride in the block message that first uses them (and in the
+//     dictionary messages a purge publishes), which is only correct with
+//     one writer. The block format keeps its series section.
 //   - Schemas (columns) updated with compare-and-set by every node: the
 //     record update of Append already is one, and on a conflict it reads
 //     the record again (update/reread); phase 2 merges the columns
@@ -152,8 +160,8 @@
 //   - Incremental catch-up instead of a full rebuild at Open: the cache
 //     records the stream sequence it applied per table (one more key in
 //     the same badger transaction as the block).
-//   - Purging live streams below the horizon, once the cache records
-//     which stream sequence holds the horizon's block.
+//   - Purging below a horizon raised without removing rows (the feed's
+//     history trim): today only retention's sweeps purge.
 //   - The fault tests (leader kills, a server cut off, two ingestd nodes)
 //     reuse natstest's Stop and Restart.
 package jsstore

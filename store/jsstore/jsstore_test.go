@@ -2,6 +2,7 @@ package jsstore
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"os"
 	"strings"
@@ -396,4 +397,92 @@ func TestAppendCreatesTable(t *testing.T) {
 	require.Equal(t, m.Columns, metas[0].Columns)
 	require.Equal(t, m.Epoch, metas[0].Epoch)
 	require.Len(t, readAll(t, s2, id, 0, math.MaxUint64).Seq, 2)
+}
+
+// TestRetentionPurgesStream: once a sweep at a cutoff is complete, the
+// stream is purged of the messages it left nothing of, after the series
+// dictionary was published again (a later block uses a series first
+// defined in a purged message); a rebuild from the shorter stream returns
+// the same drain, rows and dictionary.
+func TestRetentionPurgesStream(t *testing.T) {
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	cfg.PurgeMinMessages = 1
+	s := h.open(t, cfg)
+	m := createTable(t, s, "aged")
+	var last uint64
+	for i := range 12 {
+		tc := commit(m, false, int64(i), 1, 2)
+		tc.NewSeries = []store.Series{{ID: uint64(i + 1), Tags: []store.Field{{Col: 1, Value: store.Value{Kind: store.KindTag, Str: fmt.Sprint("h", i)}}}}}
+		tc.Fragments[0].Series = uint64(i + 1)
+		if i >= 10 { // recent points of series first defined in old messages
+			tc.NewSeries = nil
+			tc.Fragments[0].Series, tc.Fragments[0].Time = uint64(i-9), int64(100+i)
+		}
+		cs := []store.TableCommit{tc}
+		require.NoError(t, s.Append(ctx, cs, nil))
+		last = cs[0].FirstSeq
+	}
+	before := streamMsgs(t, s, "aged")
+	for {
+		res, err := s.SweepBefore(ctx, m.ID, 50, 3)
+		require.NoError(t, err)
+		if !res.More {
+			break
+		}
+	}
+	require.Equal(t, float64(10), testutil.ToFloat64(s.m.purged), "the ten aged messages")
+	require.Equal(t, before-10+1, streamMsgs(t, s, "aged"), "purged, plus one message of the series dictionary")
+	hz, err := s.Horizon(ctx, m.ID)
+	require.NoError(t, err)
+	want := readAll(t, s, m.ID, hz-1, last)
+	require.Len(t, want.Seq, 2)
+	series, err := s.LoadSeries(ctx, m.ID)
+	require.NoError(t, err)
+	require.Len(t, series, 10)
+	require.NoError(t, s.Close())
+
+	require.NoError(t, os.RemoveAll(cfg.CacheDir))
+	s2 := h.open(t, cfg)
+	t.Cleanup(func() { _ = s2.Close() })
+	require.Equal(t, want, readAll(t, s2, m.ID, hz-1, last))
+	again, err := s2.LoadSeries(ctx, m.ID)
+	require.NoError(t, err)
+	require.Equal(t, series, again)
+	cs := []store.TableCommit{commit(m, false, 200, 1, 1)}
+	require.NoError(t, s2.Append(ctx, cs, nil))
+	require.Greater(t, cs[0].FirstSeq, last)
+}
+
+// TestOverwriteAfterPurgeRebuild: after a purge and a rebuild, where the
+// republished dictionary repeats a series whose points are stored, a
+// later write at one of those points is still an overwrite: one row,
+// coalesced.
+func TestOverwriteAfterPurgeRebuild(t *testing.T) {
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	cfg.PurgeMinMessages = 1
+	s := h.open(t, cfg)
+	m := createTable(t, s, "over")
+	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 1, 1, 1)}, nil))    // series 1 defined, aged
+	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, false, 100, 1, 1)}, nil)) // series 1 at 100, kept
+	for {
+		res, err := s.SweepBefore(ctx, m.ID, 50, 10)
+		require.NoError(t, err)
+		if !res.More {
+			break
+		}
+	}
+	require.Equal(t, float64(1), testutil.ToFloat64(s.m.purged))
+	require.NoError(t, s.Close())
+	require.NoError(t, os.RemoveAll(cfg.CacheDir))
+	s2 := h.open(t, cfg)
+	t.Cleanup(func() { _ = s2.Close() })
+	over := commit(m, false, 100, 1, 9) // the same point, a new string
+	require.NoError(t, s2.Append(ctx, []store.TableCommit{over}, nil))
+	got := readAll(t, s2, m.ID, 1, math.MaxUint64)
+	require.Len(t, got.Points, 1, "one point, not two")
+	require.Equal(t, strings.Repeat("x", 9), got.Points[0].Fields[1].Value.Str, "the later write wins")
+	require.Len(t, got.Seq, 2, "both fragments in the feed")
+	require.Equal(t, got.Seq[0].Fields, got.Seq[1].Fields, "each delivered as the coalesced row")
 }

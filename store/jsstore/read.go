@@ -88,8 +88,8 @@ func (s *Store) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error)
 // SweepBefore implements store.Sweeper: the cache sweeps (raising its
 // horizon before removing), then, when it removed anything, the record
 // keeps the horizon and the cutoff so that a rebuild sweeps the same
-// rows (the stream still holds them: see doc.go, what phase 2 adds).
-// Writer only.
+// rows, and once the sweep at cutoff is complete the stream is purged of
+// the messages it left nothing of (purgeAged). Writer only.
 func (s *Store) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
 	t, err := s.enterLive(ctx, tid)
 	if err != nil {
@@ -100,10 +100,19 @@ func (s *Store) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFr
 	if err != nil || res.Removed == 0 {
 		return res, err
 	}
-	return res, s.update(t, func(r *record) {
+	err = s.update(t, func(r *record) {
 		r.Horizon = max(r.Horizon, res.Horizon)
 		if r.Cutoff == nil || *r.Cutoff < cutoff {
 			r.Cutoff = &cutoff
 		}
 	})
+	if err != nil || res.More {
+		return res, err
+	}
+	if err := s.purgeAged(t, cutoff); err != nil {
+		// The rows are swept and the cutoff recorded: a rebuild sweeps
+		// the messages again, so only the stream's size suffers.
+		s.logger.Warn("stream not purged below the retention cutoff", "table", t.rec.Meta.Name, "stream", t.rec.Stream, "err", err)
+	}
+	return res, nil
 }

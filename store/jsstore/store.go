@@ -64,6 +64,10 @@ type table struct {
 	// expected last sequence of its next publish); xseq is the highest
 	// x_seq assigned; commits numbers this process's commits (message ids).
 	lastSeq, xseq, commits uint64
+	// ages places the live instance's messages in time, purged is the
+	// stream sequence up to which they were purged (purgeAged). Writer only.
+	ages   ageIndex
+	purged uint64
 }
 
 // Store is the JetStream backend of store.Backend (doc.go). The writer
@@ -95,7 +99,7 @@ type Store struct {
 }
 
 type metrics struct {
-	publishes, retries, dedups, catchup prometheus.Counter
+	publishes, retries, dedups, catchup, purged prometheus.Counter
 }
 
 func newMetrics() metrics {
@@ -107,6 +111,7 @@ func newMetrics() metrics {
 		retries:   c("ingestd_jetstream_publish_retries_total", "Publishes sent again after no acknowledgement or an expected-last-sequence mismatch."),
 		dedups:    c("ingestd_jetstream_dedup_hits_total", "Publishes found already stored by their message id (an acknowledgement lost)."),
 		catchup:   c("ingestd_jetstream_catchup_messages_total", "Block messages applied to the local row cache from the streams at start."),
+		purged:    c("ingestd_jetstream_purged_sequences_total", "Stream sequences purged below a retention cutoff (messages retention left nothing of)."),
 	}
 }
 
@@ -167,7 +172,7 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 		return nil, err
 	}
 	if reg != nil {
-		reg.MustRegister(s.m.publishes, s.m.retries, s.m.dedups, s.m.catchup)
+		reg.MustRegister(s.m.publishes, s.m.retries, s.m.dedups, s.m.catchup, s.m.purged)
 	}
 	s.logger.Info("jetstream store open", "servers", cfg.URLs, "replicas", s.replicas, "tables", len(s.byTID))
 	return s, nil
@@ -365,6 +370,7 @@ func (s *Store) catchUp(t *table) error {
 		return fmt.Errorf("jsstore: stream %s: %w", t.rec.Stream, err)
 	}
 	t.lastSeq = info.State.LastSeq
+	t.purged = info.State.FirstSeq - min(info.State.FirstSeq, 1)
 	if info.State.Msgs > 0 {
 		if err := s.replay(t, stream, info.State.FirstSeq, info.State.LastSeq); err != nil {
 			return err
@@ -423,6 +429,7 @@ func (s *Store) replay(t *table, stream jetstream.Stream, first, last uint64) er
 			if err := s.cache.ApplyAt(ctx, []store.TableCommit{tc}); err != nil {
 				return err
 			}
+			t.ages.add(md.Sequence.Stream, tc.Fragments)
 			s.m.catchup.Inc()
 		}
 		if md.Sequence.Stream >= last {

@@ -232,6 +232,7 @@ func (s *Store) DropTable(ctx context.Context, tid uint64) (store.TableMeta, err
 // its messages from the stream (the stream's sequence keeps running). A
 // purge that fails is only logged: the messages are ignored by id.
 func (s *Store) endInstance(t *table, tid uint64) error {
+	t.ages = ageIndex{}
 	if _, err := s.cache.DropTable(context.Background(), tid); err != nil {
 		return err
 	}
@@ -241,7 +242,9 @@ func (s *Store) endInstance(t *table, tid uint64) error {
 	if err == nil {
 		err = stream.Purge(ctx, jetstream.WithPurgeSequence(t.lastSeq+1))
 	}
-	if err != nil {
+	if err == nil {
+		t.purged = t.lastSeq
+	} else {
 		s.logger.Warn("stream not purged of an ended table instance (its messages are ignored)", "stream", t.rec.Stream, "err", err)
 	}
 	return nil

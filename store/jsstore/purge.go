@@ -1,0 +1,113 @@
+package jsstore
+
+import (
+	"context"
+	"math"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ingestd/ingestd/store"
+)
+
+// maxAgeEntries bounds a table's ageIndex: past it every other entry is
+// dropped, which only makes a purge stop earlier.
+const maxAgeEntries = 1 << 14
+
+// ageEntry says: every message of the live instance up to stream
+// sequence seq holds only fragments older than newest+1 (Unix
+// nanoseconds; the running maximum of their times).
+type ageEntry struct {
+	seq    uint64
+	newest int64
+}
+
+// ageIndex is a table's live-instance messages in stream order, as
+// running maxima of their fragments' times: where a purge below a
+// retention cutoff may stop. Writer only.
+type ageIndex struct {
+	entries []ageEntry
+	newest  int64 // the running maximum so far
+}
+
+// add records the message at seq holding frags (none: a message of new
+// series only, which changes nothing).
+func (a *ageIndex) add(seq uint64, frags []store.Fragment) {
+	if len(frags) == 0 {
+		return
+	}
+	if len(a.entries) == 0 {
+		a.newest = math.MinInt64
+	}
+	for i := range frags {
+		a.newest = max(a.newest, frags[i].Time)
+	}
+	if n := len(a.entries); n > 0 && a.entries[n-1].newest == a.newest {
+		a.entries[n-1].seq = seq
+		return
+	}
+	if len(a.entries) == maxAgeEntries {
+		kept := a.entries[:0]
+		for i := 1; i < len(a.entries); i += 2 {
+			kept = append(kept, a.entries[i])
+		}
+		a.entries = kept
+	}
+	a.entries = append(a.entries, ageEntry{seq: seq, newest: a.newest})
+}
+
+// below returns the highest stream sequence up to which every message is
+// older than cutoff and how many entries lead to it (0: none).
+func (a *ageIndex) below(cutoff int64) (seq uint64, n int) {
+	for n < len(a.entries) && a.entries[n].newest < cutoff {
+		seq = a.entries[n].seq
+		n++
+	}
+	return seq, n
+}
+
+// trim forgets the first n entries (their messages were purged).
+func (a *ageIndex) trim(n int) { a.entries = append(a.entries[:0], a.entries[n:]...) }
+
+// purgeAged removes from t's stream the messages a complete sweep at
+// cutoff left nothing of (every fragment older than cutoff), once at
+// least Config.PurgeMinMessages stream sequences are behind that point.
+// The messages may hold the first use of series still in use, so it
+// first publishes the instance's whole series dictionary (a message of
+// series only) at the end of the stream; then it purges. A crash between
+// the two leaves a second copy of the dictionary, which a rebuild applies
+// as the same entries. Writer only.
+func (s *Store) purgeAged(t *table, cutoff int64) error {
+	tid := t.rec.Meta.ID
+	upto, n := t.ages.below(cutoff)
+	if n == 0 || upto < t.purged+uint64(s.cfg.PurgeMinMessages) {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	series, err := s.cache.LoadSeries(ctx, tid)
+	if err != nil {
+		return err
+	}
+	if len(series) > 0 {
+		snapshot := store.TableCommit{TableID: tid, NewSeries: series, CommitTime: time.Now().UnixNano()}
+		j, err := s.prepare(t, &snapshot)
+		if err != nil {
+			return err
+		}
+		if err := s.publish(&j); err != nil {
+			return err
+		}
+	}
+	stream, err := s.js.Stream(ctx, t.rec.Stream)
+	if err != nil {
+		return err
+	}
+	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(upto+1)); err != nil {
+		return err
+	}
+	s.m.purged.Add(float64(upto - t.purged))
+	t.purged = upto
+	t.ages.trim(n)
+	return nil
+}
