@@ -18,7 +18,7 @@
 // when the cluster cannot place them, unless Config.ClampReplicas), then
 // rebuilds the row cache from the streams (below) before it returns: a
 // node never serves a drain above what it has applied. Close lowers each
-// table's lease to its exact x_seq, closes the cache and drains the
+// table's lease to its exact x_seq, closes the cache and the
 // connection; after it every method returns store.ErrClosed.
 //
 // # Where things are

@@ -206,30 +206,98 @@ func (s *Store) abandon() {
 	_ = s.lock.Close()
 }
 
-// checkSync logs a WARN unless every server reports sync_interval
-// always. A client sees the servers' JetStream config only through the
-// system account's $SYS.REQ.SERVER.PING.VARZ; without access to it the
+// checkSync logs a WARN for every server that does not report
+// sync_interval always. A client sees the servers' JetStream config only
+// through the system account's $SYS.REQ.SERVER.PING.VARZ (every server
+// answers; ingestd's account needs it imported); without access to it the
 // WARN says how the operator verifies it.
 func (s *Store) checkSync() {
-	msg, err := s.nc.Request("$SYS.REQ.SERVER.PING.VARZ", nil, 2*time.Second)
+	answers, err := s.gather("$SYS.REQ.SERVER.PING.VARZ", 2*time.Second, 250*time.Millisecond)
+	if err == nil && len(answers) == 0 {
+		err = nats.ErrTimeout
+	}
 	if err != nil {
 		s.logger.Warn("cannot read the servers' sync_interval from this account (no system account access): make sure every server runs with jetstream { sync_interval: always } (check: curl -s http://SERVER:8222/varz | grep sync_always), else a server crash may lose acknowledged writes (Jepsen, NATS 2.12.1)", "err", err)
 		return
 	}
-	var varz struct {
-		Server struct {
-			Name string `json:"name"`
-		} `json:"server"`
-		Data struct {
-			JetStream struct {
-				Config struct {
-					SyncAlways bool `json:"sync_always"`
-				} `json:"config"`
-			} `json:"jetstream"`
-		} `json:"data"`
+	for _, data := range answers {
+		var varz struct {
+			Server struct {
+				Name string `json:"name"`
+			} `json:"server"`
+			Data struct {
+				JetStream struct {
+					Config struct {
+						SyncAlways bool `json:"sync_always"`
+					} `json:"config"`
+				} `json:"jetstream"`
+			} `json:"data"`
+		}
+		if err := json.Unmarshal(data, &varz); err != nil || !varz.Data.JetStream.Config.SyncAlways {
+			s.logger.Warn("a NATS server does not run with jetstream { sync_interval: always }: its crash may lose acknowledged writes (Jepsen, NATS 2.12.1)", "server", varz.Server.Name)
+		}
 	}
-	if err := json.Unmarshal(msg.Data, &varz); err != nil || !varz.Data.JetStream.Config.SyncAlways {
-		s.logger.Warn("a NATS server does not run with jetstream { sync_interval: always }: a server crash may lose acknowledged writes (Jepsen, NATS 2.12.1)", "server", varz.Server.Name)
+}
+
+// gather sends a request with no body to subject and returns every
+// answer: the first within first, each next within quiet of the one
+// before (a $SYS PING is answered by every server).
+func (s *Store) gather(subject string, first, quiet time.Duration) ([][]byte, error) {
+	inbox := s.nc.NewRespInbox()
+	sub, err := s.nc.SubscribeSync(inbox)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = sub.Unsubscribe() }()
+	if err := s.nc.PublishRequest(subject, inbox, nil); err != nil {
+		return nil, err
+	}
+	var out [][]byte
+	for wait := first; ; wait = quiet {
+		msg, err := sub.NextMsg(wait)
+		if errors.Is(err, nats.ErrTimeout) {
+			return out, nil
+		}
+		if err != nil {
+			return out, err
+		}
+		if len(msg.Data) == 0 && msg.Header.Get("Status") == "503" {
+			return out, nats.ErrNoResponders
+		}
+		out = append(out, msg.Data)
+	}
+}
+
+// errCodeClusterNotAvailable is the server's "JetStream system
+// temporarily unavailable" (a meta leader election).
+const errCodeClusterNotAvailable jetstream.ErrorCode = 10008
+
+// transient tells whether err may go away by itself: no answer in time,
+// no responders, JetStream between leaders.
+func transient(err error) bool {
+	var apiErr *jetstream.APIError
+	if errors.As(err, &apiErr) {
+		return apiErr.ErrorCode == errCodeClusterNotAvailable || apiErr.Code == 503
+	}
+	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionReconnecting)
+}
+
+// retry runs op (each attempt bounded by opTimeout) until it succeeds, fails
+// for good, or Config.PublishTimeout has passed: what Open and the DDL
+// calls do while the cluster elects a leader.
+func (s *Store) retry(op func(ctx context.Context) error) error {
+	deadline := time.Now().Add(s.cfg.PublishTimeout)
+	wait := 50 * time.Millisecond
+	for {
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		err := op(ctx)
+		cancel()
+		if err == nil || !transient(err) || time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, time.Second)
 	}
 }
 
@@ -259,11 +327,13 @@ const (
 // highest count the cluster can place when cfg.ClampReplicas.
 func (s *Store) openMeta() error {
 	for r := s.cfg.Replicas; r >= 1; r-- {
-		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-		kv, err := s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: s.cfg.Prefix + "_meta",
-			Description: "ingestd tables (compare-and-set per DDL), table ids and consumer positions",
-			History:     1, Storage: jetstream.FileStorage, Replicas: r})
-		cancel()
+		var kv jetstream.KeyValue
+		err := s.retry(func(ctx context.Context) (err error) {
+			kv, err = s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: s.cfg.Prefix + "_meta",
+				Description: "ingestd tables (compare-and-set per DDL), table ids and consumer positions",
+				History:     1, Storage: jetstream.FileStorage, Replicas: r})
+			return err
+		})
 		if err == nil {
 			if r < s.cfg.Replicas {
 				s.logger.Warn("jetstream replicas clamped to what the cluster can place", "asked", s.cfg.Replicas, "replicas", r)
@@ -307,28 +377,39 @@ const nextTIDKey = "next_tid"
 // load reads every table record, then rebuilds the cache of each live
 // instance from its stream (catchUp).
 func (s *Store) load() error {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	w, err := s.meta.WatchFiltered(ctx, []string{"t.>"}, jetstream.IgnoreDeletes())
-	if err != nil {
+	if err := s.retry(s.loadRecords); err != nil {
 		return fmt.Errorf("jsstore: list tables: %w", err)
 	}
+	for _, t := range s.byTID {
+		if err := s.catchUp(t); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// loadRecords reads every table record into byName and byTID.
+func (s *Store) loadRecords(ctx context.Context) error {
+	clear(s.byName)
+	clear(s.byTID)
+	w, err := s.meta.WatchFiltered(ctx, []string{"t.>"}, jetstream.IgnoreDeletes())
+	if err != nil {
+		return err
+	}
 	defer func() { _ = w.Stop() }()
-	for done := false; !done; {
+	for {
 		var e jetstream.KeyValueEntry
 		select {
 		case e = <-w.Updates():
 		case <-ctx.Done():
-			return fmt.Errorf("jsstore: list tables: %w", ctx.Err())
+			return ctx.Err()
 		}
 		if e == nil {
-			done = true // every current record was delivered
-			continue
+			return nil // every current record was delivered
 		}
-		k := e.Key()
 		t := &table{rev: e.Revision()}
 		if err := json.Unmarshal(e.Value(), &t.rec); err != nil {
-			return &store.CorruptionError{Key: []byte(k), Err: err}
+			return &store.CorruptionError{Key: []byte(e.Key()), Err: err}
 		}
 		t.rec.Meta.Name = string(t.rec.Name)
 		t.xseq = t.rec.Meta.Seq
@@ -337,12 +418,6 @@ func (s *Store) load() error {
 			s.byTID[t.rec.Meta.ID] = t
 		}
 	}
-	for _, t := range s.byTID {
-		if err := s.catchUp(t); err != nil {
-			return err
-		}
-	}
-	return nil
 }
 
 // cacheMeta is instance tid's metadata in the cache: one name per
@@ -355,20 +430,20 @@ func cacheMeta(tid uint64) store.TableMeta {
 // the cache, then the retention the record holds (the sweeps and horizon
 // of before the restart), and sets t's stream position and x_seq.
 func (s *Store) catchUp(t *table) error {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
+	ctx := context.Background()
 	tid := t.rec.Meta.ID
 	if _, err := s.cache.PutTable(ctx, cacheMeta(tid)); err != nil {
 		return err
 	}
-	stream, err := s.js.Stream(ctx, t.rec.Stream)
+	var stream jetstream.Stream
+	err := s.retry(func(ctx context.Context) (err error) {
+		stream, err = s.js.Stream(ctx, t.rec.Stream)
+		return err
+	})
 	if err != nil {
 		return fmt.Errorf("jsstore: stream %s of table %q: %w", t.rec.Stream, t.rec.Meta.Name, err)
 	}
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return fmt.Errorf("jsstore: stream %s: %w", t.rec.Stream, err)
-	}
+	info := stream.CachedInfo()
 	t.lastSeq = info.State.LastSeq
 	t.purged = info.State.FirstSeq - min(info.State.FirstSeq, 1)
 	if info.State.Msgs > 0 {
@@ -487,9 +562,7 @@ func (s *Store) Close() error {
 		}
 	}
 	err := s.cache.Close()
-	if derr := s.nc.Drain(); derr != nil {
-		s.nc.Close()
-	}
+	s.nc.Close() // every publish was acknowledged: nothing is pending
 	return errors.Join(err, s.lock.Close())
 }
 
@@ -506,12 +579,12 @@ func (s *Store) liveTables() []*table {
 }
 
 // update applies change to t's record and stores it with compare-and-set
-// on t's revision. When another process changed the record meanwhile, it
-// reads it again and applies change to that (the lease only rises: see
-// change's callers). Writer only.
+// on t's revision, retrying while the cluster is between leaders. When
+// the record changed meanwhile (another process, or an earlier attempt
+// whose answer was lost), it reads it again and applies change to that
+// (every change is a set or a maximum, so applying it again is harmless).
+// Writer only.
 func (s *Store) update(t *table, change func(*record)) error {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
 	for attempt := 0; ; attempt++ {
 		rec := t.rec
 		rec.Meta.Columns = slices.Clone(rec.Meta.Columns)
@@ -522,11 +595,14 @@ func (s *Store) update(t *table, change func(*record)) error {
 		}
 		key := s.tableKey(string(rec.Name))
 		var rev uint64
-		if t.rev == 0 {
-			rev, err = s.meta.Create(ctx, key, v)
-		} else {
-			rev, err = s.meta.Update(ctx, key, v, t.rev)
-		}
+		err = s.retry(func(ctx context.Context) (err error) {
+			if t.rev == 0 {
+				rev, err = s.meta.Create(ctx, key, v)
+			} else {
+				rev, err = s.meta.Update(ctx, key, v, t.rev)
+			}
+			return err
+		})
 		if err == nil {
 			s.mu.Lock()
 			t.rec, t.rev = rec, rev
@@ -536,7 +612,7 @@ func (s *Store) update(t *table, change func(*record)) error {
 		if !isConflict(err) || attempt == 3 {
 			return fmt.Errorf("jsstore: update table %q: %w", rec.Meta.Name, err)
 		}
-		if err := s.reread(ctx, t, key); err != nil {
+		if err := s.retry(func(ctx context.Context) error { return s.reread(ctx, t, key) }); err != nil {
 			return err
 		}
 	}

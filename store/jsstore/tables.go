@@ -59,28 +59,40 @@ func (s *Store) NewTableID(ctx context.Context) (uint64, error) {
 }
 
 func (s *Store) newTableID() (uint64, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
 	for range 16 {
-		e, err := s.meta.Get(ctx, nextTIDKey)
-		if errors.Is(err, jetstream.ErrKeyNotFound) {
-			if _, err := s.meta.Create(ctx, nextTIDKey, []byte("2")); err == nil {
-				return 1, nil
-			} else if !isConflict(err) {
-				return 0, fmt.Errorf("jsstore: table id: %w", err)
-			}
-			continue
-		}
-		if err != nil {
+		var (
+			e   jetstream.KeyValueEntry
+			rev uint64
+		)
+		err := s.retry(func(ctx context.Context) (err error) {
+			e, err = s.meta.Get(ctx, nextTIDKey)
+			return err
+		})
+		id := uint64(1)
+		switch {
+		case errors.Is(err, jetstream.ErrKeyNotFound):
+		case err != nil:
 			return 0, fmt.Errorf("jsstore: table id: %w", err)
+		default:
+			if id, err = strconv.ParseUint(string(e.Value()), 10, 64); err != nil {
+				return 0, &store.CorruptionError{Key: []byte(nextTIDKey), Err: err}
+			}
+			rev = e.Revision()
 		}
-		id, err := strconv.ParseUint(string(e.Value()), 10, 64)
-		if err != nil {
-			return 0, &store.CorruptionError{Key: []byte(nextTIDKey), Err: err}
-		}
-		if _, err := s.meta.Update(ctx, nextTIDKey, []byte(strconv.FormatUint(id+1, 10)), e.Revision()); err == nil {
+		// An attempt whose answer was lost burns an id, never repeats one.
+		err = s.retry(func(ctx context.Context) (err error) {
+			next := []byte(strconv.FormatUint(id+1, 10))
+			if rev == 0 {
+				_, err = s.meta.Create(ctx, nextTIDKey, next)
+			} else {
+				_, err = s.meta.Update(ctx, nextTIDKey, next, rev)
+			}
+			return err
+		})
+		if err == nil {
 			return id, nil
-		} else if !isConflict(err) {
+		}
+		if !isConflict(err) {
 			return 0, fmt.Errorf("jsstore: table id: %w", err)
 		}
 	}
@@ -152,12 +164,14 @@ func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 // store's replicas, atomic batches, the duplicate window) and reads its
 // last sequence.
 func (s *Store) ensureStream(t *table) error {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	stream, err := s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-		Name: t.rec.Stream, Subjects: []string{subjectOf(t.rec.Stream)}, Description: "ingestd table blocks",
-		Storage: jetstream.FileStorage, Replicas: s.replicas, Duplicates: s.cfg.DuplicateWindow,
-		AllowAtomicPublish: true, Discard: jetstream.DiscardOld,
+	var stream jetstream.Stream
+	err := s.retry(func(ctx context.Context) (err error) {
+		stream, err = s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
+			Name: t.rec.Stream, Subjects: []string{subjectOf(t.rec.Stream)}, Description: "ingestd table blocks",
+			Storage: jetstream.FileStorage, Replicas: s.replicas, Duplicates: s.cfg.DuplicateWindow,
+			AllowAtomicPublish: true, Discard: jetstream.DiscardOld,
+		})
+		return err
 	})
 	if err != nil {
 		return fmt.Errorf("jsstore: create stream %s for table %q: %w", t.rec.Stream, t.rec.Meta.Name, err)
@@ -320,11 +334,16 @@ func (s *Store) readConsumers(ctx context.Context, key string) (consumers, uint6
 // changeConsumers applies change to the consumers of table with
 // compare-and-set, reading again on a conflict.
 func (s *Store) changeConsumers(table string, change func(consumers)) error {
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
 	key := s.consumersKey(table, s.born(table))
 	for range 16 {
-		cs, rev, err := s.readConsumers(ctx, key)
+		var (
+			cs  consumers
+			rev uint64
+		)
+		err := s.retry(func(ctx context.Context) (err error) {
+			cs, rev, err = s.readConsumers(ctx, key)
+			return err
+		})
 		if err != nil {
 			return err
 		}
@@ -333,11 +352,14 @@ func (s *Store) changeConsumers(table string, change func(consumers)) error {
 		if err != nil {
 			return err
 		}
-		if rev == 0 {
-			_, err = s.meta.Create(ctx, key, v)
-		} else {
-			_, err = s.meta.Update(ctx, key, v, rev)
-		}
+		err = s.retry(func(ctx context.Context) (err error) {
+			if rev == 0 {
+				_, err = s.meta.Create(ctx, key, v)
+			} else {
+				_, err = s.meta.Update(ctx, key, v, rev)
+			}
+			return err
+		})
 		if err == nil || !isConflict(err) {
 			return err
 		}
