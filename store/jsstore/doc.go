@@ -17,7 +17,12 @@
 // opens the meta bucket with Config.Replicas (refusing with a clear error
 // when the cluster cannot place them, unless Config.ClampReplicas), then
 // rebuilds the row cache from the streams (below) before it returns: a
-// node never serves a drain above what it has applied. Close lowers each
+// node never serves a drain above what it has applied. Open and the DDL
+// calls retry what a leader election makes fail for a moment (no answer
+// in time, no responders, JetStream temporarily unavailable) until
+// Config.PublishTimeout (retry); a record update or a table id whose
+// answer was lost is detected by compare-and-set and re-read, never
+// applied twice. Close lowers each
 // table's lease to its exact x_seq, closes the cache and the
 // connection; after it every method returns store.ErrClosed.
 //

@@ -98,10 +98,12 @@ type Store struct {
 	m metrics
 }
 
+// metrics are the store's counters (README, Metrics).
 type metrics struct {
 	publishes, retries, dedups, catchup, purged prometheus.Counter
 }
 
+// newMetrics returns the counters, not yet registered.
 func newMetrics() metrics {
 	c := func(name, help string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: name, Help: help})
@@ -119,7 +121,8 @@ var _ store.Backend = (*Store)(nil)
 
 // Open connects to the JetStream cluster, creates the meta bucket when
 // missing, rebuilds the row cache from every live table's stream and
-// returns the store. It refuses with a clear error when the cluster
+// returns the store, waiting up to cfg.PublishTimeout for a cluster that
+// is electing its leaders. It refuses with a clear error when the cluster
 // cannot hold cfg.Replicas replicas (unless cfg.ClampReplicas) and when
 // another process holds cfg.CacheDir (store.ErrLocked). cacheCfg
 // configures the cache's badger (its Dir is replaced). logger may be nil
@@ -152,6 +155,9 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 		return nil, fmt.Errorf("jsstore: %w", err)
 	}
 	s.maxMsg = int(s.nc.MaxPayload()) - 4096 // room for the headers
+	if s.maxMsg < 4096 {
+		return nil, fmt.Errorf("jsstore: the servers' max_payload (%d bytes) is below 8 KiB", s.nc.MaxPayload())
+	}
 	if cfg.MaxMessageBytes > 0 {
 		s.maxMsg = min(s.maxMsg, cfg.MaxMessageBytes)
 	}
