@@ -562,8 +562,9 @@ func (s *Store) Close() error {
 					r.Meta.Seq = t.xseq
 				}
 			})
-			if err != nil {
-				s.logger.Warn("x_seq lease not released: a restart skips the unused numbers", "table", t.rec.Meta.Name, "err", err)
+			if err != nil { // the cluster is away: do not wait for it once per table
+				s.logger.Warn("x_seq leases not released: a restart skips the unused numbers", "table", t.rec.Meta.Name, "err", err)
+				break
 			}
 		}
 	}
