@@ -12,7 +12,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 
 	"github.com/ingestd/ingestd/store"
 )
@@ -27,12 +26,6 @@ const (
 
 // maxBatchMessages is JetStream's default bound of an atomic batch.
 const maxBatchMessages = 1000
-
-// ErrConflict is returned by Append when a table's stream holds a block
-// this node did not write (another ingestd node writing the same table:
-// phase 1 runs one node per cluster). Nothing of the commit is stored at
-// its numbers; the next Append continues above the other block.
-var ErrConflict = errors.New("jsstore: another writer appended to the table's stream (run one ingestd node per cluster)")
 
 // Append implements store.Appender: it writes each commit's Meta (new
 // columns, or a table created by the write: PutTable's update), assigns x_seq numbers above the table's last (extending
@@ -301,7 +294,7 @@ func (s *Store) send(msgs []*nats.Msg, expected uint64) (uint64, bool, error) {
 		}
 		return ack.Sequence, ack.Duplicate, nil
 	}
-	id := nuid.Next()
+	id := randomID()
 	for i, m := range msgs {
 		m.Header.Set("Nats-Batch-Id", id)
 		m.Header.Set("Nats-Batch-Sequence", strconv.Itoa(i+1))

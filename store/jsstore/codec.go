@@ -2,15 +2,11 @@ package jsstore
 
 import (
 	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 
 	"github.com/ingestd/ingestd/store"
 )
-
-// errCodec is wrapped by every decoding failure of a block message.
-var errCodec = errors.New("jsstore: malformed block message")
 
 // appendBody encodes one block message's body: the new series (the
 // commit's first message only), the write boundaries relative to frags and

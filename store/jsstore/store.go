@@ -2,8 +2,10 @@ package jsstore
 
 import (
 	"context"
+	"crypto/rand"
 	"crypto/sha256"
 	"encoding/base32"
+	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -19,7 +21,6 @@ import (
 
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
-	"github.com/nats-io/nuid"
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ingestd/ingestd/store"
@@ -134,7 +135,7 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
-	s := &Store{cfg: cfg, logger: logger.With("component", "jetstream"), node: nuid.Next(),
+	s := &Store{cfg: cfg, logger: logger.With("component", "jetstream"), node: randomID(),
 		byName: map[string]*table{}, byTID: map[uint64]*table{}, m: newMetrics()}
 	if err := os.MkdirAll(cfg.CacheDir, 0o750); err != nil {
 		return nil, fmt.Errorf("jsstore: create cache directory: %w", err)
@@ -182,6 +183,14 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 	}
 	s.logger.Info("jetstream store open", "servers", cfg.URLs, "replicas", s.replicas, "tables", len(s.byTID))
 	return s, nil
+}
+
+// randomID returns 16 random bytes in hex: this process's id in message
+// ids, a batch's id.
+func randomID() string {
+	var b [16]byte
+	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
+	return hex.EncodeToString(b[:])
 }
 
 // lockFile takes an exclusive advisory lock on path.
