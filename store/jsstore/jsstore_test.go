@@ -89,6 +89,19 @@ func readAll(t *testing.T, s *Store, tid, after, upto uint64) rows {
 	}
 }
 
+// sweepAll sweeps instance tid below cutoff in batches of at most max
+// fragments until the sweep is complete.
+func sweepAll(t *testing.T, s *Store, tid uint64, cutoff int64, max int) {
+	t.Helper()
+	for {
+		res, err := s.SweepBefore(ctx, tid, cutoff, max)
+		require.NoError(t, err)
+		if !res.More {
+			return
+		}
+	}
+}
+
 // streamMsgs is how many messages the table's stream holds.
 func streamMsgs(t *testing.T, s *Store, name string) uint64 {
 	t.Helper()
@@ -229,13 +242,7 @@ func TestDeletedCacheRebuilds(t *testing.T) {
 	// An overwrite: coalesced rows must come back the same.
 	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, false, 30, 2, 7)}, nil))
 	last += 2
-	for {
-		res, err := s.SweepBefore(ctx, m.ID, 25, 4)
-		require.NoError(t, err)
-		if !res.More {
-			break
-		}
-	}
+	sweepAll(t, s, m.ID, 25, 4)
 	hz, err := s.RaiseHorizon(ctx, m.ID, 12)
 	require.NoError(t, err)
 	before := readAll(t, s, m.ID, hz-1, last)
@@ -424,13 +431,7 @@ func TestRetentionPurgesStream(t *testing.T) {
 		last = cs[0].FirstSeq
 	}
 	before := streamMsgs(t, s, "aged")
-	for {
-		res, err := s.SweepBefore(ctx, m.ID, 50, 3)
-		require.NoError(t, err)
-		if !res.More {
-			break
-		}
-	}
+	sweepAll(t, s, m.ID, 50, 3)
 	require.Equal(t, float64(10), testutil.ToFloat64(s.m.purged), "the ten aged messages")
 	require.Equal(t, before-10+1, streamMsgs(t, s, "aged"), "purged, plus one message of the series dictionary")
 	hz, err := s.Horizon(ctx, m.ID)
@@ -466,13 +467,7 @@ func TestOverwriteAfterPurgeRebuild(t *testing.T) {
 	m := createTable(t, s, "over")
 	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 1, 1, 1)}, nil))    // series 1 defined, aged
 	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, false, 100, 1, 1)}, nil)) // series 1 at 100, kept
-	for {
-		res, err := s.SweepBefore(ctx, m.ID, 50, 10)
-		require.NoError(t, err)
-		if !res.More {
-			break
-		}
-	}
+	sweepAll(t, s, m.ID, 50, 10)
 	require.Equal(t, float64(1), testutil.ToFloat64(s.m.purged))
 	require.NoError(t, s.Close())
 	require.NoError(t, os.RemoveAll(cfg.CacheDir))
