@@ -89,12 +89,12 @@ func readAll(t *testing.T, s *Store, tid, after, upto uint64) rows {
 	}
 }
 
-// sweepAll sweeps instance tid below cutoff in batches of at most max
+// sweepAll sweeps instance tid below cutoff in batches of at most batch
 // fragments until the sweep is complete.
-func sweepAll(t *testing.T, s *Store, tid uint64, cutoff int64, max int) {
+func sweepAll(t *testing.T, s *Store, tid uint64, cutoff int64, batch int) {
 	t.Helper()
 	for {
-		res, err := s.SweepBefore(ctx, tid, cutoff, max)
+		res, err := s.SweepBefore(ctx, tid, cutoff, batch)
 		require.NoError(t, err)
 		if !res.More {
 			return
