@@ -299,6 +299,8 @@ func TestDrainPageShapes(t *testing.T) {
 			[]string{`"2026-01-01T00:00:00Z"`, `"x"`, "1"}},
 		{"strings with brackets, quotes and escapes", `{"table":"t","epoch":1,"after":0,"next":9,"seq":9,"watermark":9,"more":false,"columns":["time","rows","x_seq"],"rows":[["t","]\"[\\",8],["t","[[",9]]}`, 2, 9, false,
 			[]string{`"t"`, `"]\"[\\"`, "8"}},
+		{"names holding the rows key", `{"table":"q\",\"rows\":[","epoch":1,"after":0,"next":1,"seq":1,"watermark":1,"more":false,"columns":["rows\",\"rows\":[","x_seq"],"rows":[["a\",\"rows\":[",1]]}`, 1, 1, false,
+			[]string{`"a\",\"rows\":["`, "1"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			for _, strict := range []bool{false, true} {
@@ -329,6 +331,8 @@ func TestDrainRowsLikeEncodingJSON(t *testing.T) {
 		`[[]]`,
 		`[[1,"a",null],[2, "b,]\"[" ,true],[-3.5e2,""]]`,
 		` [ [ 1 ] , [ null , "x" ] ] `,
+		`[["a\\","b\\\"c",""],["\\\\",1]]`,
+		"[[1,\n2],\t[\"x\"\r,3]]",
 	} {
 		var want [][]json.RawMessage
 		require.NoError(t, json.Unmarshal([]byte(rows), &want), rows)
