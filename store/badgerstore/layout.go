@@ -239,35 +239,6 @@ func (r *blockReader) seek(i uint64) error {
 	return nil
 }
 
-// fragmentOffsets decodes the whole block once and returns the body offset
-// of every fragment, for seekOffset. The reader must be freshly
-// initialised; it is left at the end of the block.
-func (r *blockReader) fragmentOffsets() ([]uint32, error) {
-	if uint64(len(r.body)) > math.MaxUint32 {
-		return nil, errShort
-	}
-	at := make([]uint32, r.count)
-	var f store.Fragment
-	for i := range at {
-		at[i] = uint32(len(r.body) - len(r.b))
-		if err := r.next(&f); err != nil {
-			return nil, err
-		}
-	}
-	return at, nil
-}
-
-// seekOffset positions the reader at fragment i with the offsets
-// fragmentOffsets returned for this block.
-func (r *blockReader) seekOffset(i uint64, at []uint32) error {
-	if i >= uint64(len(at)) || uint64(at[i]) > uint64(len(r.body)) {
-		return errShort
-	}
-	r.b = r.body[at[i]:]
-	r.read = i
-	return nil
-}
-
 // next decodes the next fragment. Its Fields are valid until the next call.
 func (r *blockReader) next(f *store.Fragment) error {
 	if r.read >= r.count {
