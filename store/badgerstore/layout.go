@@ -262,8 +262,13 @@ func (r *blockReader) next(f *store.Fragment) error {
 	b = b[n:]
 	r.fields = r.fields[:0]
 	for range nf {
-		col, n := binary.Uvarint(b)
-		if n <= 0 || col > math.MaxUint32 || len(b) < n+1 {
+		// Column numbers below 128 (every table's first 127 columns) are
+		// one byte: decoded here, not by a call, as this loop runs for
+		// every field of every drained fragment.
+		col, n := uint64(0), 1
+		if len(b) >= 2 && b[0] < 0x80 {
+			col = uint64(b[0])
+		} else if col, n = binary.Uvarint(b); n <= 0 || col > math.MaxUint32 || len(b) < n+1 {
 			return errShort
 		}
 		kind := store.Kind(b[n])
@@ -277,6 +282,11 @@ func (r *blockReader) next(f *store.Fragment) error {
 			v.Num = binary.LittleEndian.Uint64(b)
 			b = b[8:]
 		case store.KindInt:
+			if len(b) > 0 && b[0] < 0x80 { // -64..63: one zig-zag byte
+				v.Num = uint64(int64(b[0]>>1) ^ -int64(b[0]&1))
+				b = b[1:]
+				break
+			}
 			x, n := binary.Varint(b)
 			if n <= 0 {
 				return errShort
