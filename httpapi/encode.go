@@ -2,6 +2,8 @@ package httpapi
 
 import (
 	"math"
+	"math/bits"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -69,15 +71,16 @@ type secText struct {
 	text [32]byte
 }
 
+// row appends vals as one JSON array (a row of a JSON page).
 func (e *encoder) row(vals []feed.Value) {
-	e.buf = append(e.buf, '[')
-	for i, v := range vals {
+	b := append(e.buf, '[') // a local: appends through e would reload e.buf
+	for i := range vals {
 		if i > 0 {
-			e.buf = append(e.buf, ',')
+			b = append(b, ',')
 		}
-		e.buf = e.value(e.buf, v)
+		b = e.value(b, vals[i])
 	}
-	e.buf = append(e.buf, ']')
+	e.buf = append(b, ']')
 }
 
 func (e *encoder) value(b []byte, v feed.Value) []byte {
@@ -147,16 +150,69 @@ func (e *encoder) appendRFC3339Nano(b []byte, ns int64) []byte {
 	return append(b, 'Z')
 }
 
-// appendUint appends v in decimal, the one- and two-digit values (most
-// metrics) without strconv's copy through a scratch buffer.
+// digitPairs holds "00" to "99", the two digits of each value below 100.
+const digitPairs = "00010203040506070809" +
+	"10111213141516171819" +
+	"20212223242526272829" +
+	"30313233343536373839" +
+	"40414243444546474849" +
+	"50515253545556575859" +
+	"60616263646566676869" +
+	"70717273747576777879" +
+	"80818283848586878889" +
+	"90919293949596979899"
+
+// appendUint appends v in decimal, as strconv.AppendUint does: the one- and
+// two-digit values (most metrics) directly, longer ones (x_seq, counters,
+// byte counts) two digits at a time straight into b, without strconv's
+// copy through a scratch buffer. Every integer cell of a drain page goes
+// through here.
 func appendUint(b []byte, v uint64) []byte {
 	switch {
 	case v < 10:
 		return append(b, byte('0'+v))
 	case v < 100:
-		return append(b, byte('0'+v/10), byte('0'+v%10))
+		return append(b, digitPairs[2*v], digitPairs[2*v+1])
 	}
-	return strconv.AppendUint(b, v, 10)
+	n := decimalDigits(v)
+	b = slices.Grow(b, n)
+	start := len(b)
+	b = b[:start+n]
+	d := b[start:]
+	i := n
+	for v >= 100 {
+		q := v / 100
+		r := 2 * (v - 100*q)
+		i -= 2
+		d[i], d[i+1] = digitPairs[r], digitPairs[r+1]
+		v = q
+	}
+	if v >= 10 {
+		d[0], d[1] = digitPairs[2*v], digitPairs[2*v+1]
+	} else {
+		d[0] = byte('0' + v)
+	}
+	return b
+}
+
+// pow10 holds 10^0 to 10^19.
+var pow10 = func() (p [20]uint64) {
+	p[0] = 1
+	for i := 1; i < len(p); i++ {
+		p[i] = 10 * p[i-1]
+	}
+	return p
+}()
+
+// decimalDigits returns how many decimal digits v has (1 for 0): log10
+// estimated from the bit length (1233/4096 ≈ log10 2), corrected by one
+// comparison.
+func decimalDigits(v uint64) int {
+	t := bits.Len64(v) * 1233 >> 12
+	if v < pow10[t] {
+		return max(t, 1)
+	}
+	return t + 1
 }
 
 // appendFloat formats f as encoding/json does.
@@ -189,15 +245,43 @@ var jsonPlain = func() (t [256]bool) {
 	return t
 }()
 
+// Bytes of 0x01 and of 0x80 in each of a word's eight lanes.
+const (
+	lanes01 = 0x0101010101010101
+	lanes80 = 0x8080808080808080
+)
+
+// plainPrefix returns the length of s's longest prefix of bytes jsonPlain
+// holds, testing eight bytes per step (a word's lanes: none below 0x20,
+// none at or above 0x80, none '"' or '\\'), then byte by byte from the
+// first word that holds another.
+func plainPrefix(s string) int {
+	i := 0
+	for ; i+8 <= len(s); i += 8 {
+		x := uint64(s[i]) | uint64(s[i+1])<<8 | uint64(s[i+2])<<16 | uint64(s[i+3])<<24 |
+			uint64(s[i+4])<<32 | uint64(s[i+5])<<40 | uint64(s[i+6])<<48 | uint64(s[i+7])<<56
+		// A lane's high bit ends up set in bad when the lane is below
+		// 0x20, at or above 0x80, or zero after xor with '"' or '\\' (the
+		// borrow of a subtraction only reaches a lane above a zero one,
+		// which is reported anyway).
+		q, bs := x^(lanes01*'"'), x^(lanes01*'\\')
+		bad := (x - lanes01*0x20) | x | (q-lanes01)&^q | (bs-lanes01)&^bs
+		if bad&lanes80 != 0 {
+			break
+		}
+	}
+	for i < len(s) && jsonPlain[s[i]] {
+		i++
+	}
+	return i
+}
+
 // appendString appends s as a JSON string, escaping as encoding/json does
 // (without HTML escaping); invalid UTF-8 becomes U+FFFD.
 func appendString(b []byte, s string) []byte {
 	b = append(b, '"')
 	// Most strings (tag values, column names) need no escaping.
-	i := 0
-	for i < len(s) && jsonPlain[s[i]] {
-		i++
-	}
+	i := plainPrefix(s)
 	if i == len(s) {
 		b = append(b, s...)
 		return append(b, '"')

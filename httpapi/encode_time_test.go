@@ -4,6 +4,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -57,5 +58,63 @@ func TestAppendIntegers(t *testing.T) {
 	for _, u := range []uint64{0, 9, 10, 99, 100, math.MaxUint64, 1 << 63} {
 		require.Equal(t, strconv.FormatUint(u, 10), string(e.value(nil, feed.Value{Kind: feed.KindUint, Num: u})))
 		require.Equal(t, strconv.FormatUint(u, 10), string(e.value(nil, feed.Value{Kind: feed.KindSeq, Num: u})))
+	}
+}
+
+// TestAppendUint checks the drain's integer rendering against
+// strconv.AppendUint: every power of ten and its neighbours, the uint64
+// extremes and random values of every length, appended after a prefix
+// and at a buffer's full capacity.
+func TestAppendUint(t *testing.T) {
+	vals := []uint64{0, 9, 10, 11, 99, 100, 101, math.MaxUint64, math.MaxUint64 - 1, 1 << 63}
+	for p := uint64(10); p <= 1e19; p *= 10 {
+		vals = append(vals, p-1, p, p+1)
+		if p == 1e19 {
+			break
+		}
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20_000 {
+		vals = append(vals, rng.Uint64()>>rng.UintN(64))
+	}
+	for _, v := range vals {
+		want := strconv.AppendUint([]byte("x,"), v, 10)
+		require.Equal(t, string(want), string(appendUint([]byte("x,"), v)), "v=%d", v)
+		full := make([]byte, 3, 3)
+		require.Equal(t, "\x00\x00\x00"+strconv.FormatUint(v, 10), string(appendUint(full, v)), "v=%d at capacity", v)
+	}
+}
+
+// TestPlainPrefix checks the word-at-a-time scan of appendString against
+// the byte-by-byte one: every byte value at every position of strings of
+// 0 to 24 bytes, and random strings mixing plain and special bytes.
+func TestPlainPrefix(t *testing.T) {
+	slow := func(s string) int {
+		i := 0
+		for i < len(s) && jsonPlain[s[i]] {
+			i++
+		}
+		return i
+	}
+	for n := range 25 {
+		for pos := range n {
+			for c := range 256 {
+				b := []byte(strings.Repeat("a", n))
+				b[pos] = byte(c)
+				require.Equal(t, slow(string(b)), plainPrefix(string(b)), "%q", b)
+			}
+		}
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	special := []byte{0, 0x1f, 0x20, '"', '\\', 0x7f, 0x80, 0xff, '!', '#', '[', ']', '~'}
+	for range 50_000 {
+		b := make([]byte, rng.IntN(40))
+		for i := range b {
+			b[i] = byte('a' + rng.IntN(26))
+			if rng.IntN(8) == 0 {
+				b[i] = special[rng.IntN(len(special))]
+			}
+		}
+		require.Equal(t, slow(string(b)), plainPrefix(string(b)), "%q", b)
 	}
 }
