@@ -3,6 +3,7 @@ package client
 import (
 	"bytes"
 	"context"
+	"encoding/binary"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -333,6 +334,14 @@ func listNext(raw []byte, i int) (next int, more bool, err error) {
 	return i, false, fmt.Errorf("offset %d: want ',' or ']'", i)
 }
 
+// Bytes of 0x01 and of 0x80 in each of a word's eight lanes: a lane of
+// x is zero when ((x-lanes01) &^ x) & lanes80 has its high bit (a lane
+// above a zero one may be reported too, which only ends a fast path).
+const (
+	lanes01 = 0x0101010101010101
+	lanes80 = 0x8080808080808080
+)
+
 // jsonSpace holds JSON's whitespace bytes.
 var jsonSpace = [256]bool{' ': true, '\t': true, '\n': true, '\r': true}
 
@@ -357,26 +366,27 @@ func scalarEnd(raw []byte, i int) (int, error) {
 	case i >= n:
 		return 0, fmt.Errorf("offset %d: truncated", i)
 	case raw[i] == '"':
-		for j := i + 1; ; {
-			k := bytes.IndexByte(raw[j:], '"')
-			if k < 0 {
-				return 0, fmt.Errorf("offset %d: unterminated string", i)
+		// The first '"' not escaped by a backslash ends the string: eight
+		// bytes per step while a word holds neither (cells are short, a
+		// call to bytes.IndexByte per cell cost more), then byte by byte.
+		for j := i + 1; j < n; {
+			if j+8 <= n {
+				x := binary.LittleEndian.Uint64(raw[j:])
+				q, bs := x^(lanes01*'"'), x^(lanes01*'\\')
+				if ((q-lanes01)&^q|(bs-lanes01)&^bs)&lanes80 == 0 {
+					j += 8
+					continue
+				}
 			}
-			end := j + k
-			if raw[end-1] != '\\' {
-				return end + 1, nil
+			switch raw[j] {
+			case '"':
+				return j + 1, nil
+			case '\\':
+				j++ // the escaped byte
 			}
-			// The quote ends the string unless an odd run of backslashes
-			// escapes it.
-			bs := 0
-			for end-1-bs > i && raw[end-1-bs] == '\\' {
-				bs++
-			}
-			if bs%2 == 0 {
-				return end + 1, nil
-			}
-			j = end + 1
+			j++
 		}
+		return 0, fmt.Errorf("offset %d: unterminated string", i)
 	case raw[i] == '[' || raw[i] == '{':
 		return 0, fmt.Errorf("offset %d: a cell is not a scalar", i)
 	}
