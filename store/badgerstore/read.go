@@ -183,7 +183,8 @@ func (c *coalescer) pointFields(st *tableState, txn *badger.Txn, tid uint64, f *
 // coalesce returns the union of the fragments at self's point, the later
 // write winning per column, or nothing when no fragment of the point is
 // visible yet (the caller keeps the fragment it has). self, named by
-// selfRef, is not decoded again. The fields are valid until the next call.
+// selfRef, is not decoded again. The fields are valid until the next call
+// and while self.Fields is (they may be self.Fields).
 func (c *coalescer) coalesce(txn *badger.Txn, tid uint64, self *store.Fragment, selfRef ref, known string) ([]store.Field, error) {
 	c.key = pointKey(c.key, ksPoint, tid, self.Series, self.Time)
 	v := unsafe.Slice(unsafe.StringData(known), len(known)) // read only
@@ -209,10 +210,22 @@ func (c *coalescer) coalesce(txn *badger.Txn, tid uint64, self *store.Fragment, 
 	c.refs = refs
 	c.merged = c.merged[:0]
 	c.hasFirst = false
+	// The union is kept as a view of one fragment's fields, copying none,
+	// while each fragment covers the columns of the ones before it (the
+	// same columns at the same positions, and maybe more: a resent or
+	// replayed line); it is copied into c.merged and merged there from
+	// the first fragment that does not. A view of a fetched fragment
+	// aliases c.br's fields, which the next fetch overwrites: it is
+	// copied before one.
+	var view []store.Field
+	viewing, viewFetched := false, false
 	var f store.Fragment
 	for _, r := range refs {
-		fields := self.Fields
-		if r != selfRef {
+		fields, fetched := self.Fields, r != selfRef
+		if fetched {
+			if viewing && viewFetched {
+				c.merged, viewing = append(c.merged, view...), false
+			}
 			found, err := c.fetch(txn, tid, r, &f)
 			if err != nil {
 				return nil, err
@@ -222,12 +235,38 @@ func (c *coalescer) coalesce(txn *badger.Txn, tid uint64, self *store.Fragment, 
 			}
 			fields = f.Fields
 		}
-		if !c.hasFirst {
+		switch {
+		case !c.hasFirst:
 			c.first, c.hasFirst = r, true
+			view, viewFetched, viewing = fields, fetched, true
+		case viewing && covers(fields, view):
+			view, viewFetched = fields, fetched
+		default:
+			if viewing {
+				c.merged, viewing = append(c.merged, view...), false
+			}
+			c.merge(fields)
 		}
-		c.merge(fields)
+	}
+	if viewing {
+		return view, nil
 	}
 	return c.merged, nil
+}
+
+// covers reports whether fields holds the columns of prev at the same
+// positions (and maybe more after them): merged over prev, the later
+// write winning per column, fields is the union as it is.
+func covers(fields, prev []store.Field) bool {
+	if len(fields) < len(prev) {
+		return false
+	}
+	for k := range prev {
+		if fields[k].Col != prev[k].Col {
+			return false
+		}
+	}
+	return true
 }
 
 // merge adds fields to c.merged, each replacing the field of its column.
