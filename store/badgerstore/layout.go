@@ -260,7 +260,7 @@ func (r *blockReader) next(f *store.Fragment) error {
 		return errShort
 	}
 	b = b[n:]
-	r.fields = r.fields[:0]
+	fs := r.fields[:0] // a local: appends through r would reload r.fields
 	for range nf {
 		// Column numbers below 128 (every table's first 127 columns) are
 		// one byte: decoded here, not by a call, as this loop runs for
@@ -273,7 +273,15 @@ func (r *blockReader) next(f *store.Fragment) error {
 		}
 		kind := store.Kind(b[n])
 		b = b[n+1:]
-		v := store.Value{Kind: kind}
+		// The field is appended zero and set member by member: a Field
+		// built on the stack and copied in stalled each copy (its wide
+		// loads waited on the narrow stores that built it). Appended one
+		// by one, the slice grows with the bytes actually decoded, not
+		// with a count a corrupt block may overstate.
+		fs = append(fs, store.Field{})
+		fl := &fs[len(fs)-1]
+		fl.Col, fl.Value.Kind = uint32(col), kind
+		v := &fl.Value
 		switch kind {
 		case store.KindFloat:
 			if len(b) < 8 {
@@ -316,11 +324,11 @@ func (r *blockReader) next(f *store.Fragment) error {
 		default:
 			return fmt.Errorf("unknown value kind %d", kind)
 		}
-		r.fields = append(r.fields, store.Field{Col: uint32(col), Value: v})
 	}
+	r.fields = fs
 	r.b = b
 	r.read++
-	*f = store.Fragment{Series: sid, Time: ts, Fields: r.fields}
+	*f = store.Fragment{Series: sid, Time: ts, Fields: fs}
 	return nil
 }
 
