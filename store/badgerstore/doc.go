@@ -74,7 +74,14 @@
 // point gets a point-index entry listing all its fragments and an overwrite
 // marker, which makes a drain merge that point's fragments and nothing else.
 // A drain is a forward seek to the block holding after+1 followed by
-// sequential decoding of whole blocks: no per-row lookups.
+// sequential decoding of whole blocks: no per-row lookups. A fragment of an
+// overwritten point costs one more look-up in the in-memory overwrite set
+// and the decoding of the point's other fragments, from the last 8 blocks
+// the read fetched (a resend's or replay's fragments lie in the order of
+// the ones they overwrite, so a page reads each block it fetches once and
+// decodes each of its fragments once); the coalesced row is the later
+// fragment's fields as they are when it carries every column of the
+// earlier ones.
 //
 // A block holds the writes of one group commit (store.TableCommit.Writes tells
 // where each begins): a series' in-order points form one run per write,
