@@ -43,12 +43,25 @@ func benchRows(n int, floats bool) [][]feed.Value {
 // rows array, as drain builds it) per op. Bytes are the page's.
 func BenchmarkEncodeRows(b *testing.B) {
 	for _, bc := range []struct {
-		name   string
-		floats bool
-		tf     timeFormat
-	}{{"cpu/rfc3339", false, timeRFC3339}, {"mem/rfc3339", true, timeRFC3339}, {"cpu/ns", false, timeFormat(1)}} {
+		name     string
+		floats   bool
+		counters bool // integers of 10 and 11 digits, x_seq above 10^6 (TSBS diskio, net: byte and operation counters)
+		tf       timeFormat
+	}{{"cpu/rfc3339", false, false, timeRFC3339}, {"mem/rfc3339", true, false, timeRFC3339}, {"cpu/ns", false, false, timeFormat(1)},
+		{"counters/rfc3339", false, true, timeRFC3339}} {
 		b.Run(bc.name, func(b *testing.B) {
 			rows := benchRows(10_000, bc.floats)
+			for i, r := range rows {
+				for j := range r {
+					switch {
+					case !bc.counters:
+					case r[j].Kind == feed.KindInt:
+						r[j].Num = 8_589_934_592 + uint64(i)*7_919*uint64(j)
+					case r[j].Kind == feed.KindSeq:
+						r[j].Num += 1_000_000
+					}
+				}
+			}
 			enc := encoder{timeFormat: bc.tf, buf: make([]byte, 0, 64<<10)}
 			page := func() {
 				enc.buf = enc.buf[:0]
