@@ -24,6 +24,7 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"syscall"
 	"testing"
 	"time"
@@ -752,20 +753,29 @@ func TestMirrorWithTokens(t *testing.T) {
 		CursorFile: cursorFile, Consumer: "mirror-m", Limit: 100, Wait: 200 * time.Millisecond, MaxBackoff: 20 * time.Millisecond,
 		LogLevel: "info", LogFormat: "text",
 	}
-	var logs mirrorLogBuffer
-	mr, err := mirror.New(cfg, cli.NewLogger(&logs, "info", "text"), nil)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- mr.Run(ctx) }()
+	logs, stop := startMirror(t, cfg)
 	defer func() {
-		cancel()
-		<-runErr
+		stop()
 		require.NotContains(t, logs.String(), stok["mirror"])
 		require.NotContains(t, logs.String(), dtok["mirror"])
 	}()
 	pollUntil(t, time.Minute, func() bool { c, ok := readMirrorCursor(t, cursorFile); return ok && c.Next == 2 }, "the copy is acknowledged")
 	require.Equal(t, feedRowsByPoint(t, a, "m"), feedRowsByPoint(t, b, "m"), "the target was truncated (admin token) before the copy")
+}
+
+// startMirror runs a mirror of cfg and returns its log and stop, which
+// ends it and waits for it (also run at the test's end).
+func startMirror(t *testing.T, cfg mirror.Config) (logs *mirrorLogBuffer, stop func()) {
+	t.Helper()
+	logs = &mirrorLogBuffer{}
+	mr, err := mirror.New(cfg, cli.NewLogger(logs, "info", "text"), nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	runErr := make(chan error, 1)
+	go func() { runErr <- mr.Run(ctx) }()
+	stop = sync.OnceFunc(func() { cancel(); <-runErr })
+	t.Cleanup(stop)
+	return logs, stop
 }
 
 // TestAuthFileWatched: without SIGHUP, a change of the auth file on disk is
@@ -905,13 +915,7 @@ func TestClientTLSFlags(t *testing.T) {
 		LogLevel: "info", LogFormat: "text",
 		TLS: cli.ClientTLS{CAFile: pki.caFile, CertFile: cliCert, KeyFile: cliKey},
 	}
-	var logs mirrorLogBuffer
-	mr, err := mirror.New(cfg, cli.NewLogger(&logs, "info", "text"), nil)
-	require.NoError(t, err)
-	ctx, cancel := context.WithCancel(context.Background())
-	runErr := make(chan error, 1)
-	go func() { runErr <- mr.Run(ctx) }()
-	defer func() { cancel(); <-runErr }()
+	_, _ = startMirror(t, cfg)
 	pollUntil(t, time.Minute, func() bool { c, ok := readMirrorCursor(t, cursorFile); return ok && c.Next == 2 }, "the copy over TLS is acknowledged")
 	require.Equal(t, feedRowsByPoint(t, a, "m"), feedRowsByPoint(t, b, "m"))
 }
