@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"net"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -200,6 +201,58 @@ func (c *Cluster) StreamLeader(stream string) int {
 		}
 	}
 	return -1
+}
+
+// StreamCurrent reports whether stream has a leader and every running
+// server holding a replica of it is current with that leader (has
+// applied everything the leader committed): a restarted server has
+// caught up. Servers holding no replica of the stream do not count.
+func (c *Cluster) StreamCurrent(stream string) bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.opts) == 1 {
+		return c.servers[0] != nil
+	}
+	leader := false
+	for _, s := range c.servers {
+		if s == nil || !s.JetStreamIsStreamAssigned(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			continue
+		}
+		if !s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
+			return false
+		}
+		leader = leader || s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream)
+	}
+	return leader
+}
+
+// StreamNames returns the names of the global account's streams, as a
+// client listing them sees them (KV buckets are the streams KV_BUCKET),
+// sorted; it fails the test when the cluster does not answer within ten
+// seconds.
+func (c *Cluster) StreamNames() []string {
+	c.t.Helper()
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	defer nc.Close()
+	js, err := jetstream.New(nc)
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	lister := js.StreamNames(ctx)
+	var names []string
+	for name := range lister.Name() {
+		names = append(names, name)
+	}
+	if err := lister.Err(); err != nil {
+		c.t.Fatalf("natstest: list streams: %v", err)
+	}
+	slices.Sort(names)
+	return names
 }
 
 func (c *Cluster) stopAll() {
