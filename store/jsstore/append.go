@@ -247,8 +247,10 @@ func (s *Store) publish(j *publishJob) error {
 		if attempt > 0 {
 			s.m.retries.Inc()
 		}
+		began := time.Now()
 		seq, dup, err := s.send(j.msgs, expected)
 		if err == nil {
+			s.succeeded()
 			if dup {
 				s.m.dedups.Inc()
 			}
@@ -259,6 +261,7 @@ func (s *Store) publish(j *publishJob) error {
 		stored, last, serr := s.settle(t, expected, final)
 		switch {
 		case serr == nil && stored:
+			s.succeeded()
 			s.m.dedups.Inc()
 			t.lastSeq = last
 			s.m.publishes.Add(float64(len(j.msgs)))
@@ -267,6 +270,7 @@ func (s *Store) publish(j *publishJob) error {
 			t.lastSeq = last
 			return fmt.Errorf("%w: table %q, stream %s at %d, expected %d", ErrConflict, t.rec.Meta.Name, t.rec.Stream, last, expected)
 		}
+		s.failed(began)
 		if time.Now().Add(wait).After(deadline) {
 			return fmt.Errorf("jsstore: publish to stream %s: %w", t.rec.Stream, errors.Join(err, serr))
 		}

@@ -22,7 +22,14 @@
 // in time, no responders, JetStream temporarily unavailable) until
 // Config.PublishTimeout (retry); a record update or a table id whose
 // answer was lost is detected by compare-and-set and re-read, never
-// applied twice. Close lowers each
+// applied twice. A server cut off from its cluster keeps its client
+// connections up while every JetStream request through it fails, and
+// nats.go reconnects only when the connection breaks: after
+// Config.SwitchAfter of failures without a success (publishes, their
+// settling, the DDL calls' attempts; attempts begun before a reconnect
+// do not count) the store forces a reconnect to the next server of the
+// pool (switch.go; TestSwitchOffIsolatedServer, and the fault tests of
+// cmd/ingestd/crashtest). Close lowers each
 // table's lease to its exact x_seq, closes the cache and the
 // connection; after it every method returns store.ErrClosed.
 //
@@ -167,6 +174,9 @@
 //     the same badger transaction as the block).
 //   - Purging below a horizon raised without removing rows (the feed's
 //     history trim): today only retention's sweeps purge.
-//   - The fault tests (leader kills, a server cut off, two ingestd nodes)
-//     reuse natstest's Stop and Restart.
+//   - The fault tests (cmd/ingestd/crashtest, TestJetStreamFaults and
+//     TestJetStreamLeaderKills: the real binary, natstest's Stop, Kill, Cut
+//     and Restart) already send writes and drains to a list of ingestd
+//     URLs and compare a drain from 0 through every node; phase 2 starts a
+//     second node in that list.
 package jsstore

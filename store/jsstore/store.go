@@ -92,6 +92,10 @@ type Store struct {
 	byName map[string]*table // every name with a record
 	byTID  map[uint64]*table // live instances
 
+	// sw moves the connection off a server JetStream is unreachable
+	// through (switch.go).
+	sw serverSwitch
+
 	// closeMu's read side is held by every call, its write side by Close.
 	closeMu sync.RWMutex
 	closed  bool
@@ -101,7 +105,7 @@ type Store struct {
 
 // metrics are the store's counters (README, Metrics).
 type metrics struct {
-	publishes, retries, dedups, catchup, purged prometheus.Counter
+	publishes, retries, dedups, catchup, purged, switches prometheus.Counter
 }
 
 // newMetrics returns the counters, not yet registered.
@@ -115,6 +119,7 @@ func newMetrics() metrics {
 		dedups:    c("ingestd_jetstream_dedup_hits_total", "Publishes found already stored by their message id (an acknowledgement lost)."),
 		catchup:   c("ingestd_jetstream_catchup_messages_total", "Block messages applied to the local row cache from the streams at start."),
 		purged:    c("ingestd_jetstream_purged_sequences_total", "Stream sequences purged below a retention cutoff (messages retention left nothing of)."),
+		switches:  c("ingestd_jetstream_server_switches_total", "Reconnects to another NATS server forced after JetStream was unreachable through the connected one for --jetstream-switch-after."),
 	}
 }
 
@@ -148,7 +153,7 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 			s.abandon()
 		}
 	}()
-	s.nc, err = nats.Connect(cfg.URLs, cfg.natsOptions()...)
+	s.nc, err = nats.Connect(cfg.URLs, append(cfg.natsOptions(), nats.ReconnectHandler(s.reconnected))...)
 	if err != nil {
 		return nil, fmt.Errorf("jsstore: connect to %s: %w", cfg.URLs, err)
 	}
@@ -179,7 +184,7 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 		return nil, err
 	}
 	if reg != nil {
-		reg.MustRegister(s.m.publishes, s.m.retries, s.m.dedups, s.m.catchup, s.m.purged)
+		reg.MustRegister(s.m.publishes, s.m.retries, s.m.dedups, s.m.catchup, s.m.purged, s.m.switches)
 	}
 	s.logger.Info("jetstream store open", "servers", cfg.URLs, "replicas", s.replicas, "tables", len(s.byTID))
 	return s, nil
@@ -305,9 +310,16 @@ func (s *Store) retry(op func(ctx context.Context) error) error {
 	deadline := time.Now().Add(s.cfg.PublishTimeout)
 	wait := 50 * time.Millisecond
 	for {
+		began := time.Now()
 		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 		err := op(ctx)
 		cancel()
+		switch {
+		case err == nil:
+			s.succeeded()
+		case transient(err):
+			s.failed(began)
+		}
 		if err == nil || !transient(err) || time.Now().Add(wait).After(deadline) {
 			return err
 		}

@@ -18,10 +18,19 @@
 //   - TestBackPressure saturates the sequencer: 503 with Retry-After, TCP
 //     flow control, nothing acknowledged lost, memory within the README's
 //     bound.
+//   - TestJetStreamFaults and TestJetStreamLeaderKills (issue 14) run the
+//     binary on --store=jetstream against an embedded 3-server cluster
+//     (store/jsstore/natstest, in the test process) and kill, stop or cut
+//     off the table stream's leader, stop a follower and SIGKILL ingestd
+//     under HTTP writers and a draining consumer, checking after each
+//     fault that nothing acknowledged is lost, no x_seq repeats or moves
+//     and a drain from 0 equals the consumer's replica
+//     (-jetstream.kills).
 //
 // The package holds tests only; of the module they import only the HTTP
 // client (httpapi/client, which imports nothing of the daemon), so they
-// check the binary's contract and nothing else. Each daemon is started
+// check the binary's contract and nothing else, and the JetStream tests
+// natstest, which runs the NATS servers the binary connects to. Each daemon is started
 // with --ports-file and found through it. The storage and memory
 // tests need Linux (/proc, and mount(2) for a small tmpfs: as root; they
 // skip, saying why, when mounting is not allowed).

@@ -224,7 +224,7 @@ type jsRun struct {
 // startJSRun starts the cluster and one ingestd node on it, creates the
 // sync table and finds its stream.
 func startJSRun(t *testing.T) *jsRun {
-	cluster := natstest.Start(t, 3)
+	cluster := natstest.Start(t, 3, natstest.RouteProxies())
 	cluster.WaitJetStream()
 	before := cluster.StreamNames()
 	dir := t.TempDir()
@@ -348,10 +348,19 @@ func (r *jsRun) cycle(name string, fault func()) {
 	}()
 	r.ledger.mark()
 	poll(t, time.Minute, r.ledger.resumed, "cycle %d (%s): every writer acknowledged before the fault", r.cycles, name)
+	r.ledger.mu.Lock()
+	from := len(r.ledger.latency)
+	r.ledger.mu.Unlock()
+	began := time.Now()
 	fault()
 	r.ledger.mark()
 	poll(t, time.Minute, r.ledger.resumed, "cycle %d (%s): writes resume after the fault", r.cycles, name)
 	stop()
+	r.ledger.mu.Lock()
+	worst := slices.Max(r.ledger.latency[from:])
+	r.ledger.mu.Unlock()
+	t.Logf("cycle %d (%s): fault and recovery in %s; slowest acknowledged write %s", r.cycles, name,
+		time.Since(began).Round(time.Millisecond), worst.Round(time.Millisecond))
 	r.verify(name)
 }
 
@@ -419,33 +428,61 @@ func (r *jsRun) drainAll(base string) []seqLine {
 	}
 }
 
-// killStreamLeader stops the server leading the table's stream, requires
-// writes to go on without it, restarts it and waits until it is current.
+const leaderCut = "the leader cut off"
+
+func leader(l int) int { return l }
+
+// killStreamLeader kills the server leading the table's stream as a crash
+// would (natstest.Kill: no leadership handover), requires writes to go on
+// without it (the others elect a leader once they notice), restarts it and
+// waits until it is current.
 func (r *jsRun) killStreamLeader() {
-	var leader int
-	poll(r.t, time.Minute, func() bool { leader = r.cluster.StreamLeader(r.stream); return leader >= 0 }, "a leader of %s", r.stream)
-	stopped := time.Now()
-	r.cluster.Stop(leader)
-	poll(r.t, time.Minute, func() bool { return r.cluster.StreamLeader(r.stream) >= 0 }, "a new leader of %s", r.stream)
-	r.elections = append(r.elections, time.Since(stopped))
-	r.ledger.mark()
-	poll(r.t, time.Minute, r.ledger.resumed, "writes go on with server %d (the leader) stopped", leader)
-	r.cluster.Restart(leader)
-	poll(r.t, time.Minute, func() bool { return r.cluster.StreamCurrent(r.stream) }, "server %d current again on %s", leader, r.stream)
+	r.serverFault("the leader killed", leader, r.cluster.Kill, r.cluster.Restart)
 }
 
-// cutOff stops a server that does not lead the table's stream (the
+// stopStreamLeader is killStreamLeader with a clean shutdown, in which the
+// leader hands its leadership over.
+func (r *jsRun) stopStreamLeader() {
+	r.serverFault("the leader stopped", leader, r.cluster.Stop, r.cluster.Restart)
+}
+
+// stopFollower stops a server that does not lead the table's stream (the
 // stream keeps its leader), requires writes to go on, restarts it and
 // waits until it is current.
-func (r *jsRun) cutOff() {
+func (r *jsRun) stopFollower() {
+	r.serverFault("a follower stopped", func(leader int) int { return (leader + 1 + r.rng.IntN(2)) % r.cluster.Size() },
+		r.cluster.Stop, r.cluster.Restart)
+}
+
+// partition cuts the server leading the table's stream off its peers
+// without stopping it (natstest's route proxies drop its routes; its
+// clients, ingestd perhaps, stay connected to it), requires writes to go
+// on (the majority elects another leader), heals the cut and waits until
+// the server is current again.
+func (r *jsRun) partition() {
+	r.serverFault(leaderCut, leader, r.cluster.Cut, r.cluster.Heal)
+}
+
+// serverFault applies down to the server pick chooses (given the stream's
+// leader), requires writes to go on while it is down, applies up and
+// waits until every replica of the stream is current. When the leader is
+// stopped or killed, the time until another server leads is recorded (a
+// leader cut off claims the lead until it notices it lost its quorum).
+func (r *jsRun) serverFault(what string, pick func(leader int) int, down, up func(int)) {
 	var leader int
 	poll(r.t, time.Minute, func() bool { leader = r.cluster.StreamLeader(r.stream); return leader >= 0 }, "a leader of %s", r.stream)
-	follower := (leader + 1 + r.rng.IntN(2)) % r.cluster.Size()
-	r.cluster.Stop(follower)
+	i := pick(leader)
+	began := time.Now()
+	down(i)
+	if i == leader && what != leaderCut {
+		poll(r.t, time.Minute, func() bool { l := r.cluster.StreamLeader(r.stream); return l >= 0 && l != i }, "a new leader of %s", r.stream)
+		r.elections = append(r.elections, time.Since(began))
+	}
 	r.ledger.mark()
-	poll(r.t, time.Minute, r.ledger.resumed, "writes go on with server %d (a follower) stopped", follower)
-	r.cluster.Restart(follower)
-	poll(r.t, time.Minute, func() bool { return r.cluster.StreamCurrent(r.stream) }, "server %d current again on %s", follower, r.stream)
+	poll(r.t, time.Minute, r.ledger.resumed, "writes go on with server %d down (%s)", i, what)
+	r.t.Logf("every writer acknowledged %s after server %d went down (%s)", time.Since(began).Round(time.Millisecond), i, what)
+	up(i)
+	poll(r.t, time.Minute, func() bool { return r.cluster.StreamCurrent(r.stream) }, "server %d current again on %s (%s)", i, r.stream, what)
 }
 
 // killNode SIGKILLs ingestd node i mid-write and restarts it on the same
@@ -478,27 +515,33 @@ func (r *jsRun) summary(began time.Time, kills int) {
 	if len(r.elections) > 0 {
 		el := slices.Clone(r.elections)
 		slices.Sort(el)
-		r.t.Logf("stream-leader elections (the leader's stop until a new leader): %d, median %s, max %s", len(el), el[len(el)/2], el[len(el)-1])
+		r.t.Logf("stream-leader elections (the leader's stop or kill until a new leader): %d, median %s, max %s", len(el), el[len(el)/2], el[len(el)-1])
 	}
 }
 
 // TestJetStreamFaults runs the real ingestd binary on --store=jetstream
-// against an embedded 3-server cluster under continuous HTTP writers and a
-// draining consumer, and applies each fault of issue 14 in turn: the
-// table stream's leader killed and restarted, a follower cut off (stopped)
-// and restarted, the ingestd node SIGKILLed mid-write and restarted (its
-// row cache rebuilt from the stream), then the leader killed again. After
-// each: every acknowledged line is present, no x_seq repeats or moves, a
-// drain from 0 equals the consumer's replica (through every node), and
-// writes resumed.
+// against an embedded 3-server cluster (route proxies in front of every
+// server) under continuous HTTP writers and a draining consumer, and
+// applies each fault of issue 14 in turn: the table stream's leader
+// stopped cleanly (it hands its leadership over), killed (natstest.Kill:
+// no handover, the others must notice), a follower stopped, the leader cut
+// off its peers while running (its clients, ingestd perhaps, stay
+// connected to it: jsstore's --jetstream-switch-after moves them), the
+// ingestd node SIGKILLed mid-write and restarted (its row cache rebuilt
+// from the stream), then the leader killed again; each server restarted
+// or healed and caught up. After each: every acknowledged line is
+// present, no x_seq repeats or moves, a drain from 0 equals the
+// consumer's replica (through every node), and writes resumed.
 func TestJetStreamFaults(t *testing.T) {
 	r := startJSRun(t)
 	began := time.Now()
+	r.cycle("stream leader stopped", r.stopStreamLeader)
 	r.cycle("stream leader killed", r.killStreamLeader)
-	r.cycle("follower cut off", r.cutOff)
+	r.cycle("follower stopped", r.stopFollower)
+	r.cycle("stream leader cut off", r.partition)
 	r.cycle("ingestd killed", func() { r.killNode(0) })
 	r.cycle("stream leader killed after an ingestd restart", r.killStreamLeader)
-	r.summary(began, 2)
+	r.summary(began, 3)
 }
 
 // TestJetStreamLeaderKills kills the table stream's leader -jetstream.kills

@@ -32,7 +32,21 @@ type Cluster struct {
 	mu      sync.Mutex
 	opts    []*server.Options
 	servers []*server.Server // nil while stopped
+	proxies []*routeProxy    // with RouteProxies: one per server
+	cutMu   sync.Mutex
+	cut     []bool // servers cut off their peers (Cut)
 }
+
+// Option changes how Start runs the cluster.
+type Option func(*settings)
+
+type settings struct{ proxies bool }
+
+// RouteProxies puts a TCP proxy in front of every server's cluster port
+// (every route URL and advertised cluster address is a proxy's), so that
+// Cut can drop a server's route traffic without stopping it. Without
+// effect on a single server.
+func RouteProxies() Option { return func(s *settings) { s.proxies = true } }
 
 // Start starts n servers (n >= 1) on loopback ports chosen now and kept
 // across Restart, with JetStream file storage fsynced after every write
@@ -40,13 +54,22 @@ type Cluster struct {
 // end of the test. It returns once every server accepts connections; with
 // n > 1 the JetStream meta leader may still be being elected (clients
 // retry, or call WaitJetStream).
-func Start(t testing.TB, n int) *Cluster {
+func Start(t testing.TB, n int, options ...Option) *Cluster {
 	t.Helper()
-	c := &Cluster{t: t}
+	var set settings
+	for _, o := range options {
+		o(&set)
+	}
+	c := &Cluster{t: t, cut: make([]bool, n)}
+	t.Cleanup(c.stopAll)
 	clientPorts, clusterPorts := freePorts(t, n), freePorts(t, n)
-	var routes []string
-	for _, p := range clusterPorts {
-		routes = append(routes, fmt.Sprintf("nats://127.0.0.1:%d", p))
+	var routes, advertise []string
+	for i, p := range clusterPorts {
+		addr := fmt.Sprintf("127.0.0.1:%d", p)
+		if set.proxies && n > 1 {
+			addr = c.startProxy(i, addr)
+		}
+		routes, advertise = append(routes, "nats://"+addr), append(advertise, addr)
 	}
 	base := t.TempDir()
 	for i := range n {
@@ -68,11 +91,13 @@ func Start(t testing.TB, n int) *Cluster {
 			o.Cluster.Host = "127.0.0.1"
 			o.Cluster.Port = clusterPorts[i]
 			o.Routes = server.RoutesFromStr(strings.Join(routes, ","))
+			if set.proxies {
+				o.Cluster.Advertise = advertise[i]
+			}
 		}
 		c.opts = append(c.opts, o)
 		c.servers = append(c.servers, nil)
 	}
-	t.Cleanup(c.stopAll)
 	var wg sync.WaitGroup
 	errs := make([]error, n)
 	for i := range n {
@@ -179,6 +204,21 @@ func (c *Cluster) Stop(i int) {
 	}
 }
 
+// Kill stops server i as a crash would: with RouteProxies its routes are
+// cut before it shuts down, so its peers get neither a leadership handover
+// nor a goodbye and must notice it gone (Stop alone is a clean shutdown,
+// in which a leader hands its leadership over). Its store stays; without
+// RouteProxies Kill is Stop.
+func (c *Cluster) Kill(i int) {
+	if len(c.proxies) == 0 {
+		c.Stop(i)
+		return
+	}
+	c.Cut(i)
+	c.Stop(i)
+	c.Heal(i)
+}
+
 // Restart starts the stopped server i again on its ports and store.
 func (c *Cluster) Restart(i int) {
 	c.t.Helper()
@@ -258,5 +298,72 @@ func (c *Cluster) StreamNames() []string {
 func (c *Cluster) stopAll() {
 	for i := range c.servers {
 		c.Stop(i)
+	}
+	for _, p := range c.proxies {
+		p.close()
+	}
+}
+
+// startProxy starts the route proxy of server i, whose cluster port is
+// target, and returns its address.
+func (c *Cluster) startProxy(i int, target string) string {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	p := &routeProxy{l: l, target: target, self: i, cut: c.isCut, index: c.index}
+	c.proxies = append(c.proxies, p)
+	p.wg.Add(1)
+	go p.serve()
+	return l.Addr().String()
+}
+
+func (c *Cluster) isCut(i int) bool {
+	c.cutMu.Lock()
+	defer c.cutMu.Unlock()
+	return c.cut[i]
+}
+
+// index returns the index of the running server with this ID, or -1.
+func (c *Cluster) index(id string) int {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	for i, s := range c.servers {
+		if s != nil && s.ID() == id {
+			return i
+		}
+	}
+	return -1
+}
+
+// Cut cuts server i off its peers without stopping it (a network
+// partition of one server): its route connections are closed and new
+// ones are refused until Heal, while its clients stay connected to it.
+// It needs a cluster started with RouteProxies.
+func (c *Cluster) Cut(i int) { c.setCut(i, true) }
+
+// Heal lets server i's routes connect again after Cut; the servers
+// reconnect on their own.
+func (c *Cluster) Heal(i int) { c.setCut(i, false) }
+
+func (c *Cluster) setCut(i int, cut bool) {
+	c.t.Helper()
+	if len(c.proxies) == 0 {
+		c.t.Fatal("natstest: Cut and Heal need a cluster started with RouteProxies")
+	}
+	c.cutMu.Lock()
+	c.cut[i] = cut
+	c.cutMu.Unlock()
+	if !cut {
+		return
+	}
+	c.mu.Lock()
+	var id string
+	if s := c.servers[i]; s != nil {
+		id = s.ID()
+	}
+	c.mu.Unlock()
+	for _, p := range c.proxies {
+		p.drop(i, id)
 	}
 }

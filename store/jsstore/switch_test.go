@@ -1,0 +1,72 @@
+package jsstore
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/jsstore/natstest"
+)
+
+// TestSwitchOffIsolatedServer cuts the server the store is connected to
+// off its cluster (its routes dropped by natstest's proxies; the client
+// connection stays up, so nats.go sees nothing wrong): the next Append
+// still succeeds, within the publish timeout, because the store moves to
+// another server after --jetstream-switch-after of failures (counted in
+// ingestd_jetstream_server_switches_total). Without the switch every
+// attempt goes to the isolated server until the timeout and the commit
+// fails.
+func TestSwitchOffIsolatedServer(t *testing.T) {
+	c := natstest.Start(t, 3, natstest.RouteProxies())
+	c.WaitJetStream()
+	h := &harness{cluster: c, cfgs: map[store.Backend]Config{}}
+	cfg := h.config(t)
+	cfg.PublishTimeout, cfg.SwitchAfter = 20*time.Second, time.Second
+	s, err := Open(cfg, badgerstore.DefaultConfig(), nil, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Close() })
+	m := createTable(t, s, "isolated")
+	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 10, 2, 3)}, nil))
+	poll := func(cond func() bool, what string) {
+		deadline := time.Now().Add(time.Minute)
+		for !cond() {
+			require.True(t, time.Now().Before(deadline), "not within a minute: %s", what)
+			time.Sleep(20 * time.Millisecond)
+		}
+	}
+	poll(func() bool { return c.StreamCurrent(s.streamName("isolated")) }, "every replica current")
+
+	name := s.nc.ConnectedServerName()
+	i, err := strconv.Atoi(strings.TrimPrefix(name, "n"))
+	require.NoError(t, err, "server name %q", name)
+	c.Cut(i - 1)
+	t.Cleanup(func() { c.Heal(i - 1) })
+	began := time.Now()
+	for k := range 3 {
+		require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, false, int64(20+10*k), 2, 3)}, nil), "append %d with server %s cut off", k, name)
+	}
+	t.Logf("3 appends in %s with %s cut off, now on %s", time.Since(began).Round(time.Millisecond), name, s.nc.ConnectedServerName())
+	require.NotEqual(t, name, s.nc.ConnectedServerName(), "the connection moved off the isolated server")
+	require.GreaterOrEqual(t, testutil.ToFloat64(s.m.switches), 1.0)
+	got := readAll(t, s, m.ID, 0, 1<<20)
+	require.Len(t, got.Seq, 8, "every acknowledged fragment")
+}
+
+// TestSwitchAfterValidated: --jetstream-switch-after is at least 100ms and
+// below --jetstream-publish-timeout (a commit must outlive one switch).
+func TestSwitchAfterValidated(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.URLs, cfg.CacheDir = "nats://127.0.0.1:4222", t.TempDir()
+	require.NoError(t, cfg.Validate())
+	for _, d := range []time.Duration{0, 99 * time.Millisecond, cfg.PublishTimeout, time.Hour} {
+		bad := cfg
+		bad.SwitchAfter = d
+		require.ErrorContains(t, bad.Validate(), "--jetstream-switch-after must be at least 100ms and below --jetstream-publish-timeout", "%s", d)
+	}
+}
