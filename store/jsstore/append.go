@@ -288,7 +288,7 @@ const sendTimeout = 5 * time.Second
 // the stream sequence of the last message and whether the stream found it
 // a duplicate.
 func (s *Store) send(msgs []*nats.Msg, expected uint64) (uint64, bool, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+	ctx, cancel := s.sendContext()
 	defer cancel()
 	msgs[0].Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(expected, 10))
 	if len(msgs) == 1 {

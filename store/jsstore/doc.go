@@ -29,7 +29,9 @@
 // settling, the DDL calls' attempts; attempts begun before a reconnect
 // do not count) the store forces a reconnect to the next server of the
 // pool (switch.go; TestSwitchOffIsolatedServer, and the fault tests of
-// cmd/ingestd/crashtest). Close lowers each
+// cmd/ingestd/crashtest). A send whose connection drops stops waiting for
+// its acknowledgement at once and is settled (TestLostConnectionCostsNoSendTimeout).
+// Close lowers each
 // table's lease to its exact x_seq, closes the cache and the
 // connection; after it every method returns store.ErrClosed.
 //

@@ -153,7 +153,9 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 			s.abandon()
 		}
 	}()
-	s.nc, err = nats.Connect(cfg.URLs, append(cfg.natsOptions(), nats.ReconnectHandler(s.reconnected))...)
+	s.sw.dropped, s.sw.drop = context.WithCancel(context.Background())
+	s.nc, err = nats.Connect(cfg.URLs, append(cfg.natsOptions(), nats.ReconnectHandler(s.reconnected),
+		nats.DisconnectErrHandler(s.disconnected))...)
 	if err != nil {
 		return nil, fmt.Errorf("jsstore: connect to %s: %w", cfg.URLs, err)
 	}

@@ -1,6 +1,7 @@
 package jsstore
 
 import (
+	"context"
 	"sync"
 	"time"
 
@@ -22,6 +23,32 @@ type serverSwitch struct {
 	// last is the last forced reconnect; conn is when the connection
 	// last (re)connected.
 	since, last, conn time.Time
+	// dropped ends when the connection drops (and is replaced by a new
+	// one): the acknowledgement of a send in flight on a lost connection
+	// never comes.
+	dropped context.Context
+	drop    context.CancelFunc
+}
+
+// sendContext returns the context of one send's wait for its
+// acknowledgement: at most sendTimeout, and over as soon as the
+// connection drops, so that publish settles at once instead of waiting
+// out sendTimeout (a stopped server costs a reconnect, not 5 s; settle
+// finds out whether the stream stored it).
+func (s *Store) sendContext() (context.Context, context.CancelFunc) {
+	s.sw.mu.Lock()
+	dropped := s.sw.dropped
+	s.sw.mu.Unlock()
+	return context.WithTimeout(dropped, sendTimeout)
+}
+
+// disconnected is nats.go's disconnect handler: it ends the waits of the
+// sends in flight.
+func (s *Store) disconnected(*nats.Conn, error) {
+	s.sw.mu.Lock()
+	defer s.sw.mu.Unlock()
+	s.sw.drop()
+	s.sw.dropped, s.sw.drop = context.WithCancel(context.Background())
 }
 
 // reconnected is nats.go's reconnect handler: failures of attempts begun

@@ -70,3 +70,37 @@ func TestSwitchAfterValidated(t *testing.T) {
 		require.ErrorContains(t, bad.Validate(), "--jetstream-switch-after must be at least 100ms and below --jetstream-publish-timeout", "%s", d)
 	}
 }
+
+// TestLostConnectionCostsNoSendTimeout loses the store's connection
+// while a publish waits for its acknowledgement (natstest.ClientProxy:
+// the server's answers withheld, then the connection dropped, as when the
+// server the store is connected to goes away): the wait ends with the
+// connection, and publish settles at once on another server (the message
+// was stored: a dedup hit) instead of waiting out sendTimeout (5 s).
+func TestLostConnectionCostsNoSendTimeout(t *testing.T) {
+	h := newHarness(t, 3)
+	proxy := h.cluster.ClientProxy(0)
+	cfg := h.config(t)
+	cfg.URLs = proxy.URL() // the others are learnt from the server
+	s := h.open(t, cfg)
+	t.Cleanup(func() { _ = s.Close() })
+	m := createTable(t, s, "lost")
+	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 10, 2, 3)}, nil))
+
+	proxy.Hold()
+	sent := proxy.Sent()
+	done := make(chan error, 1)
+	go func() { done <- s.Append(ctx, []store.TableCommit{commit(m, false, 20, 2, 3)}, nil) }()
+	deadline := time.Now().Add(10 * time.Second)
+	for proxy.Sent() == sent {
+		require.True(t, time.Now().Before(deadline), "the publish did not go out")
+		time.Sleep(time.Millisecond)
+	}
+	began := time.Now()
+	proxy.Drop()
+	require.NoError(t, <-done)
+	took := time.Since(began)
+	t.Logf("the append returned %s after its connection was lost", took.Round(time.Millisecond))
+	require.Less(t, took, sendTimeout/2, "the publish waited for an acknowledgement that could not come")
+	require.Len(t, readAll(t, s, m.ID, 0, 1<<20).Seq, 4, "every acknowledged fragment, once")
+}

@@ -116,15 +116,8 @@ func Start(t testing.TB, n int, options ...Option) *Cluster {
 // answers an account request: its meta leader is elected.
 func (c *Cluster) WaitJetStream() {
 	c.t.Helper()
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	nc, js := c.client()
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		c.t.Fatal(err)
-	}
 	deadline := time.Now().Add(time.Minute)
 	for {
 		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
@@ -138,6 +131,21 @@ func (c *Cluster) WaitJetStream() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// client connects to the cluster; the caller closes the connection.
+func (c *Cluster) client() (*nats.Conn, jetstream.JetStream) {
+	c.t.Helper()
+	nc, err := nats.Connect(c.URLs())
+	if err != nil {
+		c.t.Fatal(err)
+	}
+	js, err := jetstream.New(nc)
+	if err != nil {
+		nc.Close()
+		c.t.Fatal(err)
+	}
+	return nc, js
 }
 
 // freePorts returns n loopback TCP ports free at the time of the call.
@@ -272,15 +280,8 @@ func (c *Cluster) StreamCurrent(stream string) bool {
 // seconds.
 func (c *Cluster) StreamNames() []string {
 	c.t.Helper()
-	nc, err := nats.Connect(c.URLs())
-	if err != nil {
-		c.t.Fatal(err)
-	}
+	nc, js := c.client()
 	defer nc.Close()
-	js, err := jetstream.New(nc)
-	if err != nil {
-		c.t.Fatal(err)
-	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	lister := js.StreamNames(ctx)
