@@ -28,10 +28,11 @@ const (
 	// (a stream leader election takes a few seconds).
 	DefaultPublishTimeout = 30 * time.Second
 	// DefaultSwitchAfter is how long JetStream may be unreachable through
-	// the connected server before the connection moves to another (a
-	// stream leader election took 120 ms at the median and 1.2 s at most
-	// over 100 leader kills on loopback: TestJetStreamLeaderKills).
-	DefaultSwitchAfter = 3 * time.Second
+	// the connected server before the connection moves to another: longer
+	// than a stream leader election after a leader's crash (4-7 s in
+	// TestJetStreamFaults; NATS's election timeout), when every server is
+	// briefly unable to answer and a switch gains nothing.
+	DefaultSwitchAfter = 10 * time.Second
 	// DefaultCacheDirName is the cache directory under --data-dir.
 	DefaultCacheDirName = "jetstream-cache"
 	// DefaultPurgeMinMessages is how many stream sequences retention must

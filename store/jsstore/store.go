@@ -295,11 +295,17 @@ func (s *Store) gather(subject string, first, quiet time.Duration) ([][]byte, er
 const errCodeClusterNotAvailable jetstream.ErrorCode = 10008
 
 // transient tells whether err may go away by itself: no answer in time,
-// no responders, JetStream between leaders.
+// no responders, JetStream between leaders. The API errors come in two
+// types: jetstream's, and nats.go's older one, which the key-value
+// watchers (an ordered push consumer of the legacy API) return.
 func transient(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
 		return apiErr.ErrorCode == errCodeClusterNotAvailable || apiErr.Code == 503
+	}
+	var legacyErr *nats.APIError
+	if errors.As(err, &legacyErr) {
+		return legacyErr.ErrorCode == nats.ErrorCode(errCodeClusterNotAvailable) || legacyErr.Code == 503
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionReconnecting)

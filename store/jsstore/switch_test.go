@@ -1,11 +1,15 @@
 package jsstore
 
 import (
+	"context"
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -103,4 +107,26 @@ func TestLostConnectionCostsNoSendTimeout(t *testing.T) {
 	t.Logf("the append returned %s after its connection was lost", took.Round(time.Millisecond))
 	require.Less(t, took, sendTimeout/2, "the publish waited for an acknowledgement that could not come")
 	require.Len(t, readAll(t, s, m.ID, 0, 1<<20).Seq, 4, "every acknowledged fragment, once")
+}
+
+// TestTransientAPIErrors: "JetStream system temporarily unavailable"
+// (a leader election) is retried in both of nats.go's API error types;
+// the fault tests met the older one when ingestd started right after a
+// partition healed (loading the table records through a key-value
+// watcher), and ingestd then refused to start.
+func TestTransientAPIErrors(t *testing.T) {
+	for _, err := range []error{
+		&jetstream.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"},
+		fmt.Errorf("jsstore: list tables: %w", &nats.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}),
+		nats.ErrNoResponders,
+		context.DeadlineExceeded,
+	} {
+		require.True(t, transient(err), "%v", err)
+	}
+	for _, err := range []error{
+		&jetstream.APIError{Code: 400, ErrorCode: 10058, Description: "stream name already in use with a different configuration"},
+		&nats.APIError{Code: 404, ErrorCode: 10059, Description: "stream not found"},
+	} {
+		require.False(t, transient(err), "%v", err)
+	}
 }

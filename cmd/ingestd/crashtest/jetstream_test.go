@@ -209,7 +209,8 @@ func (c *jsConsumer) see(r seqLine) error {
 type jsRun struct {
 	t       *testing.T
 	cluster *natstest.Cluster
-	stream  string
+	stream  string // the table's
+	meta    string // the meta bucket's
 	hc      *http.Client
 	nodes   []*jsNode
 	ledger  *jsLedger
@@ -240,16 +241,27 @@ func startJSRun(t *testing.T) *jsRun {
 	resp := mustDo(t, hc, http.MethodPost, n.url()+"/write", jsLine(nil, jsKey{0, 1}))
 	require.Equal(t, http.StatusNoContent, resp.Status, "%s", resp.Body)
 	r.ledger.next[0], r.ledger.acked[jsKey{0, 1}] = 1, true
-	var added []string
+	var added, buckets []string
 	for _, s := range cluster.StreamNames() {
-		if !slices.Contains(before, s) && !strings.HasPrefix(s, "KV_") {
+		switch {
+		case slices.Contains(before, s):
+		case strings.HasPrefix(s, "KV_"):
+			buckets = append(buckets, s)
+		default:
 			added = append(added, s)
 		}
 	}
 	require.Len(t, added, 1, "CREATE TABLE adds one stream: %v (before: %v)", added, before)
-	r.stream = added[0]
-	poll(t, time.Minute, func() bool { return cluster.StreamCurrent(r.stream) }, "stream %s current on every replica", r.stream)
+	require.Len(t, buckets, 1, "ingestd adds its meta bucket: %v (before: %v)", buckets, before)
+	r.stream, r.meta = added[0], buckets[0]
+	poll(t, time.Minute, r.current, "streams %s and %s current on every replica", r.stream, r.meta)
 	return r
+}
+
+// current reports whether the table's stream and the meta bucket's have a
+// leader and every replica current.
+func (r *jsRun) current() bool {
+	return r.cluster.StreamCurrent(r.stream) && r.cluster.StreamCurrent(r.meta)
 }
 
 // write sends batches of new lines until ctx ends, each request to the
@@ -482,7 +494,7 @@ func (r *jsRun) serverFault(what string, pick func(leader int) int, down, up fun
 	poll(r.t, time.Minute, r.ledger.resumed, "writes go on with server %d down (%s)", i, what)
 	r.t.Logf("every writer acknowledged %s after server %d went down (%s)", time.Since(began).Round(time.Millisecond), i, what)
 	up(i)
-	poll(r.t, time.Minute, func() bool { return r.cluster.StreamCurrent(r.stream) }, "server %d current again on %s (%s)", i, r.stream, what)
+	poll(r.t, time.Minute, r.current, "server %d current again on %s and %s (%s)", i, r.stream, r.meta, what)
 }
 
 // killNode SIGKILLs ingestd node i mid-write and restarts it on the same
