@@ -78,11 +78,11 @@ type jsLedger struct {
 	mu      sync.Mutex
 	next    [jsWriters]int
 	acked   map[jsKey]bool
-	since   [jsWriters]int // acknowledged requests since mark
-	unknown int            // lines without an answer (the node killed, or the cycle's end): stored or not
-	refused int            // lines answered 503: stored or not
-	refusal string         // the first 503's body
-	latency []time.Duration
+	since   [jsWriters]int  // acknowledged requests since mark
+	unknown int             // lines without an answer (the node killed, or the cycle's end): stored or not
+	refused int             // lines answered 503: stored or not
+	refusal string          // the first 503's body
+	latency []time.Duration // of every acknowledged request
 }
 
 // mark resets the per-writer counts of acknowledged requests.
@@ -521,8 +521,8 @@ func (r *jsRun) summary(began time.Time, kills int) {
 	for s := range r.c.bySeq {
 		top = max(top, s)
 	}
-	r.t.Logf("%d faults (%d stream-leader kills) in %s: %d lines sent, %d acknowledged (204) in %d requests, %d refused (503: %q), %d without an answer; %d rows drained, highest x_seq %d",
-		r.cycles, kills, time.Since(began).Round(time.Millisecond), sent, len(l.acked), len(lat), l.refused, l.refusal, l.unknown, len(r.c.replica), top)
+	r.t.Logf("%d faults (%d stream-leader kills) in %s: %d lines sent, %d acknowledged (204) in %d requests, %d refused (503: %q), %d without an answer; the consumer read %d pages, %d rows, highest x_seq %d",
+		r.cycles, kills, time.Since(began).Round(time.Millisecond), sent, len(l.acked), len(lat), l.refused, l.refusal, l.unknown, r.c.pages, len(r.c.replica), top)
 	r.t.Logf("acknowledged write latency: p50 %s, p99 %s, p99.9 %s, max %s", q(0.5), q(0.99), q(0.999), lat[len(lat)-1])
 	if len(r.elections) > 0 {
 		el := slices.Clone(r.elections)

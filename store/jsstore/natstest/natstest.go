@@ -2,8 +2,11 @@
 // server, or a cluster of several routed to each other on loopback, each
 // with its own store directory under t.TempDir(), in the manner of
 // nats-server's own test helpers (RunServer, a cluster of explicit
-// routes). A server can be stopped and restarted on the same ports and
-// store, which the fault tests of store/jsstore use.
+// routes). A server can be stopped (cleanly, Stop, or as in a crash,
+// Kill), cut off its peers while it runs (Cut and Heal, with
+// RouteProxies) and restarted on the same ports and store; a client's
+// connection can be lost at a chosen moment (ClientProxy). The fault
+// tests of store/jsstore and cmd/ingestd/crashtest use them.
 package natstest
 
 import (
@@ -53,7 +56,7 @@ func RouteProxies() Option { return func(s *settings) { s.proxies = true } }
 // (sync_interval: always, what README recommends), and stops them at the
 // end of the test. It returns once every server accepts connections; with
 // n > 1 the JetStream meta leader may still be being elected (clients
-// retry, or call WaitJetStream).
+// retry, or call WaitJetStream). Options: RouteProxies.
 func Start(t testing.TB, n int, options ...Option) *Cluster {
 	t.Helper()
 	var set settings
