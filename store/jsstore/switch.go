@@ -13,9 +13,9 @@ import (
 // Config.SwitchAfter without a success in between. A server cut off
 // from its cluster (a network partition) keeps its client connections
 // healthy while every JetStream request through it fails: a leader
-// election answers again within a second or two, an isolated server
-// never does, and nats.go reconnects only when the connection itself
-// breaks (the fault tests of cmd/ingestd/crashtest, TestJetStreamFaults,
+// election ends (0.1-1 s after a clean stop of the leader, 4-12 s after
+// its crash, in the fault tests), an isolated server never does, and
+// nats.go reconnects only when the connection itself breaks (the fault tests of cmd/ingestd/crashtest, TestJetStreamFaults,
 // cut the stream leader off with natstest's route proxies).
 type serverSwitch struct {
 	mu sync.Mutex
