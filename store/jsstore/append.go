@@ -236,7 +236,9 @@ func decodeMessage(h nats.Header, data []byte) (store.TableCommit, error) {
 // acknowledgement or a sequence mismatch it looks at the stream: the
 // commit's last message id on top means it was stored (a lost
 // acknowledgement: a dedup hit), the sequence unchanged means it was not
-// (send again, same ids), anything else is another writer (ErrConflict).
+// (send again, same ids), a sequence below expected a stream not yet
+// caught up with its own acknowledgements (wait and send again), one above
+// it another writer (ErrConflict).
 func (s *Store) publish(j *publishJob) error {
 	t := j.t
 	expected := t.lastSeq
@@ -266,9 +268,16 @@ func (s *Store) publish(j *publishJob) error {
 			t.lastSeq = last
 			s.m.publishes.Add(float64(len(j.msgs)))
 			return nil
-		case serr == nil && last != expected:
+		case serr == nil && last > expected:
 			t.lastSeq = last
 			return fmt.Errorf("%w: table %q, stream %s at %d, expected %d", ErrConflict, t.rec.Meta.Name, t.rec.Stream, last, expected)
+		case serr == nil && last < expected:
+			// Below what the stream acknowledged: a leader elected a moment
+			// ago answers from a store still applying its log (the fault
+			// tests' leader cut off and healed). Not another writer: wait
+			// for it.
+			s.m.behind.Inc()
+			serr = fmt.Errorf("jsstore: stream %s at %d, below the %d it acknowledged", t.rec.Stream, last, expected)
 		}
 		s.failed(began)
 		if time.Now().Add(wait).After(deadline) {

@@ -100,7 +100,10 @@
 // is resolved by looking at the stream: the commit's last message id on
 // top means it was stored (a dedup hit), the last sequence unchanged
 // means it was not (sent again with the same ids, until
-// Config.PublishTimeout), anything else is another writer (ErrConflict:
+// Config.PublishTimeout), a last sequence below what the stream had
+// acknowledged is a leader elected a moment ago that still applies its
+// log (waited for and sent again, until Config.PublishTimeout), a higher
+// one is another writer (ErrConflict:
 // the commit fails, nothing of it becomes readable, the next Append
 // continues above the other block). On any error nothing of the commit
 // is applied to the cache; a message that was stored anyway appears after

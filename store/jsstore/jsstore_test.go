@@ -194,6 +194,38 @@ func TestOtherWriterConflict(t *testing.T) {
 	}
 }
 
+// TestStreamBehindIsWaitedFor gives the store a view of the table's
+// stream two sequences ahead of what the stream reports, as after a
+// leader cut off and healed: the new leader answers from a store still
+// applying its log. Append must not take that for another writer
+// (ErrConflict stops ingestd): it waits, and once the stream reaches the
+// sequence it had acknowledged, the commit is published above it.
+func TestStreamBehindIsWaitedFor(t *testing.T) {
+	h := newHarness(t, 1)
+	s := h.open(t, h.config(t))
+	t.Cleanup(func() { _ = s.Close() })
+	m := createTable(t, s, "behind")
+	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 1, 2, 1)}, nil))
+	tb, err := s.live(m.ID)
+	require.NoError(t, err)
+	acked := tb.lastSeq + 2
+	tb.lastSeq = acked // the writer's own field: no Append runs now
+
+	done := make(chan error, 1)
+	cs := []store.TableCommit{commit(m, false, 10, 1, 1)}
+	go func() { done <- s.Append(ctx, cs, nil) }()
+	// The stream catches up: the two messages it had acknowledged appear.
+	require.Eventually(t, func() bool { return testutil.ToFloat64(s.m.behind) > 0 }, time.Minute, 10*time.Millisecond,
+		"the publish found the stream behind")
+	for range 2 {
+		_, err := s.js.Publish(ctx, subjectOf(tb.rec.Stream), []byte("applied late"))
+		require.NoError(t, err)
+	}
+	require.NoError(t, <-done, "published once the stream caught up, not refused as another writer's")
+	require.Equal(t, acked+1, tb.lastSeq)
+	require.Equal(t, acked+1, streamMsgs(t, s, "behind"))
+}
+
 // TestAtomicBatchAboveMaxPayload makes the largest message small, so a
 // commit becomes an atomic batch of many messages: all of it is read
 // back, before and after a rebuild, in x_seq order.

@@ -105,7 +105,7 @@ type Store struct {
 
 // metrics are the store's counters (README, Metrics).
 type metrics struct {
-	publishes, retries, dedups, catchup, purged, switches prometheus.Counter
+	publishes, retries, dedups, behind, catchup, purged, switches prometheus.Counter
 }
 
 // newMetrics returns the counters, not yet registered.
@@ -117,6 +117,7 @@ func newMetrics() metrics {
 		publishes: c("ingestd_jetstream_publishes_total", "Block messages the streams acknowledged."),
 		retries:   c("ingestd_jetstream_publish_retries_total", "Publishes sent again after no acknowledgement or an expected-last-sequence mismatch."),
 		dedups:    c("ingestd_jetstream_dedup_hits_total", "Publishes found already stored by their message id (an acknowledgement lost)."),
+		behind:    c("ingestd_jetstream_stream_behind_total", "Failed publishes after which the stream's last sequence was below what it had acknowledged (a new leader still applying its log); the publish waits and is sent again."),
 		catchup:   c("ingestd_jetstream_catchup_messages_total", "Block messages applied to the local row cache from the streams at start."),
 		purged:    c("ingestd_jetstream_purged_sequences_total", "Stream sequences purged below a retention cutoff (messages retention left nothing of)."),
 		switches:  c("ingestd_jetstream_server_switches_total", "Reconnects to another NATS server forced after JetStream was unreachable through the connected one for --jetstream-switch-after."),
@@ -186,7 +187,7 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 		return nil, err
 	}
 	if reg != nil {
-		reg.MustRegister(s.m.publishes, s.m.retries, s.m.dedups, s.m.catchup, s.m.purged, s.m.switches)
+		reg.MustRegister(s.m.publishes, s.m.retries, s.m.dedups, s.m.behind, s.m.catchup, s.m.purged, s.m.switches)
 	}
 	s.logger.Info("jetstream store open", "servers", cfg.URLs, "replicas", s.replicas, "tables", len(s.byTID))
 	return s, nil
