@@ -29,6 +29,15 @@
 # gives ingestd-retention / ingestd and the aging rows the sweeper removed
 # before the harness started and during its run.
 #
+# ingestd-js1 and ingestd-js2 are ingestd on --store=jetstream (issue 14):
+# each measurement starts a fresh 3-server NATS cluster on loopback
+# (nats-server built from go.mod's module, file storage, sync_interval:
+# always, replicas 3) and 1 or 2 ingestd nodes in front of it; with 2 the
+# writers' requests go to the nodes in turn (`ingestd bench --write-urls`)
+# and the drain and checks go through the first. The NATS servers' CPU
+# and the second node's are reported as cpu_other_s; the report gives
+# JetStream / badger (the ingestd system) per pattern.
+#
 # Not run by CI (it takes several minutes and installs packages). Needs root
 # for apt-get (skipped when influxd and victoria-metrics are on PATH).
 #
@@ -105,7 +114,7 @@ for p in $PATTERNS; do
   case $p in inorder | concurrent | resend | backfill) ;; *) echo "unknown pattern $p in PATTERNS" >&2; exit 1 ;; esac
 done
 for s in $SYSTEMS; do
-  case $s in ingestd | ingestd-retention | influxdb | victoriametrics) ;; *) echo "unknown system $s in SYSTEMS" >&2; exit 1 ;; esac
+  case $s in ingestd | ingestd-retention | ingestd-js1 | ingestd-js2 | influxdb | victoriametrics) ;; *) echo "unknown system $s in SYSTEMS" >&2; exit 1 ;; esac
 done
 
 # InfluxDB 1.6.7 and VictoriaMetrics from Debian. The packages enable and
@@ -125,6 +134,7 @@ for svc in influxdb victoria-metrics; do
 done
 
 go build -o "$WORK/ingestd" ./cmd/ingestd
+if runs ingestd-js1 || runs ingestd-js2; then go build -o "$WORK/nats-server" github.com/nats-io/nats-server/v2; fi
 BENCH=("$WORK/ingestd" bench)
 
 # port N: a loopback port from the base, checked free.
@@ -136,11 +146,57 @@ port() {
   echo "$p"
 }
 
-# start SYSTEM DIR: starts a server on a fresh DIR; sets SPID and SURL.
+# start_nats DIR: a fresh 3-server JetStream cluster (client ports 10-12,
+# routes 13-15, monitoring 16-18 from the base) in DIR; sets NATS_URLS and
+# adds the servers to OTHER_PIDS once every one reports healthy.
+start_nats() {
+  local dir=$1 i j routes="" ok
+  NATS_URLS=""
+  for i in 0 1 2; do
+    routes+="${routes:+, }nats://127.0.0.1:$(port $((13 + i)))"
+    NATS_URLS+="${NATS_URLS:+,}nats://127.0.0.1:$(port $((10 + i)))"
+  done
+  for i in 0 1 2; do
+    cat >"$dir/nats$i.conf" <<EOF
+server_name: n$i
+listen: 127.0.0.1:$(port $((10 + i)))
+http: 127.0.0.1:$(port $((16 + i)))
+jetstream { store_dir: "$dir/nats$i", sync_interval: always }
+cluster { name: bench, listen: 127.0.0.1:$(port $((13 + i))), routes: [$routes] }
+EOF
+    "$WORK/nats-server" -c "$dir/nats$i.conf" >"$dir/nats$i.log" 2>&1 &
+    OTHER_PIDS+=("$!"); PIDS+=("$!")
+  done
+  for i in $(seq 300); do
+    ok=0
+    for j in 0 1 2; do curl -sf -o /dev/null "http://127.0.0.1:$((PORT + 16 + j))/healthz" && ok=$((ok + 1)); done
+    [ $ok = 3 ] && return 0
+    sleep 0.1
+  done
+  echo "the NATS cluster did not become healthy; logs in $dir" >&2; exit 1
+}
+
+# start SYSTEM DIR: starts a server on a fresh DIR; sets SPID and SURL,
+# and for ingestd-jsN WRITE_URLS (the other nodes) and OTHER_PIDS.
 start() {
   local sys=$1 dir=$2
   mkdir -p "$dir"
+  WRITE_URLS="" OTHER_PIDS=()
   case $sys in
+    ingestd-js1 | ingestd-js2)
+      start_nats "$dir"
+      local n=${sys#ingestd-js} i
+      for i in $(seq 2 "$n"); do
+        WRITE_URLS+="${WRITE_URLS:+,}http://127.0.0.1:$(port $((4 + 2 * i)))"
+        "$WORK/ingestd" --store jetstream --nats-url "$NATS_URLS" --data-dir "$dir/data$i" \
+          --http-addr "127.0.0.1:$(port $((4 + 2 * i)))" --tcp-addr "127.0.0.1:$(port $((5 + 2 * i)))" \
+          --log-level warn >"$dir/log$i" 2>&1 &
+        OTHER_PIDS+=("$!"); PIDS+=("$!")
+      done
+      SURL="http://127.0.0.1:$(port 1)"
+      "$WORK/ingestd" --store jetstream --nats-url "$NATS_URLS" --data-dir "$dir/data" \
+        --http-addr "127.0.0.1:$(port 1)" --tcp-addr "127.0.0.1:$(port 2)" --log-level warn >"$dir/log" 2>&1 &
+      ;;
     ingestd | ingestd-retention)
       SURL="http://127.0.0.1:$(port 1)"
       local ret=()
@@ -187,8 +243,9 @@ EOF
 }
 
 stop() {
-  kill "$SPID" 2>/dev/null || true
-  wait "$SPID" 2>/dev/null || true
+  local p
+  for p in "$SPID" "${OTHER_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "$SPID" "${OTHER_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
 }
 
 # aged: the rows of table aging the server's retention has removed.
@@ -234,7 +291,9 @@ bench() {
   local removed="" before=0
   if [ "$sys" != none ]; then
     start "$sys" "$dir"
-    extra=(--target "${sys%-retention}" --url "$SURL" --tcp-addr "127.0.0.1:$(port 2)" --server-pid "$SPID")
+    extra=(--target "${sys%%-*}" --url "$SURL" --tcp-addr "127.0.0.1:$(port 2)" --server-pid "$SPID")
+    [ -z "$WRITE_URLS" ] || extra+=(--write-urls "$WRITE_URLS")
+    [ ${#OTHER_PIDS[@]} = 0 ] || extra+=(--other-pids "$(IFS=,; echo "${OTHER_PIDS[*]}")")
     if [[ $sys == ingestd* ]] && runs ingestd-retention; then preload "$sys"; before=$(aged); fi
   fi
   local out rc=0
@@ -246,6 +305,7 @@ bench() {
   echo "$out" | sed 's/^/   /'
   if [ $rc != 0 ]; then
     echo "   $label failed; server log:"; tail -20 "$dir/log" 2>/dev/null | sed 's/^/   | /'
+    [ ! -e "$dir/log2" ] || { echo "   second node's log:"; tail -20 "$dir/log2" | sed 's/^/   | /'; }
   fi
   echo "$label round=$round $(echo "$out" | grep '^RESULT' | sed 's/^RESULT //')${removed}" >>"$OUT"
   rm -rf "$dir"
@@ -336,12 +396,12 @@ echo
 echo "== medians over $ROUNDS rounds"
 printf '%-28s %12s %8s %10s %10s %8s %10s %12s %s\n' run lines/s MB/s p50_ms p99_ms cpu_s rss_max_MiB rss_hwm_MiB verified
 # (latency runs: lines/s is the offered rate; cpu_s: the server's user+system seconds over the measured ingest)
-for label in http:ingestd http:ingestd-retention http:influxdb http:victoriametrics tcp:ingestd decode \
+for label in http:ingestd http:ingestd-retention http:ingestd-js1 http:ingestd-js2 http:influxdb http:victoriametrics tcp:ingestd decode \
   latency:ingestd latency:influxdb latency:ingestd@influx latency:victoriametrics; do
   row "$label"
 done
 for p in $(for w in $WRITERS; do echo "concurrent$w"; done) resend backfill; do
-  for sys in ingestd ingestd-retention influxdb victoriametrics; do row "$p:$sys"; done
+  for sys in ingestd ingestd-retention ingestd-js1 ingestd-js2 influxdb victoriametrics; do row "$p:$sys"; done
 done
 max_rss=$(cut -d' ' -f3- "$OUT" | tr ' ' '\n' | grep -E '^rss_(max|hwm)_mib=' | cut -d= -f2 | sort -g | tail -1)
 ingestd_rss=$(grep -E '^[a-z0-9@]+:ingestd(@influx)? ' "$OUT" | tr ' ' '\n' | grep -E '^rss_(max|hwm)_mib=' | cut -d= -f2 | sort -g | tail -1)
@@ -367,6 +427,22 @@ if runs ingestd-retention; then
       "server CPU s $(med "$p:ingestd-retention" cpu_s) / $(med "$p:ingestd" cpu_s); aging rows removed before each run:$(get "$p:ingestd-retention" aging_removed_before | sed 's/^/ /' | tr -d '\n'), during it:$(get "$p:ingestd-retention" aging_removed_during | sed 's/^/ /' | tr -d '\n'))"
   done
 fi
+
+if runs ingestd-js1 || runs ingestd-js2; then
+  echo
+  echo "== --store=jetstream / badger (medians; 3 NATS servers and the ingestd nodes on this machine)"
+fi
+for n in 1 2; do
+  runs "ingestd-js$n" || continue
+  for p in http $(for w in $WRITERS; do echo "concurrent$w"; done) resend backfill; do
+    grep -q "^$p:ingestd-js$n round=" "$OUT" || continue
+    echo "$p, $n ingestd node(s): $(ratio "$(med "$p:ingestd-js$n" lines_per_s)" "$(med "$p:ingestd" lines_per_s)")" \
+      "(lines/s $(med "$p:ingestd-js$n" lines_per_s) / $(med "$p:ingestd" lines_per_s); per round$(for r in $(seq 1 "$ROUNDS"); do printf ' %s' "$(ratio "$(get "$p:ingestd-js$n" lines_per_s "$r")" "$(get "$p:ingestd" lines_per_s "$r")")"; done);" \
+      "p99 ms $(med "$p:ingestd-js$n" p99_ms) / $(med "$p:ingestd" p99_ms);" \
+      "CPU s: ingestd $(med "$p:ingestd-js$n" cpu_s), NATS servers and other nodes $(med "$p:ingestd-js$n" cpu_other_s) / badger $(med "$p:ingestd" cpu_s);" \
+      "drain rows/s $(med "$p:ingestd-js$n" drain_rows_per_s) / $(med "$p:ingestd" drain_rows_per_s))"
+  done
+done
 
 if has inorder; then
   echo

@@ -72,6 +72,8 @@ type benchConfig struct {
 	drain       bool
 	drainLimit  int
 	serverPID   int
+	writeURLs   string
+	otherPIDs   string
 	rssEvery    time.Duration
 	verifyWait  time.Duration
 	timeout     time.Duration
@@ -103,6 +105,8 @@ func (c *benchConfig) registerFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.drain, "drain", true, "ingestd, http and tcp modes: drain every table after the ingest and time it")
 	fs.IntVar(&c.drainLimit, "drain-limit", 10000, "rows per drain page (JSON)")
 	fs.IntVar(&c.serverPID, "server-pid", 0, "the server's process id, for its resident memory (/proc/PID/status VmRSS sampled, VmHWM) and the CPU time it spent on the measured ingest (/proc/PID/stat utime+stime); 0: not reported")
+	fs.StringVar(&c.writeURLs, "write-urls", "", "ingestd, http mode: further ingestd nodes' base URLs (comma-separated), to which the writers send their requests in turn with --url's (several nodes on one --store=jetstream cluster); the drain and the checks use --url")
+	fs.StringVar(&c.otherPIDs, "other-pids", "", "further process ids (comma-separated: the NATS servers and the other ingestd nodes of a --store=jetstream run) whose CPU time over the measured ingest is reported next to the server's, as cpu_other_s")
 	fs.DurationVar(&c.rssEvery, "rss-interval", 100*time.Millisecond, "how often to sample the server's VmRSS")
 	fs.DurationVar(&c.verifyWait, "verify-wait", 60*time.Second, "how long the counts may take to appear (VictoriaMetrics makes samples searchable about a second after acknowledging them)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
@@ -135,6 +139,12 @@ func (c *benchConfig) validate() error {
 	}
 	if c.mode == benchModeLatency && c.rate <= 0 {
 		return errors.New("--mode latency needs --rate (lines per second)")
+	}
+	if c.writeURLs != "" && (c.target != benchIngestd || c.mode != benchModeHTTP) {
+		return errors.New("--write-urls needs --target ingestd and --mode http")
+	}
+	if _, err := parsePIDs(c.otherPIDs); err != nil {
+		return fmt.Errorf("--other-pids: %w", err)
 	}
 	if c.batchLines < 1 || c.concurrency < 1 || c.connections < 1 || c.latLines < 1 || c.drainLimit < 1 || c.passes < 1 {
 		return errors.New("--batch-lines, --concurrency, --connections, --latency-lines, --drain-limit and --passes must be positive")
@@ -228,6 +238,12 @@ func runBenchMode(ctx context.Context, cfg *benchConfig, out io.Writer) (res ben
 		return res, fmt.Errorf("--url: %w", err)
 	}
 	t := &benchTarget{kind: cfg.target, base: strings.TrimSuffix(cfg.url, "/"), db: cfg.db, client: hc, api: api}
+	t.writeBases = []string{t.base}
+	for u := range strings.SplitSeq(cfg.writeURLs, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			t.writeBases = append(t.writeBases, strings.TrimSuffix(u, "/"))
+		}
+	}
 	if err := t.waitReady(ctx, 30*time.Second); err != nil {
 		return res, err
 	}
@@ -457,13 +473,17 @@ func benchHTTP(ctx context.Context, cfg *benchConfig, t *benchTarget, d *benchDa
 	case benchPatternBackfill:
 		what += ", batches newest first, dealt to the writers in turn"
 	}
+	others, _ := parsePIDs(cfg.otherPIDs) // validated
 	cpu0, cpuErr := readProcCPU(cfg.serverPID)
+	other0, otherErr := sumProcCPU(others)
 	sent, err := sendBodies(ctx, t, bodies, cfg.gzip)
 	if err != nil {
 		return err
 	}
 	cpu1, err := readProcCPU(cfg.serverPID)
 	cpuErr = errors.Join(cpuErr, err)
+	other1, err := sumProcCPU(others)
+	otherErr = errors.Join(otherErr, err)
 	dur := sent.dur
 	rate := float64(d.lines()) / dur.Seconds()
 	fmt.Fprintf(out, "http ingest (pattern %s: %s): %d lines in %s: %.0f lines/s, %.1f MB/s (%.1f MB/s on the wire), %d retried\n",
@@ -483,6 +503,14 @@ func benchHTTP(ctx context.Context, cfg *benchConfig, t *benchTarget, d *benchDa
 		fmt.Fprintf(out, "server CPU: %.2f s (user+system) over the %s measured: %.2f cores, %.1f µs per line\n",
 			cpu.Seconds(), dur.Round(time.Millisecond), cpu.Seconds()/dur.Seconds(), float64(cpu.Microseconds())/float64(d.lines()))
 		res.set("cpu_s", cpu.Seconds())
+	}
+	if len(others) > 0 {
+		if otherErr != nil {
+			return fmt.Errorf("--other-pids CPU time: %w", otherErr)
+		}
+		cpu := other1 - other0
+		fmt.Fprintf(out, "other processes' CPU (%s): %.2f s (user+system) over the ingest: %.2f cores\n", cfg.otherPIDs, cpu.Seconds(), cpu.Seconds()/dur.Seconds())
+		res.set("cpu_other_s", cpu.Seconds())
 	}
 	sent.lat.report(res, out, "write (204)")
 	return nil

@@ -135,3 +135,26 @@ func TestBenchWriteData(t *testing.T) {
 		require.Contains(t, out.String(), "file exists")
 	}
 }
+
+// TestBenchWriteURLsInTurn checks that --write-urls deals the requests to
+// --url and the listed nodes in turn, and that the flags are refused where
+// they mean nothing.
+func TestBenchWriteURLsInTurn(t *testing.T) {
+	tg := &benchTarget{kind: benchIngestd, base: "http://a", writeBases: []string{"http://a", "http://b", "http://c"}}
+	var got []string
+	for range 6 {
+		got = append(got, tg.writeURL())
+	}
+	require.Equal(t, []string{"http://a/write", "http://b/write", "http://c/write", "http://a/write", "http://b/write", "http://c/write"}, got)
+
+	for _, args := range [][]string{
+		{"--target", "influxdb", "--write-urls", "http://b"},
+		{"--mode", "tcp", "--write-urls", "http://b"},
+		{"--other-pids", "12,x"},
+		{"--other-pids", "-3"},
+	} {
+		var out bytes.Buffer
+		require.Equal(t, 2, Run(context.Background(), args, &out, &out), "%v: %s", args, out.String())
+		require.Contains(t, out.String(), args[len(args)-2], "%v", args)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"os"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/ingestd/ingestd/httpapi/client"
@@ -32,12 +33,19 @@ type benchTarget struct {
 	db     string // InfluxDB database
 	client *http.Client
 	api    *client.Client // ingestd's API (kind ingestd), on client
+
+	writeBases []string      // base, then --write-urls: where the requests go in turn
+	writes     atomic.Uint64 // requests sent, for the turn
 }
 
-// writeURL is where the load is POSTed.
+// writeURL is where the next request of the load is POSTed. Safe for
+// concurrent use.
 func (t *benchTarget) writeURL() string {
 	if t.kind == benchInfluxDB {
 		return t.base + "/write?db=" + url.QueryEscape(t.db)
+	}
+	if len(t.writeBases) > 1 {
+		return t.writeBases[(t.writes.Add(1)-1)%uint64(len(t.writeBases))] + "/write"
 	}
 	return t.base + "/write"
 }
@@ -383,6 +391,35 @@ func (s *rssSampler) finish() (int64, int64) {
 // readProcCPU returns the CPU time pid has used, user and system, from
 // /proc/PID/stat (in clock ticks of 1/100 s, Linux's USER_HZ); 0 when pid
 // is not positive.
+// parsePIDs parses a comma-separated list of process ids ("": none).
+func parsePIDs(list string) ([]int, error) {
+	var pids []int
+	for f := range strings.SplitSeq(list, ",") {
+		if f = strings.TrimSpace(f); f == "" {
+			continue
+		}
+		pid, err := strconv.Atoi(f)
+		if err != nil || pid <= 0 {
+			return nil, fmt.Errorf("%q is not a process id", f)
+		}
+		pids = append(pids, pid)
+	}
+	return pids, nil
+}
+
+// sumProcCPU is readProcCPU summed over pids.
+func sumProcCPU(pids []int) (time.Duration, error) {
+	var sum time.Duration
+	for _, pid := range pids {
+		d, err := readProcCPU(pid)
+		if err != nil {
+			return 0, err
+		}
+		sum += d
+	}
+	return sum, nil
+}
+
 func readProcCPU(pid int) (time.Duration, error) {
 	if pid <= 0 {
 		return 0, nil
