@@ -17,7 +17,11 @@
 // opens the meta bucket with Config.Replicas (refusing with a clear error
 // when the cluster cannot place them, unless Config.ClampReplicas), then
 // rebuilds the row cache from the streams (below) before it returns: a
-// node never serves a drain above what it has applied. Open and the DDL
+// node never serves a drain above what it has applied. It then fences each
+// live table's stream with an empty block published with the expected
+// last sequence it replayed (fence): a publish an earlier process on this
+// cache left in flight (SIGKILLed mid-commit) can no longer land after it,
+// and one that landed before it is replayed first. Open and the DDL
 // calls retry what a leader election makes fail for a moment (no answer
 // in time, no responders, JetStream temporarily unavailable) until
 // Config.PublishTimeout (retry); a record update or a table id whose

@@ -226,6 +226,31 @@ func TestStreamBehindIsWaitedFor(t *testing.T) {
 	require.Equal(t, acked+1, streamMsgs(t, s, "behind"))
 }
 
+// TestOpenFencesEarlierProcess opens a second store on a table another
+// process is still writing, as when ingestd is SIGKILLed and restarted
+// while the server still holds a publish it sent: once Open has returned,
+// a publish of the earlier process can no longer land (ErrConflict for
+// it), so the new process's first commit never finds the stream moved
+// under what it read (it stopped ingestd with ErrConflict before Open
+// fenced the stream).
+func TestOpenFencesEarlierProcess(t *testing.T) {
+	h := newHarness(t, 1)
+	old := h.open(t, h.config(t))
+	t.Cleanup(func() { _ = old.Close() })
+	m := createTable(t, old, "fenced")
+	require.NoError(t, old.Append(ctx, []store.TableCommit{commit(m, true, 1, 2, 1)}, nil))
+
+	s := h.open(t, func() Config { c := h.cfgOf(old); c.CacheDir = t.TempDir(); return c }())
+	t.Cleanup(func() { _ = s.Close() })
+	require.ErrorIs(t, old.Append(ctx, []store.TableCommit{commit(m, false, 10, 1, 1)}, nil), ErrConflict,
+		"the earlier process's publish no longer lands")
+	cs := []store.TableCommit{commit(m, false, 20, 1, 1)}
+	require.NoError(t, s.Append(ctx, cs, nil), "the new process's first commit")
+	got := readAll(t, s, m.ID, 0, cs[0].FirstSeq)
+	require.Len(t, got.Seq, 3, "the first commit's two rows and the new one's")
+	require.Equal(t, int64(20), got.Seq[2].Time)
+}
+
 // TestAtomicBatchAboveMaxPayload makes the largest message small, so a
 // commit becomes an atomic batch of many messages: all of it is read
 // back, before and after a rebuild, in x_seq order.

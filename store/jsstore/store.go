@@ -487,6 +487,9 @@ func (s *Store) catchUp(t *table) error {
 			return err
 		}
 	}
+	if err := s.fence(t, stream); err != nil {
+		return fmt.Errorf("jsstore: stream %s of table %q: %w", t.rec.Stream, t.rec.Meta.Name, err)
+	}
 	if t.rec.Cutoff != nil {
 		for {
 			res, err := s.cache.SweepBefore(ctx, tid, *t.rec.Cutoff, 1<<16)
@@ -506,12 +509,110 @@ func (s *Store) catchUp(t *table) error {
 	return nil
 }
 
+// fence publishes an empty block to t's stream expecting the last sequence
+// catchUp replayed. A publish that a previous process on this cache left
+// in flight (SIGKILLed mid-commit: the server still commits what it had
+// received) carries the expected last sequence of its own time, so once
+// the fence is stored none of them can land any more; one that landed
+// before it makes the fence fail (wrong last sequence, or the stream found
+// longer) and is replayed, and the fence is sent again. Without it such a
+// late message lands above what this process read, and its first commit
+// finds the stream moved (ErrConflict) or, worse, reuses a series id the
+// late message defines. Retried until Config.PublishTimeout.
+func (s *Store) fence(t *table, stream jetstream.Stream) error {
+	id := s.node + ".fence." + strconv.FormatUint(t.rec.Meta.ID, 10)
+	deadline := time.Now().Add(s.cfg.PublishTimeout)
+	wait := 50 * time.Millisecond
+	for {
+		m := nats.NewMsg(subjectOf(t.rec.Stream))
+		m.Header.Set(jetstream.MsgIDHeader, id)
+		m.Header.Set(hdrInstance, strconv.FormatUint(t.rec.Meta.ID, 10))
+		m.Header.Set(hdrFirstSeq, "0")
+		m.Header.Set(hdrCount, "0")
+		m.Header.Set(hdrCommitTime, strconv.FormatInt(time.Now().UnixNano(), 10))
+		m.Data = appendBody(nil, nil, nil, nil)
+		began := time.Now()
+		seq, _, err := s.send([]*nats.Msg{m}, t.lastSeq)
+		if err == nil {
+			s.succeeded()
+			t.lastSeq = seq
+			return nil
+		}
+		done, serr := s.settleFence(t, stream, id)
+		if serr == nil && done {
+			s.succeeded()
+			return nil
+		}
+		s.failed(began)
+		if time.Now().Add(wait).After(deadline) {
+			return fmt.Errorf("fence: %w", errors.Join(err, serr))
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// settleFence looks at t's stream after a fence that failed: done when
+// the fence (message id id) is its last message; otherwise it replays
+// what landed above t.lastSeq.
+func (s *Store) settleFence(t *table, stream jetstream.Stream, id string) (done bool, err error) {
+	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
+	defer cancel()
+	info, err := stream.Info(ctx)
+	if err != nil {
+		return false, err
+	}
+	last := info.State.LastSeq
+	if last <= t.lastSeq {
+		return false, nil // not stored; or a leader still applying its log
+	}
+	msg, err := stream.GetMsg(ctx, last)
+	if err != nil {
+		return false, err
+	}
+	if msg.Header.Get(jetstream.MsgIDHeader) == id && last == t.lastSeq+1 {
+		t.lastSeq = last
+		return true, nil
+	}
+	if err := s.replay(t, stream, t.lastSeq+1, last); err != nil {
+		return false, err
+	}
+	t.lastSeq = last
+	return false, nil
+}
+
 // replay reads t's stream from first to last with an ordered consumer and
-// applies the live instance's messages to the cache.
+// applies the live instance's messages to the cache. A transient failure
+// (a leader election: JetStream temporarily unavailable, no responders)
+// resumes after the last message applied, until Config.PublishTimeout has
+// passed without progress.
 func (s *Store) replay(t *table, stream jetstream.Stream, first, last uint64) error {
+	deadline := time.Now().Add(s.cfg.PublishTimeout)
+	wait := 50 * time.Millisecond
+	for next := first; ; {
+		began, from := time.Now(), next
+		err := s.replayFrom(t, stream, &next, last)
+		if err == nil || !transient(err) {
+			return err
+		}
+		s.failed(began)
+		if next > from { // progress: a new bound
+			deadline, wait = time.Now().Add(s.cfg.PublishTimeout), 50*time.Millisecond
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return err
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, time.Second)
+	}
+}
+
+// replayFrom is one attempt of replay from *next, which it advances past
+// every message it applied.
+func (s *Store) replayFrom(t *table, stream jetstream.Stream, next *uint64, last uint64) error {
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: first})
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: *next})
 	if err != nil {
 		return fmt.Errorf("jsstore: read stream %s: %w", t.rec.Stream, err)
 	}
@@ -536,13 +637,14 @@ func (s *Store) replay(t *table, stream jetstream.Stream, first, last uint64) er
 		if tc.FirstSeq != 0 {
 			s.raiseXSeq(t, tc.FirstSeq+uint64(len(tc.Fragments))-1)
 		}
-		if tc.TableID == t.rec.Meta.ID {
+		if tc.TableID == t.rec.Meta.ID && (len(tc.NewSeries) > 0 || len(tc.Fragments) > 0) { // not a fence
 			if err := s.cache.ApplyAt(ctx, []store.TableCommit{tc}); err != nil {
 				return err
 			}
 			t.ages.add(md.Sequence.Stream, tc.Fragments)
 			s.m.catchup.Inc()
 		}
+		*next = md.Sequence.Stream + 1
 		if md.Sequence.Stream >= last {
 			return nil
 		}
