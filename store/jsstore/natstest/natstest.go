@@ -64,6 +64,9 @@ func Start(t testing.TB, n int, options ...Option) *Cluster {
 		o(&set)
 	}
 	c := &Cluster{t: t, cut: make([]bool, n)}
+	// Cleanups run last first: the servers stop before their store
+	// directories are removed.
+	base := t.TempDir()
 	t.Cleanup(c.stopAll)
 	clientPorts, clusterPorts := freePorts(t, n), freePorts(t, n)
 	var routes, advertise []string
@@ -74,7 +77,6 @@ func Start(t testing.TB, n int, options ...Option) *Cluster {
 		}
 		routes, advertise = append(routes, "nats://"+addr), append(advertise, addr)
 	}
-	base := t.TempDir()
 	for i := range n {
 		o := &server.Options{
 			ServerName: fmt.Sprintf("n%d", i+1),
