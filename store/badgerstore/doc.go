@@ -81,7 +81,14 @@
 // the ones they overwrite, so a page reads each block it fetches once and
 // decodes each of its fragments once); the coalesced row is the later
 // fragment's fields as they are when it carries every column of the
-// earlier ones.
+// earlier ones. A read copies each block it decodes once, out of the value
+// log, into memory of its own that the fragments' strings alias (a string
+// must never change, so that memory is never reused); badger does not
+// prefetch values for it, which copied every block a second time. The
+// page buffers the drain's rows are encoded into are reused
+// (httpapi), so a drain's fresh memory is about the size of the blocks it
+// reads: on a heap without free spans each fresh 4 KiB costs a page fault
+// (see README, Performance).
 //
 // A block holds the writes of one group commit (store.TableCommit.Writes tells
 // where each begins): a series' in-order points form one run per write,

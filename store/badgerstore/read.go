@@ -36,13 +36,16 @@ func (db *DB) readSeq(tid, after, upto uint64, limit int, visit func(*store.Row)
 	if after+1 < horizon {
 		return fmt.Errorf("%w: after=%d is below the horizon %d", store.ErrHistoryExpired, after, horizon)
 	}
-	it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 2, Prefix: tablePrefix(ksSync, tid)})
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSync, tid)})
 	defer it.Close()
 	var sc blockScan
 	defer sc.co.close()
 	for it.Seek(tableKey(ksSync, tid, after+1)); it.Valid(); it.Next() {
 		item := it.Item()
-		val, err := item.ValueCopy(nil) // owned: strings alias it
+		// Owned: the fragments' strings alias it and, being strings, must
+		// never change. One copy out of the value log (the iterator does
+		// not prefetch, which copied every block once more).
+		val, err := item.ValueCopy(nil)
 		if err != nil {
 			return err
 		}

@@ -1,6 +1,8 @@
 package badgerstore
 
 import (
+	"fmt"
+	"strings"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -55,5 +57,42 @@ func TestCoalesceColumnShapes(t *testing.T) {
 				require.Contains(t, seqs, r.Seq)
 			}
 		}
+	}
+}
+
+// TestCoalesceAcrossEvictedBlocks writes one point in more blocks than a
+// coalescer caches (coalescerCache + 4), each write with a string column
+// of its own and a block size of its own, and checks that every fragment
+// reads as the union of all of them, string for string, with every page
+// size: blocks evicted while one union is built keep the strings it took
+// from them (a reused block buffer would not, as an attempt showed).
+func TestCoalesceAcrossEvictedBlocks(t *testing.T) {
+	const writes = coalescerCache + 4
+	st := newSeqTable(t)
+	want := map[uint32]string{}
+	for i := range writes {
+		v := fmt.Sprintf("value %d of the point %s", i, strings.Repeat("x", 50*(writes-i)))
+		want[uint32(i)] = v
+		frags := []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{{Col: uint32(i), Value: store.Value{Kind: store.KindString, Str: v}}}}}
+		for k := range i * 3 { // blocks of different sizes, the point not first
+			frags = append([]store.Fragment{{Series: 2, Time: int64(i*100 + k), Fields: []store.Field{intField(99, int64(k))}}}, frags...)
+		}
+		st.commit(t, frags...)
+	}
+	for _, limit := range []int{1, 3, 1000} {
+		rows := readAll(t, st.db, st.tid, 0, st.seq, limit)
+		seen := 0
+		for _, r := range rows {
+			if r.Series != 1 {
+				continue
+			}
+			seen++
+			got := map[uint32]string{}
+			for _, f := range r.Fields {
+				got[f.Col] = f.Value.Str
+			}
+			require.Equal(t, want, got, "x_seq %d, pages of %d", r.Seq, limit)
+		}
+		require.Equal(t, writes, seen, "every fragment under its own x_seq")
 	}
 }

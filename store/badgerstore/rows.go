@@ -79,7 +79,7 @@ func (db *DB) readRows(tid uint64, c store.RowCursor, start, end int64, limit in
 		if space.unsynced && !cur.Unsynced {
 			cur = rowPos{Unsynced: true}
 		}
-		it := txn.NewIterator(badger.IteratorOptions{PrefetchValues: true, PrefetchSize: 2, Prefix: tablePrefix(space.ks, tid)})
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(space.ks, tid)})
 		err := func() error {
 			defer it.Close()
 			for it.Seek(tableKey(space.ks, tid, cur.Block)); it.Valid(); it.Next() {
