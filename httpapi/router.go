@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -105,10 +104,10 @@ type API struct {
 	csrf    *http.CrossOriginProtection
 	// maxPageBytes is Options.MaxPageBytes, the default applied.
 	maxPageBytes int
-	// pageBufs recycles drain and rows page buffers (*[]byte): a JSON page
-	// of 10,000 rows is a few MB, which growing anew for every request
-	// would copy about twice.
-	pageBufs sync.Pool
+	// pageBufs recycles drain, rows and SQL page buffers: a JSON page of
+	// 10,000 rows is a few MB, which growing anew for every request would
+	// copy about twice.
+	pageBufs pageBufList
 	// started is when New ran: the status page's uptime.
 	started   time.Time
 	sampler   statusSampler
