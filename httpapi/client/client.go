@@ -118,7 +118,10 @@ func (c *Client) send(ctx context.Context, method, path string, hdr http.Header,
 	}
 	buf.Reset()
 	if resp.ContentLength > 0 {
-		buf.Grow(int(resp.ContentLength))
+		// ReadFrom asks for bytes.MinRead free bytes before each read, the
+		// one that sees EOF included: room for the body alone made it
+		// double a buffer the body had just filled, on most pages.
+		buf.Grow(int(resp.ContentLength) + bytes.MinRead)
 	}
 	if _, err := buf.ReadFrom(resp.Body); err != nil {
 		return nil, fmt.Errorf("ingestd: %s %s: read answer: %w", method, opPath(path), err)
