@@ -388,9 +388,6 @@ func (s *rssSampler) finish() (int64, int64) {
 	return peak, hwm
 }
 
-// readProcCPU returns the CPU time pid has used, user and system, from
-// /proc/PID/stat (in clock ticks of 1/100 s, Linux's USER_HZ); 0 when pid
-// is not positive.
 // parsePIDs parses a comma-separated list of process ids ("": none).
 func parsePIDs(list string) ([]int, error) {
 	var pids []int
@@ -420,6 +417,9 @@ func sumProcCPU(pids []int) (time.Duration, error) {
 	return sum, nil
 }
 
+// readProcCPU returns the CPU time pid has used, user and system, from
+// /proc/PID/stat (in clock ticks of 1/100 s, Linux's USER_HZ); 0 when pid
+// is not positive.
 func readProcCPU(pid int) (time.Duration, error) {
 	if pid <= 0 {
 		return 0, nil
