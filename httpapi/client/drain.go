@@ -7,6 +7,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/bits"
 	"net/http"
 	"net/url"
 	"strconv"
@@ -368,15 +369,20 @@ func scalarEnd(raw []byte, i int) (int, error) {
 	case raw[i] == '"':
 		// The first '"' not escaped by a backslash ends the string: eight
 		// bytes per step while a word holds neither (cells are short, a
-		// call to bytes.IndexByte per cell cost more), then byte by byte.
+		// call to bytes.IndexByte per cell cost more), and from a word that
+		// holds one straight to the first, its lowest flagged lane (a
+		// lane is flagged wrongly only above a lane truly flagged), then
+		// byte by byte near the end.
 		for j := i + 1; j < n; {
 			if j+8 <= n {
 				x := binary.LittleEndian.Uint64(raw[j:])
 				q, bs := x^(lanes01*'"'), x^(lanes01*'\\')
-				if ((q-lanes01)&^q|(bs-lanes01)&^bs)&lanes80 == 0 {
+				m := ((q-lanes01)&^q | (bs-lanes01)&^bs) & lanes80
+				if m == 0 {
 					j += 8
 					continue
 				}
+				j += bits.TrailingZeros64(m) >> 3
 			}
 			switch raw[j] {
 			case '"':
@@ -390,7 +396,23 @@ func scalarEnd(raw []byte, i int) (int, error) {
 	case raw[i] == '[' || raw[i] == '{':
 		return 0, fmt.Errorf("offset %d: a cell is not a scalar", i)
 	}
+	// A number or literal ends at the first byte of cellDelim: eight
+	// bytes per step while a word holds no ',', ']' or byte below 0x21
+	// (which holds cellDelim's whitespace), then from the first such
+	// byte (the lowest flagged lane, exact as above), byte by byte: a
+	// control byte that is not whitespace stays in the cell, as before.
 	j := i
+	for j+8 <= n {
+		x := binary.LittleEndian.Uint64(raw[j:])
+		c, sb := x^(lanes01*','), x^(lanes01*']')
+		m := ((c-lanes01)&^c | (sb-lanes01)&^sb | (x-lanes01*0x21)&^x) & lanes80
+		if m == 0 {
+			j += 8
+			continue
+		}
+		j += bits.TrailingZeros64(m) >> 3
+		break
+	}
 	for j < n && !cellDelim[raw[j]] {
 		j++
 	}
