@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 	"unicode/utf8"
+	"unsafe"
 
 	"github.com/ingestd/ingestd/feed"
 )
@@ -93,6 +94,38 @@ type encoder struct {
 	// mostly share a few seconds, and formatting a date costs more than
 	// the rest of a row.
 	secs [16]secText
+	// plain caches strings appendString found to need no escaping,
+	// direct-mapped by their address: a tag value is one string shared
+	// by every row of its series (feed's published tags), and a Go
+	// string never changes, so the same address and length is the same
+	// text, copied without being scanned again. Holding the string
+	// keeps its memory from being reused for another.
+	plain [256]string
+}
+
+// plainSlot returns the slot of e.plain for s's address (a Fibonacci
+// hash of it, as strings cut from one buffer differ only in the low bits
+// of their addresses).
+func (e *encoder) plainSlot(s string) *string {
+	return &e.plain[uint64(uintptr(unsafe.Pointer(unsafe.StringData(s))))*0x9e3779b97f4a7c15>>56]
+}
+
+// appendString appends s as appendString does, skipping the scan for
+// bytes to escape when s is a string found plain before.
+func (e *encoder) appendString(b []byte, s string) []byte {
+	if len(s) == 0 {
+		return append(b, '"', '"')
+	}
+	c := e.plainSlot(s)
+	if len(*c) != len(s) || unsafe.StringData(*c) != unsafe.StringData(s) {
+		if plainPrefix(s) != len(s) {
+			return appendString(b, s)
+		}
+		*c = s
+	}
+	b = append(b, '"')
+	b = append(b, s...)
+	return append(b, '"')
 }
 
 type secText struct {
@@ -140,7 +173,7 @@ func (e *encoder) value(b []byte, v feed.Value) []byte {
 	case feed.KindBool:
 		return strconv.AppendBool(b, v.Num != 0)
 	case feed.KindString, feed.KindTag:
-		return appendString(b, v.Str)
+		return e.appendString(b, v.Str)
 	}
 	return append(b, "null"...)
 }

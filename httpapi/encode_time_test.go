@@ -118,3 +118,20 @@ func TestPlainPrefix(t *testing.T) {
 		require.Equal(t, slow(string(b)), plainPrefix(string(b)), "%q", b)
 	}
 }
+
+// TestEncoderPlainCache checks that the encoder's cache of plain strings
+// renders every string as appendString does, twice over, when strings
+// share an address: prefixes of one string, plain and needing escapes.
+func TestEncoderPlainCache(t *testing.T) {
+	base := "host_1\"quoted\\ and\nmore"
+	var e encoder
+	for range 2 {
+		for n := 0; n <= len(base); n++ {
+			for _, kind := range []feed.Kind{feed.KindTag, feed.KindString} {
+				s := base[:n]
+				require.Equal(t, string(appendString(nil, s)), string(e.value(nil, feed.Value{Kind: kind, Str: s})), "%q", s)
+			}
+		}
+	}
+	require.Equal(t, base[:6], *e.plainSlot(base), "the longest plain prefix is cached")
+}
