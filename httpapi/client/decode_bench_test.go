@@ -37,3 +37,36 @@ func BenchmarkDecodePage(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkDecodePageTSBSCPU decodes a JSON page shaped as a drain of
+// TSBS's cpu table is: 10,000 rows of time, 10 tags (short strings), 10
+// small integers and x_seq, 22 cells a row (most cells of a real page
+// are short strings and integers, not BenchmarkDecodePage's floats).
+func BenchmarkDecodePageTSBSCPU(b *testing.B) {
+	var sb strings.Builder
+	sb.WriteString(`{"table":"cpu","epoch":1,"after":0,"next":10000,"seq":43200,"watermark":43200,"more":true,"columns":["time","arch","datacenter","hostname","os","rack","region","service","service_environment","service_version","team","usage_user","usage_system","usage_idle","usage_nice","usage_iowait","usage_irq","usage_softirq","usage_steal","usage_guest","usage_guest_nice","x_seq"],"rows":[`)
+	for i := range 10000 {
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		fmt.Fprintf(&sb, `["2026-01-01T00:%02d:%02dZ","x86","sa-east-1c","host_%d","Ubuntu15.10","%d","sa-east-1","%d","staging","0","LON",%d,6,60,%d,4,38,81,38,38,64,%d]`,
+			i/600%60, i/10%60, i%10, i%100, i%20, i%100, (i*7)%100, i+1)
+	}
+	sb.WriteString("]}\n")
+	page := []byte(sb.String())
+	c := &Client{}
+	var pg Page
+	b.SetBytes(int64(len(page)))
+	b.ReportAllocs()
+	for b.Loop() {
+		var env struct {
+			Next    uint64          `json:"next"`
+			Columns []string        `json:"columns"`
+			Rows    json.RawMessage `json:"rows"`
+		}
+		pg.Rows = pg.Rows[:0]
+		if err := c.decodePage("GET /drain", page, &env, &env.Rows, &pg.Rows, &pg.cells); err != nil || len(pg.Rows) != 10000 || len(pg.Rows[9999]) != 22 {
+			b.Fatal(err, len(pg.Rows))
+		}
+	}
+}
