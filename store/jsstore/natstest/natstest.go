@@ -12,6 +12,7 @@ package natstest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"path/filepath"
 	"slices"
@@ -25,8 +26,9 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 )
 
-// startTimeout bounds how long a server may take to accept connections.
-const startTimeout = 10 * time.Second
+// startTimeout bounds how long a server may take to accept connections
+// (generous: CI runs the -race tests of every package at once on 2 cores).
+const startTimeout = 30 * time.Second
 
 // Cluster is n embedded JetStream servers (n = 1: a single server without
 // a cluster block). Its methods are safe for concurrent use.
@@ -153,7 +155,8 @@ func (c *Cluster) client() (*nats.Conn, jetstream.JetStream) {
 	return nc, js
 }
 
-// freePorts returns n loopback TCP ports free at the time of the call.
+// freePorts returns n distinct loopback TCP ports from portsFrom..portsTo-1
+// free at the time of the call.
 func freePorts(t testing.TB, n int) []int {
 	t.Helper()
 	var ls []net.Listener
@@ -163,16 +166,34 @@ func freePorts(t testing.TB, n int) []int {
 		}
 	}()
 	var ports []int
-	for range n {
-		l, err := net.Listen("tcp", "127.0.0.1:0")
+	for tries := 0; len(ports) < n; tries++ {
+		if tries == 1000 {
+			t.Fatalf("natstest: no free port in %d..%d after %d tries", portsFrom, portsTo-1, tries)
+		}
+		p := portsFrom + rand.IntN(portsTo-portsFrom)
+		if slices.Contains(ports, p) {
+			continue
+		}
+		l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p))
 		if err != nil {
-			t.Fatal(err)
+			continue // taken
 		}
 		ls = append(ls, l)
-		ports = append(ports, l.Addr().(*net.TCPAddr).Port)
+		ports = append(ports, p)
 	}
 	return ports
 }
+
+// The servers' ports are drawn from portsFrom..portsTo-1, below Linux's
+// ephemeral range (32768-60999 by default). An outgoing connection of any
+// process takes its local port from that range, so a port picked there
+// with :0 could be taken between the check and the server's bind, or while
+// a stopped server waits for Restart on it: under CI's parallel tests a
+// server then never became ready ("not ready after 10s").
+const (
+	portsFrom = 20000
+	portsTo   = 32000
+)
 
 // start starts server i from its options.
 func (c *Cluster) start(i int) error {
