@@ -163,3 +163,50 @@ type StatsReader interface {
 	// documents (TableStats.ComputedAt says when they were taken).
 	TableStats(ctx context.Context, tid uint64) (TableStats, error)
 }
+
+// Shared is implemented by a backend that several ingestd processes
+// write at once (store/jsstore: several nodes on one JetStream cluster);
+// the feed discovers it with a type assertion. A backend with one writer
+// (store/badgerstore) does not implement it, and the feed then mints
+// column positions and series ids itself. With it, the feed takes both
+// from the backend, so that a tag set is one series and a column one
+// position in every process, and follows what the other processes wrote.
+// AddColumns and SeriesID are writer only; Follow is called once, before
+// the feed loads the tables.
+type Shared interface {
+	// AddColumns adds the columns of cols that live instance tid's schema
+	// lacks (by name) to it, at the end, for every process at once
+	// (compare-and-set), and returns the whole schema. Positions never
+	// change; a name another process added first keeps its kind, which
+	// the caller checks against the returned schema.
+	AddColumns(ctx context.Context, tid uint64, cols []Column) ([]Column, error)
+	// SeriesID returns the id of the series whose canonical tag set is
+	// key (tags: the same tag set, columns as AddColumns returned them) in
+	// live instance tid: the id the first process to ask minted, the same
+	// in every process.
+	SeriesID(ctx context.Context, tid uint64, key string, tags []Field) (uint64, error)
+	// CaughtUp tells whether this process has applied every block other
+	// processes wrote to live instance tid up to now (one round trip to
+	// the backend): a drain cursor above this process's numbers is then
+	// beyond the table's sequence, not another process's. Safe for
+	// concurrent use.
+	CaughtUp(ctx context.Context, tid uint64) (bool, error)
+	// Follow registers fn, which the backend calls, from its own
+	// goroutines, after it applied a block another process wrote: fn must
+	// not block nor call the backend.
+	Follow(fn func(Followed))
+}
+
+// Followed is what a Shared backend applied of another process's block:
+// the instance's metadata as the backend knows it (Columns at least as
+// long as the block needs), the series the block introduced, and Seq, the
+// highest x_seq applied to the instance (every number at or below it is
+// readable: the watermark the caller may publish).
+type Followed struct {
+	// Table is the instance's metadata as the backend knows it.
+	Table TableMeta
+	// Series are the series the block introduced (ids as SeriesID gives).
+	Series []Series
+	// Seq is the highest x_seq applied to the instance.
+	Seq uint64
+}

@@ -61,6 +61,16 @@
 // ErrClosed at once (none blocks), Close included. Storetest: ContextEnded,
 // ErrClosedAfterClose.
 //
+// # Several writers (optional)
+//
+// A backend that several ingestd processes write at once also implements
+// Shared (store/jsstore does, store/badgerstore does not; the feed finds
+// out with a type assertion): column positions and series ids come from
+// it, the same in every process, and it reports the other processes'
+// blocks once applied (Follow). Everything above holds for each process,
+// and x_seq is unique and ascending across them (storetest runs against
+// one process; jsstore's own tests and cmd/ingestd/crashtest run two).
+//
 // # Concurrency
 //
 // One goroutine at a time (the feed's sequencer) calls the writer side:

@@ -19,7 +19,7 @@ import (
 // The headers of a block message (doc.go, "Block messages").
 const (
 	hdrInstance   = "Ingestd-Instance"    // the table instance id
-	hdrFirstSeq   = "Ingestd-First-Seq"   // x_seq of the first fragment; 0: unsynced
+	hdrSync       = "Ingestd-Sync"        // "1": the fragments get x_seq numbers; "0": unsynced
 	hdrCount      = "Ingestd-Count"       // fragments in the message
 	hdrCommitTime = "Ingestd-Commit-Time" // Unix nanoseconds
 )
@@ -28,28 +28,35 @@ const (
 const maxBatchMessages = 1000
 
 // Append implements store.Appender: it writes each commit's Meta (new
-// columns, or a table created by the write: PutTable's update), assigns x_seq numbers above the table's last (extending
-// the lease in the record when it runs out, before stamped), calls
-// stamped, publishes every table's block concurrently (one message, or
-// one atomic batch above the server's max_payload) with a message id and
-// the expected last sequence, waits for every acknowledgement, then
-// applies the blocks to the row cache and returns. Writer only.
-func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped func()) error {
+// columns, or a table created by the write: PutTable's update), publishes
+// every table's block concurrently (one message, or one atomic batch above
+// the server's max_payload) with a message id, and waits for every
+// acknowledgement. The numbers come from the stream order: each table's
+// follower numbers this process's messages when it reaches them (every
+// message before them, any writer's, numbered first) and holds them;
+// Append then sets FirstSeq, calls stamped, releases them and returns once
+// the follower has applied them to the row cache, so the caller's
+// watermark never passes a message the cache lacks. Writer only.
+func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped func()) (err error) {
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
 	defer s.leave()
 	tables := make([]*table, len(commits))
+	defer func() {
+		if err != nil {
+			releaseAll(tables) // nothing stamps them: let the followers go on
+		}
+	}()
 	for i := range commits {
 		tc := &commits[i]
-		var (
-			t   *table
-			err error
-		)
+		var t *table
 		if tc.Meta != nil { // new columns, or a table created by this write
 			m := *tc.Meta
 			m.ID = tc.TableID
-			_, t, err = s.putTable(m)
+			if m, t, err = s.putTable(m); err == nil && m.ID != tc.TableID {
+				err = fmt.Errorf("jsstore: table %q is live as instance %d, not %d", m.Name, m.ID, tc.TableID)
+			}
 		} else {
 			t, err = s.live(tc.TableID)
 		}
@@ -58,53 +65,76 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 		}
 		tables[i] = t
 		tc.FirstSeq = 0
-		if tc.Sync && len(tc.Fragments) > 0 {
-			tc.FirstSeq = t.xseq + 1
-			s.raiseXSeq(t, t.xseq+uint64(len(tc.Fragments)))
-		}
-	}
-	for _, t := range tables {
-		if t.xseq > t.rec.Meta.Seq {
-			// A lease is durable before any number under it is handed out.
-			lease := t.xseq + seqLeaseChunk
-			if err := s.update(t, func(r *record) { r.Meta.Seq = max(r.Meta.Seq, lease) }); err != nil {
-				return err
-			}
-		}
-	}
-	if stamped != nil {
-		stamped()
 	}
 	jobs := make([]publishJob, len(commits))
 	for i := range commits {
-		j, err := s.prepare(tables[i], &commits[i])
-		if err != nil {
+		if jobs[i], err = s.prepare(tables[i], &commits[i], idAppend); err != nil {
 			return err
 		}
-		jobs[i] = j
 	}
 	var wg sync.WaitGroup
 	errs := make([]error, len(jobs))
 	for i := range jobs {
 		if len(jobs[i].msgs) > 0 {
-			wg.Go(func() { errs[i] = s.publish(&jobs[i]) })
+			wg.Go(func() { jobs[i].last, errs[i] = s.publish(&jobs[i]) })
 		}
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
 	}
-	var applied []store.TableCommit
-	for _, j := range jobs {
-		applied = append(applied, j.blocks...)
-		for i, b := range j.blocks { // the last message is at the table's last sequence
-			j.t.ages.add(j.t.lastSeq-uint64(len(j.blocks)-1-i), b.Fragments)
+	deadline := time.Now().Add(s.cfg.PublishTimeout)
+	for i, j := range jobs {
+		if len(j.msgs) == 0 {
+			continue
+		}
+		// The follower finds the first message by its id: a copy the
+		// stream stored twice (a send retried to a new leader before the
+		// first was applied) is numbered once, at the first copy.
+		firstID := j.msgs[0].Header.Get(jetstream.MsgIDHeader)
+		var own ownMsg
+		if err := s.awaitFollower(j.t, deadline, func() (ok bool) { own, ok = j.t.f.heldID(firstID); return ok }); err != nil {
+			return err
+		}
+		jobs[i].last = own.seq + uint64(len(j.msgs)) - 1 // an atomic batch is contiguous
+		if tc := &commits[i]; tc.Sync && len(tc.Fragments) > 0 {
+			tc.FirstSeq = own.first
 		}
 	}
-	if len(applied) == 0 {
+	if stamped != nil {
+		stamped()
+	}
+	for _, j := range jobs {
+		if len(j.msgs) > 0 {
+			j.t.release(j.last)
+		}
+	}
+	// jobs[i].last is now where the follower holds the commit.
+	for _, j := range jobs {
+		if len(j.msgs) == 0 {
+			continue
+		}
+		if err := s.awaitFollower(j.t, deadline, func() bool { return j.t.f.applied >= j.last }); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// awaitFollower is t.await(deadline, ok), counting
+// ingestd_jetstream_stream_behind_total when ok does not hold within
+// behindAfter: the stream acknowledged what its consumer does not deliver
+// yet (a new leader still applying its log), which is waited for.
+func (s *Store) awaitFollower(t *table, deadline time.Time, ok func() bool) error {
+	first := time.Now().Add(behindAfter)
+	if deadline.Before(first) {
+		first = deadline
+	}
+	if t.await(first, ok) == nil {
 		return nil
 	}
-	return s.cache.ApplyAt(context.Background(), applied)
+	s.m.behind.Inc()
+	return t.await(deadline, ok)
 }
 
 // enterLive is enter, then live: it admits a call on live instance tid.
@@ -129,26 +159,36 @@ func (s *Store) live(tid uint64) (*table, error) {
 	if !ok {
 		return nil, fmt.Errorf("jsstore: table instance %d is not live", tid)
 	}
+	if t.ended {
+		return nil, fmt.Errorf("jsstore: table %q: %w", t.rec.Meta.Name, errEnded)
+	}
 	return t, nil
 }
 
 // publishJob is one table commit's messages and the blocks they carry.
 type publishJob struct {
-	t      *table
-	msgs   []*nats.Msg
-	blocks []store.TableCommit // one per message, as the cache applies them
+	t    *table
+	msgs []*nats.Msg
+	last uint64 // the stream sequence of the last message, once acknowledged
 }
+
+// The kinds of message ids (NODE.KIND.TID.COMMIT.INDEX): the follower
+// holds this process's idAppend messages until Append releases them.
+const (
+	idAppend     = "a" // an Append's block
+	idDictionary = "d" // purgeAged's series dictionary
+)
 
 // prepare splits tc into messages of at most s.maxMsg body bytes (the
 // series first, then the fragments), each with its headers and a message
-// id unique to this process, table instance, commit and message.
-func (s *Store) prepare(t *table, tc *store.TableCommit) (publishJob, error) {
+// id unique to this process, kind, table instance, commit and message.
+func (s *Store) prepare(t *table, tc *store.TableCommit, kind string) (publishJob, error) {
 	j := publishJob{t: t}
 	if len(tc.NewSeries) == 0 && len(tc.Fragments) == 0 {
 		return j, nil
 	}
 	t.commits++
-	base := s.node + "." + strconv.FormatUint(tc.TableID, 10) + "." + strconv.FormatUint(t.commits, 10)
+	base := s.node + "." + kind + "." + strconv.FormatUint(tc.TableID, 10) + "." + strconv.FormatUint(t.commits, 10)
 	subject := subjectOf(t.rec.Stream)
 	si, fi := 0, 0
 	for si < len(tc.NewSeries) || fi < len(tc.Fragments) || len(j.msgs) == 0 {
@@ -175,9 +215,6 @@ func (s *Store) prepare(t *table, tc *store.TableCommit) (publishJob, error) {
 		}
 		block := store.TableCommit{TableID: tc.TableID, Sync: tc.Sync, NewSeries: tc.NewSeries[s0:si],
 			Fragments: tc.Fragments[f0:fi], CommitTime: tc.CommitTime}
-		if tc.FirstSeq != 0 && fi > f0 {
-			block.FirstSeq = tc.FirstSeq + uint64(f0)
-		}
 		for _, w := range tc.Writes {
 			if w > f0 && w < fi {
 				block.Writes = append(block.Writes, w-f0)
@@ -186,12 +223,11 @@ func (s *Store) prepare(t *table, tc *store.TableCommit) (publishJob, error) {
 		m := nats.NewMsg(subject)
 		m.Header.Set(jetstream.MsgIDHeader, base+"."+strconv.Itoa(len(j.msgs)))
 		m.Header.Set(hdrInstance, strconv.FormatUint(tc.TableID, 10))
-		m.Header.Set(hdrFirstSeq, strconv.FormatUint(block.FirstSeq, 10))
+		m.Header.Set(hdrSync, syncHeader(block.Sync))
 		m.Header.Set(hdrCount, strconv.Itoa(len(block.Fragments)))
 		m.Header.Set(hdrCommitTime, strconv.FormatInt(tc.CommitTime, 10))
 		m.Data = appendBody(make([]byte, 0, size), block.NewSeries, block.Writes, block.Fragments)
 		j.msgs = append(j.msgs, m)
-		j.blocks = append(j.blocks, block)
 	}
 	if len(j.msgs) > maxBatchMessages {
 		return j, fmt.Errorf("jsstore: a commit of %d messages exceeds an atomic batch (%d): lower --feed-max-group-bytes", len(j.msgs), maxBatchMessages)
@@ -214,7 +250,7 @@ func decodeMessage(h nats.Header, data []byte) (store.TableCommit, error) {
 		return v, nil
 	}
 	tid, err1 := num(hdrInstance)
-	first, err2 := num(hdrFirstSeq)
+	sync, err2 := num(hdrSync)
 	count, err3 := num(hdrCount)
 	ct, err4 := strconv.ParseInt(h.Get(hdrCommitTime), 10, 64)
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
@@ -227,21 +263,19 @@ func decodeMessage(h nats.Header, data []byte) (store.TableCommit, error) {
 	if uint64(len(b.frags)) != count {
 		return store.TableCommit{}, fmt.Errorf("%w: %d fragments, header says %d", errCodec, len(b.frags), count)
 	}
-	return store.TableCommit{TableID: tid, Sync: first != 0, FirstSeq: first, NewSeries: b.series, Writes: b.writes,
+	return store.TableCommit{TableID: tid, Sync: sync == 1, NewSeries: b.series, Writes: b.writes,
 		Fragments: b.frags, CommitTime: ct}, nil
 }
 
-// publish sends j's messages with the expected last sequence the table's
-// stream had, retrying until PublishTimeout. After a send that got no
-// acknowledgement or a sequence mismatch it looks at the stream: the
-// commit's last message id on top means it was stored (a lost
-// acknowledgement: a dedup hit), the sequence unchanged means it was not
-// (send again, same ids), a sequence below expected a stream not yet
-// caught up with its own acknowledgements (wait and send again), one above
-// it another writer (ErrConflict).
-func (s *Store) publish(j *publishJob) error {
+// publish sends j's messages until the stream acknowledges them or
+// PublishTimeout passes, and returns the stream sequence of the last. A
+// send without an acknowledgement is sent again with the same message
+// ids: a message the stream stored meanwhile is a duplicate, which the
+// stream acknowledges with its sequence; an atomic batch the stream
+// stored is refused as a duplicate, and found by the table's follower,
+// which holds every message of this process it reads (heldID).
+func (s *Store) publish(j *publishJob) (uint64, error) {
 	t := j.t
-	expected := t.lastSeq
 	final := j.msgs[len(j.msgs)-1].Header.Get(jetstream.MsgIDHeader)
 	deadline := time.Now().Add(s.cfg.PublishTimeout)
 	wait := 50 * time.Millisecond
@@ -250,56 +284,45 @@ func (s *Store) publish(j *publishJob) error {
 			s.m.retries.Inc()
 		}
 		began := time.Now()
-		seq, dup, err := s.send(j.msgs, expected)
+		seq, dup, err := s.send(j.msgs)
 		if err == nil {
 			s.succeeded()
 			if dup {
 				s.m.dedups.Inc()
 			}
-			t.lastSeq = seq
 			s.m.publishes.Add(float64(len(j.msgs)))
-			return nil
+			return seq, nil
 		}
-		stored, last, serr := s.settle(t, expected, final)
-		switch {
-		case serr == nil && stored:
+		if seq, ok := t.heldSeq(final); ok {
 			s.succeeded()
 			s.m.dedups.Inc()
-			t.lastSeq = last
 			s.m.publishes.Add(float64(len(j.msgs)))
-			return nil
-		case serr == nil && last > expected:
-			t.lastSeq = last
-			return fmt.Errorf("%w: table %q, stream %s at %d, expected %d", ErrConflict, t.rec.Meta.Name, t.rec.Stream, last, expected)
-		case serr == nil && last < expected:
-			// Below what the stream acknowledged: a leader elected a moment
-			// ago answers from a store still applying its log (the fault
-			// tests' leader cut off and healed). Not another writer: wait
-			// for it.
-			s.m.behind.Inc()
-			serr = fmt.Errorf("jsstore: stream %s at %d, below the %d it acknowledged", t.rec.Stream, last, expected)
+			return seq, nil
 		}
 		s.failed(began)
 		if time.Now().Add(wait).After(deadline) {
-			return fmt.Errorf("jsstore: publish to stream %s: %w", t.rec.Stream, errors.Join(err, serr))
+			return 0, fmt.Errorf("jsstore: publish to stream %s: %w", t.rec.Stream, err)
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, time.Second)
 	}
 }
 
+// behindAfter is how long Append waits for its table's follower to apply
+// an acknowledged block before it counts the stream as behind
+// (ingestd_jetstream_stream_behind_total) and waits on.
+const behindAfter = time.Second
+
 // sendTimeout bounds one send's wait for its acknowledgement.
 const sendTimeout = 5 * time.Second
 
-// send publishes msgs expecting the stream's last sequence to be expected:
-// one message with js.PublishMsg, several as one atomic batch (ADR-50:
-// Nats-Batch-Id, Nats-Batch-Sequence, the commit on the last). It returns
-// the stream sequence of the last message and whether the stream found it
-// a duplicate.
-func (s *Store) send(msgs []*nats.Msg, expected uint64) (uint64, bool, error) {
+// send publishes msgs: one message with js.PublishMsg, several as one
+// atomic batch (ADR-50: Nats-Batch-Id, Nats-Batch-Sequence, the commit on
+// the last). It returns the stream sequence of the last message and
+// whether the stream found it a duplicate.
+func (s *Store) send(msgs []*nats.Msg) (uint64, bool, error) {
 	ctx, cancel := s.sendContext()
 	defer cancel()
-	msgs[0].Header.Set(jetstream.ExpectedLastSeqHeader, strconv.FormatUint(expected, 10))
 	if len(msgs) == 1 {
 		ack, err := s.js.PublishMsg(ctx, msgs[0])
 		if err != nil {
@@ -336,29 +359,10 @@ func (s *Store) send(msgs []*nats.Msg, expected uint64) (uint64, bool, error) {
 	return resp.Sequence, resp.Duplicate, nil
 }
 
-// settle reads t's stream after a failed send: stored tells whether its
-// last message has id final, last is the stream's last sequence.
-func (s *Store) settle(t *table, expected uint64, final string) (stored bool, last uint64, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
-	defer cancel()
-	stream, err := s.js.Stream(ctx, t.rec.Stream)
-	if err != nil {
-		return false, 0, err
+// syncHeader is the Ingestd-Sync header of a block.
+func syncHeader(sync bool) string {
+	if sync {
+		return "1"
 	}
-	info := stream.CachedInfo()
-	last = info.State.LastSeq
-	if last == expected {
-		return false, last, nil
-	}
-	msg, err := stream.GetMsg(ctx, last)
-	if err != nil {
-		return false, 0, err
-	}
-	if msg.Header.Get(jetstream.MsgIDHeader) == final {
-		return true, last, nil
-	}
-	if tc, err := decodeMessage(msg.Header, msg.Data); err == nil && tc.FirstSeq != 0 {
-		s.raiseXSeq(t, tc.FirstSeq+uint64(len(tc.Fragments))-1) // never below another writer's numbers
-	}
-	return false, last, nil
+	return "0"
 }

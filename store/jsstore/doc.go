@@ -1,9 +1,8 @@
 // Package jsstore is the NATS JetStream backend of store.Backend (SPEC §1,
-// issue 14 phase 1): the same feed contract as store/badgerstore, with
-// every acknowledged block replicated on a JetStream cluster, so that a
-// feed survives losing a machine. Phase 1 runs one ingestd node per
-// cluster (one writer per table); see "Phase 2" for what several writers
-// add.
+// issue 14): the same feed contract as store/badgerstore, with every
+// acknowledged block replicated on a JetStream cluster, so that a feed
+// survives losing a machine, and several ingestd nodes may write the same
+// tables at once (store.Shared; "Several ingestd nodes" below).
 //
 // # Life
 //
@@ -17,11 +16,12 @@
 // opens the meta bucket with Config.Replicas (refusing with a clear error
 // when the cluster cannot place them, unless Config.ClampReplicas), then
 // rebuilds the row cache from the streams (below) before it returns: a
-// node never serves a drain above what it has applied. It then fences each
-// live table's stream with an empty block published with the expected
-// last sequence it replayed (fence): a publish an earlier process on this
-// cache left in flight (SIGKILLed mid-commit) can no longer land after it,
-// and one that landed before it is replayed first. Open and the DDL
+// node never serves a drain above what it has applied (a replay cut by a
+// leader election resumes, until Config.PublishTimeout passes without
+// progress). A publish an earlier process on this cache left in flight
+// (SIGKILLed mid-commit) that lands after Open read the stream is another
+// writer's message like any: numbered in stream order and applied (the
+// fence phase 1 needed is gone with the expected last sequence). Open and the DDL
 // calls retry what a leader election makes fail for a moment (no answer
 // in time, no responders, JetStream temporarily unavailable) until
 // Config.PublishTimeout (retry); a record update or a table id whose
@@ -35,23 +35,29 @@
 // pool (switch.go; TestSwitchOffIsolatedServer, and the fault tests of
 // cmd/ingestd/crashtest). A send whose connection drops stops waiting for
 // its acknowledgement at once and is settled (TestLostConnectionCostsNoSendTimeout).
-// Close lowers each
-// table's lease to its exact x_seq, closes the cache and the
-// connection; after it every method returns store.ErrClosed.
+// Close stops the
+// followers, closes the cache and the connection; after it every method
+// returns store.ErrClosed.
 //
 // # Where things are
 //
 // Meta bucket PREFIX_meta (replicated KV, file storage, history 1):
 //
 //   - t.ENC(name): the table's record (JSON): the name byte for byte, the
-//     live instance's TableMeta or the tombstone, the stream, the
-//     consumers' generation (Born), the history horizon and the highest
-//     retention cutoff swept. Every DDL call is one compare-and-set update
-//     of it (revision), so a crash leaves the table as before or as after:
-//     PutTable, TRUNCATE (a new instance id, epoch one higher, the lease
-//     kept), DROP (the tombstone with every number handed out), the lease
-//     extensions of Append, RaiseHorizon and a sweep's horizon and cutoff.
+//     live instance's TableMeta (its Columns: the schema every node
+//     shares) or the tombstone, the stream, the consumers' generation
+//     (Born), the history horizon, the highest retention cutoff swept and
+//     the numbering's anchor (below). Every DDL call is one
+//     compare-and-set update of it (revision), so a crash leaves the table
+//     as before or as after: PutTable, TRUNCATE (a new instance id, epoch
+//     one higher), DROP (the tombstone with every number handed out),
+//     AddColumns, RaiseHorizon and a sweep's horizon and cutoff. A
+//     conflict re-reads the record and applies the change again (every
+//     change is a set, a maximum or a merge of columns by name).
 //   - next_tid: the table-id counter, raised with compare-and-set.
+//   - s.TID.HASH (HASH: base32 of the SHA-256 of the canonical tag set):
+//     a series of instance TID, {id, tag set}, created with KV Create;
+//     n.TID: the instance's series-id counter (SeriesID).
 //   - c.ENC(name).BORN: the name's consumers of generation BORN (one JSON
 //     object by consumer name, updated with compare-and-set): TRUNCATE
 //     keeps BORN, DROP clears it in the same update that writes the
@@ -74,56 +80,79 @@
 // A table's part of a group commit is one message, or, above the
 // server's max_payload (minus 4 KiB of headers), one atomic batch of
 // messages (ADR-50: Nats-Batch-Id, Nats-Batch-Sequence, Nats-Batch-Commit
-// on the last; at most 1000). Headers: Nats-Msg-Id (this process's random
-// id, the table instance, the process's commit counter and the message's
-// index: a publish retried after a lost acknowledgement is stored once,
-// within the duplicate window), Nats-Expected-Last-Sequence on the first
-// (the stream's last sequence as this node saw it: optimistic
-// concurrency), Ingestd-Instance (the table instance id),
-// Ingestd-First-Seq (the first fragment's x_seq; 0 for a block written
-// with sync OFF), Ingestd-Count (fragments) and Ingestd-Commit-Time (Unix
-// nanoseconds). The body is uvarint-framed: the new series of the commit
+// on the last; at most 1000). Headers: Nats-Msg-Id (NODE.KIND.TID.N.I:
+// this process's random id, "a" for an Append's block or "d" for a
+// purge's series dictionary, the table instance, the process's commit
+// counter and the message's index: a publish retried after a lost
+// acknowledgement is stored once, within the duplicate window),
+// Ingestd-Instance (the table instance id), Ingestd-Sync ("1": the
+// fragments get x_seq numbers; "0": written with sync OFF), Ingestd-Count
+// (fragments) and Ingestd-Commit-Time (Unix nanoseconds). A message
+// carries no x_seq: its numbers follow from its place in the stream. The body is uvarint-framed: the new series of the commit
 // (id, tags), the write boundaries (TableCommit.Writes), the fragments
 // (series, zig-zag time, fields: column, kind, number or string). A
 // decoder never allocates more than the message's size.
 //
 // # x_seq, watermark, durability
 //
-// Append assigns each synced commit's numbers above the table's highest
-// x_seq (dense within the commit and within each message, strictly above
-// the previous message's last and the record's floor), under a lease kept
-// in the record's Meta.Seq and extended by 65536 before stamped runs (as
-// badgerstore's lease: a crash burns at most that many numbers, never
-// repeats one). It publishes every table's messages concurrently and
-// waits for every acknowledgement (a JetStream ack is given once the
-// stream's quorum stored the message); only then does it apply the
-// blocks to the cache and return nil, so the feed raises the watermark
-// only over what the stream committed. A stream's message order is
-// x_seq order (one writer), so "never skip an in-flight writer" holds.
-// A send without an acknowledgement (leader election, lost connection)
-// is resolved by looking at the stream: the commit's last message id on
-// top means it was stored (a dedup hit), the last sequence unchanged
-// means it was not (sent again with the same ids, until
-// Config.PublishTimeout), a last sequence below what the stream had
-// acknowledged is a leader elected a moment ago that still applies its
-// log (waited for and sent again, until Config.PublishTimeout), a higher
-// one is another writer (ErrConflict:
-// the commit fails, nothing of it becomes readable, the next Append
-// continues above the other block). On any error nothing of the commit
-// is applied to the cache; a message that was stored anyway appears after
-// a restart, as a prefix of a crashed commit does in badger.
+// x_seq derives from the stream order (SPEC §1, issue 14): the synced
+// fragments of a table's stream are numbered 1, 2, 3, … in stream order
+// (dense, across instances: TRUNCATE and DROP + re-create continue the
+// count), from the anchor the record holds: {Seq, XSeq} says that the
+// messages after stream sequence Seq number from XSeq+1 on. Every node
+// reads the same stream in the same order, so every node gives a fragment
+// the same number, without a lease, a lock or a round trip: the stream
+// leader's sequence, assigned at the replicated commit point, orders the
+// writers. The anchor moves only to a point every node numbers alike: to
+// the last message a purge removes (before the purge), to the end of the
+// stream at TRUNCATE and DROP (with the numbers reached there), and for a
+// new instance on a new or re-used stream, to the stream's end above the
+// floor PutTable is given (a re-created name's tombstone, the pruned
+// tombstones' floor). A message below a purge is therefore never needed
+// to number the ones after it.
+//
+// Append publishes every table's messages concurrently, without an
+// expected last sequence (two busy writers would conflict on every
+// commit), and waits for every acknowledgement (a JetStream ack is given
+// once the stream's quorum stored the message). A send without an
+// acknowledgement (leader election, lost connection) is sent again with
+// the same ids until Config.PublishTimeout: a single message the stream
+// stored meanwhile is a duplicate, acknowledged with its sequence; an
+// atomic batch it stored is refused as a duplicate and found by the
+// table's follower, which holds every Append message of this process.
+// Then the follower (below), which numbers every message as it reaches
+// it, has numbered the commit's first message: Append reads FirstSeq
+// from it, calls stamped, releases the held messages and returns once
+// the follower applied them to the cache. So stamped runs before any of
+// the commit is readable, and when Append returns every message before
+// the commit in the stream, another node's included, is applied: the
+// feed raises the watermark only over what this node applied, and "never
+// skip an in-flight writer" holds across nodes. A follower that does not
+// reach the acknowledged message within a second (a new leader still
+// applying its log) is waited for, counted in
+// ingestd_jetstream_stream_behind_total, until Config.PublishTimeout. On
+// any error nothing of the commit is applied to the cache by Append (the
+// held messages are released: if stored, they are numbered and applied
+// as any message, after a restart as a prefix of a crashed commit is in
+// badger).
 //
 // # Row cache
 //
 // Rows for drains and /rows are materialised from the streams into a
 // local badgerstore (Config.CacheDir/rows; one cache instance per table
 // instance, named after its id) through badgerstore.DB.ApplyAt, which
-// stores blocks at the x_seq numbers the messages carry. It is derived
-// state, written without fsync and rebuilt at every Open: the directory
-// is cleared, every live instance's messages are replayed in stream
-// order (an ordered consumer), then the record's cutoff is swept and its
-// horizon raised, so a rebuild does not bring aged rows back and a drain
-// below the horizon stays refused. Deleting the directory is therefore
+// stores blocks at the x_seq numbers the follower gives them. Each live
+// table has a follower (follow.go): a goroutine reading the table's
+// stream with an ordered consumer from the anchor on (nats.go recreates
+// it after a lost connection, from the last message it delivered), which
+// numbers every message, applies the live instance's to the cache, and
+// reports another process's block to the Follow callback (the feed). It
+// is derived state, written without fsync and rebuilt at every Open: the
+// directory is cleared, every live table's follower starts at its
+// anchor and Open waits until each has applied its stream up to where
+// the stream ended when Open looked, then the record's cutoff is swept
+// and its horizon raised, so a rebuild does not bring aged rows back and
+// a drain below the horizon stays refused. Deleting the directory is therefore
 // harmless. ReadSeq, ReadRows, SeqTime, LoadSeries, Horizon,
 // FirstSeqSince and TableStats are the cache's. A lock file
 // (LOCK.jsstore) keeps a second process off the same cache directory.
@@ -136,7 +165,8 @@
 // of the prefix of messages it left nothing of (purgeAged: a per-table
 // index of the running maximum of the messages' times says where that
 // prefix ends; all their synced fragments are below the horizon), when
-// that prefix holds at least Config.PurgeMinMessages sequences. Those
+// that prefix holds at least Config.PurgeMinMessages sequences; the
+// record's anchor moves to the prefix's last message first. Those
 // messages may hold the first use of series still in use, so the
 // instance's series dictionary is published again (one message of series
 // only) before the purge; a rebuild applies a repeated series as the
@@ -146,46 +176,57 @@
 //
 // # Concurrency
 //
-// The writer side (Append, the Tables calls, SweepBefore, RaiseHorizon)
-// is called by one goroutine at a time, as the contract says; Append's
-// publishes run concurrently per table. Everything else is safe for
-// concurrent use. Store.mu guards the maps of tables and each table's
-// record and highest x_seq as readers see them; closeMu's read side is
-// held by every call, its write side by Close.
+// The writer side (Append, the Tables calls, AddColumns, SeriesID,
+// SweepBefore, RaiseHorizon) is called by one goroutine at a time, as the
+// contract says; Append's publishes run concurrently per table, and each
+// live table's follower runs in its own goroutine. Everything else is
+// safe for concurrent use. Store.mu guards the maps of tables, each
+// table's record as readers and followers see it, and the Follow
+// callback; a table's follower.fmu its numbering, applied position, held
+// messages and age index (follower.fcond, on it, is broadcast at every
+// change: Append and Open wait on it); Store.cacheMu serializes the
+// cache's writer side (the followers' ApplyAt, the writer's DDL, sweeps
+// and horizons), which badgerstore calls one goroutine at a time.
+// Store.mu and fmu are never held together; cacheMu is taken with
+// neither. closeMu's read side is held by every call, its write side by
+// Close, which stops the followers before it closes the cache.
 //
-// # Phase 2: several ingestd nodes per cluster
+// # Several ingestd nodes
 //
-// What phase 2 must add, and why this design allows it:
+// Any number of ingestd processes may run on one cluster (with the same
+// --jetstream-prefix) and write the same tables (the fault tests of cmd/ingestd/crashtest run
+// two; TestTwoWritersNumberInStreamOrder here). The Store implements
+// store.Shared, which the feed discovers by a type assertion:
 //
-//   - Series dictionaries in the meta bucket, one key per (instance,
-//     series id), created with compare-and-set (KV Create) so two nodes
-//     never mint the same id for different tag sets; today the new series
-//     ride in the block message that first uses them (and in the
-//     dictionary messages a purge publishes), which is only correct with
-//     one writer. The block format keeps its series section.
-//   - Schemas (columns) updated with compare-and-set by every node: the
-//     record update of Append already is one, and on a conflict it reads
-//     the record again (update/reread); phase 2 merges the columns
-//     instead of keeping the higher lease only.
-//   - x_seq with several writers: numbers must follow stream order. Each
-//     node's Append already publishes with the expected last sequence and
-//     detects another writer's block (ErrConflict); phase 2 re-reads the
-//     stream's last message and numbers again above it before the feed
-//     learns the numbers, which needs the stamped callback moved after the
-//     sequence check (or a per-table lease of x_seq ranges in the record,
-//     already compare-and-set).
-//   - Every node applies every message to its cache: a subscription per
-//     table stream (an ordered consumer from the applied sequence, which
-//     the replay already is) keeps each node's cache following the other
-//     writers, and the watermark a node serves is what it applied.
-//   - Incremental catch-up instead of a full rebuild at Open: the cache
-//     records the stream sequence it applied per table (one more key in
-//     the same badger transaction as the block).
-//   - Purging below a horizon raised without removing rows (the feed's
-//     history trim): today only retention's sweeps purge.
-//   - The fault tests (cmd/ingestd/crashtest, TestJetStreamFaults and
-//     TestJetStreamLeaderKills: the real binary, natstest's Stop, Kill, Cut
-//     and Restart) already send writes and drains to a list of ingestd
-//     URLs and compare a drain from 0 through every node; phase 2 starts a
-//     second node in that list.
+//   - x_seq: by stream order (above). The design sketched before (publish
+//     with the expected last sequence, and on a conflict apply the other
+//     node's messages and number again above them) would cost two busy
+//     writers a conflict, a stream read and a second publish on nearly
+//     every commit; numbering by stream order costs no round trip, and
+//     keeps numbers dense, so --feed-history-fragments and consumer lag
+//     keep their meaning (a stream sequence times 2^k would not).
+//   - Columns: AddColumns merges new columns into the record's schema by
+//     name with compare-and-set; positions never change, so the feed asks
+//     before it uses a new column and takes the whole schema back (the
+//     other nodes' columns included). A follower that meets a block using
+//     a column it does not know reads the record again.
+//   - Series: SeriesID creates s.TID.HASH with KV Create; the loser of a
+//     race reads the winner's id (its counter number is a gap). The feed
+//     asks once per tag set new to it (three to four KV round trips), then
+//     keeps the id; the block carries the series too, so every node's
+//     cache and feed learn the tag set from the stream.
+//   - Tables: a node creating a name another node created meanwhile finds
+//     the record live under another instance id in its compare-and-set,
+//     and takes that instance (PutTable returns it; its follower catches
+//     up first).
+//   - Watermark: the Follow callback reports, after each block of another
+//     node is applied, the instance's metadata, the block's new series and
+//     the highest x_seq applied; the feed publishes them (feed/shared.go).
+//
+// Not followed yet: a table another node created that this node never
+// wrote (no KV watch of the records: such a table appears here after a
+// restart or this node's first write to it), and TRUNCATE, DROP or SET
+// SYNC through another node (this node keeps the old instance until it
+// restarts; its next write to it fails). The series keys of an ended
+// instance stay in the bucket.
 package jsstore

@@ -2,6 +2,7 @@ package jsstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -10,8 +11,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/nats-io/nats.go"
-	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -112,8 +111,8 @@ func streamMsgs(t *testing.T, s *Store, name string) uint64 {
 
 // TestRetrySameMessageIDStoredOnce publishes a commit's message, then
 // publishes it again as Append would after a lost acknowledgement (the
-// same message id, the same expected last sequence): the stream stores it
-// once, the second publish is a dedup hit and succeeds, and the rows are
+// same message id): the stream stores it once, the second publish is a
+// dedup hit that returns the first one's sequence, and the rows are
 // there once.
 func TestRetrySameMessageIDStoredOnce(t *testing.T) {
 	h := newHarness(t, 1)
@@ -123,33 +122,23 @@ func TestRetrySameMessageIDStoredOnce(t *testing.T) {
 	tab, err := s.live(m.ID)
 	require.NoError(t, err)
 	tc := commit(m, true, 100, 3, 1)
-	tc.FirstSeq = 1
-	j, err := s.prepare(tab, &tc)
+	j, err := s.prepare(tab, &tc, idAppend)
 	require.NoError(t, err)
 	require.Len(t, j.msgs, 1)
 
-	seq, dup, err := s.send(j.msgs, tab.lastSeq) // stored; its ack "lost"
+	seq, dup, err := s.send(j.msgs) // stored; its ack "lost"
 	require.NoError(t, err)
 	require.False(t, dup)
 
-	// Append's path: the same job published again (same message id, the
-	// same expected last sequence, which the stream has passed): settled
-	// as stored, not stored twice.
-	require.NoError(t, s.publish(&j))
-	require.Equal(t, seq, tab.lastSeq)
+	// Append's path: the same job published again: the stream's dedup
+	// answers with the stored message's sequence.
+	again, err := s.publish(&j)
+	require.NoError(t, err)
+	require.Equal(t, seq, again)
 	require.Equal(t, float64(1), testutil.ToFloat64(s.m.dedups))
 	require.Equal(t, uint64(1), streamMsgs(t, s, "dedup"), "stored once")
-
-	// The stream itself drops the id within the duplicate window, without
-	// any sequence check.
-	again := nats.NewMsg(j.msgs[0].Subject)
-	again.Header.Set(jetstream.MsgIDHeader, j.msgs[0].Header.Get(jetstream.MsgIDHeader))
-	again.Data = j.msgs[0].Data
-	ack, err := s.js.PublishMsg(ctx, again)
-	require.NoError(t, err)
-	require.True(t, ack.Duplicate, "the stream recognised the message id")
-	require.Equal(t, seq, ack.Sequence)
-	require.Equal(t, uint64(1), streamMsgs(t, s, "dedup"), "stored once")
+	tab.release(seq)
+	require.NoError(t, tab.await(time.Now().Add(time.Minute), func() bool { return tab.f.applied >= seq }))
 
 	// A rebuild from the stream holds the rows once.
 	require.NoError(t, s.Close())
@@ -160,95 +149,159 @@ func TestRetrySameMessageIDStoredOnce(t *testing.T) {
 	require.Equal(t, uint64(3), got.Seq[2].Seq)
 }
 
-// TestOtherWriterConflict has a second store (another ingestd node,
-// which phase 1 does not support) append to the same table: the first
-// node's next Append finds the stream moved under its expected last
-// sequence and a block that is not its own, refuses with ErrConflict
-// (nothing of it readable), and its following Append numbers above the
-// other block.
-func TestOtherWriterConflict(t *testing.T) {
+// TestTwoWritersNumberInStreamOrder has two stores (two ingestd nodes)
+// append to the same table at once: neither fails, the x_seq numbers are
+// unique and ascend in stream order, each store's cache holds the other's
+// rows, and both read the same pages.
+func TestTwoWritersNumberInStreamOrder(t *testing.T) {
 	h := newHarness(t, 1)
-	s := h.open(t, h.config(t))
-	t.Cleanup(func() { _ = s.Close() })
-	m := createTable(t, s, "conflict")
-	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 1, 2, 1)}, nil))
+	a := h.open(t, h.config(t))
+	t.Cleanup(func() { _ = a.Close() })
+	m := createTable(t, a, "two")
+	require.NoError(t, a.Append(ctx, []store.TableCommit{commit(m, true, 1, 2, 1)}, nil))
+	b := h.open(t, func() Config { c := h.cfgOf(a); c.CacheDir = t.TempDir(); return c }())
+	t.Cleanup(func() { _ = b.Close() })
 
-	// Another writer's block: Append refuses with ErrConflict and the
-	// next Append continues above it.
-	other := h.open(t, func() Config { c := h.cfgOf(s); c.CacheDir = t.TempDir(); return c }())
-	t.Cleanup(func() { _ = other.Close() })
-	om, err := other.live(m.ID)
-	require.NoError(t, err)
-	require.NoError(t, other.Append(ctx, []store.TableCommit{commit(store.TableMeta{ID: m.ID}, false, 30, 1, 1)}, nil))
-	foreign := om.xseq
-	refused := []store.TableCommit{commit(m, false, 40, 1, 1)}
-	err = s.Append(ctx, refused, nil)
-	require.ErrorIs(t, err, ErrConflict)
-	cs := []store.TableCommit{commit(m, false, 50, 1, 1)}
-	require.NoError(t, s.Append(ctx, cs, nil))
-	require.Greater(t, cs[0].FirstSeq, foreign, "never below another writer's numbers")
-	got := readAll(t, s, m.ID, 0, cs[0].FirstSeq)
-	require.Len(t, got.Seq, 3, "the refused commit is not readable (the other node's block is not applied here: phase 2)")
-	for _, r := range got.Seq {
-		require.NotEqual(t, refused[0].FirstSeq, r.Seq)
+	const rounds = 30
+	var (
+		wg     sync.WaitGroup
+		mu     sync.Mutex
+		firsts []uint64
+	)
+	for w, s := range []*Store{a, b} {
+		wg.Go(func() {
+			for i := range rounds {
+				cs := []store.TableCommit{commit(m, false, int64(1000*(w+1)+10*i), 3, 1)}
+				if !assertNoError(t, s.Append(ctx, cs, nil)) {
+					return
+				}
+				mu.Lock()
+				firsts = append(firsts, cs[0].FirstSeq)
+				mu.Unlock()
+			}
+		})
+	}
+	wg.Wait()
+	require.Len(t, firsts, 2*rounds)
+	seen := map[uint64]bool{}
+	for _, f := range firsts {
+		for k := range uint64(3) {
+			require.False(t, seen[f+k], "x_seq %d handed out twice", f+k)
+			seen[f+k] = true
+		}
+	}
+	_, last := a.tableByID(t, m.ID).position()
+	require.NoError(t, b.tableByID(t, m.ID).await(time.Now().Add(time.Minute), func() bool { return b.tableByID(t, m.ID).f.xseq >= last }))
+	ra, rb := readAll(t, a, m.ID, 0, last), readAll(t, b, m.ID, 0, last)
+	require.Len(t, ra.Seq, 2+2*rounds*3)
+	require.Equal(t, ra, rb, "both nodes read the same pages")
+	for i := 1; i < len(ra.Seq); i++ {
+		require.Greater(t, ra.Seq[i].Seq, ra.Seq[i-1].Seq)
 	}
 }
 
-// TestStreamBehindIsWaitedFor gives the store a view of the table's
-// stream two sequences ahead of what the stream reports, as after a
-// leader cut off and healed: the new leader answers from a store still
-// applying its log. Append must not take that for another writer
-// (ErrConflict stops ingestd): it waits, and once the stream reaches the
-// sequence it had acknowledged, the commit is published above it.
+// assertNoError reports err in a goroutine (require would stop the
+// wrong goroutine) and tells whether it was nil.
+func assertNoError(t *testing.T, err error) bool {
+	t.Helper()
+	if err != nil {
+		t.Errorf("unexpected error: %v", err)
+		return false
+	}
+	return true
+}
+
+// tableByID returns s's state of live instance tid.
+func (s *Store) tableByID(t *testing.T, tid uint64) *table {
+	t.Helper()
+	tb, err := s.live(tid)
+	require.NoError(t, err)
+	return tb
+}
+
+// TestOtherNodeTruncateRefusesWrites truncates a table through one store
+// (node): the other, which follows only the instances it knows, refuses
+// to write the old one from then on instead of acknowledging writes no
+// node reads.
+func TestOtherNodeTruncateRefusesWrites(t *testing.T) {
+	h := newHarness(t, 1)
+	a := h.open(t, h.config(t))
+	t.Cleanup(func() { _ = a.Close() })
+	m := createTable(t, a, "ended")
+	b := h.open(t, func() Config { c := h.cfgOf(a); c.CacheDir = t.TempDir(); return c }())
+	t.Cleanup(func() { _ = b.Close() })
+	require.NoError(t, b.Append(ctx, []store.TableCommit{commit(m, true, 1, 1, 1)}, nil), "b writes the live instance")
+	_, err := a.TruncateTable(ctx, m.ID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool {
+		err := b.Append(ctx, []store.TableCommit{commit(m, false, 2, 1, 1)}, nil)
+		return errors.Is(err, errEnded)
+	}, time.Minute, 20*time.Millisecond, "b refuses to write the truncated instance")
+}
+
+// TestStreamBehindIsWaitedFor keeps a node's follower from applying a
+// block another node wrote (its cache held, as a stream whose new leader
+// still applies its log delivers late): the node's next Append, which
+// the stream acknowledged above that block, waits for it instead of
+// failing or numbering below it, and returns once both are applied.
 func TestStreamBehindIsWaitedFor(t *testing.T) {
 	h := newHarness(t, 1)
 	s := h.open(t, h.config(t))
 	t.Cleanup(func() { _ = s.Close() })
 	m := createTable(t, s, "behind")
 	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 1, 2, 1)}, nil))
-	tb, err := s.live(m.ID)
-	require.NoError(t, err)
-	acked := tb.lastSeq + 2
-	tb.lastSeq = acked // the writer's own field: no Append runs now
+	other := h.open(t, func() Config { c := h.cfgOf(s); c.CacheDir = t.TempDir(); return c }())
+	t.Cleanup(func() { _ = other.Close() })
 
+	s.cacheMu.Lock()
+	foreign := []store.TableCommit{commit(m, false, 10, 1, 1)}
+	require.NoError(t, other.Append(ctx, foreign, nil))
 	done := make(chan error, 1)
-	cs := []store.TableCommit{commit(m, false, 10, 1, 1)}
+	cs := []store.TableCommit{commit(m, false, 20, 1, 1)}
 	go func() { done <- s.Append(ctx, cs, nil) }()
-	// The stream catches up: the two messages it had acknowledged appear.
 	require.Eventually(t, func() bool { return testutil.ToFloat64(s.m.behind) > 0 }, time.Minute, 10*time.Millisecond,
-		"the publish found the stream behind")
-	for range 2 {
-		_, err := s.js.Publish(ctx, subjectOf(tb.rec.Stream), []byte("applied late"))
-		require.NoError(t, err)
+		"the Append waited for its stream's consumer")
+	select {
+	case err := <-done:
+		t.Fatalf("Append returned before its block was applied: %v", err)
+	default:
 	}
-	require.NoError(t, <-done, "published once the stream caught up, not refused as another writer's")
-	require.Equal(t, acked+1, tb.lastSeq)
-	require.Equal(t, acked+1, streamMsgs(t, s, "behind"))
+	caught, err := s.CaughtUp(ctx, m.ID)
+	require.NoError(t, err)
+	require.False(t, caught, "the other node's block is not applied here yet")
+	s.cacheMu.Unlock()
+	require.NoError(t, <-done, "applied once the consumer caught up")
+	caught, err = s.CaughtUp(ctx, m.ID)
+	require.NoError(t, err)
+	require.True(t, caught)
+	require.Greater(t, cs[0].FirstSeq, foreign[0].FirstSeq)
+	got := readAll(t, s, m.ID, 0, cs[0].FirstSeq)
+	require.Len(t, got.Seq, 4, "the other node's block is applied here too")
 }
 
-// TestOpenFencesEarlierProcess opens a second store on a table another
-// process is still writing, as when ingestd is SIGKILLed and restarted
-// while the server still holds a publish it sent: once Open has returned,
-// a publish of the earlier process can no longer land (ErrConflict for
-// it), so the new process's first commit never finds the stream moved
-// under what it read (it stopped ingestd with ErrConflict before Open
-// fenced the stream).
-func TestOpenFencesEarlierProcess(t *testing.T) {
+// TestEarlierProcessLatePublishIsApplied opens a second store on a table
+// another process is still writing, as when ingestd is SIGKILLed and
+// restarted while the server still holds a publish it sent: the late
+// publish lands after Open read the stream, and is numbered and applied
+// like another node's block; the new process's first commit lands above
+// it (phase 1 stopped ingestd with ErrConflict, then fenced the stream).
+func TestEarlierProcessLatePublishIsApplied(t *testing.T) {
 	h := newHarness(t, 1)
 	old := h.open(t, h.config(t))
 	t.Cleanup(func() { _ = old.Close() })
-	m := createTable(t, old, "fenced")
+	m := createTable(t, old, "late")
 	require.NoError(t, old.Append(ctx, []store.TableCommit{commit(m, true, 1, 2, 1)}, nil))
 
 	s := h.open(t, func() Config { c := h.cfgOf(old); c.CacheDir = t.TempDir(); return c }())
 	t.Cleanup(func() { _ = s.Close() })
-	require.ErrorIs(t, old.Append(ctx, []store.TableCommit{commit(m, false, 10, 1, 1)}, nil), ErrConflict,
-		"the earlier process's publish no longer lands")
+	late := []store.TableCommit{commit(m, false, 10, 1, 1)}
+	require.NoError(t, old.Append(ctx, late, nil), "the earlier process's publish lands")
 	cs := []store.TableCommit{commit(m, false, 20, 1, 1)}
 	require.NoError(t, s.Append(ctx, cs, nil), "the new process's first commit")
+	require.Greater(t, cs[0].FirstSeq, late[0].FirstSeq)
 	got := readAll(t, s, m.ID, 0, cs[0].FirstSeq)
-	require.Len(t, got.Seq, 3, "the first commit's two rows and the new one's")
-	require.Equal(t, int64(20), got.Seq[2].Time)
+	require.Len(t, got.Seq, 4, "the first commit's two rows, the late one and the new one")
+	require.Equal(t, []int64{1, 2, 10, 20}, []int64{got.Seq[0].Time, got.Seq[1].Time, got.Seq[2].Time, got.Seq[3].Time})
 }
 
 // TestAtomicBatchAboveMaxPayload makes the largest message small, so a

@@ -16,23 +16,24 @@ const maxAgeEntries = 1 << 14
 
 // ageEntry says: every message of the live instance up to stream
 // sequence seq holds only fragments older than newest+1 (Unix
-// nanoseconds; the running maximum of their times).
+// nanoseconds; the running maximum of their times); xseq is the highest
+// x_seq numbered up to seq (the anchor of a purge there).
 type ageEntry struct {
-	seq    uint64
-	newest int64
+	seq, xseq uint64
+	newest    int64
 }
 
 // ageIndex is a table's live-instance messages in stream order, as
 // running maxima of their fragments' times: where a purge below a
-// retention cutoff may stop. Writer only.
+// retention cutoff may stop. Guarded by the table's f.fmu.
 type ageIndex struct {
 	entries []ageEntry
 	newest  int64 // the running maximum so far
 }
 
-// add records the message at seq holding frags (none: a message of new
-// series only, which changes nothing).
-func (a *ageIndex) add(seq uint64, frags []store.Fragment) {
+// add records the message at seq holding frags, numbered up to xseq
+// (none: a message of new series only, which changes nothing).
+func (a *ageIndex) add(seq, xseq uint64, frags []store.Fragment) {
 	if len(frags) == 0 {
 		return
 	}
@@ -43,7 +44,7 @@ func (a *ageIndex) add(seq uint64, frags []store.Fragment) {
 		a.newest = max(a.newest, frags[i].Time)
 	}
 	if n := len(a.entries); n > 0 && a.entries[n-1].newest == a.newest {
-		a.entries[n-1].seq = seq
+		a.entries[n-1].seq, a.entries[n-1].xseq = seq, xseq
 		return
 	}
 	if len(a.entries) == maxAgeEntries {
@@ -53,17 +54,17 @@ func (a *ageIndex) add(seq uint64, frags []store.Fragment) {
 		}
 		a.entries = kept
 	}
-	a.entries = append(a.entries, ageEntry{seq: seq, newest: a.newest})
+	a.entries = append(a.entries, ageEntry{seq: seq, xseq: xseq, newest: a.newest})
 }
 
-// below returns the highest stream sequence up to which every message is
-// older than cutoff and how many entries lead to it (0: none).
-func (a *ageIndex) below(cutoff int64) (seq uint64, n int) {
+// below returns the entry up to which every message is older than cutoff
+// and how many entries lead to it (0: none).
+func (a *ageIndex) below(cutoff int64) (e ageEntry, n int) {
 	for n < len(a.entries) && a.entries[n].newest < cutoff {
-		seq = a.entries[n].seq
+		e = a.entries[n]
 		n++
 	}
-	return seq, n
+	return e, n
 }
 
 // trim forgets the first n entries (their messages were purged).
@@ -74,12 +75,17 @@ func (a *ageIndex) trim(n int) { a.entries = append(a.entries[:0], a.entries[n:]
 // least Config.PurgeMinMessages stream sequences are behind that point.
 // The messages may hold the first use of series still in use, so it
 // first publishes the instance's whole series dictionary (a message of
-// series only) at the end of the stream; then it purges. A crash between
-// the two leaves a second copy of the dictionary, which a rebuild applies
-// as the same entries. Writer only.
+// series only) at the end of the stream, moves the record's anchor to
+// the last message purged (where every node numbers alike); then it
+// purges. A crash between leaves a second copy of the dictionary, which a
+// rebuild applies as the same entries, or messages below the anchor,
+// which a rebuild skips. Writer only.
 func (s *Store) purgeAged(t *table, cutoff int64) error {
 	tid := t.rec.Meta.ID
-	upto, n := t.ages.below(cutoff)
+	t.f.fmu.Lock()
+	at, n := t.ages.below(cutoff)
+	t.f.fmu.Unlock()
+	upto := at.seq
 	if n == 0 || upto < t.purged+uint64(s.cfg.PurgeMinMessages) {
 		return nil
 	}
@@ -91,13 +97,21 @@ func (s *Store) purgeAged(t *table, cutoff int64) error {
 	}
 	if len(series) > 0 {
 		snapshot := store.TableCommit{TableID: tid, NewSeries: series, CommitTime: time.Now().UnixNano()}
-		j, err := s.prepare(t, &snapshot)
+		j, err := s.prepare(t, &snapshot, idDictionary)
 		if err != nil {
 			return err
 		}
-		if err := s.publish(&j); err != nil {
+		if _, err := s.publish(&j); err != nil {
 			return err
 		}
+	}
+	err = s.update(t, func(r *record) {
+		if r.Anchor == nil || r.Anchor.Seq < upto {
+			r.Anchor = &anchor{Seq: upto, XSeq: at.xseq}
+		}
+	})
+	if err != nil {
+		return err
 	}
 	stream, err := s.js.Stream(ctx, t.rec.Stream)
 	if err != nil {
@@ -108,6 +122,8 @@ func (s *Store) purgeAged(t *table, cutoff int64) error {
 	}
 	s.m.purged.Add(float64(upto - t.purged))
 	t.purged = upto
+	t.f.fmu.Lock()
 	t.ages.trim(n)
+	t.f.fmu.Unlock()
 	return nil
 }

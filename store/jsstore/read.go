@@ -82,6 +82,8 @@ func (s *Store) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error)
 	if err := s.update(t, func(r *record) { r.Horizon = max(r.Horizon, h) }); err != nil {
 		return cur, err
 	}
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
 	return s.cache.RaiseHorizon(context.Background(), tid, h)
 }
 
@@ -96,7 +98,9 @@ func (s *Store) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFr
 		return store.SweepResult{}, err
 	}
 	defer s.leave()
+	s.cacheMu.Lock()
 	res, err := s.cache.SweepBefore(ctx, tid, cutoff, maxFragments)
+	s.cacheMu.Unlock()
 	if err != nil || res.Removed == 0 {
 		return res, err
 	}

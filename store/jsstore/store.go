@@ -14,7 +14,6 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
-	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -26,11 +25,6 @@ import (
 	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/badgerstore"
 )
-
-// seqLeaseChunk is how many x_seq numbers one durable lease (the record's
-// Meta.Seq) reserves beyond what a commit needs, as badgerstore does: one
-// KV update per this many fragments per table.
-const seqLeaseChunk = 1 << 16
 
 // opTimeout bounds one metadata operation (a KV read or update, a stream
 // lookup); PublishTimeout bounds a commit's publish.
@@ -44,8 +38,11 @@ type record struct {
 	// UTF-8 in Meta.Name).
 	Name []byte `json:"name"`
 	// Meta is the live instance's metadata or the tombstone; Meta.Seq is
-	// the x_seq lease: no number at or below it is handed out again.
+	// a floor: no number at or below it is handed out again.
 	Meta store.TableMeta `json:"meta"`
+	// Anchor is where the x_seq numbering of the name's stream stands
+	// (follow.go); nil: from the stream's start, above Meta.Seq.
+	Anchor *anchor `json:"anchor,omitempty"`
 	// Stream is the name's stream (streamName(Name)).
 	Stream string `json:"stream"`
 	// Born is the id of the instance that created the name (kept by
@@ -55,20 +52,27 @@ type record struct {
 	// trimmed); Cutoff, when set, the highest retention cutoff swept.
 	Horizon uint64 `json:"horizon,omitempty"`
 	Cutoff  *int64 `json:"cutoff,omitempty"`
+	// Writer is the id of the process that wrote the record last (the
+	// record watcher skips this process's own updates).
+	Writer string `json:"writer,omitempty"`
 }
 
 // table is the in-memory state of one table name.
 type table struct {
 	rec record
 	rev uint64 // rec's revision in the bucket (0: not stored)
-	// lastSeq is the stream's last sequence as this node saw it (the
-	// expected last sequence of its next publish); xseq is the highest
-	// x_seq assigned; commits numbers this process's commits (message ids).
-	lastSeq, xseq, commits uint64
-	// ages places the live instance's messages in time, purged is the
-	// stream sequence up to which they were purged (purgeAged). Writer only.
+	// commits numbers this process's commits (message ids). Writer only.
+	commits uint64
+	// f follows the stream into the cache (follow.go).
+	f follower
+	// ages places the live instance's messages in time (guarded by
+	// f.fmu: the follower adds, the writer reads), purged is the stream
+	// sequence up to which they were purged (purgeAged; writer only).
 	ages   ageIndex
 	purged uint64
+	// ended is set (under Store.mu) when another process ended the live
+	// instance (watch.go).
+	ended bool
 }
 
 // Store is the JetStream backend of store.Backend (doc.go). The writer
@@ -88,9 +92,20 @@ type Store struct {
 	// maxMsg is the largest block message body.
 	maxMsg int
 
+	// cacheMu serializes the cache's writer side (the followers' applies,
+	// the writer's DDL, sweeps and horizons): one goroutine at a time, as
+	// badgerstore's contract asks.
+	cacheMu sync.Mutex
+
 	mu     sync.Mutex        // guards byName and byTID (the writer changes them, readers look)
 	byName map[string]*table // every name with a record
 	byTID  map[uint64]*table // live instances
+	// followFn is store.Shared's Follow callback (nil: none); mu guards it.
+	followFn func(store.Followed)
+
+	// stopWatch ends the record watcher; watchDone is closed when it ended.
+	stopWatch context.CancelFunc
+	watchDone chan struct{}
 
 	// sw moves the connection off a server JetStream is unreachable
 	// through (switch.go).
@@ -117,7 +132,7 @@ func newMetrics() metrics {
 		publishes: c("ingestd_jetstream_publishes_total", "Block messages the streams acknowledged."),
 		retries:   c("ingestd_jetstream_publish_retries_total", "Publishes sent again after no acknowledgement or an expected-last-sequence mismatch."),
 		dedups:    c("ingestd_jetstream_dedup_hits_total", "Publishes found already stored by their message id (an acknowledgement lost)."),
-		behind:    c("ingestd_jetstream_stream_behind_total", "Failed publishes after which the stream's last sequence was below what it had acknowledged (a new leader still applying its log); the publish waits and is sent again."),
+		behind:    c("ingestd_jetstream_stream_behind_total", "Appends whose acknowledged blocks the table's stream consumer had not delivered within a second (a new leader still applying its log, or a busy cache); the Append waits for them."),
 		catchup:   c("ingestd_jetstream_catchup_messages_total", "Block messages applied to the local row cache from the streams at start."),
 		purged:    c("ingestd_jetstream_purged_sequences_total", "Stream sequences purged below a retention cutoff (messages retention left nothing of)."),
 		switches:  c("ingestd_jetstream_server_switches_total", "Reconnects to another NATS server forced after JetStream was unreachable through the connected one for --jetstream-switch-after."),
@@ -186,6 +201,12 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 	if err := s.load(); err != nil {
 		return nil, err
 	}
+	watchCtx, stop := context.WithCancel(context.Background())
+	s.stopWatch, s.watchDone = stop, make(chan struct{})
+	go func() {
+		defer close(s.watchDone)
+		s.watchRecords(watchCtx)
+	}()
 	if reg != nil {
 		reg.MustRegister(s.m.publishes, s.m.retries, s.m.dedups, s.m.behind, s.m.catchup, s.m.purged, s.m.switches)
 	}
@@ -199,6 +220,23 @@ func randomID() string {
 	var b [16]byte
 	_, _ = rand.Read(b[:]) // crypto/rand.Read never fails (Go 1.24)
 	return hex.EncodeToString(b[:])
+}
+
+// abandonFollowers stops the record watcher and every table's follower.
+func (s *Store) abandonFollowers() {
+	if s.stopWatch != nil {
+		s.stopWatch()
+		<-s.watchDone
+	}
+	s.mu.Lock()
+	tables := make([]*table, 0, len(s.byName))
+	for _, t := range s.byName {
+		tables = append(tables, t)
+	}
+	s.mu.Unlock()
+	for _, t := range tables {
+		t.stopFollower()
+	}
 }
 
 // lockFile takes an exclusive advisory lock on path.
@@ -220,6 +258,7 @@ func lockFile(path string) (*os.File, error) {
 // abandon releases what Open took without writing anything (a failed
 // Open, or a test's crash).
 func (s *Store) abandon() {
+	s.abandonFollowers()
 	if s.cache != nil {
 		_ = s.cache.Close()
 	}
@@ -410,8 +449,9 @@ func (s *Store) consumersKey(name string, born uint64) string {
 
 const nextTIDKey = "next_tid"
 
-// load reads every table record, then rebuilds the cache of each live
-// instance from its stream (catchUp).
+// load reads every table record, then starts each live instance's
+// follower and waits until it has applied its stream up to where the
+// stream ended (catchUp).
 func (s *Store) load() error {
 	if err := s.retry(s.loadRecords); err != nil {
 		return fmt.Errorf("jsstore: list tables: %w", err)
@@ -448,7 +488,6 @@ func (s *Store) loadRecords(ctx context.Context) error {
 			return &store.CorruptionError{Key: []byte(e.Key()), Err: err}
 		}
 		t.rec.Meta.Name = string(t.rec.Name)
-		t.xseq = t.rec.Meta.Seq
 		s.byName[t.rec.Meta.Name] = t
 		if !t.rec.Meta.Dropped {
 			s.byTID[t.rec.Meta.ID] = t
@@ -462,13 +501,14 @@ func cacheMeta(tid uint64) store.TableMeta {
 	return store.TableMeta{Name: "i" + strconv.FormatUint(tid, 16), ID: tid, Sync: true, Epoch: 1}
 }
 
-// catchUp applies every message of t's live instance in its stream to
-// the cache, then the retention the record holds (the sweeps and horizon
-// of before the restart), and sets t's stream position and x_seq.
+// catchUp starts t's follower at the record's anchor and waits until it
+// has applied the stream up to the last sequence it had when looked at,
+// then applies the retention the record holds (the sweeps and horizon of
+// before the restart): a node never serves a drain above what it applied.
 func (s *Store) catchUp(t *table) error {
 	ctx := context.Background()
 	tid := t.rec.Meta.ID
-	if _, err := s.cache.PutTable(ctx, cacheMeta(tid)); err != nil {
+	if err := s.cachePut(cacheMeta(tid)); err != nil {
 		return err
 	}
 	var stream jetstream.Stream
@@ -480,19 +520,31 @@ func (s *Store) catchUp(t *table) error {
 		return fmt.Errorf("jsstore: stream %s of table %q: %w", t.rec.Stream, t.rec.Meta.Name, err)
 	}
 	info := stream.CachedInfo()
-	t.lastSeq = info.State.LastSeq
-	t.purged = info.State.FirstSeq - min(info.State.FirstSeq, 1)
-	if info.State.Msgs > 0 {
-		if err := s.replay(t, stream, info.State.FirstSeq, info.State.LastSeq); err != nil {
-			return err
-		}
+	a := t.anchor()
+	if info.State.Msgs > 0 && info.State.FirstSeq > a.Seq+1 {
+		return &store.CorruptionError{Key: []byte(t.rec.Stream), Err: fmt.Errorf("stream purged up to %d, its numbering anchored at %d", info.State.FirstSeq-1, a.Seq)}
 	}
-	if err := s.fence(t, stream); err != nil {
-		return fmt.Errorf("jsstore: stream %s of table %q: %w", t.rec.Stream, t.rec.Meta.Name, err)
+	t.purged = a.Seq
+	last := info.State.LastSeq
+	s.startFollower(t, a.Seq+1, a.XSeq, last)
+	// Waited for until Config.PublishTimeout passes without progress (a
+	// leader election cuts a long replay; the follower resumes it).
+	for from := a.Seq; ; {
+		err := t.await(time.Now().Add(s.cfg.PublishTimeout), func() bool { return t.f.applied >= last || t.f.applied > from })
+		applied, _ := t.position()
+		if err != nil {
+			return fmt.Errorf("jsstore: catch up with stream %s: %w", t.rec.Stream, err)
+		}
+		if applied >= last {
+			break
+		}
+		from = applied
 	}
 	if t.rec.Cutoff != nil {
 		for {
+			s.cacheMu.Lock()
 			res, err := s.cache.SweepBefore(ctx, tid, *t.rec.Cutoff, 1<<16)
+			s.cacheMu.Unlock()
 			if err != nil {
 				return err
 			}
@@ -502,160 +554,31 @@ func (s *Store) catchUp(t *table) error {
 		}
 	}
 	if t.rec.Horizon > 1 {
-		if _, err := s.cache.RaiseHorizon(ctx, tid, t.rec.Horizon); err != nil {
+		s.cacheMu.Lock()
+		_, err := s.cache.RaiseHorizon(ctx, tid, t.rec.Horizon)
+		s.cacheMu.Unlock()
+		if err != nil {
 			return err
 		}
 	}
 	return nil
 }
 
-// fence publishes an empty block to t's stream expecting the last sequence
-// catchUp replayed. A publish that a previous process on this cache left
-// in flight (SIGKILLed mid-commit: the server still commits what it had
-// received) carries the expected last sequence of its own time, so once
-// the fence is stored none of them can land any more; one that landed
-// before it makes the fence fail (wrong last sequence, or the stream found
-// longer) and is replayed, and the fence is sent again. Without it such a
-// late message lands above what this process read, and its first commit
-// finds the stream moved (ErrConflict) or, worse, reuses a series id the
-// late message defines. Retried until Config.PublishTimeout.
-func (s *Store) fence(t *table, stream jetstream.Stream) error {
-	id := s.node + ".fence." + strconv.FormatUint(t.rec.Meta.ID, 10)
-	deadline := time.Now().Add(s.cfg.PublishTimeout)
-	wait := 50 * time.Millisecond
-	for {
-		m := nats.NewMsg(subjectOf(t.rec.Stream))
-		m.Header.Set(jetstream.MsgIDHeader, id)
-		m.Header.Set(hdrInstance, strconv.FormatUint(t.rec.Meta.ID, 10))
-		m.Header.Set(hdrFirstSeq, "0")
-		m.Header.Set(hdrCount, "0")
-		m.Header.Set(hdrCommitTime, strconv.FormatInt(time.Now().UnixNano(), 10))
-		m.Data = appendBody(nil, nil, nil, nil)
-		began := time.Now()
-		seq, _, err := s.send([]*nats.Msg{m}, t.lastSeq)
-		if err == nil {
-			s.succeeded()
-			t.lastSeq = seq
-			return nil
-		}
-		done, serr := s.settleFence(t, stream, id)
-		if serr == nil && done {
-			s.succeeded()
-			return nil
-		}
-		s.failed(began)
-		if time.Now().Add(wait).After(deadline) {
-			return fmt.Errorf("fence: %w", errors.Join(err, serr))
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, time.Second)
+// anchor returns where t's numbering stands in its record: the anchor, or
+// the stream's start above the record's floor.
+func (t *table) anchor() anchor {
+	if t.rec.Anchor != nil {
+		return *t.rec.Anchor
 	}
+	return anchor{XSeq: t.rec.Meta.Seq}
 }
 
-// settleFence looks at t's stream after a fence that failed: done when
-// the fence (message id id) is its last message; otherwise it replays
-// what landed above t.lastSeq.
-func (s *Store) settleFence(t *table, stream jetstream.Stream, id string) (done bool, err error) {
-	ctx, cancel := context.WithTimeout(context.Background(), sendTimeout)
-	defer cancel()
-	info, err := stream.Info(ctx)
-	if err != nil {
-		return false, err
-	}
-	last := info.State.LastSeq
-	if last <= t.lastSeq {
-		return false, nil // not stored; or a leader still applying its log
-	}
-	msg, err := stream.GetMsg(ctx, last)
-	if err != nil {
-		return false, err
-	}
-	if msg.Header.Get(jetstream.MsgIDHeader) == id && last == t.lastSeq+1 {
-		t.lastSeq = last
-		return true, nil
-	}
-	if err := s.replay(t, stream, t.lastSeq+1, last); err != nil {
-		return false, err
-	}
-	t.lastSeq = last
-	return false, nil
-}
-
-// replay reads t's stream from first to last with an ordered consumer and
-// applies the live instance's messages to the cache. A transient failure
-// (a leader election: JetStream temporarily unavailable, no responders)
-// resumes after the last message applied, until Config.PublishTimeout has
-// passed without progress.
-func (s *Store) replay(t *table, stream jetstream.Stream, first, last uint64) error {
-	deadline := time.Now().Add(s.cfg.PublishTimeout)
-	wait := 50 * time.Millisecond
-	for next := first; ; {
-		began, from := time.Now(), next
-		err := s.replayFrom(t, stream, &next, last)
-		if err == nil || !transient(err) {
-			return err
-		}
-		s.failed(began)
-		if next > from { // progress: a new bound
-			deadline, wait = time.Now().Add(s.cfg.PublishTimeout), 50*time.Millisecond
-		}
-		if time.Now().Add(wait).After(deadline) {
-			return err
-		}
-		time.Sleep(wait)
-		wait = min(2*wait, time.Second)
-	}
-}
-
-// replayFrom is one attempt of replay from *next, which it advances past
-// every message it applied.
-func (s *Store) replayFrom(t *table, stream jetstream.Stream, next *uint64, last uint64) error {
-	ctx, cancel := context.WithCancel(context.Background())
-	defer cancel()
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: *next})
-	if err != nil {
-		return fmt.Errorf("jsstore: read stream %s: %w", t.rec.Stream, err)
-	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(512))
-	if err != nil {
-		return fmt.Errorf("jsstore: read stream %s: %w", t.rec.Stream, err)
-	}
-	defer it.Stop()
-	for {
-		msg, err := it.Next()
-		if err != nil {
-			return fmt.Errorf("jsstore: read stream %s: %w", t.rec.Stream, err)
-		}
-		md, err := msg.Metadata()
-		if err != nil {
-			return fmt.Errorf("jsstore: read stream %s: %w", t.rec.Stream, err)
-		}
-		tc, err := decodeMessage(msg.Headers(), msg.Data())
-		if err != nil {
-			return &store.CorruptionError{Key: []byte(fmt.Sprintf("%s#%d", t.rec.Stream, md.Sequence.Stream)), Err: err}
-		}
-		if tc.FirstSeq != 0 {
-			s.raiseXSeq(t, tc.FirstSeq+uint64(len(tc.Fragments))-1)
-		}
-		if tc.TableID == t.rec.Meta.ID && (len(tc.NewSeries) > 0 || len(tc.Fragments) > 0) { // not a fence
-			if err := s.cache.ApplyAt(ctx, []store.TableCommit{tc}); err != nil {
-				return err
-			}
-			t.ages.add(md.Sequence.Stream, tc.Fragments)
-			s.m.catchup.Inc()
-		}
-		*next = md.Sequence.Stream + 1
-		if md.Sequence.Stream >= last {
-			return nil
-		}
-	}
-}
-
-// raiseXSeq raises t's highest assigned x_seq to at least seq.
-func (s *Store) raiseXSeq(t *table, seq uint64) {
-	s.mu.Lock()
-	t.xseq = max(t.xseq, seq)
-	s.mu.Unlock()
+// cachePut creates an instance's table in the cache.
+func (s *Store) cachePut(m store.TableMeta) error {
+	s.cacheMu.Lock()
+	defer s.cacheMu.Unlock()
+	_, err := s.cache.PutTable(context.Background(), m)
+	return err
 }
 
 // enter admits a call: ErrClosed after Close, ctx.Err() when ctx ended.
@@ -675,9 +598,7 @@ func (s *Store) enter(ctx context.Context) error {
 
 func (s *Store) leave() { s.closeMu.RUnlock() }
 
-// Close records each live table's exact x_seq as its lease (a restart
-// then burns no numbers; a failure only skips numbers), closes the cache
-// and the connection. In-flight calls finish first; every later call,
+// Close stops the followers, closes the cache and the connection. In-flight calls finish first; every later call,
 // Close included, returns store.ErrClosed.
 func (s *Store) Close() error {
 	s.closeMu.Lock()
@@ -687,34 +608,10 @@ func (s *Store) Close() error {
 	}
 	s.closed = true
 	s.closeMu.Unlock()
-	for _, t := range s.liveTables() {
-		if lease := t.rec.Meta.Seq; lease > t.xseq {
-			err := s.update(t, func(r *record) {
-				if r.Meta.Seq == lease { // not raised by another process meanwhile
-					r.Meta.Seq = t.xseq
-				}
-			})
-			if err != nil { // the cluster is away: do not wait for it once per table
-				s.logger.Warn("x_seq leases not released: a restart skips the unused numbers", "table", t.rec.Meta.Name, "err", err)
-				break
-			}
-		}
-	}
+	s.abandonFollowers()
 	err := s.cache.Close()
 	s.nc.Close() // every publish was acknowledged: nothing is pending
 	return errors.Join(err, s.lock.Close())
-}
-
-// liveTables returns the live tables, ordered by name.
-func (s *Store) liveTables() []*table {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	out := make([]*table, 0, len(s.byTID))
-	for _, t := range s.byTID {
-		out = append(out, t)
-	}
-	slices.SortFunc(out, func(a, b *table) int { return strings.Compare(a.rec.Meta.Name, b.rec.Meta.Name) })
-	return out
 }
 
 // update applies change to t's record and stores it with compare-and-set
@@ -728,6 +625,7 @@ func (s *Store) update(t *table, change func(*record)) error {
 		rec := t.rec
 		rec.Meta.Columns = slices.Clone(rec.Meta.Columns)
 		change(&rec)
+		rec.Writer = s.node
 		v, err := json.Marshal(rec)
 		if err != nil {
 			return err
@@ -758,7 +656,7 @@ func (s *Store) update(t *table, change func(*record)) error {
 }
 
 // reread loads t's record from the bucket after a compare-and-set
-// conflict, keeping the higher lease.
+// conflict, keeping the higher floor.
 func (s *Store) reread(ctx context.Context, t *table, key string) error {
 	e, err := s.meta.Get(ctx, key)
 	if errors.Is(err, jetstream.ErrKeyNotFound) {

@@ -16,7 +16,8 @@ import (
 
 // LoadTables implements store.Loader from the records read at Open and
 // kept since: every table, tombstones included, ordered by name; a live
-// table's Seq is its lease (at least every number assigned).
+// table's Seq is the highest number its follower has numbered (at least
+// every number this node assigned).
 func (s *Store) LoadTables(ctx context.Context) ([]store.TableMeta, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
@@ -29,7 +30,8 @@ func (s *Store) LoadTables(ctx context.Context) ([]store.TableMeta, error) {
 		m := t.rec.Meta
 		m.Columns = slices.Clone(m.Columns)
 		if !m.Dropped {
-			m.Seq = max(m.Seq, t.xseq)
+			_, xseq := t.position()
+			m.Seq = max(m.Seq, xseq)
 		}
 		out = append(out, m)
 	}
@@ -58,34 +60,39 @@ func (s *Store) NewTableID(ctx context.Context) (uint64, error) {
 	return s.newTableID()
 }
 
-func (s *Store) newTableID() (uint64, error) {
+func (s *Store) newTableID() (uint64, error) { return s.counter(nextTIDKey, "table id") }
+
+// counter returns the next number of the counter at key in the meta
+// bucket (1 first), raised with compare-and-set: never the same number
+// twice, across restarts and processes; what names the number in errors.
+func (s *Store) counter(key, what string) (uint64, error) {
 	for range 16 {
 		var (
 			e   jetstream.KeyValueEntry
 			rev uint64
 		)
 		err := s.retry(func(ctx context.Context) (err error) {
-			e, err = s.meta.Get(ctx, nextTIDKey)
+			e, err = s.meta.Get(ctx, key)
 			return err
 		})
 		id := uint64(1)
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil:
-			return 0, fmt.Errorf("jsstore: table id: %w", err)
+			return 0, fmt.Errorf("jsstore: %s: %w", what, err)
 		default:
 			if id, err = strconv.ParseUint(string(e.Value()), 10, 64); err != nil {
-				return 0, &store.CorruptionError{Key: []byte(nextTIDKey), Err: err}
+				return 0, &store.CorruptionError{Key: []byte(key), Err: err}
 			}
 			rev = e.Revision()
 		}
-		// An attempt whose answer was lost burns an id, never repeats one.
+		// An attempt whose answer was lost burns a number, never repeats one.
 		err = s.retry(func(ctx context.Context) (err error) {
 			next := []byte(strconv.FormatUint(id+1, 10))
 			if rev == 0 {
-				_, err = s.meta.Create(ctx, nextTIDKey, next)
+				_, err = s.meta.Create(ctx, key, next)
 			} else {
-				_, err = s.meta.Update(ctx, nextTIDKey, next, rev)
+				_, err = s.meta.Update(ctx, key, next, rev)
 			}
 			return err
 		})
@@ -93,10 +100,10 @@ func (s *Store) newTableID() (uint64, error) {
 			return id, nil
 		}
 		if !isConflict(err) {
-			return 0, fmt.Errorf("jsstore: table id: %w", err)
+			return 0, fmt.Errorf("jsstore: %s: %w", what, err)
 		}
 	}
-	return 0, errors.New("jsstore: table id: too many concurrent updates")
+	return 0, fmt.Errorf("jsstore: %s: too many concurrent updates", what)
 }
 
 // PutTable implements store.Tables with one compare-and-set update of the
@@ -112,7 +119,9 @@ func (s *Store) PutTable(ctx context.Context, m store.TableMeta) (store.TableMet
 }
 
 // putTable writes m (PutTable, or the Meta of an Append's commit) and
-// returns it as stored with its table. Writer only.
+// returns it as stored with its table. A new instance gets the name's
+// stream (created when missing), an anchor at the stream's end above the
+// tombstone's and m's Seq, and a follower. Writer only.
 func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 	s.mu.Lock()
 	t := s.byName[m.Name]
@@ -120,11 +129,23 @@ func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 	m.Columns = slices.Clone(m.Columns)
 	m.Dropped = false
 	if t != nil && !t.rec.Meta.Dropped {
-		if t.rec.Meta.ID != m.ID {
-			return store.TableMeta{}, nil, fmt.Errorf("jsstore: table %q is live as instance %d, not %d", m.Name, t.rec.Meta.ID, m.ID)
+		if t.rec.Meta.ID != m.ID { // created by another process, or before: that instance is the table
+			s.mu.Lock()
+			live := t.rec.Meta
+			s.mu.Unlock()
+			live.Columns = slices.Clone(live.Columns)
+			return live, t, nil
 		}
+		s.mu.Lock()
+		ended := t.ended
+		s.mu.Unlock()
+		if ended {
+			return store.TableMeta{}, nil, fmt.Errorf("jsstore: table %q: %w", m.Name, errEnded)
+		}
+		_, xseq := t.position()
 		err := s.update(t, func(r *record) {
-			m.Seq = max(m.Seq, r.Meta.Seq, t.xseq)
+			m.Seq = max(m.Seq, r.Meta.Seq, xseq)
+			m.Columns = mergeColumns(r.Meta.Columns, m.Columns)
 			r.Meta = m
 		})
 		return m, t, err
@@ -140,30 +161,68 @@ func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 		}
 		m.Epoch = max(m.Epoch, t.rec.Meta.Epoch+bump)
 	}
-	if err := s.ensureStream(t); err != nil {
+	last, err := s.ensureStream(t)
+	if err != nil {
 		return store.TableMeta{}, nil, err
 	}
-	if _, err := s.cache.PutTable(context.Background(), cacheMeta(m.ID)); err != nil {
+	if err := s.cachePut(cacheMeta(m.ID)); err != nil {
 		return store.TableMeta{}, nil, err
 	}
-	err := s.update(t, func(r *record) {
-		r.Meta, r.Born, r.Horizon, r.Cutoff = m, m.ID, 0, nil
+	a := anchor{Seq: last, XSeq: m.Seq}
+	adopt := false
+	err = s.update(t, func(r *record) {
+		// Another process created the name meanwhile: its instance is
+		// the table (Shared: the caller takes the returned id).
+		if adopt = !r.Meta.Dropped && r.Meta.ID != 0 && r.Meta.ID != m.ID; !adopt {
+			r.Meta, r.Born, r.Horizon, r.Cutoff, r.Anchor = m, m.ID, 0, nil, &a
+		}
 	})
 	if err != nil {
 		return store.TableMeta{}, nil, err
 	}
+	if adopt {
+		return s.adopt(t)
+	}
+	t.purged = last
+	s.startFollower(t, last+1, m.Seq, 0)
 	s.mu.Lock()
-	t.xseq = max(t.xseq, m.Seq)
 	s.byName[m.Name] = t
 	s.byTID[m.ID] = t
 	s.mu.Unlock()
 	return m, t, nil
 }
 
+// adopt makes t's record, a live instance another process created, this
+// store's: its follower catches up with the stream before it returns.
+func (s *Store) adopt(t *table) (store.TableMeta, *table, error) {
+	m := t.rec.Meta
+	m.Columns = slices.Clone(m.Columns)
+	s.mu.Lock()
+	s.byName[m.Name] = t
+	s.byTID[m.ID] = t
+	s.mu.Unlock()
+	if err := s.catchUp(t); err != nil {
+		return store.TableMeta{}, nil, err
+	}
+	return m, t, nil
+}
+
+// mergeColumns returns have with the columns of add it lacks (by name)
+// appended: another process's columns keep their positions.
+func mergeColumns(have, add []store.Column) []store.Column {
+	out := slices.Clone(have)
+	for _, c := range add {
+		if !slices.ContainsFunc(out, func(o store.Column) bool { return o.Name == c.Name }) {
+			out = append(out, c)
+		}
+	}
+	return out
+}
+
 // ensureStream creates t's stream when missing (file storage, the
-// store's replicas, atomic batches, the duplicate window) and reads its
+// store's replicas, atomic batches, the duplicate window) and returns its
 // last sequence.
-func (s *Store) ensureStream(t *table) error {
+func (s *Store) ensureStream(t *table) (uint64, error) {
 	var stream jetstream.Stream
 	err := s.retry(func(ctx context.Context) (err error) {
 		stream, err = s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
@@ -174,10 +233,9 @@ func (s *Store) ensureStream(t *table) error {
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("jsstore: create stream %s for table %q: %w", t.rec.Stream, t.rec.Meta.Name, err)
+		return 0, fmt.Errorf("jsstore: create stream %s for table %q: %w", t.rec.Stream, t.rec.Meta.Name, err)
 	}
-	t.lastSeq = stream.CachedInfo().State.LastSeq
-	return nil
+	return stream.CachedInfo().State.LastSeq, nil
 }
 
 // TruncateTable implements store.Tables: one update of the record puts a
@@ -195,14 +253,15 @@ func (s *Store) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta,
 	if err != nil {
 		return store.TableMeta{}, err
 	}
-	if _, err := s.cache.PutTable(context.Background(), cacheMeta(id)); err != nil {
+	if err := s.cachePut(cacheMeta(id)); err != nil {
 		return store.TableMeta{}, err
 	}
+	applied, xseq := t.position()
 	var m store.TableMeta
 	err = s.update(t, func(r *record) {
 		old := r.Meta
-		m = store.TableMeta{Name: old.Name, ID: id, Sync: old.Sync, Epoch: old.Epoch + 1, Seq: max(old.Seq, t.xseq), Retention: old.Retention}
-		r.Meta, r.Horizon, r.Cutoff = m, 0, nil
+		m = store.TableMeta{Name: old.Name, ID: id, Sync: old.Sync, Epoch: old.Epoch + 1, Seq: max(old.Seq, xseq), Retention: old.Retention}
+		r.Meta, r.Horizon, r.Cutoff, r.Anchor = m, 0, nil, &anchor{Seq: applied, XSeq: xseq}
 	})
 	if err != nil {
 		return store.TableMeta{}, err
@@ -225,14 +284,16 @@ func (s *Store) DropTable(ctx context.Context, tid uint64) (store.TableMeta, err
 	}
 	defer s.leave()
 	born := t.rec.Born
+	applied, xseq := t.position()
 	var tomb store.TableMeta
 	err = s.update(t, func(r *record) {
-		tomb = store.TableMeta{Name: r.Meta.Name, Epoch: r.Meta.Epoch, Seq: max(r.Meta.Seq, t.xseq), Dropped: true}
-		r.Meta, r.Born, r.Horizon, r.Cutoff = tomb, 0, 0, nil
+		tomb = store.TableMeta{Name: r.Meta.Name, Epoch: r.Meta.Epoch, Seq: max(r.Meta.Seq, xseq), Dropped: true}
+		r.Meta, r.Born, r.Horizon, r.Cutoff, r.Anchor = tomb, 0, 0, nil, &anchor{Seq: applied, XSeq: xseq}
 	})
 	if err != nil {
 		return store.TableMeta{}, err
 	}
+	t.stopFollower()
 	s.mu.Lock()
 	delete(s.byTID, tid)
 	s.mu.Unlock()
@@ -243,21 +304,28 @@ func (s *Store) DropTable(ctx context.Context, tid uint64) (store.TableMeta, err
 }
 
 // endInstance removes ended instance tid's rows from the cache and purges
-// its messages from the stream (the stream's sequence keeps running). A
-// purge that fails is only logged: the messages are ignored by id.
+// the stream up to the sequence the record's new anchor names (the
+// stream's sequence keeps running). A purge that fails is only logged:
+// the messages are ignored by id.
 func (s *Store) endInstance(t *table, tid uint64) error {
+	t.f.fmu.Lock()
 	t.ages = ageIndex{}
-	if _, err := s.cache.DropTable(context.Background(), tid); err != nil {
+	t.f.fmu.Unlock()
+	s.cacheMu.Lock()
+	_, err := s.cache.DropTable(context.Background(), tid)
+	s.cacheMu.Unlock()
+	if err != nil {
 		return err
 	}
+	upto := t.anchor().Seq
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
 	stream, err := s.js.Stream(ctx, t.rec.Stream)
 	if err == nil {
-		err = stream.Purge(ctx, jetstream.WithPurgeSequence(t.lastSeq+1))
+		err = stream.Purge(ctx, jetstream.WithPurgeSequence(upto+1))
 	}
 	if err == nil {
-		t.purged = t.lastSeq
+		t.purged = upto
 	} else {
 		s.logger.Warn("stream not purged of an ended table instance (its messages are ignored)", "stream", t.rec.Stream, "err", err)
 	}

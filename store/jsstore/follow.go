@@ -1,0 +1,376 @@
+package jsstore
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ingestd/ingestd/store"
+)
+
+// anchor says where a table's x_seq numbering stands in its stream (doc.go,
+// "x_seq, watermark, durability"): the messages after stream sequence Seq
+// number their synced fragments from XSeq+1 on, in stream order. It is
+// moved (in the record, with compare-and-set) only to a point every node
+// numbers alike: before a purge, to the last purged message; for a new
+// stream or instance, to the stream's end and the floor above every number
+// the name was assigned.
+type anchor struct {
+	Seq  uint64 `json:"seq"`
+	XSeq uint64 `json:"xseq"`
+}
+
+// ownMsg is a message of this process the follower numbered and holds
+// back until Append has published its numbers (stamped) or given up.
+type ownMsg struct {
+	seq   uint64
+	id    string // Nats-Msg-Id
+	first uint64 // the x_seq its synced fragments start at
+}
+
+// follower is the state of a table's follower goroutine: every message of
+// the stream, in stream order, is numbered and applied to the row cache
+// (this node's and every other writer's). fmu guards it; fcond (on fmu)
+// is broadcast when it changes.
+type follower struct {
+	fmu   sync.Mutex
+	fcond *sync.Cond
+	// applied is the stream sequence applied to the cache (or skipped: a
+	// message of another instance) and reported; numbered the one
+	// numbered and applied to the cache (ahead of applied while a report
+	// fails); xseq is the highest x_seq numbered.
+	applied, numbered, xseq uint64
+	// held are this process's messages numbered and not yet released;
+	// released is the sequence up to which they may be applied.
+	held     []ownMsg
+	released uint64
+	// catchUpTo is the stream's last sequence when Open looked: the live
+	// messages up to it count as catch-up (ingestd_jetstream_catchup_messages_total).
+	catchUpTo uint64
+	err       error // the follower stopped on a message it cannot read
+	// waiters counts the calls waiting on the follower (await): the
+	// stream holds what they wait for.
+	waiters int
+	// seen are the ids of the messages stored within window (the
+	// duplicate window) before the last one, in stream order (repeated).
+	seen      map[string]struct{}
+	seenOrder []seenID
+	window    time.Duration
+	// cols is the schema as the follower last read it for another
+	// process's block (shared.go).
+	cols    []store.Column
+	closing bool
+	cancel  context.CancelFunc
+	done    chan struct{}
+}
+
+// startFollower starts t's follower at stream sequence from (the anchor's
+// next), numbering from xseq; catchUpTo is catch-up's end (0: none).
+// Writer only (Open, putTable).
+func (s *Store) startFollower(t *table, from, xseq, catchUpTo uint64) {
+	ctx, cancel := context.WithCancel(context.Background())
+	f := &t.f
+	f.fmu.Lock()
+	f.fcond = sync.NewCond(&f.fmu)
+	f.applied, f.numbered, f.xseq, f.released = from-1, from-1, xseq, from-1
+	f.held, f.err, f.closing, f.catchUpTo = nil, nil, false, catchUpTo
+	f.seen, f.seenOrder, f.window = map[string]struct{}{}, nil, s.cfg.DuplicateWindow
+	f.cancel, f.done = cancel, make(chan struct{})
+	f.fmu.Unlock()
+	go func() {
+		defer close(f.done)
+		s.follow(ctx, t, from)
+	}()
+}
+
+// stopFollower ends t's follower and waits for it.
+func (t *table) stopFollower() {
+	f := &t.f
+	f.fmu.Lock()
+	if f.cancel == nil {
+		f.fmu.Unlock()
+		return
+	}
+	f.closing = true
+	f.cancel()
+	f.cancel = nil
+	f.fcond.Broadcast()
+	done := f.done
+	f.fmu.Unlock()
+	<-done
+}
+
+// follow reads t's stream from sequence from with an ordered consumer
+// (nats.go recreates it after a lost connection, from where it was) and
+// applies every message, until ctx ends or a message cannot be read.
+func (s *Store) follow(ctx context.Context, t *table, from uint64) {
+	for ctx.Err() == nil {
+		err := s.followOnce(ctx, t, from)
+		if ctx.Err() != nil {
+			return
+		}
+		var corrupt *store.CorruptionError
+		if errors.As(err, &corrupt) {
+			t.f.fmu.Lock()
+			t.f.err = err
+			t.f.fcond.Broadcast()
+			t.f.fmu.Unlock()
+			s.logger.Error("table stream unreadable: the row cache stops following it", "stream", t.rec.Stream, "err", err)
+			return
+		}
+		s.logger.Warn("following a table stream failed: starting again", "stream", t.rec.Stream, "err", err)
+		t.f.fmu.Lock()
+		from = t.f.applied + 1
+		t.f.fmu.Unlock()
+		select {
+		case <-ctx.Done():
+		case <-time.After(200 * time.Millisecond):
+		}
+	}
+}
+
+func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
+	ctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	stream, err := s.js.Stream(ctx, t.rec.Stream)
+	if err != nil {
+		return err
+	}
+	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
+	if err != nil {
+		return err
+	}
+	it, err := cons.Messages(jetstream.PullMaxMessages(512))
+	if err != nil {
+		return err
+	}
+	defer it.Stop()
+	go func() { // Next blocks: stopping the iterator ends it
+		<-ctx.Done()
+		it.Stop()
+	}()
+	for {
+		msg, err := it.Next(jetstream.NextMaxWait(stallAfter))
+		if errors.Is(err, nats.ErrTimeout) {
+			t.f.fmu.Lock()
+			stalled := t.f.waiters > 0
+			t.f.fmu.Unlock()
+			if stalled { // an Append waits for a message the stream acknowledged
+				return errStalled
+			}
+			continue
+		}
+		if err != nil {
+			return err
+		}
+		md, err := msg.Metadata()
+		if err != nil {
+			return err
+		}
+		if err := s.apply(t, md.Sequence.Stream, md.Timestamp, msg.Headers().Get(jetstream.MsgIDHeader), msg); err != nil {
+			return err
+		}
+	}
+}
+
+// stallAfter is how long a follower waits for a message while a call
+// waits on it before it takes its consumer for stuck (one lost with the
+// stream leader it was on, which nats.go did not notice) and recreates it
+// from its position.
+const stallAfter = 2 * time.Second
+
+// errStalled ends a consumer no message came through while a call waited.
+var errStalled = errors.New("jsstore: no message while a commit waits for one: recreating the consumer")
+
+// apply numbers the message at stream sequence seq, holds it while it is
+// this process's and not released (Append publishes the numbers first:
+// stamped before visible), applies it to the cache when it belongs to the
+// live instance, reports another process's block (followed) and records
+// it as applied. A message delivered again after a failed report is not
+// numbered nor applied twice (numbered).
+func (s *Store) apply(t *table, seq uint64, stored time.Time, id string, msg jetstream.Msg) error {
+	tc, err := decodeMessage(msg.Headers(), msg.Data())
+	if err != nil {
+		return &store.CorruptionError{Key: fmt.Appendf(nil, "%s#%d", t.rec.Stream, seq), Err: err}
+	}
+	s.mu.Lock()
+	live := !t.rec.Meta.Dropped && t.rec.Meta.ID == tc.TableID
+	s.mu.Unlock()
+	f := &t.f
+	f.fmu.Lock()
+	if seq <= f.applied { // delivered again after a restart of the consumer
+		f.fmu.Unlock()
+		return nil
+	}
+	if seq > f.numbered && f.repeated(id, stored) {
+		f.numbered = seq // a second copy of a message: not numbered, not applied
+	}
+	if seq > f.numbered {
+		first := f.xseq + 1
+		if strings.HasPrefix(id, s.node+"."+idAppend+".") {
+			f.held = append(f.held, ownMsg{seq: seq, id: id, first: first})
+			f.fcond.Broadcast()
+			for f.released < seq && !f.closing {
+				f.fcond.Wait()
+			}
+			if f.closing {
+				f.fmu.Unlock()
+				return context.Canceled
+			}
+		}
+		if tc.Sync && len(tc.Fragments) > 0 {
+			tc.FirstSeq = first
+			f.xseq += uint64(len(tc.Fragments))
+		}
+		f.fmu.Unlock()
+		if live {
+			s.cacheMu.Lock()
+			err := s.cache.ApplyAt(context.Background(), []store.TableCommit{tc})
+			s.cacheMu.Unlock()
+			if err != nil {
+				return err
+			}
+		}
+		f.fmu.Lock()
+		f.numbered = seq
+		if live {
+			t.ages.add(seq, f.xseq, tc.Fragments)
+			if seq <= f.catchUpTo {
+				s.m.catchup.Inc()
+			}
+		}
+	}
+	last := f.xseq
+	f.fmu.Unlock()
+	if live && !strings.HasPrefix(id, s.node+".") {
+		if err := s.followed(t, &tc, last); err != nil {
+			return err
+		}
+	}
+	f.fmu.Lock()
+	f.applied = seq
+	f.fcond.Broadcast()
+	f.fmu.Unlock()
+	return nil
+}
+
+// repeated tells whether message id was seen among the messages stored
+// within the duplicate window before stored (the stream's own time, the
+// same on every node), and records it. fmu must be held.
+func (f *follower) repeated(id string, stored time.Time) bool {
+	for len(f.seenOrder) > 0 && stored.Sub(f.seenOrder[0].at) > f.window {
+		delete(f.seen, f.seenOrder[0].id)
+		f.seenOrder = f.seenOrder[1:]
+	}
+	if id == "" { // not an ingestd block: the decoder refuses it anyway
+		return false
+	}
+	if _, ok := f.seen[id]; ok {
+		return true
+	}
+	f.seen[id] = struct{}{}
+	f.seenOrder = append(f.seenOrder, seenID{id: id, at: stored})
+	return false
+}
+
+// seenID is a message id and when the stream stored it.
+type seenID struct {
+	id string
+	at time.Time
+}
+
+// await waits until ok (called with fmu held) holds, the follower failed,
+// the store closes, or deadline passes.
+func (t *table) await(deadline time.Time, ok func() bool) error {
+	f := &t.f
+	timer := time.AfterFunc(time.Until(deadline), func() {
+		f.fmu.Lock()
+		f.fcond.Broadcast()
+		f.fmu.Unlock()
+	})
+	defer timer.Stop()
+	f.fmu.Lock()
+	defer f.fmu.Unlock()
+	f.waiters++
+	defer func() { f.waiters-- }()
+	for !ok() {
+		switch {
+		case f.err != nil:
+			return f.err
+		case f.closing:
+			return store.ErrClosed
+		case !time.Now().Before(deadline):
+			held := make([]uint64, len(f.held))
+			for i, m := range f.held {
+				held[i] = m.seq
+			}
+			return fmt.Errorf("jsstore: stream %s not delivered up to the acknowledged message in time (applied up to %d, holding %v)", t.rec.Stream, f.applied, held)
+		}
+		f.fcond.Wait()
+	}
+	return nil
+}
+
+// heldID returns the held message with id id. fmu must be held.
+func (f *follower) heldID(id string) (ownMsg, bool) {
+	for _, m := range f.held {
+		if m.id == id {
+			return m, true
+		}
+	}
+	return ownMsg{}, false
+}
+
+// heldSeq returns the stream sequence of held message id (a publish whose
+// acknowledgement was lost finds it stored).
+func (t *table) heldSeq(id string) (uint64, bool) {
+	t.f.fmu.Lock()
+	defer t.f.fmu.Unlock()
+	m, ok := t.f.heldID(id)
+	return m.seq, ok
+}
+
+// release lets the follower apply this process's messages up to seq
+// (math.MaxUint64: all, after a failed Append).
+func (t *table) release(seq uint64) {
+	f := &t.f
+	f.fmu.Lock()
+	defer f.fmu.Unlock()
+	if f.fcond == nil {
+		return
+	}
+	f.released = max(f.released, seq)
+	kept := f.held[:0]
+	for _, m := range f.held {
+		if m.seq > f.released {
+			kept = append(kept, m)
+		}
+	}
+	f.held = kept
+	f.fcond.Broadcast()
+}
+
+// position returns the stream sequence applied and the highest x_seq
+// numbered.
+func (t *table) position() (applied, xseq uint64) {
+	t.f.fmu.Lock()
+	defer t.f.fmu.Unlock()
+	return t.f.applied, t.f.xseq
+}
+
+// releaseAll releases every table's held messages: after a failed Append
+// nothing waits to stamp them.
+func releaseAll(tables []*table) {
+	for _, t := range tables {
+		if t != nil {
+			t.release(math.MaxUint64)
+		}
+	}
+}

@@ -1,0 +1,175 @@
+package jsstore
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"slices"
+	"strconv"
+
+	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ingestd/ingestd/store"
+)
+
+var _ store.Shared = (*Store)(nil)
+
+// AddColumns implements store.Shared with one compare-and-set update of
+// the table's record (re-read and merged on a conflict). Writer only.
+func (s *Store) AddColumns(ctx context.Context, tid uint64, cols []store.Column) ([]store.Column, error) {
+	t, err := s.enterLive(ctx, tid)
+	if err != nil {
+		return nil, err
+	}
+	defer s.leave()
+	if err := s.update(t, func(r *record) { r.Meta.Columns = mergeColumns(r.Meta.Columns, cols) }); err != nil {
+		return nil, err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return slices.Clone(t.rec.Meta.Columns), nil
+}
+
+// seriesEntry is a series' key in the meta bucket (seriesKey): its id and
+// canonical tag set (checked on every read: a SHA-256 collision is an
+// error, never a merge).
+type seriesEntry struct {
+	ID  uint64 `json:"id"`
+	Key []byte `json:"key"`
+}
+
+// seriesKey is the meta bucket key of a series of instance tid:
+// s.TID.BASE32(SHA-256(key)).
+func seriesKey(tid uint64, key string) string {
+	sum := sha256.Sum256([]byte(key))
+	return "s." + strconv.FormatUint(tid, 10) + "." + b32.EncodeToString(sum[:])
+}
+
+// SeriesID implements store.Shared: the series' key in the meta bucket
+// holds its id; the first process to ask takes a number from the
+// instance's counter (n.TID) and creates the key (KV Create), a process
+// that loses the race reads the winner's (its own number is skipped: ids
+// have gaps, never two tag sets). Writer only.
+func (s *Store) SeriesID(ctx context.Context, tid uint64, key string, _ []store.Field) (uint64, error) {
+	if _, err := s.enterLive(ctx, tid); err != nil {
+		return 0, err
+	}
+	defer s.leave()
+	k := seriesKey(tid, key)
+	for range 16 {
+		var e jetstream.KeyValueEntry
+		err := s.retry(func(ctx context.Context) (err error) {
+			e, err = s.meta.Get(ctx, k)
+			return err
+		})
+		switch {
+		case err == nil:
+			var se seriesEntry
+			if err := json.Unmarshal(e.Value(), &se); err != nil || string(se.Key) != key {
+				return 0, &store.CorruptionError{Key: []byte(k), Err: fmt.Errorf("series entry of another tag set or unreadable: %v", err)}
+			}
+			return se.ID, nil
+		case !errors.Is(err, jetstream.ErrKeyNotFound):
+			return 0, fmt.Errorf("jsstore: series id: %w", err)
+		}
+		id, err := s.counter("n."+strconv.FormatUint(tid, 10), "series id")
+		if err != nil {
+			return 0, err
+		}
+		v, err := json.Marshal(seriesEntry{ID: id, Key: []byte(key)})
+		if err != nil {
+			return 0, err
+		}
+		err = s.retry(func(ctx context.Context) error {
+			_, err := s.meta.Create(ctx, k, v)
+			return err
+		})
+		if err == nil {
+			return id, nil
+		}
+		if !isConflict(err) {
+			return 0, fmt.Errorf("jsstore: series id: %w", err)
+		}
+	}
+	return 0, errors.New("jsstore: series id: too many concurrent updates")
+}
+
+// CaughtUp implements store.Shared: the table's follower has applied the
+// stream up to its last sequence, as the stream leader reports it now.
+func (s *Store) CaughtUp(ctx context.Context, tid uint64) (bool, error) {
+	t, err := s.enterLive(ctx, tid)
+	if err != nil {
+		return false, err
+	}
+	defer s.leave()
+	stream, err := s.js.Stream(ctx, t.rec.Stream)
+	if err != nil {
+		return false, fmt.Errorf("jsstore: stream %s: %w", t.rec.Stream, err)
+	}
+	applied, _ := t.position()
+	return applied >= stream.CachedInfo().State.LastSeq, nil
+}
+
+// Follow implements store.Shared.
+func (s *Store) Follow(fn func(store.Followed)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.followFn = fn
+}
+
+// followed reports another process's block of the live instance, applied
+// up to x_seq seq, to the Follow callback, reading the record again first
+// when the block uses columns the follower does not know yet (the writer
+// added them with AddColumns before it published).
+func (s *Store) followed(t *table, tc *store.TableCommit, seq uint64) error {
+	s.mu.Lock()
+	fn, m := s.followFn, t.rec.Meta
+	s.mu.Unlock()
+	if fn == nil {
+		return nil
+	}
+	need := 0
+	for _, sr := range tc.NewSeries {
+		for _, f := range sr.Tags {
+			need = max(need, int(f.Col)+1)
+		}
+	}
+	for _, fr := range tc.Fragments {
+		for _, f := range fr.Fields {
+			need = max(need, int(f.Col)+1)
+		}
+	}
+	t.f.fmu.Lock()
+	cols := t.f.cols
+	t.f.fmu.Unlock()
+	if len(m.Columns) > len(cols) {
+		cols = m.Columns
+	}
+	if need > len(cols) {
+		var rec record
+		err := s.retry(func(ctx context.Context) error {
+			e, err := s.meta.Get(ctx, s.tableKey(m.Name))
+			if err != nil {
+				return err
+			}
+			return json.Unmarshal(e.Value(), &rec)
+		})
+		if err != nil {
+			return fmt.Errorf("jsstore: read the columns of table %q: %w", m.Name, err)
+		}
+		if rec.Meta.ID == m.ID && len(rec.Meta.Columns) > len(cols) {
+			cols = rec.Meta.Columns
+		}
+		if need > len(cols) {
+			return &store.CorruptionError{Key: []byte(s.tableKey(m.Name)), Err: fmt.Errorf("a block uses column %d, the schema has %d", need-1, len(cols))}
+		}
+		t.f.fmu.Lock()
+		t.f.cols = cols
+		t.f.fmu.Unlock()
+	}
+	m.Columns = slices.Clone(cols)
+	fn(store.Followed{Table: m, Series: tc.NewSeries, Seq: seq})
+	return nil
+}

@@ -1,0 +1,63 @@
+package jsstore
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"time"
+
+	"github.com/nats-io/nats.go/jetstream"
+)
+
+// errEnded is returned for a live instance another process truncated or
+// dropped: this process no longer follows it (doc.go, "Several ingestd
+// nodes") and refuses to write it rather than acknowledge writes no
+// other node reads.
+var errEnded = errors.New("truncated or dropped through another ingestd node: restart this node to follow the table")
+
+// watchRecords follows the table records other processes write (until ctx
+// ends) and marks a live table whose instance another process ended
+// (table.ended).
+func (s *Store) watchRecords(ctx context.Context) {
+	for ctx.Err() == nil {
+		err := s.watchOnce(ctx)
+		if ctx.Err() != nil {
+			return
+		}
+		s.logger.Warn("watching the table records failed: starting again", "err", err)
+		select {
+		case <-ctx.Done():
+		case <-time.After(time.Second):
+		}
+	}
+}
+
+func (s *Store) watchOnce(ctx context.Context) error {
+	w, err := s.meta.WatchFiltered(ctx, []string{"t.>"}, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = w.Stop() }()
+	for {
+		var e jetstream.KeyValueEntry
+		select {
+		case e = <-w.Updates():
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		if e == nil {
+			continue // the end of the (empty) initial values
+		}
+		var rec record
+		if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.Writer == s.node {
+			continue
+		}
+		s.mu.Lock()
+		t := s.byName[string(rec.Name)]
+		if t != nil && !t.rec.Meta.Dropped && (rec.Meta.Dropped || rec.Meta.ID != t.rec.Meta.ID) && !t.ended {
+			t.ended = true
+			s.logger.Warn("a table was truncated or dropped through another ingestd node: writes to it fail until this node restarts", "table", t.rec.Meta.Name)
+		}
+		s.mu.Unlock()
+	}
+}
