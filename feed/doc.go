@@ -91,6 +91,26 @@
 // drain that read the old published horizon is refused by the store's own
 // view.
 //
+// # Several writers: a shared store
+//
+// A store that several ingestd processes write at once (store.Shared,
+// discovered by a type assertion: store/jsstore on a JetStream cluster)
+// changes three things. Column positions and series ids come from the
+// store (AddColumns, SeriesID: a tag set is one series, a column one
+// position, in every process), asked by the sequencer when a point
+// brings a column or a tag set it does not know. A table is created in
+// the store at once, and when another process created it meanwhile the
+// sequencer takes that instance. And the store reports, from its own
+// goroutines, each other process's block it applied (Follow): the
+// sequencer publishes the reported columns, series and watermark between
+// group commits, and after every commit before raising its own
+// watermark, so a drain never meets a series or column it cannot name.
+// A drain's cursor may then come from another process and be above this
+// one's seq: while the store says this process has not applied everything
+// (CaughtUp), it is not refused (ErrCursorBeyondSequence) but waits, or
+// gets an empty page that keeps the cursor, until this process applied
+// up to it.
+//
 // # When a commit fails
 //
 // A group commit, and every metadata write, fails only when the store
@@ -119,7 +139,7 @@
 // The sequencer goroutine owns the write state without a lock (each
 // table's schema, series dictionary, seq and metadata; the group being
 // built; the sweeper; the tombstone floor). What other goroutines see is
-// behind five mutexes, each declared with what it guards:
+// behind six mutexes, each declared with what it guards:
 //
 //   - Sequencer.submitMu (RWMutex) guards Sequencer.closed: Submit and the
 //     table operations hold it for reading while they put an operation on
@@ -139,10 +159,14 @@
 //   - consumerSet.mu guards a table's named consumers (positions and the
 //     dirty set); the set, and so the lock, is shared by the table
 //     instances a TRUNCATE replaces.
+//   - followed.mu guards what a shared store reported and the sequencer
+//     has not applied yet (Sequencer.follow); it is taken alone, by the
+//     store's goroutines (which hold none of the feed's locks) and by the
+//     sequencer.
 //
 // Order, outermost first: consumerMu, then registry.mu, then table.mu;
 // consumerMu, then consumerSet.mu. A goroutine holding one may take a later
-// one, never an earlier one; submitMu is taken alone. Today only
+// one, never an earlier one; submitMu and followed.mu are taken alone. Today only
 // consumerMu is held while taking another (registry.mu to list the tables,
 // consumerSet.mu to read or delete positions): the others are released
 // before the next is taken. The store's own locks are innermost: store
@@ -150,7 +174,8 @@
 // never under submitMu, registry.mu or table.mu, so that no reader waits
 // for a store write.
 //
-// None of the five can go or merge without a cost: submitMu blocks on a
+// None of the first five can go or merge without a cost (followed.mu
+// keeps a store goroutine from waiting for the sequencer): submitMu blocks on a
 // full queue and registry.mu is taken by the sequencer, so one lock for
 // both would deadlock; consumerSet.mu in place of table.mu would not
 // survive TRUNCATE, which swaps the table but keeps its consumers; and

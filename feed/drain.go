@@ -54,7 +54,12 @@ type Page struct {
 // in ascending x_seq and never above the watermark, calling visit with the
 // page's columns and each row's values in that order (Kind 0 = absent).
 // cols and vals are valid only during the call. Refusals are *RefusalError wrapping ErrSyncOff, ErrStaleEpoch,
-// ErrCursorBeyondSequence or ErrHistoryExpired (after < horizon-1; checked in that order); an unknown table is
+// ErrCursorBeyondSequence or ErrHistoryExpired (after < horizon-1; checked in that order); with a
+// store.Shared backend (several ingestd nodes) a cursor above this node's seq
+// is refused only once the store says this node applied every other node's
+// block: until then it may be another node's, so the drain waits for this
+// node to apply up to it (Wait) or returns an empty page with Next = After.
+// An unknown table is
 // ErrTableNotFound, an unknown column ErrUnknownColumn, a bad limit
 // ErrInvalidLimit, a column named twice ErrDuplicateColumn. visit may
 // return ErrPageFull to end the page before the row it was called with
@@ -107,7 +112,7 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 			return Page{}, &RefusalError{Err: ErrSyncOff, Status: st}
 		case req.HasEpoch && req.Epoch != p.epoch:
 			return Page{}, &RefusalError{Err: ErrStaleEpoch, Status: st}
-		case req.After > p.seq:
+		case req.After > p.seq && !s.aheadOfUs(ctx, p.tid):
 			return Page{}, &RefusalError{Err: ErrCursorBeyondSequence, Status: st}
 		case req.After+1 < p.horizon:
 			return Page{}, historyRefusal(st)
@@ -149,6 +154,18 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 	}
 }
 
+// aheadOfUs tells whether a cursor above this process's seq of instance
+// tid may be another process's (a shared store that has not applied
+// everything yet): the drain then waits for it, or returns an empty page
+// that keeps the cursor, instead of refusing it.
+func (s *Drainer) aheadOfUs(ctx context.Context, tid uint64) bool {
+	if s.shared == nil {
+		return false
+	}
+	caught, err := s.shared.CaughtUp(ctx, tid)
+	return err != nil || !caught // unknown: not refused (the client retries)
+}
+
 // readPage reads one page from the published state p.
 func (s *Drainer) readPage(ctx context.Context, req DrainRequest, p *published, visit func(cols []Column, vals []Value) error) (Page, error) {
 	proj, cols, err := project(p, req.Columns)
@@ -177,7 +194,7 @@ func (s *Drainer) readPage(ctx context.Context, req DrainRequest, p *published, 
 	if err != nil && !full {
 		return Page{}, err
 	}
-	pg.Next = p.watermark
+	pg.Next = max(p.watermark, req.After) // a cursor ahead of this node stays where it is
 	if pg.Rows == req.Limit || full {
 		pg.Next = last
 	}

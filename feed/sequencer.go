@@ -37,6 +37,11 @@ type registry struct {
 	// writes back a consumer deleted meanwhile.
 	consumerMu sync.Mutex
 
+	// shared is st when several processes write it (store.Shared: column
+	// positions and series ids come from it, a drain's cursor may come
+	// from another process); nil otherwise. Set by Open.
+	shared store.Shared
+
 	mu         sync.RWMutex // guards tables and tombstones (written by the sequencer only)
 	tables     map[string]*table
 	tombstones map[string]store.TableMeta
@@ -82,10 +87,17 @@ type Sequencer struct {
 	// bound its fragments' encoded size (fragmentBytes).
 	groupPointCount int
 	groupBytes      int
+	// pointSlab is where the fields of the point being applied begin in
+	// fieldSlab.
+	pointSlab int
 
 	// sweep is the retention and history-trim pass in progress
 	// (sequencer goroutine only).
 	sweep sweeper
+
+	// follow holds what a shared store reported of the other processes'
+	// writes (registry.shared).
+	follow followed
 }
 
 // Drainer is the feed's read side (SPEC §6): drain pages, the copy by
@@ -184,6 +196,13 @@ func newSequencer(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Re
 		},
 		queue:   make(chan *op, cfg.QueueLength),
 		stopped: make(chan struct{}),
+	}
+	if sh, ok := st.(store.Shared); ok {
+		// Registered before the tables load: a report meanwhile is applied
+		// (idempotently) once Run runs.
+		s.shared = sh
+		s.follow = followed{pending: map[uint64]*store.Followed{}, wake: make(chan struct{}, 1)}
+		sh.Follow(s.follow.add)
 	}
 	metas, err := st.LoadTables(storeCtx)
 	if err != nil {
@@ -376,6 +395,8 @@ func (s *Sequencer) Run(ctx context.Context) error {
 			s.sweep.startPass(s)
 		case <-flush.C:
 			s.flushConsumers()
+		case <-s.follow.wake:
+			s.applyFollowed()
 		case o := <-s.queue:
 			batch = s.collect(append(batch[:0], o))
 			if err := s.process(batch); err != nil {
@@ -589,6 +610,9 @@ func (s *Sequencer) flushGroup() error {
 		return storageErr("commit", err)
 	}
 	s.m.commitSeconds.Observe(s.now().Sub(start).Seconds())
+	// The other processes' blocks numbered below this group's are applied
+	// (Append returned): their series and columns are published first.
+	s.applyFollowed()
 	s.m.groupPoints.Observe(float64(points))
 	s.m.committed.Add(float64(points))
 	for _, g := range s.groupTables {
@@ -635,7 +659,11 @@ func (s *Sequencer) applyBatch(o *op) error {
 				continue
 			}
 		}
-		if rej := s.applyPoint(t, p); rej != nil {
+		rej, err := s.applyPoint(t, p)
+		if err != nil {
+			return err
+		}
+		if rej != nil {
 			o.res.Rejected = append(o.res.Rejected, rej)
 			continue
 		}
@@ -770,7 +798,10 @@ func (s *Sequencer) createTable(name string, sync bool) (*table, error) {
 	if sync {
 		meta.Epoch++
 	}
-	t := newTable(meta, nil)
+	t, err := s.newTableOf(meta)
+	if err != nil {
+		return nil, err
+	}
 	s.mu.Lock()
 	s.tables[name] = t
 	delete(s.tombstones, name)
@@ -778,10 +809,64 @@ func (s *Sequencer) createTable(name string, sync bool) (*table, error) {
 	return t, nil
 }
 
+// newTableOf returns the table of new instance meta. A shared store
+// stores it at once, and when another process created the name meanwhile
+// returns that instance, which the table then is (its schema, series and
+// horizon as the store has them).
+func (s *Sequencer) newTableOf(meta store.TableMeta) (*table, error) {
+	if s.shared == nil {
+		return newTable(meta, nil), nil
+	}
+	m, err := s.st.PutTable(storeCtx, meta)
+	if err != nil {
+		return nil, storageErr("create table", err)
+	}
+	if m.ID == meta.ID {
+		return newTable(m, nil), nil
+	}
+	series, err := s.st.LoadSeries(storeCtx, m.ID)
+	if err != nil {
+		return nil, storageErr("load series", err)
+	}
+	t := newTable(m, series)
+	if t.pub.horizon, err = loadHorizon(s.st, m.ID); err != nil {
+		return nil, storageErr("load horizon", err)
+	}
+	cs, err := s.st.LoadConsumers(storeCtx, m.Name)
+	if err != nil {
+		return nil, storageErr("load consumers", err)
+	}
+	t.consumers.load(cs)
+	return t, nil
+}
+
 // applyPoint checks p against t's schema, extends the schema and series
 // dictionary as needed and adds the fragment to t's group. Nothing changes
-// when it returns a rejection.
-func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
+// when it returns a rejection. With a shared store, new columns and series
+// ids come from it; its failure is the error (a storage failure).
+func (s *Sequencer) applyPoint(t *table, p *Point) (*RejectError, error) {
+	rej := s.checkPoint(t, p)
+	if rej != nil || s.shared == nil || len(s.newCols) == 0 {
+		return rej, s.addPoint(t, p, rej)
+	}
+	// The point adds columns: the store's schema gets them (or has them
+	// from another process, whose kinds then decide), and the point is
+	// checked again against it.
+	s.fieldSlab = s.fieldSlab[:s.pointSlab]
+	cols, err := s.shared.AddColumns(storeCtx, t.meta.ID, s.newCols)
+	if err != nil {
+		return nil, storageErr("add columns", err)
+	}
+	s.adoptColumns(t, cols)
+	t.group.metaDirty = true
+	rej = s.checkPoint(t, p)
+	return rej, s.addPoint(t, p, rej)
+}
+
+// checkPoint checks p against t's schema: its fields' columns go to
+// s.fieldSlab from s.pointSlab on, the columns it adds to s.newCols.
+// Nothing changes when it returns a rejection.
+func (s *Sequencer) checkPoint(t *table, p *Point) *RejectError {
 	reject := func(err error, key, reason, msg string) *RejectError {
 		s.m.rejected.WithLabelValues(reason).Inc()
 		return &RejectError{Line: p.Line, Key: key, Err: err, Msg: msg}
@@ -792,7 +877,7 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 			fmt.Sprintf("time %s is older than the retention of table %s (%s)",
 				time.Unix(0, p.Time).UTC().Format(time.RFC3339Nano), QuoteInput(t.name), FormatRetention(s.retention(t))))
 	}
-	sid, known := t.series[p.Series]
+	_, known := t.series[p.Series]
 	if !known {
 		if len(t.series) >= s.cfg.MaxSeriesPerTable {
 			return reject(ErrSeriesLimit, "", reasonSeriesLimit,
@@ -813,6 +898,7 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 		}
 	}
 	slab := len(s.fieldSlab)
+	s.pointSlab = slab
 	sameShape := len(p.Fields) == len(t.shapeKeys)
 	for j, f := range p.Fields {
 		var c uint32
@@ -852,9 +938,23 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 			fmt.Sprintf("table %s would have %d columns, more than --feed-max-columns-per-table=%d",
 				QuoteInput(t.name), len(t.meta.Columns)+len(s.newCols), s.cfg.MaxColumnsPerTable))
 	}
-	if !sameShape {
+	// A shared store places new columns itself: the point is checked
+	// again, and its shape taken then.
+	if !sameShape && (s.shared == nil || len(s.newCols) == 0) {
 		t.setShape(s.fieldSlab[slab:], p.Fields)
 	}
+	return nil
+}
+
+// addPoint adds p, checked by checkPoint (rej: refused, nothing to add),
+// to t's group with the columns it adds and its series, whose id a shared
+// store gives. Its error is the shared store's failure.
+func (s *Sequencer) addPoint(t *table, p *Point, rej *RejectError) error {
+	if rej != nil {
+		return nil
+	}
+	slab := s.pointSlab
+	sid, known := t.series[p.Series]
 	g := t.group
 	if len(s.newCols) > 0 {
 		for _, c := range s.newCols {
@@ -871,12 +971,21 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 		for i, tag := range p.Tags {
 			tags[i] = store.Field{Col: t.colByName[tag.Key], Value: Value{Kind: KindTag, Str: strings.Clone(tag.Value)}}
 		}
-		sid = uint64(len(t.series) + 1)
-		t.series[strings.Clone(p.Series)] = sid
+		if s.shared == nil {
+			sid = uint64(len(t.series) + 1)
+			t.series[strings.Clone(p.Series)] = sid
+			t.mu.Lock()
+			t.pub.tags = append(t.pub.tags, tags)
+			t.mu.Unlock()
+		} else {
+			var err error
+			if sid, err = s.shared.SeriesID(storeCtx, t.meta.ID, p.Series, tags); err != nil {
+				s.fieldSlab = s.fieldSlab[:slab]
+				return storageErr("series id", err)
+			}
+			s.adoptSeries(t, sid, tags)
+		}
 		g.newSeries = append(g.newSeries, store.Series{ID: sid, Tags: tags})
-		t.mu.Lock()
-		t.pub.tags = append(t.pub.tags, tags)
-		t.mu.Unlock()
 	}
 	g.frags = append(g.frags, store.Fragment{Series: sid, Time: p.Time, Fields: s.fieldSlab[slab:len(s.fieldSlab):len(s.fieldSlab)]})
 	return nil

@@ -269,13 +269,22 @@ func (s *Sequencer) runDefine(o *op, exists bool) {
 		o.err = err
 		return
 	}
-	for _, c := range storeColumns(o.cols) {
-		t.colByName[c.Name] = uint32(len(t.meta.Columns))
-		t.meta.Columns = append(t.meta.Columns, c)
+	if s.shared != nil { // the store places the columns
+		cols, err := s.shared.AddColumns(storeCtx, t.meta.ID, storeColumns(o.cols))
+		if err != nil {
+			o.err = storageErr("define table", err)
+			return
+		}
+		s.adoptColumns(t, cols)
+	} else {
+		for _, c := range storeColumns(o.cols) {
+			t.colByName[c.Name] = uint32(len(t.meta.Columns))
+			t.meta.Columns = append(t.meta.Columns, c)
+		}
+		t.mu.Lock()
+		t.pub.cols = t.meta.Columns
+		t.mu.Unlock()
 	}
-	t.mu.Lock()
-	t.pub.cols = t.meta.Columns
-	t.mu.Unlock()
 	o.created = true
 	if _, err := s.st.PutTable(storeCtx, t.meta); err != nil {
 		o.err = storageErr("create table", err)
