@@ -112,7 +112,7 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 			return Page{}, &RefusalError{Err: ErrSyncOff, Status: st}
 		case req.HasEpoch && req.Epoch != p.epoch:
 			return Page{}, &RefusalError{Err: ErrStaleEpoch, Status: st}
-		case req.After > p.seq && !s.aheadOfUs(ctx, p.tid):
+		case req.After > p.seq && !s.aheadOfUs(ctx, p.tid, req.After):
 			return Page{}, &RefusalError{Err: ErrCursorBeyondSequence, Status: st}
 		case req.After+1 < p.horizon:
 			return Page{}, historyRefusal(st)
@@ -154,16 +154,17 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 	}
 }
 
-// aheadOfUs tells whether a cursor above this process's seq of instance
-// tid may be another process's (a shared store that has not applied
-// everything yet): the drain then waits for it, or returns an empty page
-// that keeps the cursor, instead of refusing it.
-func (s *Drainer) aheadOfUs(ctx context.Context, tid uint64) bool {
+// aheadOfUs tells whether cursor after, above this process's published
+// seq of instance tid, may be another process's: a shared store that has
+// not applied everything yet, or applied it and numbered up to after
+// (the sequencer has not published it yet). The drain then waits for it,
+// or returns an empty page that keeps the cursor, instead of refusing it.
+func (s *Drainer) aheadOfUs(ctx context.Context, tid, after uint64) bool {
 	if s.shared == nil {
 		return false
 	}
-	caught, err := s.shared.CaughtUp(ctx, tid)
-	return err != nil || !caught // unknown: not refused (the client retries)
+	seq, caught, err := s.shared.CaughtUp(ctx, tid)
+	return err != nil || !caught || after <= seq // unknown: not refused (the client retries)
 }
 
 // readPage reads one page from the published state p.

@@ -185,12 +185,13 @@ type Shared interface {
 	// live instance tid: the id the first process to ask minted, the same
 	// in every process.
 	SeriesID(ctx context.Context, tid uint64, key string, tags []Field) (uint64, error)
-	// CaughtUp tells whether this process has applied every block other
-	// processes wrote to live instance tid up to now (one round trip to
-	// the backend): a drain cursor above this process's numbers is then
-	// beyond the table's sequence, not another process's. Safe for
-	// concurrent use.
-	CaughtUp(ctx context.Context, tid uint64) (bool, error)
+	// CaughtUp returns the highest x_seq this process has numbered for
+	// live instance tid and whether it has applied every block other
+	// processes wrote to it up to now (one round trip to the backend): a
+	// drain cursor above seq is then beyond the table's sequence, not
+	// another process's (which the caller may not have published yet).
+	// Safe for concurrent use.
+	CaughtUp(ctx context.Context, tid uint64) (seq uint64, caught bool, err error)
 	// Follow registers fn, which the backend calls, from its own
 	// goroutines, after it applied a block another process wrote: fn must
 	// not block nor call the backend.

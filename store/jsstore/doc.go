@@ -146,8 +146,14 @@
 // stream with an ordered consumer from the anchor on (nats.go recreates
 // it after a lost connection, from the last message it delivered), which
 // numbers every message, applies the live instance's to the cache, and
-// reports another process's block to the Follow callback (the feed). It
-// is derived state, written without fsync and rebuilt at every Open: the
+// reports another process's block to the Follow callback (the feed). A
+// second copy of a message id within the duplicate window, by the
+// stream's own timestamps (a send retried to a new leader before the
+// first copy was applied, which the stream's dedup did not catch), is
+// neither numbered nor applied, on every node alike. A watchdog starts
+// the consumer again from its position when it applied nothing for two
+// seconds while an Append or Open waited on it (a consumer lost with its
+// stream leader, or stuck recreating itself). It is derived state, written without fsync and rebuilt at every Open: the
 // directory is cleared, every live table's follower starts at its
 // anchor and Open waits until each has applied its stream up to where
 // the stream ended when Open looked, then the record's cutoff is swept

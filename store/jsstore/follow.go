@@ -9,7 +9,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ingestd/ingestd/store"
@@ -137,8 +136,9 @@ func (s *Store) follow(ctx context.Context, t *table, from uint64) {
 }
 
 func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
-	ctx, cancel := context.WithCancel(ctx)
-	defer cancel()
+	ctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	go t.watchdog(ctx, cancel)
 	stream, err := s.js.Stream(ctx, t.rec.Stream)
 	if err != nil {
 		return err
@@ -157,17 +157,11 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 		it.Stop()
 	}()
 	for {
-		msg, err := it.Next(jetstream.NextMaxWait(stallAfter))
-		if errors.Is(err, nats.ErrTimeout) {
-			t.f.fmu.Lock()
-			stalled := t.f.waiters > 0
-			t.f.fmu.Unlock()
-			if stalled { // an Append waits for a message the stream acknowledged
-				return errStalled
-			}
-			continue
-		}
+		msg, err := it.Next()
 		if err != nil {
+			if cause := context.Cause(ctx); cause != nil {
+				return cause
+			}
 			return err
 		}
 		md, err := msg.Metadata()
@@ -180,11 +174,35 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 	}
 }
 
-// stallAfter is how long a follower waits for a message while a call
-// waits on it before it takes its consumer for stuck (one lost with the
-// stream leader it was on, which nats.go did not notice) and recreates it
-// from its position.
+// stallAfter is how long a follower may apply nothing while a call waits
+// on it before the watchdog takes its consumer for stuck (lost with the
+// stream leader it was on, or recreating itself against a stream between
+// leaders) and starts it again from its position.
 const stallAfter = 2 * time.Second
+
+// watchdog cancels a follower's consumer (cause errStalled) when it
+// applied nothing for stallAfter while a call waited on it (what it waits
+// for is in the stream), until ctx ends.
+func (t *table) watchdog(ctx context.Context, cancel context.CancelCauseFunc) {
+	tick := time.NewTicker(stallAfter)
+	defer tick.Stop()
+	last := ^uint64(0)
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		t.f.fmu.Lock()
+		applied, waiting := t.f.applied, t.f.waiters > 0
+		t.f.fmu.Unlock()
+		if waiting && applied == last {
+			cancel(errStalled)
+			return
+		}
+		last = applied
+	}
+}
 
 // errStalled ends a consumer no message came through while a call waited.
 var errStalled = errors.New("jsstore: no message while a commit waits for one: recreating the consumer")

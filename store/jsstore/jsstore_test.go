@@ -266,14 +266,15 @@ func TestStreamBehindIsWaitedFor(t *testing.T) {
 		t.Fatalf("Append returned before its block was applied: %v", err)
 	default:
 	}
-	caught, err := s.CaughtUp(ctx, m.ID)
+	_, caught, err := s.CaughtUp(ctx, m.ID)
 	require.NoError(t, err)
 	require.False(t, caught, "the other node's block is not applied here yet")
 	s.cacheMu.Unlock()
 	require.NoError(t, <-done, "applied once the consumer caught up")
-	caught, err = s.CaughtUp(ctx, m.ID)
+	seq, caught, err := s.CaughtUp(ctx, m.ID)
 	require.NoError(t, err)
 	require.True(t, caught)
+	require.Equal(t, cs[0].FirstSeq, seq)
 	require.Greater(t, cs[0].FirstSeq, foreign[0].FirstSeq)
 	got := readAll(t, s, m.ID, 0, cs[0].FirstSeq)
 	require.Len(t, got.Seq, 4, "the other node's block is applied here too")
