@@ -224,8 +224,9 @@ func (c *jsConsumer) agrees(r seqLine) error {
 }
 
 // jsRun is one run of the JetStream fault tests: a 3-server embedded
-// cluster, the ingestd nodes in front of it (one today; every check
-// already goes through each node of the list), writers and a consumer.
+// cluster, jsNodes ingestd nodes in front of it (writers alternate them
+// per request, the consumer drains through each in turn, every check goes
+// through each), writers and a consumer.
 type jsRun struct {
 	t       *testing.T
 	cluster *natstest.Cluster
@@ -242,8 +243,11 @@ type jsRun struct {
 	elections []time.Duration
 }
 
-// startJSRun starts the cluster and one ingestd node on it, creates the
-// sync table and finds its stream.
+// jsNodes is how many ingestd nodes write the table at once (issue 14).
+const jsNodes = 2
+
+// startJSRun starts the cluster and the first ingestd node on it, creates
+// the sync table, finds its stream and starts the other nodes.
 func startJSRun(t *testing.T) *jsRun {
 	cluster := natstest.Start(t, 3, natstest.RouteProxies())
 	cluster.WaitJetStream()
@@ -256,6 +260,15 @@ func startJSRun(t *testing.T) *jsRun {
 	n := &jsNode{dir: dir, args: daemonArgs(filepath.Join(dir, "data"), "--store", "jetstream", "--nats-url", cluster.URLs())}
 	n.start(t)
 	r.nodes = append(r.nodes, n)
+	defer func() {
+		for i := 1; i < jsNodes; i++ {
+			d := filepath.Join(dir, fmt.Sprintf("node%d", i))
+			n := &jsNode{dir: d, args: daemonArgs(filepath.Join(d, "data"), "--store", "jetstream", "--nats-url", cluster.URLs())}
+			require.NoError(t, os.MkdirAll(d, 0o750))
+			n.start(t)
+			r.nodes = append(r.nodes, n)
+		}
+	}()
 	createSyncTable(t, hc, n.url(), jsTable)
 	// The first line defines the columns the consumer asks for.
 	resp := mustDo(t, hc, http.MethodPost, n.url()+"/write", jsLine(nil, jsKey{0, 1}))
@@ -416,8 +429,16 @@ func (r *jsRun) verify(name string) {
 	// commit: the source is compared up to the first drain's watermark.
 	first, w := r.drainAll(r.nodes[0].url())
 	for i, n := range r.nodes[1:] {
-		all, _ := r.drainAll(n.url())
-		require.Equal(t, first, upTo(all, w), "cycle %d (%s): node %d drains other rows than node 0", r.cycles, name, i+1)
+		// The other node serves what it applied: once it reached node 0's
+		// watermark, its pages up to it are node 0's.
+		poll(t, time.Minute, func() bool {
+			all, wn := r.drainAll(n.url())
+			if wn < w {
+				return false
+			}
+			require.Equal(t, first, upTo(all, w), "cycle %d (%s): node %d drains other rows than node 0", r.cycles, name, i+1)
+			return true
+		}, "cycle %d (%s): node %d reaches node 0's watermark %d", r.cycles, name, i+1, w)
 	}
 	poll(t, time.Minute, func() bool {
 		_, err := r.c.pull(context.Background(), r.nodes[0].url(), 1000, false)
@@ -558,19 +579,21 @@ func (r *jsRun) summary(began time.Time, kills int) {
 	}
 }
 
-// TestJetStreamFaults runs the real ingestd binary on --store=jetstream
+// TestJetStreamFaults runs two real ingestd binaries on --store=jetstream
 // against an embedded 3-server cluster (route proxies in front of every
-// server) under continuous HTTP writers and a draining consumer, and
+// server) under continuous HTTP writers (each request to the other node)
+// and a consumer draining through either node, and
 // applies each fault of issue 14 in turn: the table stream's leader
 // stopped cleanly (it hands its leadership over), killed (natstest.Kill:
 // no handover, the others must notice), a follower stopped, the leader cut
 // off its peers while running (its clients, ingestd perhaps, stay
 // connected to it: jsstore's --jetstream-switch-after moves them), the
-// ingestd node SIGKILLed mid-write and restarted (its row cache rebuilt
-// from the stream), then the leader killed again; each server restarted
-// or healed and caught up. After each: every acknowledged line is
-// present, no x_seq repeats or moves, a drain from 0 equals the
-// consumer's replica (through every node), and writes resumed.
+// second ingestd node SIGKILLed mid-write and restarted (its row cache
+// rebuilt from the stream), then the leader killed again; each server
+// restarted or healed and caught up. After each: every acknowledged line
+// is present, no x_seq repeats or moves, a drain from 0 equals the
+// consumer's replica, a drain from 0 through the other node returns the
+// same pages, and writes resumed.
 func TestJetStreamFaults(t *testing.T) {
 	r := startJSRun(t)
 	began := time.Now()
@@ -578,7 +601,7 @@ func TestJetStreamFaults(t *testing.T) {
 	r.cycle("stream leader killed", r.killStreamLeader)
 	r.cycle("follower stopped", r.stopFollower)
 	r.cycle("stream leader cut off", r.partition)
-	r.cycle("ingestd killed", func() { r.killNode(0) })
+	r.cycle("ingestd killed", func() { r.killNode(r.cycles % len(r.nodes)) })
 	r.cycle("stream leader killed after an ingestd restart", r.killStreamLeader)
 	r.summary(began, 3) // the leader killed twice, cut off once
 }
@@ -596,4 +619,166 @@ func TestJetStreamLeaderKills(t *testing.T) {
 		}
 	}
 	r.summary(began, *jsKills)
+}
+
+// TestJetStreamTwoNodesOverwrite has two ingestd nodes on one JetStream
+// server overwrite the same points (the same series and times) at once,
+// each request through either node: a marker line, a point of its own
+// (series marker, time its id), then v=id on a random subset of the
+// shared points. The markers' x_seq give the requests' order in the
+// stream; once every request is acknowledged, every shared point's row,
+// in a drain from 0 and in /rows, holds the v of the last request in
+// that order that wrote it, and both nodes return the same pages.
+func TestJetStreamTwoNodesOverwrite(t *testing.T) {
+	const (
+		table    = "overwrite"
+		points   = 24
+		writers  = 4
+		requests = 40 // per writer
+	)
+	cluster := natstest.Start(t, 1)
+	cluster.WaitJetStream()
+	hc := newHTTPClient(t, 2*writers)
+	var nodes []*jsNode
+	for i := range 2 {
+		d := filepath.Join(t.TempDir(), fmt.Sprintf("node%d", i))
+		require.NoError(t, os.MkdirAll(d, 0o750))
+		n := &jsNode{dir: d, args: daemonArgs(filepath.Join(d, "data"), "--store", "jetstream", "--nats-url", cluster.URLs(), "--jetstream-replicas", "1")}
+		n.start(t)
+		nodes = append(nodes, n)
+	}
+	createSyncTable(t, hc, nodes[0].url(), table)
+	line := func(b []byte, host string, v, ts int64) []byte {
+		return fmt.Appendf(b, "%s,host=%s v=%di %d\n", table, host, v, jsBaseTS+ts)
+	}
+	// wrote[id] are the shared points request id wrote.
+	wrote := make([][]int, writers*requests+1)
+	var wg sync.WaitGroup
+	errs := make(chan error, writers)
+	for w := range writers {
+		rng := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), uint64(w)))
+		wg.Go(func() {
+			for i := range requests {
+				id := w*requests + i + 1
+				body := line(nil, "marker", int64(id), int64(id))
+				for p := range points {
+					if rng.IntN(2) == 0 {
+						body = line(body, fmt.Sprintf("h%d", p%3), int64(id), int64(1_000_000+p))
+						wrote[id] = append(wrote[id], p)
+					}
+				}
+				resp, err := do(context.Background(), hc, http.MethodPost, nodes[(w+i)%2].url()+"/write", nil, body)
+				if err == nil && resp.Status != http.StatusNoContent {
+					err = fmt.Errorf("write %d answered %d: %s", id, resp.Status, clip(resp.Body))
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		require.NoError(t, err)
+	}
+	type row struct {
+		host  string
+		ts, v int64
+		seq   uint64
+	}
+	cols := []string{"host", "time", "v", "x_seq"}
+	drain := func(base string) ([]row, uint64) {
+		api := apiClient(t, hc, base)
+		var out []row
+		var pg client.Page
+		for after := uint64(0); ; {
+			req := client.DrainRequest{Table: table, Epoch: 1, After: after, Limit: 100, Columns: cols, TimeFormat: "ns"}
+			require.NoError(t, api.DrainInto(context.Background(), req, &pg))
+			require.Equal(t, cols, pg.Columns)
+			for _, cells := range pg.Rows {
+				var r row
+				require.NoError(t, json.Unmarshal(cells[0], &r.host))
+				for i, dst := range []*int64{&r.ts, &r.v} {
+					n, err := strconv.ParseInt(strings.Trim(string(cells[i+1]), `"`), 10, 64)
+					require.NoError(t, err, "%s", cells)
+					*dst = n
+				}
+				seq, err := strconv.ParseUint(string(cells[3]), 10, 64)
+				require.NoError(t, err)
+				r.seq = seq
+				out = append(out, r)
+			}
+			if !pg.More {
+				return out, pg.Watermark
+			}
+			after = pg.Next
+		}
+	}
+	// Each node serves every request once it applied the other's (a
+	// coalesced row shows every write applied, so the pages agree once
+	// both applied everything): then the pages through both are equal.
+	markers := func(rows []row) int {
+		n := 0
+		for _, r := range rows {
+			if r.host == "marker" {
+				n++
+			}
+		}
+		return n
+	}
+	var got []row
+	for i, n := range nodes {
+		var rows []row
+		poll(t, time.Minute, func() bool { rows, _ = drain(n.url()); return markers(rows) == writers*requests }, "node %d applied every request", i)
+		if i == 0 {
+			got = rows
+		} else {
+			require.Equal(t, got, rows, "node %d drains other pages than node 0", i)
+		}
+	}
+	// The requests in stream order, by their markers' x_seq.
+	order := map[int64]uint64{}
+	final := map[int64]int64{} // shared point -> v of its row
+	for i, r := range got {
+		if i > 0 {
+			require.Greater(t, r.seq, got[i-1].seq, "x_seq ascends")
+		}
+		if r.host == "marker" {
+			require.Equal(t, r.ts-jsBaseTS, r.v)
+			order[r.v] = r.seq
+			continue
+		}
+		p := r.ts - jsBaseTS - 1_000_000
+		if v, ok := final[p]; ok {
+			require.Equal(t, v, r.v, "every fragment of point %d shows its one coalesced row", p)
+		}
+		final[p] = r.v
+	}
+	require.Len(t, order, writers*requests, "every acknowledged request is in the drain")
+	last := map[int64]int64{}
+	lastSeq := map[int64]uint64{}
+	for id := 1; id <= writers*requests; id++ {
+		for _, p := range wrote[id] {
+			if s := order[int64(id)]; s > lastSeq[int64(p)] {
+				last[int64(p)], lastSeq[int64(p)] = int64(id), s
+			}
+		}
+	}
+	require.Equal(t, last, final, "every point holds the last acknowledged write in stream order")
+	// The copy by time range holds one row per point, the same through
+	// both nodes.
+	var copies []string
+	for _, n := range nodes {
+		pg, err := apiClient(t, hc, n.url()).Rows(context.Background(), client.RowsRequest{Table: table, Limit: 1000, TimeFormat: "ns",
+			Start: strconv.FormatInt(jsBaseTS+1_000_000, 10), End: strconv.FormatInt(jsBaseTS+1_000_000+points, 10)})
+		require.NoError(t, err)
+		require.Len(t, pg.Rows, len(final), "one row per point")
+		copies = append(copies, fmt.Sprint(pg.Rows))
+	}
+	require.Equal(t, copies[0], copies[1], "/rows through both nodes")
+	for _, n := range nodes {
+		requireCleanLog(t, n.proc().log(t))
+	}
 }
