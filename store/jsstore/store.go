@@ -468,7 +468,28 @@ func (s *Store) load() error {
 func (s *Store) loadRecords(ctx context.Context) error {
 	clear(s.byName)
 	clear(s.byTID)
-	w, err := s.meta.WatchFiltered(ctx, []string{"t.>"}, jetstream.IgnoreDeletes())
+	return s.eachRecord(ctx, nil, func(e jetstream.KeyValueEntry) (bool, error) {
+		if e == nil {
+			return true, nil // every current record was delivered
+		}
+		t := &table{rev: e.Revision()}
+		if err := json.Unmarshal(e.Value(), &t.rec); err != nil {
+			return true, &store.CorruptionError{Key: []byte(e.Key()), Err: err}
+		}
+		t.rec.Meta.Name = string(t.rec.Name)
+		s.byName[t.rec.Meta.Name] = t
+		if !t.rec.Meta.Dropped {
+			s.byTID[t.rec.Meta.ID] = t
+		}
+		return false, nil
+	})
+}
+
+// eachRecord watches the table records (with opts) and calls fn with each
+// entry, nil marking the end of the current ones, until fn says stop or
+// fails, or ctx ends.
+func (s *Store) eachRecord(ctx context.Context, opts []jetstream.WatchOpt, fn func(jetstream.KeyValueEntry) (stop bool, err error)) error {
+	w, err := s.meta.WatchFiltered(ctx, []string{"t.>"}, append(opts, jetstream.IgnoreDeletes())...)
 	if err != nil {
 		return err
 	}
@@ -480,17 +501,8 @@ func (s *Store) loadRecords(ctx context.Context) error {
 		case <-ctx.Done():
 			return ctx.Err()
 		}
-		if e == nil {
-			return nil // every current record was delivered
-		}
-		t := &table{rev: e.Revision()}
-		if err := json.Unmarshal(e.Value(), &t.rec); err != nil {
-			return &store.CorruptionError{Key: []byte(e.Key()), Err: err}
-		}
-		t.rec.Meta.Name = string(t.rec.Name)
-		s.byName[t.rec.Meta.Name] = t
-		if !t.rec.Meta.Dropped {
-			s.byTID[t.rec.Meta.ID] = t
+		if stop, err := fn(e); stop || err != nil {
+			return err
 		}
 	}
 }

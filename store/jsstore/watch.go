@@ -33,31 +33,18 @@ func (s *Store) watchRecords(ctx context.Context) {
 }
 
 func (s *Store) watchOnce(ctx context.Context) error {
-	w, err := s.meta.WatchFiltered(ctx, []string{"t.>"}, jetstream.UpdatesOnly(), jetstream.IgnoreDeletes())
-	if err != nil {
-		return err
-	}
-	defer func() { _ = w.Stop() }()
-	for {
-		var e jetstream.KeyValueEntry
-		select {
-		case e = <-w.Updates():
-		case <-ctx.Done():
-			return ctx.Err()
-		}
-		if e == nil {
-			continue // the end of the (empty) initial values
-		}
+	return s.eachRecord(ctx, []jetstream.WatchOpt{jetstream.UpdatesOnly()}, func(e jetstream.KeyValueEntry) (bool, error) {
 		var rec record
-		if err := json.Unmarshal(e.Value(), &rec); err != nil || rec.Writer == s.node {
-			continue
+		if e == nil || json.Unmarshal(e.Value(), &rec) != nil || rec.Writer == s.node {
+			return false, nil // the end of the (empty) current ones; not a record; this process's
 		}
 		s.mu.Lock()
+		defer s.mu.Unlock()
 		t := s.byName[string(rec.Name)]
 		if t != nil && !t.rec.Meta.Dropped && (rec.Meta.Dropped || rec.Meta.ID != t.rec.Meta.ID) && !t.ended {
 			t.ended = true
 			s.logger.Warn("a table was truncated or dropped through another ingestd node: writes to it fail until this node restarts", "table", t.rec.Meta.Name)
 		}
-		s.mu.Unlock()
-	}
+		return false, nil
+	})
 }
