@@ -88,8 +88,11 @@ type Sequencer struct {
 	groupPointCount int
 	groupBytes      int
 	// pointSlab is where the fields of the point being applied begin in
-	// fieldSlab.
-	pointSlab int
+	// fieldSlab; pointSID and pointKnown its series' id and whether t knew
+	// it (checkPoint's look-up, which addPoint uses).
+	pointSlab  int
+	pointSID   uint64
+	pointKnown bool
 
 	// sweep is the retention and history-trim pass in progress
 	// (sequencer goroutine only).
@@ -877,7 +880,8 @@ func (s *Sequencer) checkPoint(t *table, p *Point) *RejectError {
 			fmt.Sprintf("time %s is older than the retention of table %s (%s)",
 				time.Unix(0, p.Time).UTC().Format(time.RFC3339Nano), QuoteInput(t.name), FormatRetention(s.retention(t))))
 	}
-	_, known := t.series[p.Series]
+	sid, known := t.series[p.Series]
+	s.pointSID, s.pointKnown = sid, known
 	if !known {
 		if len(t.series) >= s.cfg.MaxSeriesPerTable {
 			return reject(ErrSeriesLimit, "", reasonSeriesLimit,
@@ -953,8 +957,7 @@ func (s *Sequencer) addPoint(t *table, p *Point, rej *RejectError) error {
 	if rej != nil {
 		return nil
 	}
-	slab := s.pointSlab
-	sid, known := t.series[p.Series]
+	slab, sid, known := s.pointSlab, s.pointSID, s.pointKnown
 	g := t.group
 	if len(s.newCols) > 0 {
 		for _, c := range s.newCols {
