@@ -68,6 +68,9 @@ type follower struct {
 	closing bool
 	cancel  context.CancelFunc
 	done    chan struct{}
+	// kick (capacity 1) makes the watchdog start the consumer again at
+	// once: the connection was re-established (kickFollowers).
+	kick chan struct{}
 }
 
 // startFollower starts t's follower at stream sequence from (the anchor's
@@ -81,7 +84,7 @@ func (s *Store) startFollower(t *table, from, xseq, catchUpTo uint64) {
 	f.applied, f.numbered, f.xseq, f.released = from-1, from-1, xseq, from-1
 	f.held, f.err, f.closing, f.catchUpTo = nil, nil, false, catchUpTo
 	f.seen, f.seenOrder, f.window = map[string]struct{}{}, nil, s.cfg.DuplicateWindow
-	f.cancel, f.done = cancel, make(chan struct{})
+	f.cancel, f.done, f.kick = cancel, make(chan struct{}), make(chan struct{}, 1)
 	f.fmu.Unlock()
 	go func() {
 		defer close(f.done)
@@ -138,7 +141,10 @@ func (s *Store) follow(ctx context.Context, t *table, from uint64) {
 func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
-	go t.watchdog(ctx, cancel)
+	t.f.fmu.Lock()
+	kick := t.f.kick
+	t.f.fmu.Unlock()
+	go t.watchdog(ctx, cancel, kick)
 	stream, err := s.js.Stream(ctx, t.rec.Stream)
 	if err != nil {
 		return err
@@ -157,7 +163,7 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 		it.Stop()
 	}()
 	for {
-		msg, err := it.Next()
+		msg, err := it.Next(jetstream.NextContext(ctx)) // Stop alone may miss a consumer being recreated
 		if err != nil {
 			if cause := context.Cause(ctx); cause != nil {
 				return cause
@@ -182,14 +188,18 @@ const stallAfter = 2 * time.Second
 
 // watchdog cancels a follower's consumer (cause errStalled) when it
 // applied nothing for stallAfter while a call waited on it (what it waits
-// for is in the stream), until ctx ends.
-func (t *table) watchdog(ctx context.Context, cancel context.CancelCauseFunc) {
+// for is in the stream), or at once when kicked (errReconnected), until
+// ctx ends.
+func (t *table) watchdog(ctx context.Context, cancel context.CancelCauseFunc, kick <-chan struct{}) {
 	tick := time.NewTicker(stallAfter)
 	defer tick.Stop()
 	last := ^uint64(0)
 	for {
 		select {
 		case <-ctx.Done():
+			return
+		case <-kick:
+			cancel(errReconnected)
 			return
 		case <-tick.C:
 		}
@@ -201,6 +211,32 @@ func (t *table) watchdog(ctx context.Context, cancel context.CancelCauseFunc) {
 			return
 		}
 		last = applied
+	}
+}
+
+// errReconnected ends a consumer when the connection was re-established:
+// it is started again on the new one from its position at once, rather
+// than when nats.go notices its missing heartbeats.
+var errReconnected = errors.New("jsstore: reconnected: starting the consumer again")
+
+// kickFollowers makes every follower start its consumer again (a new
+// connection). It takes Store.mu, then each follower's fmu, one at a time.
+func (s *Store) kickFollowers() {
+	s.mu.Lock()
+	tables := make([]*table, 0, len(s.byName))
+	for _, t := range s.byName {
+		tables = append(tables, t)
+	}
+	s.mu.Unlock()
+	for _, t := range tables {
+		t.f.fmu.Lock()
+		if t.f.kick != nil {
+			select {
+			case t.f.kick <- struct{}{}:
+			default:
+			}
+		}
+		t.f.fmu.Unlock()
 	}
 }
 

@@ -58,6 +58,7 @@ func (s *Store) reconnected(*nats.Conn) {
 	s.sw.mu.Lock()
 	s.sw.conn, s.sw.since = time.Now(), time.Time{}
 	s.sw.mu.Unlock()
+	s.kickFollowers()
 }
 
 // failed records a transient failure of an attempt begun at began (a
