@@ -222,13 +222,7 @@ var errReconnected = errors.New("jsstore: reconnected: starting the consumer aga
 // kickFollowers makes every follower start its consumer again (a new
 // connection). It takes Store.mu, then each follower's fmu, one at a time.
 func (s *Store) kickFollowers() {
-	s.mu.Lock()
-	tables := make([]*table, 0, len(s.byName))
-	for _, t := range s.byName {
-		tables = append(tables, t)
-	}
-	s.mu.Unlock()
-	for _, t := range tables {
+	for _, t := range s.allTables() {
 		t.f.fmu.Lock()
 		if t.f.kick != nil {
 			select {

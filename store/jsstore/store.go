@@ -228,15 +228,20 @@ func (s *Store) abandonFollowers() {
 		s.stopWatch()
 		<-s.watchDone
 	}
-	s.mu.Lock()
-	tables := make([]*table, 0, len(s.byName))
-	for _, t := range s.byName {
-		tables = append(tables, t)
-	}
-	s.mu.Unlock()
-	for _, t := range tables {
+	for _, t := range s.allTables() {
 		t.stopFollower()
 	}
+}
+
+// allTables returns every table with a record (any order).
+func (s *Store) allTables() []*table {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	out := make([]*table, 0, len(s.byName))
+	for _, t := range s.byName {
+		out = append(out, t)
+	}
+	return out
 }
 
 // lockFile takes an exclusive advisory lock on path.
