@@ -106,10 +106,10 @@
 // group commits, and after every commit before raising its own
 // watermark, so a drain never meets a series or column it cannot name.
 // A drain's cursor may then come from another process and be above this
-// one's seq: while the store says this process has not applied everything
-// (CaughtUp), it is not refused (ErrCursorBeyondSequence) but waits, or
-// gets an empty page that keeps the cursor, until this process applied
-// up to it.
+// one's seq: until the store says it is beyond every number any process
+// handed out (Beyond), it is not refused (ErrCursorBeyondSequence) but
+// waits, or gets an empty page that keeps the cursor, until this process
+// applied up to it.
 //
 // # When a commit fails
 //

@@ -56,9 +56,10 @@ type Page struct {
 // cols and vals are valid only during the call. Refusals are *RefusalError wrapping ErrSyncOff, ErrStaleEpoch,
 // ErrCursorBeyondSequence or ErrHistoryExpired (after < horizon-1; checked in that order); with a
 // store.Shared backend (several ingestd nodes) a cursor above this node's seq
-// is refused only once the store says this node applied every other node's
-// block: until then it may be another node's, so the drain waits for this
-// node to apply up to it (Wait) or returns an empty page with Next = After.
+// is refused only once the store says it is beyond every number any node
+// handed out (store.Shared.Beyond): until then it may be another node's, so
+// the drain waits for this node to apply up to it (Wait) or returns an empty
+// page with Next = After.
 // An unknown table is
 // ErrTableNotFound, an unknown column ErrUnknownColumn, a bad limit
 // ErrInvalidLimit, a column named twice ErrDuplicateColumn. visit may
@@ -112,7 +113,7 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 			return Page{}, &RefusalError{Err: ErrSyncOff, Status: st}
 		case req.HasEpoch && req.Epoch != p.epoch:
 			return Page{}, &RefusalError{Err: ErrStaleEpoch, Status: st}
-		case req.After > p.seq && !s.aheadOfUs(ctx, p.tid, req.After):
+		case req.After > p.seq && s.beyond(ctx, p.tid, req.After):
 			return Page{}, &RefusalError{Err: ErrCursorBeyondSequence, Status: st}
 		case req.After+1 < p.horizon:
 			return Page{}, historyRefusal(st)
@@ -154,17 +155,19 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 	}
 }
 
-// aheadOfUs tells whether cursor after, above this process's published
-// seq of instance tid, may be another process's: a shared store that has
-// not applied everything yet, or applied it and numbered up to after
-// (the sequencer has not published it yet). The drain then waits for it,
-// or returns an empty page that keeps the cursor, instead of refusing it.
-func (s *Drainer) aheadOfUs(ctx context.Context, tid, after uint64) bool {
+// beyond tells whether cursor after, above this process's published seq
+// of instance tid, is beyond the table's sequence: always with a store
+// this process alone writes; with a shared store only when the store says
+// so (store.Shared.Beyond). Until then the cursor may be another
+// process's: the drain waits for this process to apply up to it, or
+// returns an empty page that keeps the cursor, instead of refusing it
+// (unknown, an error included: not refused, the client retries).
+func (s *Drainer) beyond(ctx context.Context, tid, after uint64) bool {
 	if s.shared == nil {
-		return false
+		return true
 	}
-	seq, caught, err := s.shared.CaughtUp(ctx, tid)
-	return err != nil || !caught || after <= seq // unknown: not refused (the client retries)
+	beyond, err := s.shared.Beyond(ctx, tid, after)
+	return err == nil && beyond
 }
 
 // readPage reads one page from the published state p.

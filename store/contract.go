@@ -185,13 +185,14 @@ type Shared interface {
 	// live instance tid: the id the first process to ask minted, the same
 	// in every process.
 	SeriesID(ctx context.Context, tid uint64, key string, tags []Field) (uint64, error)
-	// CaughtUp returns the highest x_seq this process has numbered for
-	// live instance tid and whether it has applied every block other
-	// processes wrote to it up to now (one round trip to the backend): a
-	// drain cursor above seq is then beyond the table's sequence, not
-	// another process's (which the caller may not have published yet).
-	// Safe for concurrent use.
-	CaughtUp(ctx context.Context, tid uint64) (seq uint64, caught bool, err error)
+	// Beyond reports whether drain cursor after is beyond live instance
+	// tid's sequence (SPEC §6, cursor_beyond_sequence): above every x_seq
+	// any process had handed out when the call began. False while that is
+	// not known (this process has not applied every other process's
+	// block yet, or the backend bounds what proving it costs): the cursor
+	// may be another process's, which the caller waits for. An error
+	// leaves it unknown. Safe for concurrent use.
+	Beyond(ctx context.Context, tid, after uint64) (bool, error)
 	// Follow registers fn, which the backend calls, from its own
 	// goroutines, after it applied a block another process wrote: fn must
 	// not block nor call the backend.

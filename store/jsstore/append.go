@@ -172,11 +172,13 @@ type publishJob struct {
 	last uint64 // the stream sequence of the last message, once acknowledged
 }
 
-// The kinds of message ids (NODE.KIND.TID.COMMIT.INDEX): the follower
-// holds this process's idAppend messages until Append releases them.
+// The kinds of message ids (NODE.KIND.TID.COMMIT.INDEX; a barrier's is
+// NODE.b.TID.N): the follower holds this process's idAppend messages
+// until Append releases them.
 const (
 	idAppend     = "a" // an Append's block
 	idDictionary = "d" // purgeAged's series dictionary
+	idBarrier    = "b" // Beyond's barrier (barrier.go): an empty block
 )
 
 // prepare splits tc into messages of at most s.maxMsg body bytes (the

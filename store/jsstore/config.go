@@ -40,8 +40,17 @@ const (
 	// DefaultPurgeMinMessages is how many stream sequences retention must
 	// have left nothing of before a stream is purged of them.
 	DefaultPurgeMinMessages = 1000
+	// DefaultBarrierInterval is how often at most a node checks a table
+	// (a stream info, then a barrier published to its stream) to tell a
+	// drain cursor beyond the table's sequence from another node's
+	// (Beyond): at most 10 of each a second per table and node, whatever
+	// clients send.
+	DefaultBarrierInterval = 100 * time.Millisecond
 	// MaxReplicas is JetStream's limit on a stream's replicas.
 	MaxReplicas = 5
+	// minBarrierInterval and maxBarrierInterval bound
+	// Config.BarrierInterval.
+	minBarrierInterval, maxBarrierInterval = 10 * time.Millisecond, time.Minute
 )
 
 // Config configures the JetStream backend. The connection settings follow
@@ -86,6 +95,15 @@ type Config struct {
 	// purge first republishes the table's series dictionary, so a purge
 	// per sweep would cost more than it frees).
 	PurgeMinMessages int
+	// BarrierInterval is the least time between two starts of Beyond's
+	// check of a table from this process (10ms..1m): a drain whose cursor
+	// is above this node's sequence waits for a check (the stream
+	// leader's last sequence, then a barrier: an empty message to the
+	// table's stream, acknowledged by its quorum) before it is refused as
+	// beyond the sequence; the drains arriving before a check starts
+	// share it, and those the interval holds back are answered as not
+	// caught up yet (never refused).
+	BarrierInterval time.Duration
 	// MaxMessageBytes, when positive, caps a block message below the
 	// server's max_payload (tests use it to exercise atomic batches); 0
 	// follows the server.
@@ -95,7 +113,8 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Replicas: DefaultReplicas, Prefix: DefaultPrefix, DuplicateWindow: DefaultDuplicateWindow,
-		PublishTimeout: DefaultPublishTimeout, SwitchAfter: DefaultSwitchAfter, PurgeMinMessages: DefaultPurgeMinMessages}
+		PublishTimeout: DefaultPublishTimeout, SwitchAfter: DefaultSwitchAfter, PurgeMinMessages: DefaultPurgeMinMessages,
+		BarrierInterval: DefaultBarrierInterval}
 }
 
 // RegisterFlags registers the backend's flags on fs.
@@ -115,6 +134,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PublishTimeout, "jetstream-publish-timeout", c.PublishTimeout, "bound of one commit's publish to JetStream, retries included")
 	fs.DurationVar(&c.SwitchAfter, "jetstream-switch-after", c.SwitchAfter, "how long JetStream may be unreachable through the connected NATS server before ingestd reconnects to another (a server cut off from its cluster keeps its clients); below --jetstream-publish-timeout")
 	fs.IntVar(&c.PurgeMinMessages, "jetstream-purge-min-messages", c.PurgeMinMessages, "stream messages retention must have left nothing of before a table's stream is purged of them (each purge republishes the table's series dictionary)")
+	fs.DurationVar(&c.BarrierInterval, "jetstream-barrier-interval", c.BarrierInterval, "least time between two checks of a table (a stream info, then a barrier: an empty message to its stream) this node makes to refuse a drain cursor as beyond the sequence rather than another node's (10ms..1m); drains it holds back get an empty page that keeps the cursor")
 	fs.StringVar(&c.CacheDir, "jetstream-cache-dir", c.CacheDir, "local row cache materialised from the streams, rebuilt at every start (default: "+DefaultCacheDirName+" under --data-dir)")
 }
 
@@ -175,6 +195,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PurgeMinMessages < 1 {
 		errs = append(errs, errors.New("jsstore: --jetstream-purge-min-messages must be at least 1"))
+	}
+	if c.BarrierInterval < minBarrierInterval || c.BarrierInterval > maxBarrierInterval {
+		errs = append(errs, fmt.Errorf("jsstore: --jetstream-barrier-interval must be within %s..%s", minBarrierInterval, maxBarrierInterval))
 	}
 	if c.CacheDir == "" {
 		errs = append(errs, errors.New("jsstore: --jetstream-cache-dir must not be empty"))

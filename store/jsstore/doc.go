@@ -30,8 +30,8 @@
 // connections up while every JetStream request through it fails, and
 // nats.go reconnects only when the connection breaks: after
 // Config.SwitchAfter of failures without a success (publishes, their
-// settling, the DDL calls' attempts; attempts begun before a reconnect
-// do not count) the store forces a reconnect to the next server of the
+// settling, the DDL calls' attempts, Beyond's stream info and barriers;
+// attempts begun before a reconnect do not count) the store forces a reconnect to the next server of the
 // pool (switch.go; TestSwitchOffIsolatedServer, and the fault tests of
 // cmd/ingestd/crashtest). A send whose connection drops stops waiting for
 // its acknowledgement at once and is settled (TestLostConnectionCostsNoSendTimeout).
@@ -91,7 +91,10 @@
 // carries no x_seq: its numbers follow from its place in the stream. The body is uvarint-framed: the new series of the commit
 // (id, tags), the write boundaries (TableCommit.Writes), the fragments
 // (series, zig-zag time, fields: column, kind, number or string). A
-// decoder never allocates more than the message's size.
+// decoder never allocates more than the message's size. A barrier (below,
+// "Beyond the sequence") is an empty block: no series, no fragments,
+// Ingestd-Count 0, message id NODE.b.TID.N; every follower records it as
+// applied and gives it no number.
 //
 // # x_seq, watermark, durability
 //
@@ -164,6 +167,42 @@
 // FirstSeqSince and TableStats are the cache's. A lock file
 // (LOCK.jsstore) keeps a second process off the same cache directory.
 //
+// # Beyond the sequence
+//
+// A drain cursor above what this node numbered may be another node's (not
+// applied here yet: the drain waits) or beyond the table's sequence (409
+// cursor_beyond_sequence, SPEC §6). Beyond tells them apart with a check.
+// The stream leader's last sequence is not enough: JetStream has no
+// linearizable read, and a leader cut off its peers still answers as
+// leader, with a stale last sequence, counting its peers current for up
+// to NATS raft's lost-quorum interval (10 s), while the majority elected
+// another leader and acknowledges other nodes' writes
+// (TestBeyondStaleLeaderCutOff). A publish is linearizable: acknowledged
+// only once the stream's quorum stored it, at a sequence above every
+// message acknowledged before it was sent. So a check first asks the
+// leader (when it reports more than the follower applied, or a group it
+// does not hear a majority of, the cursor may be another node's and
+// nothing is written), then publishes a barrier to the table's stream and
+// waits, within sendTimeout, until the follower applied it: every number
+// any node handed out before the check began is then numbered here, and
+// a cursor above them all is beyond the sequence. A check that gets no
+// answer or no acknowledgement in time (a server cut off, no leader)
+// leaves the cursor unknown, not refused, and counts towards
+// Config.SwitchAfter like a failed publish, so a node on a server cut off
+// its cluster moves to another.
+//
+// What a client can make it cost is bounded per table and node, however
+// many drains it sends: the calls arriving before a check starts share it
+// (ingestd_jetstream_beyond_check_joins_total), at most one is in flight,
+// and the next starts no sooner than Config.BarrierInterval after the last
+// (--jetstream-barrier-interval, 100 ms: at most ten stream infos and ten
+// empty messages a second, ingestd_jetstream_beyond_checks_total{result});
+// a call the bound holds back is answered as not known
+// (ingestd_jetstream_beyond_check_held_total): the drain waits or returns
+// an empty page that keeps the cursor, never a refusal it cannot prove.
+// Barriers stay in the stream until retention purges them with the blocks
+// around them.
+//
 // # Retention
 //
 // SweepBefore sweeps the cache (which raises its horizon before removing
@@ -195,8 +234,11 @@
 // cache's writer side (the followers' ApplyAt, the writer's DDL, sweeps
 // and horizons), which badgerstore calls one goroutine at a time.
 // Store.mu and fmu are never held together; cacheMu is taken with
-// neither. closeMu's read side is held by every call, its write side by
-// Close, which stops the followers before it closes the cache.
+// neither. A table's tableChecks.mu (barrier.go) is taken alone.
+// closeMu's read side is held by every call, its write side by Close,
+// which first ends the waits for Beyond's checks (checkState.halt), then
+// stops the followers and waits for the checks before it closes the
+// cache.
 //
 // # Several ingestd nodes
 //

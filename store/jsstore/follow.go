@@ -242,14 +242,17 @@ var errStalled = errors.New("jsstore: no message while a commit waits for one: r
 // stamped before visible), applies it to the cache when it belongs to the
 // live instance, reports another process's block (followed) and records
 // it as applied. A message delivered again after a failed report is not
-// numbered nor applied twice (numbered).
+// numbered nor applied twice (numbered). An empty block (a barrier of
+// any node, barrier.go) takes no number and is only recorded as applied.
 func (s *Store) apply(t *table, seq uint64, stored time.Time, id string, msg jetstream.Msg) error {
 	tc, err := decodeMessage(msg.Headers(), msg.Data())
 	if err != nil {
 		return &store.CorruptionError{Key: fmt.Appendf(nil, "%s#%d", t.rec.Stream, seq), Err: err}
 	}
+	// live: a block of the live instance with something in it (a
+	// barrier has nothing for the cache nor for the Follow callback).
 	s.mu.Lock()
-	live := !t.rec.Meta.Dropped && t.rec.Meta.ID == tc.TableID
+	live := !t.rec.Meta.Dropped && t.rec.Meta.ID == tc.TableID && (len(tc.NewSeries) > 0 || len(tc.Fragments) > 0)
 	s.mu.Unlock()
 	f := &t.f
 	f.fmu.Lock()

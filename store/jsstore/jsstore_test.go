@@ -266,15 +266,19 @@ func TestStreamBehindIsWaitedFor(t *testing.T) {
 		t.Fatalf("Append returned before its block was applied: %v", err)
 	default:
 	}
-	_, caught, err := s.CaughtUp(ctx, m.ID)
+	beyond, err := s.Beyond(ctx, m.ID, foreign[0].FirstSeq+1)
 	require.NoError(t, err)
-	require.False(t, caught, "the other node's block is not applied here yet")
+	require.False(t, beyond, "the other node's block is not applied here yet: a cursor above it may be another node's")
+	require.Equal(t, 1.0, testutil.ToFloat64(s.m.checks.WithLabelValues(checkBehind)), "no barrier while behind")
 	s.cacheMu.Unlock()
 	require.NoError(t, <-done, "applied once the consumer caught up")
-	seq, caught, err := s.CaughtUp(ctx, m.ID)
+	beyond, err = s.Beyond(ctx, m.ID, cs[0].FirstSeq)
 	require.NoError(t, err)
-	require.True(t, caught)
-	require.Equal(t, cs[0].FirstSeq, seq)
+	require.False(t, beyond, "numbered here")
+	require.Eventually(t, func() bool {
+		beyond, err := s.Beyond(ctx, m.ID, cs[0].FirstSeq+1)
+		return err == nil && beyond
+	}, time.Minute, 20*time.Millisecond, "everything applied: a cursor above every number is refused once a check proves it")
 	require.Greater(t, cs[0].FirstSeq, foreign[0].FirstSeq)
 	got := readAll(t, s, m.ID, 0, cs[0].FirstSeq)
 	require.Len(t, got.Seq, 4, "the other node's block is applied here too")

@@ -96,42 +96,6 @@ func (s *Store) SeriesID(ctx context.Context, tid uint64, key string, _ []store.
 	return 0, errors.New("jsstore: series id: too many concurrent updates")
 }
 
-// CaughtUp implements store.Shared: the follower's highest number, and
-// whether it has applied the stream up to its last sequence, as the
-// stream leader reports it now, and that leader hears a majority of its
-// replicas as current (a leader cut off from its peers claims the lead
-// for a while, with a last sequence behind the stream's: then unknown,
-// false).
-func (s *Store) CaughtUp(ctx context.Context, tid uint64) (uint64, bool, error) {
-	t, err := s.enterLive(ctx, tid)
-	if err != nil {
-		return 0, false, err
-	}
-	defer s.leave()
-	stream, err := s.js.Stream(ctx, t.rec.Stream)
-	if err != nil {
-		return 0, false, fmt.Errorf("jsstore: stream %s: %w", t.rec.Stream, err)
-	}
-	info := stream.CachedInfo()
-	applied, xseq := t.position()
-	return xseq, applied >= info.State.LastSeq && quorumCurrent(info.Cluster), nil
-}
-
-// quorumCurrent tells whether a stream's leader (the one that answered)
-// counts itself and a majority of its group as current.
-func quorumCurrent(c *jetstream.ClusterInfo) bool {
-	if c == nil || len(c.Replicas) == 0 {
-		return true // not clustered, or one replica
-	}
-	current := 1 // the leader
-	for _, r := range c.Replicas {
-		if r.Current && !r.Offline {
-			current++
-		}
-	}
-	return 2*current > len(c.Replicas)+1
-}
-
 // Follow implements store.Shared.
 func (s *Store) Follow(fn func(store.Followed)) {
 	s.mu.Lock()

@@ -73,6 +73,8 @@ type table struct {
 	// ended is set (under Store.mu) when another process ended the live
 	// instance (watch.go).
 	ended bool
+	// chk coalesces and rate-bounds Beyond's checks (barrier.go).
+	chk tableChecks
 }
 
 // Store is the JetStream backend of store.Backend (doc.go). The writer
@@ -111,6 +113,9 @@ type Store struct {
 	// through (switch.go).
 	sw serverSwitch
 
+	// chk tracks Beyond's checks in flight (barrier.go).
+	chk checkState
+
 	// closeMu's read side is held by every call, its write side by Close.
 	closeMu sync.RWMutex
 	closed  bool
@@ -121,6 +126,11 @@ type Store struct {
 // metrics are the store's counters (README, Metrics).
 type metrics struct {
 	publishes, retries, dedups, behind, catchup, purged, switches prometheus.Counter
+	// checks counts Beyond's checks (barrier.go) by result;
+	// checkJoins the calls served by a check another call started,
+	// checkHeld those --jetstream-barrier-interval held back.
+	checks                *prometheus.CounterVec
+	checkJoins, checkHeld prometheus.Counter
 }
 
 // newMetrics returns the counters, not yet registered.
@@ -136,6 +146,10 @@ func newMetrics() metrics {
 		catchup:   c("ingestd_jetstream_catchup_messages_total", "Block messages applied to the local row cache from the streams at start."),
 		purged:    c("ingestd_jetstream_purged_sequences_total", "Stream sequences purged below a retention cutoff (messages retention left nothing of)."),
 		switches:  c("ingestd_jetstream_server_switches_total", "Reconnects to another NATS server forced after JetStream was unreachable through the connected one for --jetstream-switch-after."),
+		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestd_jetstream_beyond_checks_total",
+			Help: "Checks whether a drain cursor above this node's sequence is beyond the table's sequence or another node's, by result: applied (what the stream leader reports applied, then a barrier published and applied), behind (the leader reports more than this node applied: no barrier), failed (no answer or acknowledgement in time)."}, []string{"result"}),
+		checkJoins: c("ingestd_jetstream_beyond_check_joins_total", "Drains with a cursor above this node's sequence served by a check another drain started (coalesced)."),
+		checkHeld:  c("ingestd_jetstream_beyond_check_held_total", "Drains with a cursor above this node's sequence that --jetstream-barrier-interval held back (answered as not caught up yet: an empty page that keeps the cursor)."),
 	}
 }
 
@@ -158,6 +172,7 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 	}
 	s := &Store{cfg: cfg, logger: logger.With("component", "jetstream"), node: randomID(),
 		byName: map[string]*table{}, byTID: map[uint64]*table{}, m: newMetrics()}
+	s.chk.stop = make(chan struct{})
 	if err := os.MkdirAll(cfg.CacheDir, 0o750); err != nil {
 		return nil, fmt.Errorf("jsstore: create cache directory: %w", err)
 	}
@@ -208,7 +223,8 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 		s.watchRecords(watchCtx)
 	}()
 	if reg != nil {
-		reg.MustRegister(s.m.publishes, s.m.retries, s.m.dedups, s.m.behind, s.m.catchup, s.m.purged, s.m.switches)
+		reg.MustRegister(s.m.publishes, s.m.retries, s.m.dedups, s.m.behind, s.m.catchup, s.m.purged, s.m.switches,
+			s.m.checks, s.m.checkJoins, s.m.checkHeld)
 	}
 	s.logger.Info("jetstream store open", "servers", cfg.URLs, "replicas", s.replicas, "tables", len(s.byTID))
 	return s, nil
@@ -263,7 +279,9 @@ func lockFile(path string) (*os.File, error) {
 // abandon releases what Open took without writing anything (a failed
 // Open, or a test's crash).
 func (s *Store) abandon() {
+	s.chk.halt()
 	s.abandonFollowers()
+	s.chk.wg.Wait()
 	if s.cache != nil {
 		_ = s.cache.Close()
 	}
@@ -615,9 +633,11 @@ func (s *Store) enter(ctx context.Context) error {
 
 func (s *Store) leave() { s.closeMu.RUnlock() }
 
-// Close stops the followers, closes the cache and the connection. In-flight calls finish first; every later call,
+// Close stops the followers, closes the cache and the connection. In-flight calls finish first (a
+// Beyond waiting for a barrier returns at once, its cursor unknown); every later call,
 // Close included, returns store.ErrClosed.
 func (s *Store) Close() error {
+	s.chk.halt()
 	s.closeMu.Lock()
 	if s.closed {
 		s.closeMu.Unlock()
@@ -626,6 +646,7 @@ func (s *Store) Close() error {
 	s.closed = true
 	s.closeMu.Unlock()
 	s.abandonFollowers()
+	s.chk.wg.Wait() // a check waiting for its follower ended with it
 	err := s.cache.Close()
 	s.nc.Close() // every publish was acknowledged: nothing is pending
 	return errors.Join(err, s.lock.Close())
