@@ -6,6 +6,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"testing"
@@ -59,6 +60,13 @@ func TestJetStreamBackend(t *testing.T) {
 	page, _ = c.drainOK(t, url.Values{"table": {"sensor"}, "epoch": {"1"}, "after": {"30"}, "limit": {"10"}})
 	require.Len(t, page.Rows, 1)
 	require.Greater(t, page.Next, uint64(30), "x_seq continues above every number handed out")
+
+	// A cursor beyond the sequence is refused once a barrier proved it.
+	beyond := strconv.FormatUint(page.Next+1, 10)
+	e := decodeError(t, c.get(t, "/drain?table=sensor&epoch=1&limit=10&after="+beyond), http.StatusConflict)
+	require.Equal(t, "cursor_beyond_sequence", e.Code, "message: %s", e.Message)
+	require.Equal(t, page.Next, *e.Seq)
+	require.Contains(t, string(c.getOK(t, "/metrics").Body), `ingestd_jetstream_beyond_checks_total{result="applied"} 1`)
 }
 
 // TestREADMEWalkthroughOnJetStream runs the README's Walkthrough and SQL
@@ -97,6 +105,8 @@ func TestJetStreamFlagsValidated(t *testing.T) {
 		{[]string{"--store=jetstream", "--nats-url=nats://x:4222", "--nats-token=t", "--nats-user=u", "--nats-password=p"}, "give one of --nats-creds"},
 		{[]string{"--store=jetstream", "--nats-url=nats://x:4222", "--nats-tls-cert=" + filepath.Join(dir, "none.pem"), "--nats-tls-key=k"}, "--nats-tls-cert: stat"},
 		{[]string{"--store=jetstream", "--nats-url=nats://x:4222", "--jetstream-prefix=a.b"}, "--jetstream-prefix must be"},
+		{[]string{"--store=jetstream", "--nats-url=nats://x:4222", "--jetstream-barrier-interval=1ms"}, "--jetstream-barrier-interval must be within 10ms..1m0s"},
+		{[]string{"--store=jetstream", "--nats-url=nats://x:4222", "--jetstream-barrier-interval=2m"}, "--jetstream-barrier-interval must be within 10ms..1m0s"},
 	} {
 		code, _, errOut := runCLI(t, append([]string{"--data-dir", dir}, tc.args...)...)
 		require.Equal(t, cli.ExitBadUsage, code, "%v", tc.args)
