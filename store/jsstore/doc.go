@@ -30,7 +30,8 @@
 // connections up while every JetStream request through it fails, and
 // nats.go reconnects only when the connection breaks: after
 // Config.SwitchAfter of failures without a success (publishes, their
-// settling, the DDL calls' attempts, Beyond's stream info and barriers;
+// settling, the DDL calls' attempts, a follower's consumer set-up,
+// Beyond's stream info and barriers;
 // attempts begun before a reconnect do not count) the store forces a reconnect to the next server of the
 // pool (switch.go; TestSwitchOffIsolatedServer, and the fault tests of
 // cmd/ingestd/crashtest). A send whose connection drops stops waiting for

@@ -145,13 +145,25 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 	kick := t.f.kick
 	t.f.fmu.Unlock()
 	go t.watchdog(ctx, cancel, kick)
+	// A consumer that cannot be created through the connected server (its
+	// JetStream unavailable there: a server cut off its cluster) counts
+	// towards Config.SwitchAfter like a failed publish: an Append waiting
+	// for the follower publishes nothing meanwhile, and nothing else
+	// would move the connection.
+	began := time.Now()
+	setupFailed := func(err error) error {
+		if transient(err) && ctx.Err() == nil {
+			s.failed(began)
+		}
+		return err
+	}
 	stream, err := s.js.Stream(ctx, t.rec.Stream)
 	if err != nil {
-		return err
+		return setupFailed(err)
 	}
 	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
 	if err != nil {
-		return err
+		return setupFailed(err)
 	}
 	it, err := cons.Messages(jetstream.PullMaxMessages(512))
 	if err != nil {

@@ -62,7 +62,8 @@ func (s *Store) reconnected(*nats.Conn) {
 }
 
 // failed records a transient failure of an attempt begun at began (a
-// publish, its settle, a DDL call, Beyond's stream info or barrier) and forces a reconnect to the next
+// publish, its settle, a DDL call, a follower's consumer set-up, Beyond's
+// stream info or barrier) and forces a reconnect to the next
 // server when failures have lasted Config.SwitchAfter since the run
 // began and since the last switch.
 func (s *Store) failed(began time.Time) {
