@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -253,11 +254,7 @@ func (s *Store) abandonFollowers() {
 func (s *Store) allTables() []*table {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	out := make([]*table, 0, len(s.byName))
-	for _, t := range s.byName {
-		out = append(out, t)
-	}
-	return out
+	return slices.Collect(maps.Values(s.byName))
 }
 
 // lockFile takes an exclusive advisory lock on path.
