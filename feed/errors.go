@@ -47,6 +47,10 @@ var (
 	ErrBusy = errors.New("feed: sequencer queue full")
 	// ErrClosed is returned once the sequencer has stopped.
 	ErrClosed = errors.New("feed: sequencer stopped")
+	// ErrTableChanged is returned by Truncate and Drop when another ingestd
+	// node truncated or dropped the table meanwhile (a store.Shared
+	// backend): retry, on the table as it is now.
+	ErrTableChanged = errors.New("feed: table truncated or dropped through another ingestd node meanwhile: retry")
 	// ErrFieldTypeConflict rejects a field whose type differs from the
 	// column's (first write wins).
 	ErrFieldTypeConflict = errors.New("field type conflict")

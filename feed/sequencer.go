@@ -204,7 +204,7 @@ func newSequencer(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Re
 		// Registered before the tables load: a report meanwhile is applied
 		// (idempotently) once Run runs.
 		s.shared = sh
-		s.follow = followed{pending: map[uint64]*store.Followed{}, wake: make(chan struct{}, 1)}
+		s.follow = followed{pending: map[string]*change{}, wake: make(chan struct{}, 1)}
 		sh.Follow(s.follow.add)
 	}
 	metas, err := st.LoadTables(storeCtx)

@@ -3,34 +3,58 @@ package feed
 import (
 	"slices"
 	"sync"
+	"time"
 
 	"github.com/ingestd/ingestd/store"
 )
 
 // followed holds what a store.Shared backend reported of other processes'
-// writes until the sequencer goroutine applies it (applyFollowed), merged
-// per table instance so that it stays bounded by the tables, their
-// columns and series, whatever the rate of the reports.
+// writes and table changes until the sequencer goroutine applies it
+// (applyFollowed), merged per table name so that it stays bounded by the
+// tables, their columns and series, whatever the rate of the reports.
 type followed struct {
 	mu      sync.Mutex // guards pending; taken alone (doc.go, Locks)
-	pending map[uint64]*store.Followed
+	pending map[string]*change
 	wake    chan struct{} // capacity 1: the Run loop applies pending
+}
+
+// change is what is pending for one table name: the latest state
+// reported (store.Followed.Version orders them) with the series and Seq
+// of its instance, and whether a DROP came before that instance (its
+// consumers go with the dropped one).
+type change struct {
+	store.Followed
+	dropped bool
+}
+
+// sameInstance reports whether f describes c's instance (or c's drop).
+func (c *change) sameInstance(f *store.Followed) bool {
+	return c.Table.Dropped == f.Table.Dropped && c.Table.ID == f.Table.ID && c.Ended == f.Ended
 }
 
 // add merges f into pending and wakes the Run loop. It never blocks (the
 // backend calls it from its own goroutines).
 func (p *followed) add(f store.Followed) {
 	p.mu.Lock()
-	if cur := p.pending[f.Table.ID]; cur != nil {
-		if len(f.Table.Columns) < len(cur.Table.Columns) {
-			f.Table.Columns = cur.Table.Columns
+	cur := p.pending[f.Table.Name]
+	switch {
+	case cur == nil:
+		f.Series = slices.Clone(f.Series)
+		p.pending[f.Table.Name] = &change{Followed: f}
+	case cur.sameInstance(&f):
+		if f.Version >= cur.Version {
+			cols := cur.Table.Columns
+			cur.Table, cur.Version = f.Table, f.Version
+			if len(f.Table.Columns) < len(cols) {
+				cur.Table.Columns = cols
+			}
 		}
-		cur.Table = f.Table
 		cur.Series = append(cur.Series, f.Series...)
 		cur.Seq = max(cur.Seq, f.Seq)
-	} else {
+	case f.Version > cur.Version: // a later instance, or the drop
+		dropped := cur.dropped || cur.Table.Dropped
 		f.Series = slices.Clone(f.Series)
-		p.pending[f.Table.ID] = &f
+		p.pending[f.Table.Name] = &change{Followed: f, dropped: dropped}
 	}
 	p.mu.Unlock()
 	select {
@@ -40,28 +64,41 @@ func (p *followed) add(f store.Followed) {
 }
 
 // take returns and forgets what is pending.
-func (p *followed) take() map[uint64]*store.Followed {
+func (p *followed) take() map[string]*change {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := p.pending
-	p.pending = map[uint64]*store.Followed{}
+	p.pending = map[string]*change{}
 	return out
 }
 
-// applyFollowed makes what the other processes wrote part of the tables'
-// published state: their columns, their series, and the watermark up to
-// what the backend applied. A report of an instance this process does not
-// have (a table another process created, truncated or dropped) is left
-// out: this process follows only the instances it wrote. Sequencer
-// goroutine only, between group commits.
+// applyFollowed makes what the other processes wrote and changed part of
+// the tables' published state: a table another process created, a new
+// instance (TRUNCATE, DROP + re-create: consumers then see a stale epoch,
+// as after a TRUNCATE here), a DROP, the sync, epoch and retention they
+// set, their columns, their series, and the watermark up to what the
+// backend applied. A report of an instance older than this process's is
+// left out. Sequencer goroutine only, between group commits.
 func (s *Sequencer) applyFollowed() {
 	if s.shared == nil {
 		return
 	}
-	for _, f := range s.follow.take() {
-		t := s.tables[f.Table.Name]
-		if t == nil || t.meta.ID != f.Table.ID {
+	for name, c := range s.follow.take() {
+		f := &c.Followed
+		t := s.tables[name]
+		switch {
+		case f.Table.Dropped:
+			if t != nil && t.meta.ID <= f.Ended {
+				s.dropTable(t, nil)
+				s.logger.Info("table dropped through another ingestd node", "table", name)
+			}
 			continue
+		case t == nil || f.Table.ID > t.meta.ID:
+			t = s.takeInstance(t, c)
+		case f.Table.ID < t.meta.ID:
+			continue
+		default:
+			s.takeMeta(t, f)
 		}
 		s.adoptColumns(t, f.Table.Columns)
 		for _, sr := range f.Series {
@@ -76,6 +113,66 @@ func (s *Sequencer) applyFollowed() {
 		}
 		t.mu.Unlock()
 	}
+}
+
+// takeInstance makes c's instance, new to this process, table name's in
+// place of old (nil: a table another process created). Consumers stay
+// with a truncated table (their cursors' epoch is stale) and go with a
+// dropped one; a table new here loads its consumers and history horizon
+// from the store.
+func (s *Sequencer) takeInstance(old *table, c *change) *table {
+	m := c.Table
+	nt := newTable(m, nil)
+	nt.seq = max(c.Seq, c.Table.Seq)
+	if old != nil {
+		nt.seq = max(nt.seq, old.seq)
+		nt.pub.points = old.snapshot().points
+		if c.dropped {
+			old.consumers.dropAll()
+		} else {
+			nt.consumers = old.consumers
+		}
+		s.logger.Info("table truncated or re-created through another ingestd node", "table", m.Name, "epoch", m.Epoch)
+	}
+	if old == nil || c.dropped {
+		if cs, err := s.st.LoadConsumers(storeCtx, m.Name); err == nil {
+			nt.consumers.load(cs)
+		} else {
+			s.logger.Warn("consumers of a table another node made not loaded", "table", m.Name, "err", err)
+		}
+	}
+	if h, err := loadHorizon(s.st, m.ID); err == nil {
+		nt.pub.horizon = max(h, 1)
+	}
+	nt.pub.seq, nt.pub.watermark = nt.seq, nt.seq
+	s.mu.Lock()
+	s.tables[m.Name] = nt
+	delete(s.tombstones, m.Name)
+	s.mu.Unlock()
+	if old != nil {
+		old.notify()
+	}
+	return nt
+}
+
+// takeMeta takes the sync, epoch and retention of a later version of t's
+// instance (SET SYNC, retention changed through another process).
+func (s *Sequencer) takeMeta(t *table, f *store.Followed) {
+	if f.Version < t.version {
+		return
+	}
+	t.version = f.Version
+	if r := f.Table.Retention; r != nil && (t.meta.Retention == nil || *r != *t.meta.Retention) {
+		t.setRetention(time.Duration(*r))
+	}
+	if f.Table.Sync == t.meta.Sync && f.Table.Epoch <= t.meta.Epoch {
+		return
+	}
+	t.meta.Sync, t.meta.Epoch = f.Table.Sync, max(t.meta.Epoch, f.Table.Epoch)
+	t.mu.Lock()
+	t.pub.sync, t.pub.epoch = t.meta.Sync, t.meta.Epoch
+	t.notifyLocked()
+	t.mu.Unlock()
 }
 
 // adoptColumns appends the columns of cols (the backend's whole schema,

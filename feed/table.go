@@ -29,6 +29,9 @@ type table struct {
 	// lastFrags is the fragment count of the table's last group, the
 	// capacity the next one starts with (at most --feed-max-group-points).
 	lastFrags int
+	// version is the store.Followed.Version of the metadata last taken
+	// from another process's change (store.Shared only).
+	version uint64
 
 	mu  sync.Mutex // guards pub
 	pub published

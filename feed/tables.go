@@ -2,6 +2,7 @@ package feed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sort"
 	"strings"
@@ -178,7 +179,7 @@ func (s *Sequencer) runControl(o *op) {
 		// continuing) replaces the old one, whose data goes.
 		m, err := s.st.TruncateTable(storeCtx, t.meta.ID)
 		if err != nil {
-			o.err = storageErr("truncate", err)
+			o.err = s.changeErr("truncate", err)
 			return
 		}
 		nt := newTable(m, nil)
@@ -196,21 +197,43 @@ func (s *Sequencer) runControl(o *op) {
 		// and consumers go.
 		tomb, err := s.st.DropTable(storeCtx, t.meta.ID)
 		if err != nil {
-			o.err = storageErr("drop", err)
+			o.err = s.changeErr("drop", err)
 			return
 		}
-		s.mu.Lock()
-		delete(s.tables, t.name)
-		s.tombstones[t.name] = tomb
-		s.mu.Unlock()
-		t.notify()
-		t.consumers.dropAll()
-		s.m.removedRows.DeleteLabelValues(t.name)
-		s.m.oldestRetained.DeleteLabelValues(t.name)
+		s.dropTable(t, &tomb)
 		o.err = s.pruneTombstones()
 		return
 	}
 	o.status = t.status()
+}
+
+// changeErr is the error of a TRUNCATE or DROP the store refused:
+// ErrTableChanged when another process ended the instance meanwhile (its
+// change is taken at once: a retry acts on the table as it is now), else
+// a storage failure.
+func (s *Sequencer) changeErr(what string, err error) error {
+	if errors.Is(err, store.ErrEnded) {
+		s.applyFollowed()
+		return fmt.Errorf("%w: %s", ErrTableChanged, err)
+	}
+	return storageErr(what, err)
+}
+
+// dropTable removes live table t, its consumers and its metrics; tomb,
+// when given, is its tombstone (a DROP through another process leaves
+// its tombstone to the store, which re-creates the name above it).
+// Sequencer goroutine only.
+func (s *Sequencer) dropTable(t *table, tomb *store.TableMeta) {
+	s.mu.Lock()
+	delete(s.tables, t.name)
+	if tomb != nil {
+		s.tombstones[t.name] = *tomb
+	}
+	s.mu.Unlock()
+	t.notify()
+	t.consumers.dropAll()
+	s.m.removedRows.DeleteLabelValues(t.name)
+	s.m.oldestRetained.DeleteLabelValues(t.name)
 }
 
 // DefineTable creates table name with sync and the declared columns (SQL

@@ -58,7 +58,7 @@ func errorStatus(err error) (int, string) {
 		return http.StatusConflict, wire.CodeTooManyConsumers
 	case errors.Is(err, feed.ErrConsumerNotFound):
 		return http.StatusNotFound, wire.CodeConsumerNotFound
-	case errors.Is(err, feed.ErrClosed), errors.Is(err, feed.ErrBusy):
+	case errors.Is(err, feed.ErrClosed), errors.Is(err, feed.ErrBusy), errors.Is(err, feed.ErrTableChanged):
 		return http.StatusServiceUnavailable, wire.CodeUnavailable
 	case errors.Is(err, context.Canceled):
 		return statusClientClosed, ""

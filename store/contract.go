@@ -170,9 +170,17 @@ type StatsReader interface {
 // (store/badgerstore) does not implement it, and the feed then mints
 // column positions and series ids itself. With it, the feed takes both
 // from the backend, so that a tag set is one series and a column one
-// position in every process, and follows what the other processes wrote.
-// AddColumns and SeriesID are writer only; Follow is called once, before
-// the feed loads the tables.
+// position in every process, and follows what the other processes wrote
+// and changed: their blocks, the tables they created, their TRUNCATE,
+// DROP, SET SYNC and retention. AddColumns and SeriesID are writer only;
+// Follow is called once, before the feed loads the tables.
+//
+// An instance another process ended (TRUNCATE, DROP) stays writable for
+// the caller until it takes the report of the change (Follow): AddColumns
+// and SeriesID answer for it as before, and the backend's Append
+// acknowledges its commits without storing them (they are ordered before
+// the change: a write that raced it); TruncateTable and DropTable refuse
+// it with ErrEnded.
 type Shared interface {
 	// AddColumns adds the columns of cols that live instance tid's schema
 	// lacks (by name) to it, at the end, for every process at once
@@ -194,21 +202,37 @@ type Shared interface {
 	// leaves it unknown. Safe for concurrent use.
 	Beyond(ctx context.Context, tid, after uint64) (bool, error)
 	// Follow registers fn, which the backend calls, from its own
-	// goroutines, after it applied a block another process wrote: fn must
-	// not block nor call the backend.
+	// goroutines, after it applied a block another process wrote or a
+	// change another process made to a table: fn must not block nor call
+	// the backend.
 	Follow(fn func(Followed))
 }
 
-// Followed is what a Shared backend applied of another process's block:
-// the instance's metadata as the backend knows it (Columns at least as
-// long as the block needs), the series the block introduced, and Seq, the
-// highest x_seq applied to the instance (every number at or below it is
-// readable: the watermark the caller may publish).
+// Followed is what a Shared backend applied of another process's writes
+// to one table name, in one of three forms:
+//   - a block of a live instance: Table is the instance's metadata as the
+//     backend knows it (Columns at least as long as the block needs),
+//     Series the series the block introduced;
+//   - a change of the name's live instance (a table created, truncated or
+//     re-created, its sync, epoch, retention or columns changed): Table
+//     is the instance, which may be new to the caller;
+//   - a DROP: Table is the tombstone (Dropped) and Ended the id of the
+//     instance the drop ended.
+//
+// Version orders the reports of one name: a report with a lower Version
+// than one applied describes an older state of the name (its metadata is
+// stale; its series and Seq still count for the instance it names).
+// Instance ids grow: a higher id is a later instance of the name.
 type Followed struct {
-	// Table is the instance's metadata as the backend knows it.
+	// Table is the instance's metadata or the tombstone.
 	Table TableMeta
-	// Series are the series the block introduced (ids as SeriesID gives).
+	// Ended is, for a tombstone, the id of the instance the DROP ended.
+	Ended uint64
+	// Series are the series a block introduced (ids as SeriesID gives).
 	Series []Series
-	// Seq is the highest x_seq applied to the instance.
+	// Seq is the highest x_seq applied to the instance (every number at
+	// or below it is readable: the watermark the caller may publish).
 	Seq uint64
+	// Version is the version of the name's metadata the report shows.
+	Version uint64
 }

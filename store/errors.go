@@ -18,6 +18,11 @@ var (
 	ErrDiskFull = errors.New("store: data directory is full")
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("store: closed")
+	// ErrEnded is returned by a Shared backend's TruncateTable and
+	// DropTable for an instance another process ended meanwhile (TRUNCATE,
+	// DROP): the caller's view of the table is older than the backend's,
+	// whose report of the change (Shared.Follow) is on its way.
+	ErrEnded = errors.New("store: table instance ended by another process")
 )
 
 // CorruptionError is returned when a stored key or value cannot be decoded.

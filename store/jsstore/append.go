@@ -50,24 +50,37 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 	}()
 	for i := range commits {
 		tc := &commits[i]
-		var t *table
+		var (
+			t    *table
+			void bool
+		)
 		if tc.Meta != nil { // new columns, or a table created by this write
 			m := *tc.Meta
 			m.ID = tc.TableID
 			if m, t, err = s.putTable(m); err == nil && m.ID != tc.TableID {
 				err = fmt.Errorf("jsstore: table %q is live as instance %d, not %d", m.Name, m.ID, tc.TableID)
 			}
+			if errors.Is(err, errVoid) {
+				void, err = true, nil
+			}
 		} else {
-			t, err = s.live(tc.TableID)
+			t, void, err = s.liveOrVoid(tc.TableID)
 		}
 		if err != nil {
 			return err
 		}
-		tables[i] = t
 		tc.FirstSeq = 0
+		if void { // ordered before the other process's TRUNCATE or DROP
+			s.m.voided.Add(float64(len(tc.Fragments)))
+			continue
+		}
+		tables[i] = t
 	}
 	jobs := make([]publishJob, len(commits))
 	for i := range commits {
+		if tables[i] == nil {
+			continue
+		}
 		if jobs[i], err = s.prepare(tables[i], &commits[i], idAppend); err != nil {
 			return err
 		}
@@ -91,10 +104,28 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 		// The follower finds the first message by its id: a copy the
 		// stream stored twice (a send retried to a new leader before the
 		// first was applied) is numbered once, at the first copy.
+		// Or it passes the acknowledged sequence without it: another
+		// process ended the instance and purged the stream before this
+		// node read the commit (ordered before the change).
 		firstID := j.msgs[0].Header.Get(jetstream.MsgIDHeader)
-		var own ownMsg
-		if err := s.awaitFollower(j.t, deadline, func() (ok bool) { own, ok = j.t.f.heldID(firstID); return ok }); err != nil {
+		var (
+			own    ownMsg
+			purged bool
+		)
+		err := s.awaitFollower(j.t, deadline, func() (ok bool) {
+			if own, ok = j.t.f.heldID(firstID); ok {
+				return true
+			}
+			purged = j.last > 0 && j.t.f.applied >= j.last
+			return purged
+		})
+		if err != nil {
 			return err
+		}
+		if purged {
+			s.m.voided.Add(float64(len(commits[i].Fragments)))
+			jobs[i].msgs = nil
+			continue
 		}
 		jobs[i].last = own.seq + uint64(len(j.msgs)) - 1 // an atomic batch is contiguous
 		if tc := &commits[i]; tc.Sync && len(tc.Fragments) > 0 {
@@ -153,16 +184,25 @@ func (s *Store) enterLive(ctx context.Context, tid uint64) (*table, error) {
 
 // live returns the state of live instance tid.
 func (s *Store) live(tid uint64) (*table, error) {
+	t, void, err := s.liveOrVoid(tid)
+	if void {
+		return nil, fmt.Errorf("jsstore: table instance %d: %w", tid, store.ErrEnded)
+	}
+	return t, err
+}
+
+// liveOrVoid returns the state of live instance tid, or void when another
+// process ended it (store.Shared: the writer's calls on it do nothing).
+func (s *Store) liveOrVoid(tid uint64) (*table, bool, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	t, ok := s.byTID[tid]
-	if !ok {
-		return nil, fmt.Errorf("jsstore: table instance %d is not live", tid)
+	if t, ok := s.byTID[tid]; ok {
+		return t, false, nil
 	}
-	if t.ended {
-		return nil, fmt.Errorf("jsstore: table %q: %w", t.rec.Meta.Name, errEnded)
+	if _, ok := s.ended[tid]; ok {
+		return nil, true, nil
 	}
-	return t, nil
+	return nil, false, fmt.Errorf("jsstore: table instance %d is not live", tid)
 }
 
 // publishJob is one table commit's messages and the blocks they carry.
@@ -191,7 +231,7 @@ func (s *Store) prepare(t *table, tc *store.TableCommit, kind string) (publishJo
 	}
 	t.commits++
 	base := s.node + "." + kind + "." + strconv.FormatUint(tc.TableID, 10) + "." + strconv.FormatUint(t.commits, 10)
-	subject := subjectOf(t.rec.Stream)
+	subject := subjectOf(t.stream)
 	si, fi := 0, 0
 	for si < len(tc.NewSeries) || fi < len(tc.Fragments) || len(j.msgs) == 0 {
 		size := 4 * binary.MaxVarintLen64
@@ -303,7 +343,7 @@ func (s *Store) publish(j *publishJob) (uint64, error) {
 		}
 		s.failed(began)
 		if time.Now().Add(wait).After(deadline) {
-			return 0, fmt.Errorf("jsstore: publish to stream %s: %w", t.rec.Stream, err)
+			return 0, fmt.Errorf("jsstore: publish to stream %s: %w", t.stream, err)
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, time.Second)

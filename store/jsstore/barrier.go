@@ -169,7 +169,7 @@ func (s *Store) runCheck(t *table, r *check) string {
 		return checkFailed
 	}
 	s.mu.Lock()
-	name := t.rec.Stream
+	name := t.stream
 	s.mu.Unlock()
 	began := time.Now()
 	stream, err := s.js.Stream(ctx, name)
@@ -204,7 +204,7 @@ func (s *Store) runCheck(t *table, r *check) string {
 // (NODE.b.TID.N).
 func (s *Store) barrierMsg(t *table) *nats.Msg {
 	s.mu.Lock()
-	tid, stream := t.rec.Meta.ID, t.rec.Stream
+	tid, stream := t.rec.Meta.ID, t.stream
 	s.mu.Unlock()
 	m := nats.NewMsg(subjectOf(stream))
 	m.Header.Set(jetstream.MsgIDHeader, s.node+"."+idBarrier+"."+strconv.FormatUint(tid, 10)+"."+strconv.FormatUint(s.chk.n.Add(1), 10))

@@ -24,9 +24,13 @@ const (
 	// DefaultDuplicateWindow is how long the streams remember a message
 	// id (JetStream's default): a publish retried within it is stored once.
 	DefaultDuplicateWindow = 2 * time.Minute
-	// DefaultPublishTimeout bounds one commit's publish, retries included
-	// (a stream leader election takes a few seconds).
-	DefaultPublishTimeout = 30 * time.Second
+	// DefaultPublishTimeout bounds one commit's publish, retries included:
+	// a stream leader election takes a few seconds, and a cluster that lost
+	// its meta leader as well may answer nothing for half a minute or more
+	// (Kafka's producers retry a send for delivery.timeout.ms, 2 minutes).
+	// It stays within DefaultDuplicateWindow, so that a retried send is
+	// still recognised as a duplicate.
+	DefaultPublishTimeout = 90 * time.Second
 	// DefaultSwitchAfter is how long JetStream may be unreachable through
 	// the connected server before the connection moves to another: longer
 	// than most stream leader elections after a leader's crash (7.3 s at
@@ -187,8 +191,8 @@ func (c *Config) Validate() error {
 	if c.DuplicateWindow < time.Second {
 		errs = append(errs, errors.New("jsstore: --jetstream-duplicate-window must be at least 1s"))
 	}
-	if c.PublishTimeout < time.Second {
-		errs = append(errs, errors.New("jsstore: --jetstream-publish-timeout must be at least 1s"))
+	if c.PublishTimeout < time.Second || c.PublishTimeout > c.DuplicateWindow {
+		errs = append(errs, errors.New("jsstore: --jetstream-publish-timeout must be at least 1s and at most --jetstream-duplicate-window (a send retried later could be stored twice)"))
 	}
 	if c.SwitchAfter < 100*time.Millisecond || c.SwitchAfter >= c.PublishTimeout {
 		errs = append(errs, errors.New("jsstore: --jetstream-switch-after must be at least 100ms and below --jetstream-publish-timeout"))

@@ -73,10 +73,36 @@ type follower struct {
 	kick chan struct{}
 }
 
-// startFollower starts t's follower at stream sequence from (the anchor's
-// next), numbering from xseq; catchUpTo is catch-up's end (0: none).
-// Writer only (Open, putTable).
-func (s *Store) startFollower(t *table, from, xseq, catchUpTo uint64) {
+// restartFollower (re)starts t's follower at stream sequence from (the
+// anchor's next), numbering from xseq; catchUpTo is catch-up's end (0:
+// none). A follower that runs is stopped first.
+func (t *table) restartFollower(s *Store, from, xseq, catchUpTo uint64) {
+	t.life.Lock()
+	defer t.life.Unlock()
+	t.stopFollowerLocked()
+	t.startFollowerLocked(s, from, xseq, catchUpTo)
+}
+
+// ensureFollower starts t's follower at its record's anchor unless one
+// runs (a live instance another process made on a name whose follower
+// this process stopped, or never started).
+func (t *table) ensureFollower(s *Store) {
+	t.life.Lock()
+	defer t.life.Unlock()
+	t.f.fmu.Lock()
+	running := t.f.cancel != nil
+	t.f.fmu.Unlock()
+	if running {
+		return
+	}
+	s.mu.Lock()
+	a := t.anchor()
+	s.mu.Unlock()
+	t.startFollowerLocked(s, a.Seq+1, a.XSeq, 0)
+}
+
+// startFollowerLocked starts t's follower; t.life must be held.
+func (t *table) startFollowerLocked(s *Store, from, xseq, catchUpTo uint64) {
 	ctx, cancel := context.WithCancel(context.Background())
 	f := &t.f
 	f.fmu.Lock()
@@ -94,6 +120,13 @@ func (s *Store) startFollower(t *table, from, xseq, catchUpTo uint64) {
 
 // stopFollower ends t's follower and waits for it.
 func (t *table) stopFollower() {
+	t.life.Lock()
+	defer t.life.Unlock()
+	t.stopFollowerLocked()
+}
+
+// stopFollowerLocked is stopFollower with t.life held.
+func (t *table) stopFollowerLocked() {
 	f := &t.f
 	f.fmu.Lock()
 	if f.cancel == nil {
@@ -107,6 +140,21 @@ func (t *table) stopFollower() {
 	done := f.done
 	f.fmu.Unlock()
 	<-done
+}
+
+// jump moves the follower's numbering to anchor a when it is behind it:
+// the messages up to a.Seq were purged before it read them (another
+// process's purge), and a says how many synced fragments they held.
+func (t *table) jump(a anchor) {
+	f := &t.f
+	f.fmu.Lock()
+	defer f.fmu.Unlock()
+	if f.numbered >= a.Seq {
+		return
+	}
+	f.applied, f.numbered, f.xseq = a.Seq, a.Seq, a.XSeq
+	f.released = max(f.released, a.Seq)
+	f.fcond.Broadcast()
 }
 
 // follow reads t's stream from sequence from with an ordered consumer
@@ -124,10 +172,10 @@ func (s *Store) follow(ctx context.Context, t *table, from uint64) {
 			t.f.err = err
 			t.f.fcond.Broadcast()
 			t.f.fmu.Unlock()
-			s.logger.Error("table stream unreadable: the row cache stops following it", "stream", t.rec.Stream, "err", err)
+			s.logger.Error("table stream unreadable: the row cache stops following it", "stream", t.stream, "err", err)
 			return
 		}
-		s.logger.Warn("following a table stream failed: starting again", "stream", t.rec.Stream, "err", err)
+		s.logger.Warn("following a table stream failed: starting again", "stream", t.stream, "err", err)
 		t.f.fmu.Lock()
 		from = t.f.applied + 1
 		t.f.fmu.Unlock()
@@ -157,7 +205,7 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 		}
 		return err
 	}
-	stream, err := s.js.Stream(ctx, t.rec.Stream)
+	stream, err := s.js.Stream(ctx, t.stream)
 	if err != nil {
 		return setupFailed(err)
 	}
@@ -186,7 +234,7 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 		if err != nil {
 			return err
 		}
-		if err := s.apply(t, md.Sequence.Stream, md.Timestamp, msg.Headers().Get(jetstream.MsgIDHeader), msg); err != nil {
+		if err := s.apply(ctx, t, md.Sequence.Stream, md.Timestamp, msg.Headers().Get(jetstream.MsgIDHeader), msg); err != nil {
 			return err
 		}
 	}
@@ -256,28 +304,43 @@ var errStalled = errors.New("jsstore: no message while a commit waits for one: r
 // it as applied. A message delivered again after a failed report is not
 // numbered nor applied twice (numbered). An empty block (a barrier of
 // any node, barrier.go) takes no number and is only recorded as applied.
-func (s *Store) apply(t *table, seq uint64, stored time.Time, id string, msg jetstream.Msg) error {
+func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Time, id string, msg jetstream.Msg) error {
 	tc, err := decodeMessage(msg.Headers(), msg.Data())
 	if err != nil {
-		return &store.CorruptionError{Key: fmt.Appendf(nil, "%s#%d", t.rec.Stream, seq), Err: err}
+		return &store.CorruptionError{Key: fmt.Appendf(nil, "%s#%d", t.stream, seq), Err: err}
 	}
-	// live: a block of the live instance with something in it (a
-	// barrier has nothing for the cache nor for the Follow callback).
-	s.mu.Lock()
-	live := !t.rec.Meta.Dropped && t.rec.Meta.ID == tc.TableID && (len(tc.NewSeries) > 0 || len(tc.Fragments) > 0)
-	s.mu.Unlock()
 	f := &t.f
 	f.fmu.Lock()
-	if seq <= f.applied { // delivered again after a restart of the consumer
-		f.fmu.Unlock()
+	applied, numbered := f.applied, f.numbered
+	f.fmu.Unlock()
+	if seq <= applied { // delivered again after a restart of the consumer
 		return nil
 	}
+	// A gap before seq: another process purged those messages (its
+	// anchor moved over them first). A block of an instance this process
+	// has not heard of: another process created it (its record was
+	// written first). Either way the record says how to go on.
+	gap := seq > numbered+1
+	s.mu.Lock()
+	known := t.rec.knows(tc.TableID)
+	s.mu.Unlock()
+	if gap || !known {
+		if err := s.learn(ctx, t, tc.TableID, seq, gap); err != nil {
+			return err
+		}
+	}
+	// blocks: something for the cache and the Follow callback (a barrier
+	// has nothing); live: a block of the live instance, applied.
+	blocks := len(tc.NewSeries) > 0 || len(tc.Fragments) > 0
+	own := strings.HasPrefix(id, s.node+"."+idAppend+".")
+	live := false
+	f.fmu.Lock()
 	if seq > f.numbered && f.repeated(id, stored) {
 		f.numbered = seq // a second copy of a message: not numbered, not applied
 	}
 	if seq > f.numbered {
 		first := f.xseq + 1
-		if strings.HasPrefix(id, s.node+"."+idAppend+".") {
+		if own {
 			f.held = append(f.held, ownMsg{seq: seq, id: id, first: first})
 			f.fcond.Broadcast()
 			for f.released < seq && !f.closing {
@@ -293,12 +356,20 @@ func (s *Store) apply(t *table, seq uint64, stored time.Time, id string, msg jet
 			f.xseq += uint64(len(tc.Fragments))
 		}
 		f.fmu.Unlock()
-		if live {
+		if blocks {
+			// The record decides under cacheMu: an instance ended meanwhile
+			// has its rows dropped, before or after this block.
 			s.cacheMu.Lock()
-			err := s.cache.ApplyAt(context.Background(), []store.TableCommit{tc})
+			err := s.syncCacheLocked(t)
+			if live = err == nil && t.cached == tc.TableID; live {
+				err = s.cache.ApplyAt(context.Background(), []store.TableCommit{tc})
+			}
 			s.cacheMu.Unlock()
 			if err != nil {
 				return err
+			}
+			if !live && own {
+				s.m.voided.Add(float64(len(tc.Fragments)))
 			}
 		}
 		f.fmu.Lock()
@@ -309,6 +380,10 @@ func (s *Store) apply(t *table, seq uint64, stored time.Time, id string, msg jet
 				s.m.catchup.Inc()
 			}
 		}
+	} else if blocks { // numbered and applied before a report failed
+		s.mu.Lock()
+		live = t.rec.live() && t.rec.Meta.ID == tc.TableID
+		s.mu.Unlock()
 	}
 	last := f.xseq
 	f.fmu.Unlock()
@@ -374,7 +449,7 @@ func (t *table) await(deadline time.Time, ok func() bool) error {
 			for i, m := range f.held {
 				held[i] = m.seq
 			}
-			return fmt.Errorf("jsstore: stream %s not delivered up to the acknowledged message in time (applied up to %d, holding %v)", t.rec.Stream, f.applied, held)
+			return fmt.Errorf("jsstore: stream %s not delivered up to the acknowledged message in time (applied up to %d, holding %v)", t.stream, f.applied, held)
 		}
 		f.fcond.Wait()
 	}

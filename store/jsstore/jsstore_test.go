@@ -2,10 +2,10 @@ package jsstore
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math"
 	"os"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -219,24 +219,74 @@ func (s *Store) tableByID(t *testing.T, tid uint64) *table {
 	return tb
 }
 
-// TestOtherNodeTruncateRefusesWrites truncates a table through one store
-// (node): the other, which follows only the instances it knows, refuses
-// to write the old one from then on instead of acknowledging writes no
-// node reads.
-func TestOtherNodeTruncateRefusesWrites(t *testing.T) {
+// reports collects what a store reports to its Follow callback.
+type reports struct {
+	mu  sync.Mutex
+	got []store.Followed
+}
+
+func (r *reports) add(f store.Followed) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.got = append(r.got, f)
+}
+
+// has reports whether a report satisfies ok.
+func (r *reports) has(ok func(store.Followed) bool) bool {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.ContainsFunc(r.got, ok)
+}
+
+// TestOtherNodeTableChangesFollowed changes tables through one store
+// (node a) while another (b) runs: b takes each change and reports it
+// (a table a created, its TRUNCATE, its DROP), keeps its cache to the
+// live instance, acknowledges without storing a commit to the instance a
+// ended (ordered before the change: b had not been told), refuses to
+// truncate it (store.ErrEnded), and writes the new instance, which a
+// reads; a stream a purged before b read it is numbered alike on both.
+func TestOtherNodeTableChangesFollowed(t *testing.T) {
 	h := newHarness(t, 1)
 	a := h.open(t, h.config(t))
 	t.Cleanup(func() { _ = a.Close() })
-	m := createTable(t, a, "ended")
 	b := h.open(t, func() Config { c := h.cfgOf(a); c.CacheDir = t.TempDir(); return c }())
 	t.Cleanup(func() { _ = b.Close() })
-	require.NoError(t, b.Append(ctx, []store.TableCommit{commit(m, true, 1, 1, 1)}, nil), "b writes the live instance")
-	_, err := a.TruncateTable(ctx, m.ID)
+	var got reports
+	b.Follow(got.add)
+	wait := func(what string, ok func(store.Followed) bool) {
+		t.Helper()
+		require.Eventually(t, func() bool { return got.has(ok) }, time.Minute, 10*time.Millisecond, "b reports %s", what)
+	}
+
+	m := createTable(t, a, "changes")
+	require.NoError(t, a.Append(ctx, []store.TableCommit{commit(m, true, 1, 3, 1)}, nil))
+	wait("the table a created, and its block", func(f store.Followed) bool { return f.Table.ID == m.ID && f.Seq == 3 })
+	require.Equal(t, readAll(t, a, m.ID, 0, 3), readAll(t, b, m.ID, 0, 3), "b serves a's rows")
+
+	tr, err := a.TruncateTable(ctx, m.ID)
 	require.NoError(t, err)
-	require.Eventually(t, func() bool {
-		err := b.Append(ctx, []store.TableCommit{commit(m, false, 2, 1, 1)}, nil)
-		return errors.Is(err, errEnded)
-	}, time.Minute, 20*time.Millisecond, "b refuses to write the truncated instance")
+	wait("the truncate", func(f store.Followed) bool { return f.Table.ID == tr.ID && f.Table.Epoch == m.Epoch+1 })
+	require.NoError(t, b.Append(ctx, []store.TableCommit{commit(m, false, 5, 2, 1)}, nil), "a commit to the ended instance is acknowledged")
+	require.Equal(t, 2.0, testutil.ToFloat64(b.m.voided), "and counted, not stored")
+	_, err = b.TruncateTable(ctx, m.ID)
+	require.ErrorIs(t, err, store.ErrEnded)
+
+	first := commit(tr, true, 7, 2, 1)
+	first.Meta = &store.TableMeta{Name: tr.Name, ID: tr.ID, Sync: true, Epoch: tr.Epoch, Seq: tr.Seq, Columns: m.Columns}
+	cs := []store.TableCommit{first}
+	require.NoError(t, b.Append(ctx, cs, nil), "b writes the new instance")
+	require.Equal(t, uint64(4), cs[0].FirstSeq, "numbered above the old instance")
+	_, last := b.tableByID(t, tr.ID).position()
+	require.NoError(t, a.tableByID(t, tr.ID).await(time.Now().Add(time.Minute), func() bool { return a.tableByID(t, tr.ID).f.xseq >= last }))
+	require.Equal(t, readAll(t, b, tr.ID, 0, last), readAll(t, a, tr.ID, 0, last), "a serves b's rows of the new instance")
+	require.Len(t, readAll(t, a, tr.ID, 0, last).Seq, 2)
+
+	_, err = a.DropTable(ctx, tr.ID)
+	require.NoError(t, err)
+	wait("the drop", func(f store.Followed) bool { return f.Table.Dropped && f.Ended == tr.ID })
+	_, err = b.live(tr.ID)
+	require.ErrorIs(t, err, store.ErrEnded)
+	require.Equal(t, 2.0, testutil.ToFloat64(b.m.changes.WithLabelValues("truncate")) + testutil.ToFloat64(b.m.changes.WithLabelValues("drop")), "one truncate and one drop followed")
 }
 
 // TestStreamBehindIsWaitedFor keeps a node's follower from applying a

@@ -2,6 +2,7 @@ package jsstore
 
 import (
 	"context"
+	"errors"
 	"math"
 	"time"
 
@@ -81,7 +82,9 @@ func (a *ageIndex) trim(n int) { a.entries = append(a.entries[:0], a.entries[n:]
 // rebuild applies as the same entries, or messages below the anchor,
 // which a rebuild skips. Writer only.
 func (s *Store) purgeAged(t *table, cutoff int64) error {
+	s.mu.Lock()
 	tid := t.rec.Meta.ID
+	s.mu.Unlock()
 	t.f.fmu.Lock()
 	at, n := t.ages.below(cutoff)
 	t.f.fmu.Unlock()
@@ -105,15 +108,22 @@ func (s *Store) purgeAged(t *table, cutoff int64) error {
 			return err
 		}
 	}
-	err = s.update(t, func(r *record) {
+	err = s.update(t, func(r *record) error {
+		if !r.live() || r.Meta.ID != tid {
+			return errVoid // ended meanwhile: its end purges
+		}
 		if r.Anchor == nil || r.Anchor.Seq < upto {
 			r.Anchor = &anchor{Seq: upto, XSeq: at.xseq}
 		}
+		return nil
 	})
+	if errors.Is(err, errVoid) {
+		return nil
+	}
 	if err != nil {
 		return err
 	}
-	stream, err := s.js.Stream(ctx, t.rec.Stream)
+	stream, err := s.js.Stream(ctx, t.stream)
 	if err != nil {
 		return err
 	}

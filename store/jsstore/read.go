@@ -2,6 +2,7 @@ package jsstore
 
 import (
 	"context"
+	"errors"
 
 	"github.com/ingestd/ingestd/store"
 )
@@ -70,16 +71,29 @@ func (s *Store) TableStats(ctx context.Context, tid uint64) (store.TableStats, e
 // RaiseHorizon implements store.Sweeper: the record first (a rebuild
 // keeps it), then the cache. Writer only.
 func (s *Store) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error) {
-	t, err := s.enterLive(ctx, tid)
-	if err != nil {
+	if err := s.enter(ctx); err != nil {
 		return 0, err
 	}
 	defer s.leave()
+	t, void, err := s.liveOrVoid(tid)
+	if void || err != nil {
+		return h, err
+	}
 	cur, err := s.cache.Horizon(ctx, tid)
 	if err != nil || h <= cur {
 		return cur, err
 	}
-	if err := s.update(t, func(r *record) { r.Horizon = max(r.Horizon, h) }); err != nil {
+	err = s.update(t, func(r *record) error {
+		if !r.live() || r.Meta.ID != tid {
+			return errVoid
+		}
+		r.Horizon = max(r.Horizon, h)
+		return nil
+	})
+	if errors.Is(err, errVoid) {
+		return h, nil
+	}
+	if err != nil {
 		return cur, err
 	}
 	s.cacheMu.Lock()
@@ -93,30 +107,43 @@ func (s *Store) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error)
 // rows, and once the sweep at cutoff is complete the stream is purged of
 // the messages it left nothing of (purgeAged). Writer only.
 func (s *Store) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
-	t, err := s.enterLive(ctx, tid)
-	if err != nil {
+	if err := s.enter(ctx); err != nil {
 		return store.SweepResult{}, err
 	}
 	defer s.leave()
+	t, void, err := s.liveOrVoid(tid)
+	if void || err != nil {
+		return store.SweepResult{}, err
+	}
 	s.cacheMu.Lock()
-	res, err := s.cache.SweepBefore(ctx, tid, cutoff, maxFragments)
+	var res store.SweepResult
+	if t.cached == tid {
+		res, err = s.cache.SweepBefore(ctx, tid, cutoff, maxFragments)
+	}
 	s.cacheMu.Unlock()
 	if err != nil || res.Removed == 0 {
 		return res, err
 	}
-	err = s.update(t, func(r *record) {
+	err = s.update(t, func(r *record) error {
+		if !r.live() || r.Meta.ID != tid {
+			return errVoid
+		}
 		r.Horizon = max(r.Horizon, res.Horizon)
 		if r.Cutoff == nil || *r.Cutoff < cutoff {
 			r.Cutoff = &cutoff
 		}
+		return nil
 	})
+	if errors.Is(err, errVoid) {
+		return store.SweepResult{}, nil
+	}
 	if err != nil || res.More {
 		return res, err
 	}
 	if err := s.purgeAged(t, cutoff); err != nil {
 		// The rows are swept and the cutoff recorded: a rebuild sweeps
 		// the messages again, so only the stream's size suffers.
-		s.logger.Warn("stream not purged below the retention cutoff", "table", t.rec.Meta.Name, "stream", t.rec.Stream, "err", err)
+		s.logger.Warn("stream not purged below the retention cutoff", "table", t.name, "stream", t.stream, "err", err)
 	}
 	return res, nil
 }

@@ -17,19 +17,46 @@ import (
 var _ store.Shared = (*Store)(nil)
 
 // AddColumns implements store.Shared with one compare-and-set update of
-// the table's record (re-read and merged on a conflict). Writer only.
+// the table's record (re-read and merged on a conflict). On an instance
+// another process ended it merges in memory only (store.Shared). Writer
+// only.
 func (s *Store) AddColumns(ctx context.Context, tid uint64, cols []store.Column) ([]store.Column, error) {
-	t, err := s.enterLive(ctx, tid)
-	if err != nil {
+	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
 	defer s.leave()
-	if err := s.update(t, func(r *record) { r.Meta.Columns = mergeColumns(r.Meta.Columns, cols) }); err != nil {
+	if have, ok := s.endedColumns(tid); ok {
+		return s.voidColumns(tid, have, cols), nil
+	}
+	t, err := s.live(tid)
+	if err != nil {
 		return nil, err
 	}
+	var merged []store.Column
+	err = s.update(t, func(r *record) error {
+		if !r.live() || r.Meta.ID != tid {
+			return errVoid
+		}
+		r.Meta.Columns = mergeColumns(r.Meta.Columns, cols)
+		merged = r.Meta.Columns
+		return nil
+	})
+	if errors.Is(err, errVoid) {
+		have, _ := s.endedColumns(tid)
+		return s.voidColumns(tid, have, cols), nil
+	}
+	return slices.Clone(merged), err
+}
+
+// voidColumns merges cols into ended instance tid's columns in memory.
+func (s *Store) voidColumns(tid uint64, have, cols []store.Column) []store.Column {
+	merged := mergeColumns(have, cols)
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	return slices.Clone(t.rec.Meta.Columns), nil
+	if _, ok := s.ended[tid]; ok {
+		s.ended[tid] = merged
+	}
+	return slices.Clone(merged)
 }
 
 // seriesEntry is a series' key in the meta bucket (seriesKey): its id and
@@ -53,10 +80,15 @@ func seriesKey(tid uint64, key string) string {
 // that loses the race reads the winner's (its own number is skipped: ids
 // have gaps, never two tag sets). Writer only.
 func (s *Store) SeriesID(ctx context.Context, tid uint64, key string, _ []store.Field) (uint64, error) {
-	if _, err := s.enterLive(ctx, tid); err != nil {
+	if err := s.enter(ctx); err != nil {
 		return 0, err
 	}
 	defer s.leave()
+	if _, ended := s.endedColumns(tid); !ended {
+		if _, err := s.live(tid); err != nil {
+			return 0, err
+		}
+	}
 	k := seriesKey(tid, key)
 	for range 16 {
 		var e jetstream.KeyValueEntry
@@ -109,7 +141,7 @@ func (s *Store) Follow(fn func(store.Followed)) {
 // added them with AddColumns before it published).
 func (s *Store) followed(t *table, tc *store.TableCommit, seq uint64) error {
 	s.mu.Lock()
-	fn, m := s.followFn, t.rec.Meta
+	fn, m, rev := s.followFn, t.rec.Meta, t.rev
 	s.mu.Unlock()
 	if fn == nil {
 		return nil
@@ -154,6 +186,6 @@ func (s *Store) followed(t *table, tc *store.TableCommit, seq uint64) error {
 		t.f.fmu.Unlock()
 	}
 	m.Columns = slices.Clone(cols)
-	fn(store.Followed{Table: m, Series: tc.NewSeries, Seq: seq})
+	fn(store.Followed{Table: m, Series: tc.NewSeries, Seq: seq, Version: rev})
 	return nil
 }

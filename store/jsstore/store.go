@@ -53,15 +53,26 @@ type record struct {
 	// trimmed); Cutoff, when set, the highest retention cutoff swept.
 	Horizon uint64 `json:"horizon,omitempty"`
 	Cutoff  *int64 `json:"cutoff,omitempty"`
-	// Writer is the id of the process that wrote the record last (the
-	// record watcher skips this process's own updates).
+	// Writer is the id of the process that wrote the record last.
 	Writer string `json:"writer,omitempty"`
+	// Ended is the id of the name's last instance a TRUNCATE or DROP
+	// ended (instance ids grow: every lower one ended too).
+	Ended uint64 `json:"ended,omitempty"`
 }
 
 // table is the in-memory state of one table name.
 type table struct {
+	// name and stream are the name and its stream (fixed).
+	name, stream string
+	// rec is the name's record as this process knows it, rev its revision
+	// in the bucket (0: not stored); Store.mu guards both (setRecord).
 	rec record
-	rev uint64 // rec's revision in the bucket (0: not stored)
+	rev uint64
+	// cached is the instance whose rows the cache holds (0: none);
+	// Store.cacheMu guards it (syncCache).
+	cached uint64
+	// life serializes starting and stopping the follower.
+	life sync.Mutex
 	// commits numbers this process's commits (message ids). Writer only.
 	commits uint64
 	// f follows the stream into the cache (follow.go).
@@ -71,9 +82,6 @@ type table struct {
 	// sequence up to which they were purged (purgeAged; writer only).
 	ages   ageIndex
 	purged uint64
-	// ended is set (under Store.mu) when another process ended the live
-	// instance (watch.go).
-	ended bool
 	// chk coalesces and rate-bounds Beyond's checks (barrier.go).
 	chk tableChecks
 }
@@ -103,6 +111,11 @@ type Store struct {
 	mu     sync.Mutex        // guards byName and byTID (the writer changes them, readers look)
 	byName map[string]*table // every name with a record
 	byTID  map[uint64]*table // live instances
+	// ended are the columns of the instances other processes ended, for
+	// the calls the writer makes on them before it takes the report
+	// (records.go); endedOrder bounds them (maxEnded). Guarded by mu.
+	ended      map[uint64][]store.Column
+	endedOrder []uint64
 	// followFn is store.Shared's Follow callback (nil: none); mu guards it.
 	followFn func(store.Followed)
 
@@ -127,6 +140,11 @@ type Store struct {
 // metrics are the store's counters (README, Metrics).
 type metrics struct {
 	publishes, retries, dedups, behind, catchup, purged, switches prometheus.Counter
+	// voided counts the lines of commits to instances another process
+	// had ended (acknowledged, not stored: ordered before the change).
+	voided prometheus.Counter
+	// changes counts the other processes' table changes followed.
+	changes *prometheus.CounterVec
 	// checks counts Beyond's checks (barrier.go) by result;
 	// checkJoins the calls served by a check another call started,
 	// checkHeld those --jetstream-barrier-interval held back.
@@ -149,6 +167,9 @@ func newMetrics() metrics {
 		switches:  c("ingestd_jetstream_server_switches_total", "Reconnects to another NATS server forced after JetStream was unreachable through the connected one for --jetstream-switch-after."),
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestd_jetstream_beyond_checks_total",
 			Help: "Checks whether a drain cursor above this node's sequence is beyond the table's sequence or another node's, by result: applied (what the stream leader reports applied, then a barrier published and applied), behind (the leader reports more than this node applied: no barrier), failed (no answer or acknowledgement in time)."}, []string{"result"}),
+		voided: c("ingestd_jetstream_voided_lines_total", "Lines of commits this node acknowledged to a table instance another node had truncated or dropped (not stored: ordered before that change, as a write racing it)."),
+		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestd_jetstream_followed_changes_total",
+			Help: "Table changes made through other ingestd nodes that this node followed, by kind: create (a table new here, or re-created), truncate (a new instance of a live table), drop."}, []string{"kind"}),
 		checkJoins: c("ingestd_jetstream_beyond_check_joins_total", "Drains with a cursor above this node's sequence served by a check another drain started (coalesced)."),
 		checkHeld:  c("ingestd_jetstream_beyond_check_held_total", "Drains with a cursor above this node's sequence that --jetstream-barrier-interval held back (answered as not caught up yet: an empty page that keeps the cursor)."),
 	}
@@ -172,7 +193,7 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 		return nil, err
 	}
 	s := &Store{cfg: cfg, logger: logger.With("component", "jetstream"), node: randomID(),
-		byName: map[string]*table{}, byTID: map[uint64]*table{}, m: newMetrics()}
+		byName: map[string]*table{}, byTID: map[uint64]*table{}, ended: map[uint64][]store.Column{}, m: newMetrics()}
 	s.chk.stop = make(chan struct{})
 	if err := os.MkdirAll(cfg.CacheDir, 0o750); err != nil {
 		return nil, fmt.Errorf("jsstore: create cache directory: %w", err)
@@ -225,7 +246,7 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 	}()
 	if reg != nil {
 		reg.MustRegister(s.m.publishes, s.m.retries, s.m.dedups, s.m.behind, s.m.catchup, s.m.purged, s.m.switches,
-			s.m.checks, s.m.checkJoins, s.m.checkHeld)
+			s.m.checks, s.m.checkJoins, s.m.checkHeld, s.m.voided, s.m.changes)
 	}
 	s.logger.Info("jetstream store open", "servers", cfg.URLs, "replicas", s.replicas, "tables", len(s.byTID))
 	return s, nil
@@ -492,12 +513,12 @@ func (s *Store) loadRecords(ctx context.Context) error {
 		if e == nil {
 			return true, nil // every current record was delivered
 		}
-		t := &table{rev: e.Revision()}
-		if err := json.Unmarshal(e.Value(), &t.rec); err != nil {
-			return true, &store.CorruptionError{Key: []byte(e.Key()), Err: err}
+		rec, err := decodeRecord(e)
+		if err != nil {
+			return true, err
 		}
-		t.rec.Meta.Name = string(t.rec.Name)
-		s.byName[t.rec.Meta.Name] = t
+		t := newTable(rec, e.Revision())
+		s.byName[t.name] = t
 		if !t.rec.Meta.Dropped {
 			s.byTID[t.rec.Meta.ID] = t
 		}
@@ -539,43 +560,45 @@ func cacheMeta(tid uint64) store.TableMeta {
 // before the restart): a node never serves a drain above what it applied.
 func (s *Store) catchUp(t *table) error {
 	ctx := context.Background()
-	tid := t.rec.Meta.ID
-	if err := s.cachePut(cacheMeta(tid)); err != nil {
+	s.mu.Lock()
+	tid, a := t.rec.Meta.ID, t.anchor()
+	cutoff, horizon := t.rec.Cutoff, t.rec.Horizon
+	s.mu.Unlock()
+	if err := s.syncCache(t); err != nil {
 		return err
 	}
 	var stream jetstream.Stream
 	err := s.retry(func(ctx context.Context) (err error) {
-		stream, err = s.js.Stream(ctx, t.rec.Stream)
+		stream, err = s.js.Stream(ctx, t.stream)
 		return err
 	})
 	if err != nil {
-		return fmt.Errorf("jsstore: stream %s of table %q: %w", t.rec.Stream, t.rec.Meta.Name, err)
+		return fmt.Errorf("jsstore: stream %s of table %q: %w", t.stream, t.name, err)
 	}
 	info := stream.CachedInfo()
-	a := t.anchor()
 	if info.State.Msgs > 0 && info.State.FirstSeq > a.Seq+1 {
-		return &store.CorruptionError{Key: []byte(t.rec.Stream), Err: fmt.Errorf("stream purged up to %d, its numbering anchored at %d", info.State.FirstSeq-1, a.Seq)}
+		return &store.CorruptionError{Key: []byte(t.stream), Err: fmt.Errorf("stream purged up to %d, its numbering anchored at %d", info.State.FirstSeq-1, a.Seq)}
 	}
 	t.purged = a.Seq
 	last := info.State.LastSeq
-	s.startFollower(t, a.Seq+1, a.XSeq, last)
+	t.restartFollower(s, a.Seq+1, a.XSeq, last)
 	// Waited for until Config.PublishTimeout passes without progress (a
 	// leader election cuts a long replay; the follower resumes it).
 	for from := a.Seq; ; {
 		err := t.await(time.Now().Add(s.cfg.PublishTimeout), func() bool { return t.f.applied >= last || t.f.applied > from })
 		applied, _ := t.position()
 		if err != nil {
-			return fmt.Errorf("jsstore: catch up with stream %s: %w", t.rec.Stream, err)
+			return fmt.Errorf("jsstore: catch up with stream %s: %w", t.stream, err)
 		}
 		if applied >= last {
 			break
 		}
 		from = applied
 	}
-	if t.rec.Cutoff != nil {
+	if cutoff != nil {
 		for {
 			s.cacheMu.Lock()
-			res, err := s.cache.SweepBefore(ctx, tid, *t.rec.Cutoff, 1<<16)
+			res, err := s.cache.SweepBefore(ctx, tid, *cutoff, 1<<16)
 			s.cacheMu.Unlock()
 			if err != nil {
 				return err
@@ -585,9 +608,9 @@ func (s *Store) catchUp(t *table) error {
 			}
 		}
 	}
-	if t.rec.Horizon > 1 {
+	if horizon > 1 {
 		s.cacheMu.Lock()
-		_, err := s.cache.RaiseHorizon(ctx, tid, t.rec.Horizon)
+		_, err := s.cache.RaiseHorizon(ctx, tid, horizon)
 		s.cacheMu.Unlock()
 		if err != nil {
 			return err
@@ -597,20 +620,12 @@ func (s *Store) catchUp(t *table) error {
 }
 
 // anchor returns where t's numbering stands in its record: the anchor, or
-// the stream's start above the record's floor.
+// the stream's start above the record's floor. Store.mu must be held.
 func (t *table) anchor() anchor {
 	if t.rec.Anchor != nil {
 		return *t.rec.Anchor
 	}
 	return anchor{XSeq: t.rec.Meta.Seq}
-}
-
-// cachePut creates an instance's table in the cache.
-func (s *Store) cachePut(m store.TableMeta) error {
-	s.cacheMu.Lock()
-	defer s.cacheMu.Unlock()
-	_, err := s.cache.PutTable(context.Background(), m)
-	return err
 }
 
 // enter admits a call: ErrClosed after Close, ctx.Err() when ctx ended.
@@ -652,67 +667,66 @@ func (s *Store) Close() error {
 // update applies change to t's record and stores it with compare-and-set
 // on t's revision, retrying while the cluster is between leaders. When
 // the record changed meanwhile (another process, or an earlier attempt
-// whose answer was lost), it reads it again and applies change to that
-// (every change is a set or a maximum, so applying it again is harmless).
-// Writer only.
-func (s *Store) update(t *table, change func(*record)) error {
+// whose answer was lost), it reads it again (and takes what another
+// process changed: adoptRecord) and applies change to that: every change
+// is a set or a maximum, so applying it again is harmless, and a change
+// that no longer applies (its instance ended) returns its error, which
+// update returns, writing nothing. Writer only.
+func (s *Store) update(t *table, change func(*record) error) error {
 	for attempt := 0; ; attempt++ {
-		rec := t.rec
+		s.mu.Lock()
+		rec, cur := t.rec, t.rev
+		s.mu.Unlock()
 		rec.Meta.Columns = slices.Clone(rec.Meta.Columns)
-		change(&rec)
+		if err := change(&rec); err != nil {
+			return err
+		}
 		rec.Writer = s.node
 		v, err := json.Marshal(rec)
 		if err != nil {
 			return err
 		}
-		key := s.tableKey(string(rec.Name))
+		key := s.tableKey(t.name)
 		var rev uint64
 		err = s.retry(func(ctx context.Context) (err error) {
-			if t.rev == 0 {
+			if cur == 0 {
 				rev, err = s.meta.Create(ctx, key, v)
 			} else {
-				rev, err = s.meta.Update(ctx, key, v, t.rev)
+				rev, err = s.meta.Update(ctx, key, v, cur)
 			}
 			return err
 		})
 		if err == nil {
-			s.mu.Lock()
-			t.rec, t.rev = rec, rev
-			s.mu.Unlock()
+			s.setRecord(t, rec, rev)
 			return nil
 		}
 		if !isConflict(err) || attempt == 3 {
-			return fmt.Errorf("jsstore: update table %q: %w", rec.Meta.Name, err)
+			return fmt.Errorf("jsstore: update table %q: %w", t.name, err)
 		}
-		if err := s.retry(func(ctx context.Context) error { return s.reread(ctx, t, key) }); err != nil {
+		if err := s.retry(func(ctx context.Context) error { return s.reread(ctx, t) }); err != nil {
 			return err
 		}
 	}
 }
 
 // reread loads t's record from the bucket after a compare-and-set
-// conflict, keeping the higher floor.
-func (s *Store) reread(ctx context.Context, t *table, key string) error {
-	e, err := s.meta.Get(ctx, key)
+// conflict and takes it (adoptRecord).
+func (s *Store) reread(ctx context.Context, t *table) error {
+	e, err := s.meta.Get(ctx, s.tableKey(t.name))
 	if errors.Is(err, jetstream.ErrKeyNotFound) {
 		s.mu.Lock()
-		t.rev = 0
+		t.rev = 0 // pruned (PruneTombstone): created again
 		s.mu.Unlock()
 		return nil
 	}
 	if err != nil {
-		return fmt.Errorf("jsstore: read table %q: %w", t.rec.Meta.Name, err)
+		return fmt.Errorf("jsstore: read table %q: %w", t.name, err)
 	}
-	var rec record
-	if err := json.Unmarshal(e.Value(), &rec); err != nil {
-		return &store.CorruptionError{Key: []byte(key), Err: err}
+	rec, err := decodeRecord(e)
+	if err != nil {
+		return err
 	}
-	rec.Meta.Name = string(rec.Name)
-	rec.Meta.Seq = max(rec.Meta.Seq, t.rec.Meta.Seq)
-	s.mu.Lock()
-	t.rec, t.rev = rec, e.Revision()
-	s.mu.Unlock()
-	return nil
+	return s.adoptRecord(rec, e.Revision(), nil)
 }
 
 // isConflict tells whether err is a compare-and-set conflict.

@@ -27,6 +27,9 @@ func (s *Store) LoadTables(ctx context.Context) ([]store.TableMeta, error) {
 	defer s.mu.Unlock()
 	out := make([]store.TableMeta, 0, len(s.byName))
 	for _, t := range s.byName {
+		if t.rev == 0 {
+			continue // being created
+		}
 		m := t.rec.Meta
 		m.Columns = slices.Clone(m.Columns)
 		if !m.Dropped {
@@ -40,12 +43,23 @@ func (s *Store) LoadTables(ctx context.Context) ([]store.TableMeta, error) {
 }
 
 // LoadSeries implements store.Loader from the row cache (the series ride
-// in the block messages that first use them).
+// in the block messages that first use them). An instance the cache does
+// not hold yet (another process made it a moment ago) has none there:
+// its series reach the Follow callback as its blocks are applied.
 func (s *Store) LoadSeries(ctx context.Context, tid uint64) ([]store.Series, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
 	defer s.leave()
+	s.cacheMu.Lock()
+	cached := false
+	for _, t := range s.allTables() {
+		cached = cached || t.cached == tid
+	}
+	s.cacheMu.Unlock()
+	if !cached {
+		return nil, nil
+	}
 	return s.cache.LoadSeries(ctx, tid)
 }
 
@@ -121,61 +135,68 @@ func (s *Store) PutTable(ctx context.Context, m store.TableMeta) (store.TableMet
 // putTable writes m (PutTable, or the Meta of an Append's commit) and
 // returns it as stored with its table. A new instance gets the name's
 // stream (created when missing), an anchor at the stream's end above the
-// tombstone's and m's Seq, and a follower. Writer only.
+// tombstone's and m's Seq, and a follower. errVoid: m's instance was
+// ended by another process. Writer only.
 func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 	s.mu.Lock()
 	t := s.byName[m.Name]
+	_, ended := s.ended[m.ID]
+	var cur record
+	if t != nil {
+		cur = t.rec
+	}
 	s.mu.Unlock()
+	if ended {
+		return store.TableMeta{}, nil, errVoid
+	}
 	m.Columns = slices.Clone(m.Columns)
 	m.Dropped = false
-	if t != nil && !t.rec.Meta.Dropped {
-		if t.rec.Meta.ID != m.ID { // created by another process, or before: that instance is the table
-			s.mu.Lock()
-			live := t.rec.Meta
-			s.mu.Unlock()
+	if t != nil && cur.live() {
+		if cur.Meta.ID != m.ID { // created by another process, or before: that instance is the table
+			live := cur.Meta
 			live.Columns = slices.Clone(live.Columns)
 			return live, t, nil
 		}
-		s.mu.Lock()
-		ended := t.ended
-		s.mu.Unlock()
-		if ended {
-			return store.TableMeta{}, nil, fmt.Errorf("jsstore: table %q: %w", m.Name, errEnded)
-		}
 		_, xseq := t.position()
-		err := s.update(t, func(r *record) {
+		err := s.update(t, func(r *record) error {
+			if !r.live() || r.Meta.ID != m.ID {
+				return errVoid
+			}
 			m.Seq = max(m.Seq, r.Meta.Seq, xseq)
 			m.Columns = mergeColumns(r.Meta.Columns, m.Columns)
 			r.Meta = m
+			return nil
 		})
 		return m, t, err
 	}
-	fresh := t == nil
-	if fresh {
-		t = &table{rec: record{Name: []byte(m.Name), Stream: s.streamName(m.Name)}}
+	if t == nil {
+		s.mu.Lock()
+		if t = s.byName[m.Name]; t == nil { // or the record watcher's, which then conflicts
+			t = newTable(record{Name: []byte(m.Name), Stream: s.streamName(m.Name)}, 0)
+			s.byName[m.Name] = t
+		}
+		s.mu.Unlock()
 	} else {
-		m.Seq = max(m.Seq, t.rec.Meta.Seq)
+		m.Seq = max(m.Seq, cur.Meta.Seq)
 		bump := uint64(0)
 		if m.Sync {
 			bump = 1
 		}
-		m.Epoch = max(m.Epoch, t.rec.Meta.Epoch+bump)
+		m.Epoch = max(m.Epoch, cur.Meta.Epoch+bump)
 	}
 	last, err := s.ensureStream(t)
 	if err != nil {
 		return store.TableMeta{}, nil, err
 	}
-	if err := s.cachePut(cacheMeta(m.ID)); err != nil {
-		return store.TableMeta{}, nil, err
-	}
 	a := anchor{Seq: last, XSeq: m.Seq}
 	adopt := false
-	err = s.update(t, func(r *record) {
+	err = s.update(t, func(r *record) error {
 		// Another process created the name meanwhile: its instance is
 		// the table (Shared: the caller takes the returned id).
-		if adopt = !r.Meta.Dropped && r.Meta.ID != 0 && r.Meta.ID != m.ID; !adopt {
+		if adopt = r.live() && r.Meta.ID != m.ID; !adopt {
 			r.Meta, r.Born, r.Horizon, r.Cutoff, r.Anchor = m, m.ID, 0, nil, &a
 		}
+		return nil
 	})
 	if err != nil {
 		return store.TableMeta{}, nil, err
@@ -183,24 +204,25 @@ func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 	if adopt {
 		return s.adopt(t)
 	}
+	if err := s.syncCache(t); err != nil {
+		return store.TableMeta{}, nil, err
+	}
 	t.purged = last
-	s.startFollower(t, last+1, m.Seq, 0)
-	s.mu.Lock()
-	s.byName[m.Name] = t
-	s.byTID[m.ID] = t
-	s.mu.Unlock()
+	t.restartFollower(s, last+1, m.Seq, 0)
 	return m, t, nil
 }
+
+// errVoid is returned internally for a call on an instance another
+// process ended that this process's writer has not been told of yet.
+var errVoid = errors.New("jsstore: table instance ended by another process")
 
 // adopt makes t's record, a live instance another process created, this
 // store's: its follower catches up with the stream before it returns.
 func (s *Store) adopt(t *table) (store.TableMeta, *table, error) {
-	m := t.rec.Meta
-	m.Columns = slices.Clone(m.Columns)
 	s.mu.Lock()
-	s.byName[m.Name] = t
-	s.byTID[m.ID] = t
+	m := t.rec.Meta
 	s.mu.Unlock()
+	m.Columns = slices.Clone(m.Columns)
 	if err := s.catchUp(t); err != nil {
 		return store.TableMeta{}, nil, err
 	}
@@ -226,23 +248,23 @@ func (s *Store) ensureStream(t *table) (uint64, error) {
 	var stream jetstream.Stream
 	err := s.retry(func(ctx context.Context) (err error) {
 		stream, err = s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name: t.rec.Stream, Subjects: []string{subjectOf(t.rec.Stream)}, Description: "ingestd table blocks",
+			Name: t.stream, Subjects: []string{subjectOf(t.stream)}, Description: "ingestd table blocks",
 			Storage: jetstream.FileStorage, Replicas: s.replicas, Duplicates: s.cfg.DuplicateWindow,
 			AllowAtomicPublish: true, Discard: jetstream.DiscardOld,
 		})
 		return err
 	})
 	if err != nil {
-		return 0, fmt.Errorf("jsstore: create stream %s for table %q: %w", t.rec.Stream, t.rec.Meta.Name, err)
+		return 0, fmt.Errorf("jsstore: create stream %s for table %q: %w", t.stream, t.name, err)
 	}
 	return stream.CachedInfo().State.LastSeq, nil
 }
 
 // TruncateTable implements store.Tables: one update of the record puts a
-// new instance (new id, epoch one higher, the lease kept, no columns,
-// horizon and cutoff reset) in place of tid; the old instance's messages
-// are ignored by id from then on and purged from the stream, its rows
-// leave the cache. Writer only.
+// new instance (new id, epoch one higher, no columns, horizon and cutoff
+// reset) in place of tid; the old instance's messages are ignored by id
+// from then on and purged from the stream, its rows leave the cache.
+// store.ErrEnded: another process ended tid meanwhile. Writer only.
 func (s *Store) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
 	t, err := s.enterLive(ctx, tid)
 	if err != nil {
@@ -253,81 +275,78 @@ func (s *Store) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta,
 	if err != nil {
 		return store.TableMeta{}, err
 	}
-	if err := s.cachePut(cacheMeta(id)); err != nil {
-		return store.TableMeta{}, err
-	}
 	applied, xseq := t.position()
 	var m store.TableMeta
-	err = s.update(t, func(r *record) {
+	err = s.update(t, func(r *record) error {
+		if !r.live() || r.Meta.ID != tid {
+			return store.ErrEnded
+		}
 		old := r.Meta
 		m = store.TableMeta{Name: old.Name, ID: id, Sync: old.Sync, Epoch: old.Epoch + 1, Seq: max(old.Seq, xseq), Retention: old.Retention}
-		r.Meta, r.Horizon, r.Cutoff, r.Anchor = m, 0, nil, &anchor{Seq: applied, XSeq: xseq}
+		r.Meta, r.Horizon, r.Cutoff, r.Anchor, r.Ended = m, 0, nil, &anchor{Seq: applied, XSeq: xseq}, tid
+		return nil
 	})
 	if err != nil {
 		return store.TableMeta{}, err
 	}
-	s.mu.Lock()
-	delete(s.byTID, tid)
-	s.byTID[id] = t
-	s.mu.Unlock()
-	return m, s.endInstance(t, tid)
+	return m, s.endInstance(t)
 }
 
 // DropTable implements store.Tables: one update of the record turns it
 // into the tombstone (and moves the name's consumers out of sight: they
 // belong to the generation Born); the stream is purged, the cache and
-// the old consumers' entry dropped after. Writer only.
+// the old consumers' entry dropped after. store.ErrEnded: another process
+// ended tid meanwhile. Writer only.
 func (s *Store) DropTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
 	t, err := s.enterLive(ctx, tid)
 	if err != nil {
 		return store.TableMeta{}, err
 	}
 	defer s.leave()
-	born := t.rec.Born
+	var born uint64
 	applied, xseq := t.position()
 	var tomb store.TableMeta
-	err = s.update(t, func(r *record) {
+	err = s.update(t, func(r *record) error {
+		if !r.live() || r.Meta.ID != tid {
+			return store.ErrEnded
+		}
+		born = r.Born
 		tomb = store.TableMeta{Name: r.Meta.Name, Epoch: r.Meta.Epoch, Seq: max(r.Meta.Seq, xseq), Dropped: true}
-		r.Meta, r.Born, r.Horizon, r.Cutoff, r.Anchor = tomb, 0, 0, nil, &anchor{Seq: applied, XSeq: xseq}
+		r.Meta, r.Born, r.Horizon, r.Cutoff, r.Anchor, r.Ended = tomb, 0, 0, nil, &anchor{Seq: applied, XSeq: xseq}, tid
+		return nil
 	})
 	if err != nil {
 		return store.TableMeta{}, err
 	}
 	t.stopFollower()
-	s.mu.Lock()
-	delete(s.byTID, tid)
-	s.mu.Unlock()
 	if err := s.meta.Purge(context.Background(), s.consumersKey(tomb.Name, born)); err != nil {
 		s.logger.Warn("the dropped table's consumers stay in the bucket (out of sight)", "table", tomb.Name, "err", err)
 	}
-	return tomb, s.endInstance(t, tid)
+	return tomb, s.endInstance(t)
 }
 
-// endInstance removes ended instance tid's rows from the cache and purges
-// the stream up to the sequence the record's new anchor names (the
-// stream's sequence keeps running). A purge that fails is only logged:
-// the messages are ignored by id.
-func (s *Store) endInstance(t *table, tid uint64) error {
-	t.f.fmu.Lock()
-	t.ages = ageIndex{}
-	t.f.fmu.Unlock()
-	s.cacheMu.Lock()
-	_, err := s.cache.DropTable(context.Background(), tid)
-	s.cacheMu.Unlock()
-	if err != nil {
+// endInstance makes the cache follow t's record (the ended instance's
+// rows go, a new one's table comes) and purges the stream up to the
+// sequence the record's new anchor names (the stream's sequence keeps
+// running). A purge that fails is only logged: the messages are ignored
+// by id.
+func (s *Store) endInstance(t *table) error {
+	if err := s.syncCache(t); err != nil {
 		return err
 	}
+	s.mu.Lock()
 	upto := t.anchor().Seq
+	s.mu.Unlock()
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
 	defer cancel()
-	stream, err := s.js.Stream(ctx, t.rec.Stream)
+	stream, err := s.js.Stream(ctx, t.stream)
 	if err == nil {
 		err = stream.Purge(ctx, jetstream.WithPurgeSequence(upto+1))
 	}
 	if err == nil {
 		t.purged = upto
 	} else {
-		s.logger.Warn("stream not purged of an ended table instance (its messages are ignored)", "stream", t.rec.Stream, "err", err)
+		s.logger.Warn("stream not purged of an ended table instance (its messages are ignored)", "stream", t.stream, "err", err)
 	}
 	return nil
 }
@@ -345,10 +364,10 @@ func (s *Store) PruneTombstone(ctx context.Context, name string, floor store.Tab
 	ft, old := s.byName[floor.Name], s.byName[name]
 	s.mu.Unlock()
 	if ft == nil {
-		ft = &table{rec: record{Name: []byte(floor.Name), Stream: s.streamName(floor.Name)}}
+		ft = newTable(record{Name: []byte(floor.Name), Stream: s.streamName(floor.Name)}, 0)
 	}
 	floor.Dropped, floor.ID = true, 0
-	if err := s.update(ft, func(r *record) { r.Meta = floor }); err != nil {
+	if err := s.update(ft, func(r *record) error { r.Meta = floor; return nil }); err != nil {
 		return err
 	}
 	s.mu.Lock()
@@ -363,8 +382,8 @@ func (s *Store) PruneTombstone(ctx context.Context, name string, floor store.Tab
 	s.mu.Lock()
 	delete(s.byName, name)
 	s.mu.Unlock()
-	if err := s.js.DeleteStream(context.Background(), old.rec.Stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		s.logger.Warn("stream of a pruned tombstone not deleted", "stream", old.rec.Stream, "err", err)
+	if err := s.js.DeleteStream(context.Background(), old.stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		s.logger.Warn("stream of a pruned tombstone not deleted", "stream", old.stream, "err", err)
 	}
 	return nil
 }
