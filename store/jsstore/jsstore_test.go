@@ -286,7 +286,7 @@ func TestOtherNodeTableChangesFollowed(t *testing.T) {
 	wait("the drop", func(f store.Followed) bool { return f.Table.Dropped && f.Ended == tr.ID })
 	_, err = b.live(tr.ID)
 	require.ErrorIs(t, err, store.ErrEnded)
-	require.Equal(t, 2.0, testutil.ToFloat64(b.m.changes.WithLabelValues("truncate")) + testutil.ToFloat64(b.m.changes.WithLabelValues("drop")), "one truncate and one drop followed")
+	require.Equal(t, 2.0, testutil.ToFloat64(b.m.changes.WithLabelValues("truncate"))+testutil.ToFloat64(b.m.changes.WithLabelValues("drop")), "one truncate and one drop followed")
 }
 
 // TestStreamBehindIsWaitedFor keeps a node's follower from applying a
