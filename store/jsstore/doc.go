@@ -235,7 +235,9 @@
 // cache's writer side (the followers' ApplyAt, the writer's DDL, sweeps
 // and horizons), which badgerstore calls one goroutine at a time.
 // Store.mu and fmu are never held together; cacheMu is taken with
-// neither. A table's tableChecks.mu (barrier.go) is taken alone.
+// neither, and a follower takes Store.mu inside it (the record decides
+// whether a block goes to the cache). A table's life mutex serializes
+// starting and stopping its follower. A table's tableChecks.mu (barrier.go) is taken alone.
 // closeMu's read side is held by every call, its write side by Close,
 // which first ends the waits for Beyond's checks (checkState.halt), then
 // stops the followers and waits for the checks before it closes the
@@ -273,10 +275,32 @@
 //     node is applied, the instance's metadata, the block's new series and
 //     the highest x_seq applied; the feed publishes them (feed/shared.go).
 //
-// Not followed yet: a table another node created that this node never
-// wrote (no KV watch of the records: such a table appears here after a
-// restart or this node's first write to it), and TRUNCATE, DROP or SET
-// SYNC through another node (this node keeps the old instance until it
-// restarts; its next write to it fails). The series keys of an ended
-// instance stay in the bucket.
+//   - Table changes: every record another node writes reaches this one
+//     (records.go): the record watcher watches them all (the current
+//     ones first, so a restarted watch misses nothing), a follower that
+//     meets a block of an instance its record does not account for
+//     (Record.Ended and the live id say what became of every lower id)
+//     reads the record until it does, and a follower that meets a gap in
+//     the stream (another node purged it before this one read it) reads
+//     it until its anchor covers the gap, then numbers from there.
+//     adoptRecord takes a record only when its revision is newer than the
+//     one this node has (setRecord: from any goroutine, in any order, the
+//     state only moves forward), makes the cache hold the live instance
+//     (syncCache: the ended one's rows go, a new one's table comes), starts
+//     a follower for a name new here, and reports the change to the
+//     Follow callback: a table created, truncated or re-created, dropped
+//     (Followed.Ended), or its sync, epoch, retention or columns changed.
+//   - The writer's calls on an instance another node ended, made before
+//     the feed took the report: Append acknowledges its commits without
+//     publishing them (or finds them purged by the change: the follower
+//     passes their acknowledged sequence without them), counted in
+//     ingestd_jetstream_voided_lines_total; AddColumns merges in memory
+//     (Store.ended keeps the last maxEnded ended instances' columns);
+//     SeriesID answers from the bucket; SweepBefore and RaiseHorizon do
+//     nothing; TruncateTable and DropTable return store.ErrEnded. Each
+//     record update checks, in its compare-and-set, that its instance is
+//     still the live one, so a node never writes an ended instance's
+//     metadata over the new one's.
+//
+// The series keys of an ended instance stay in the bucket.
 package jsstore
