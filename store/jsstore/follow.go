@@ -85,8 +85,10 @@ func (t *table) restartFollower(s *Store, from, xseq, catchUpTo uint64) {
 
 // ensureFollower starts t's follower at its record's anchor unless one
 // runs (a live instance another process made on a name whose follower
-// this process stopped, or never started).
-func (t *table) ensureFollower(s *Store) {
+// this process stopped, or never started); catchUpTo is catch-up's end
+// for a follower it starts. A running follower is never restarted: it
+// would apply what it applied again.
+func (t *table) ensureFollower(s *Store, catchUpTo uint64) {
 	t.life.Lock()
 	defer t.life.Unlock()
 	t.f.fmu.Lock()
@@ -98,7 +100,7 @@ func (t *table) ensureFollower(s *Store) {
 	s.mu.Lock()
 	a := t.anchor()
 	s.mu.Unlock()
-	t.startFollowerLocked(s, a.Seq+1, a.XSeq, 0)
+	t.startFollowerLocked(s, a.Seq+1, a.XSeq, catchUpTo)
 }
 
 // startFollowerLocked starts t's follower; t.life must be held.

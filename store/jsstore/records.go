@@ -103,7 +103,7 @@ func (s *Store) adoptRecord(rec record, rev uint64, self *table) error {
 		return err
 	}
 	if rec.live() && t != self {
-		t.ensureFollower(s)
+		t.ensureFollower(s, 0)
 	}
 	switch {
 	case fn == nil, rec.Writer == s.node:

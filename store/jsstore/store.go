@@ -581,10 +581,10 @@ func (s *Store) catchUp(t *table) error {
 	}
 	t.purged = a.Seq
 	last := info.State.LastSeq
-	t.restartFollower(s, a.Seq+1, a.XSeq, last)
+	t.ensureFollower(s, last) // the record watcher may have started it
 	// Waited for until Config.PublishTimeout passes without progress (a
 	// leader election cuts a long replay; the follower resumes it).
-	for from := a.Seq; ; {
+	for from, _ := t.position(); ; {
 		err := t.await(time.Now().Add(s.cfg.PublishTimeout), func() bool { return t.f.applied >= last || t.f.applied > from })
 		applied, _ := t.position()
 		if err != nil {
