@@ -257,20 +257,24 @@
 //     every commit; numbering by stream order costs no round trip, and
 //     keeps numbers dense, so --feed-history-fragments and consumer lag
 //     keep their meaning (a stream sequence times 2^k would not).
+//
 //   - Columns: AddColumns merges new columns into the record's schema by
 //     name with compare-and-set; positions never change, so the feed asks
 //     before it uses a new column and takes the whole schema back (the
 //     other nodes' columns included). A follower that meets a block using
 //     a column it does not know reads the record again.
+//
 //   - Series: SeriesID creates s.TID.HASH with KV Create; the loser of a
 //     race reads the winner's id (its counter number is a gap). The feed
 //     asks once per tag set new to it (three to four KV round trips), then
 //     keeps the id; the block carries the series too, so every node's
 //     cache and feed learn the tag set from the stream.
+//
 //   - Tables: a node creating a name another node created meanwhile finds
 //     the record live under another instance id in its compare-and-set,
 //     and takes that instance (PutTable returns it; its follower catches
 //     up first).
+//
 //   - Watermark: the Follow callback reports, after each block of another
 //     node is applied, the instance's metadata, the block's new series and
 //     the highest x_seq applied; the feed publishes them (feed/shared.go).
@@ -290,6 +294,7 @@
 //     a follower for a name new here, and reports the change to the
 //     Follow callback: a table created, truncated or re-created, dropped
 //     (Followed.Ended), or its sync, epoch, retention or columns changed.
+//
 //   - The writer's calls on an instance another node ended, made before
 //     the feed took the report: Append acknowledges its commits without
 //     publishing them (or finds them purged by the change: the follower
