@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -62,6 +63,9 @@ type follower struct {
 	seen      map[string]struct{}
 	seenOrder []seenID
 	window    time.Duration
+	// recent are the last synced messages numbered, oldest first: their
+	// stream sequence and the x_seq before them (rebase).
+	recent []numberedMsg
 	// cols is the schema as the follower last read it for another
 	// process's block (shared.go).
 	cols    []store.Column
@@ -110,7 +114,7 @@ func (t *table) startFollowerLocked(s *Store, from, xseq, catchUpTo uint64) {
 	f.fmu.Lock()
 	f.fcond = sync.NewCond(&f.fmu)
 	f.applied, f.numbered, f.xseq, f.released = from-1, from-1, xseq, from-1
-	f.held, f.err, f.closing, f.catchUpTo = nil, nil, false, catchUpTo
+	f.held, f.err, f.closing, f.catchUpTo, f.recent = nil, nil, false, catchUpTo, nil
 	f.seen, f.seenOrder, f.window = map[string]struct{}{}, nil, s.cfg.DuplicateWindow
 	f.cancel, f.done, f.kick = cancel, make(chan struct{}), make(chan struct{}, 1)
 	f.fmu.Unlock()
@@ -142,6 +146,32 @@ func (t *table) stopFollowerLocked() {
 	done := f.done
 	f.fmu.Unlock()
 	<-done
+}
+
+// numberedMsg is a synced message numbered: its stream sequence and the
+// x_seq before it.
+type numberedMsg struct{ seq, before uint64 }
+
+// maxRecent bounds follower.recent.
+const maxRecent = 16
+
+// rebase raises the numbering to anchor a, which the follower passed: a
+// re-created instance's anchor may lie above the stream's numbering (the
+// floor of the name's earlier instances); every node numbers the messages
+// after a.Seq from a.XSeq on, this one too. The messages the follower
+// numbered after a.Seq (an ended instance's, not applied) move up alike.
+// fmu must be held.
+func (f *follower) rebase(a anchor, log func(msg string, args ...any)) {
+	at := f.xseq // the x_seq at a.Seq
+	for i := len(f.recent) - 1; i >= 0 && f.recent[i].seq > a.Seq; i-- {
+		at = f.recent[i].before
+		if i == 0 && len(f.recent) == maxRecent {
+			log("follower rebased past its record of numbered messages", "anchor", a.Seq)
+		}
+	}
+	if a.XSeq > at {
+		f.xseq += a.XSeq - at
+	}
 }
 
 // jump moves the follower's numbering to anchor a when it is behind it:
@@ -331,6 +361,13 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 			return err
 		}
 	}
+	var a anchor
+	s.mu.Lock()
+	anchored := t.rec.live() && t.rec.Anchor != nil
+	if anchored {
+		a = *t.rec.Anchor
+	}
+	s.mu.Unlock()
 	// blocks: something for the cache and the Follow callback (a barrier
 	// has nothing); live: a block of the live instance, applied.
 	blocks := len(tc.NewSeries) > 0 || len(tc.Fragments) > 0
@@ -341,6 +378,9 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 		f.numbered = seq // a second copy of a message: not numbered, not applied
 	}
 	if seq > f.numbered {
+		if anchored && a.Seq < seq {
+			f.rebase(a, s.logger.Warn)
+		}
 		first := f.xseq + 1
 		if own {
 			f.held = append(f.held, ownMsg{seq: seq, id: id, first: first})
@@ -355,6 +395,10 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 		}
 		if tc.Sync && len(tc.Fragments) > 0 {
 			tc.FirstSeq = first
+			if len(f.recent) == maxRecent {
+				f.recent = slices.Delete(f.recent, 0, 1)
+			}
+			f.recent = append(f.recent, numberedMsg{seq: seq, before: f.xseq})
 			f.xseq += uint64(len(tc.Fragments))
 		}
 		f.fmu.Unlock()
@@ -495,6 +539,15 @@ func (t *table) release(seq uint64) {
 	}
 	f.held = kept
 	f.fcond.Broadcast()
+}
+
+// numberedTo returns where the numbering stands: the last stream sequence
+// numbered and the highest x_seq, a pair every node's follower reaches
+// alike (an anchor).
+func (t *table) numberedTo() anchor {
+	t.f.fmu.Lock()
+	defer t.f.fmu.Unlock()
+	return anchor{Seq: t.f.numbered, XSeq: t.f.xseq}
 }
 
 // position returns the stream sequence applied and the highest x_seq

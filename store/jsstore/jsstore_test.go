@@ -286,6 +286,25 @@ func TestOtherNodeTableChangesFollowed(t *testing.T) {
 	wait("the drop", func(f store.Followed) bool { return f.Table.Dropped && f.Ended == tr.ID })
 	_, err = b.live(tr.ID)
 	require.ErrorIs(t, err, store.ErrEnded)
+
+	// b re-creates the name; a, whose follower ran on after its drop,
+	// numbers the new instance's blocks as b does.
+	id, err := b.NewTableID(ctx)
+	require.NoError(t, err)
+	re, err := b.PutTable(ctx, store.TableMeta{Name: tr.Name, ID: id, Sync: true, Epoch: tr.Epoch + 1, Columns: m.Columns})
+	require.NoError(t, err)
+	require.Equal(t, id, re.ID)
+	require.GreaterOrEqual(t, re.Seq, last, "the new instance starts above the dropped one")
+	cs = []store.TableCommit{commit(re, true, 9, 3, 1)}
+	require.NoError(t, b.Append(ctx, cs, nil))
+	require.Equal(t, re.Seq+1, cs[0].FirstSeq)
+	require.Eventually(t, func() bool { _, err := a.live(re.ID); return err == nil }, time.Minute, 10*time.Millisecond, "a takes b's new instance")
+	require.NoError(t, a.tableByID(t, re.ID).await(time.Now().Add(time.Minute), func() bool { return a.tableByID(t, re.ID).f.xseq >= re.Seq+3 }))
+	require.Equal(t, readAll(t, b, re.ID, 0, re.Seq+3), readAll(t, a, re.ID, 0, re.Seq+3), "a serves b's rows of the re-created table")
+	require.Len(t, readAll(t, a, re.ID, 0, re.Seq+3).Seq, 3)
+	c := h.open(t, func() Config { c := h.cfgOf(a); c.CacheDir = t.TempDir(); return c }())
+	t.Cleanup(func() { _ = c.Close() })
+	require.Equal(t, readAll(t, a, re.ID, 0, re.Seq+3), readAll(t, c, re.ID, 0, re.Seq+3), "a node started from the anchor numbers alike")
 	require.Equal(t, 2.0, testutil.ToFloat64(b.m.changes.WithLabelValues("truncate"))+testutil.ToFloat64(b.m.changes.WithLabelValues("drop")), "one truncate and one drop followed")
 }
 

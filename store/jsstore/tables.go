@@ -8,6 +8,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
 
@@ -141,9 +142,12 @@ func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 	s.mu.Lock()
 	t := s.byName[m.Name]
 	_, ended := s.ended[m.ID]
-	var cur record
+	var (
+		cur    record
+		curRev uint64
+	)
 	if t != nil {
-		cur = t.rec
+		cur, curRev = t.rec, t.rev
 	}
 	s.mu.Unlock()
 	if ended {
@@ -189,6 +193,17 @@ func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 		return store.TableMeta{}, nil, err
 	}
 	a := anchor{Seq: last, XSeq: m.Seq}
+	if curRev != 0 {
+		// A name with a record (a tombstone): the new instance's anchor is
+		// where a follower of the stream stands, every message before it
+		// numbered as every node numbers it (the followers of the nodes
+		// that followed the drop run on), and above m's floor.
+		if a, err = s.numberedAt(t, last); err != nil {
+			return store.TableMeta{}, nil, err
+		}
+		a.XSeq = max(a.XSeq, m.Seq)
+		m.Seq = a.XSeq
+	}
 	adopt := false
 	err = s.update(t, func(r *record) error {
 		// Another process created the name meanwhile: its instance is
@@ -208,8 +223,23 @@ func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 		return store.TableMeta{}, nil, err
 	}
 	t.purged = last
-	t.restartFollower(s, last+1, m.Seq, 0)
+	if curRev == 0 { // a new name: no follower ran
+		t.restartFollower(s, last+1, m.Seq, 0)
+	}
 	return m, t, nil
+}
+
+// numberedAt starts t's follower (unless it runs) and returns where it
+// stands once it numbered the stream up to at least last.
+func (s *Store) numberedAt(t *table, last uint64) (anchor, error) {
+	t.ensureFollower(s, 0)
+	var a anchor
+	err := t.await(time.Now().Add(s.cfg.PublishTimeout), func() bool { return t.f.numbered >= last })
+	a = t.numberedTo()
+	if err != nil {
+		return anchor{}, fmt.Errorf("jsstore: number the stream of table %q: %w", t.name, err)
+	}
+	return a, nil
 }
 
 // errVoid is returned internally for a call on an instance another
@@ -275,15 +305,15 @@ func (s *Store) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta,
 	if err != nil {
 		return store.TableMeta{}, err
 	}
-	applied, xseq := t.position()
+	at := t.numberedTo()
 	var m store.TableMeta
 	err = s.update(t, func(r *record) error {
 		if !r.live() || r.Meta.ID != tid {
 			return store.ErrEnded
 		}
 		old := r.Meta
-		m = store.TableMeta{Name: old.Name, ID: id, Sync: old.Sync, Epoch: old.Epoch + 1, Seq: max(old.Seq, xseq), Retention: old.Retention}
-		r.Meta, r.Horizon, r.Cutoff, r.Anchor, r.Ended = m, 0, nil, &anchor{Seq: applied, XSeq: xseq}, tid
+		m = store.TableMeta{Name: old.Name, ID: id, Sync: old.Sync, Epoch: old.Epoch + 1, Seq: max(old.Seq, at.XSeq), Retention: old.Retention}
+		r.Meta, r.Horizon, r.Cutoff, r.Anchor, r.Ended = m, 0, nil, &at, tid
 		return nil
 	})
 	if err != nil {
@@ -304,21 +334,22 @@ func (s *Store) DropTable(ctx context.Context, tid uint64) (store.TableMeta, err
 	}
 	defer s.leave()
 	var born uint64
-	applied, xseq := t.position()
+	at := t.numberedTo()
 	var tomb store.TableMeta
 	err = s.update(t, func(r *record) error {
 		if !r.live() || r.Meta.ID != tid {
 			return store.ErrEnded
 		}
 		born = r.Born
-		tomb = store.TableMeta{Name: r.Meta.Name, Epoch: r.Meta.Epoch, Seq: max(r.Meta.Seq, xseq), Dropped: true}
-		r.Meta, r.Born, r.Horizon, r.Cutoff, r.Anchor, r.Ended = tomb, 0, 0, nil, &anchor{Seq: applied, XSeq: xseq}, tid
+		tomb = store.TableMeta{Name: r.Meta.Name, Epoch: r.Meta.Epoch, Seq: max(r.Meta.Seq, at.XSeq), Dropped: true}
+		r.Meta, r.Born, r.Horizon, r.Cutoff, r.Anchor, r.Ended = tomb, 0, 0, nil, &at, tid
 		return nil
 	})
 	if err != nil {
 		return store.TableMeta{}, err
 	}
-	t.stopFollower()
+	// The follower runs on: it numbers the stream for the name's next
+	// instance as every other node's does (putTable).
 	if err := s.meta.Purge(context.Background(), s.consumersKey(tomb.Name, born)); err != nil {
 		s.logger.Warn("the dropped table's consumers stay in the bucket (out of sight)", "table", tomb.Name, "err", err)
 	}
@@ -382,6 +413,7 @@ func (s *Store) PruneTombstone(ctx context.Context, name string, floor store.Tab
 	s.mu.Lock()
 	delete(s.byName, name)
 	s.mu.Unlock()
+	old.stopFollower()
 	if err := s.js.DeleteStream(context.Background(), old.stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
 		s.logger.Warn("stream of a pruned tombstone not deleted", "stream", old.stream, "err", err)
 	}
