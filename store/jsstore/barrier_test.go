@@ -177,8 +177,7 @@ func TestBarrierCoalescedAndBounded(t *testing.T) {
 	want := readAll(t, live, m.ID, 0, last)
 	require.Len(t, want.Seq, int(last))
 	for _, s := range []*Store{a, rebuilt} {
-		tb := s.tableByID(t, m.ID)
-		require.NoError(t, tb.await(time.Now().Add(time.Minute), func() bool { return tb.f.xseq >= last }))
+		appliedTo(t, s, m.ID, last)
 		require.Equal(t, want, readAll(t, s, m.ID, 0, last), "the same pages on every node")
 	}
 }

@@ -64,8 +64,10 @@ type follower struct {
 	seenOrder []seenID
 	window    time.Duration
 	// recent are the last synced messages numbered, oldest first: their
-	// stream sequence and the x_seq before them (rebase).
+	// stream sequence and the x_seq before them (rebase); based is the
+	// last anchor the numbering was checked against.
 	recent []numberedMsg
+	based  anchor
 	// cols is the schema as the follower last read it for another
 	// process's block (shared.go).
 	cols    []store.Column
@@ -115,6 +117,7 @@ func (t *table) startFollowerLocked(s *Store, from, xseq, catchUpTo uint64) {
 	f.fcond = sync.NewCond(&f.fmu)
 	f.applied, f.numbered, f.xseq, f.released = from-1, from-1, xseq, from-1
 	f.held, f.err, f.closing, f.catchUpTo, f.recent = nil, nil, false, catchUpTo, nil
+	f.based = anchor{Seq: from - 1, XSeq: xseq}
 	f.seen, f.seenOrder, f.window = map[string]struct{}{}, nil, s.cfg.DuplicateWindow
 	f.cancel, f.done, f.kick = cancel, make(chan struct{}), make(chan struct{}, 1)
 	f.fmu.Unlock()
@@ -155,7 +158,8 @@ type numberedMsg struct{ seq, before uint64 }
 // maxRecent bounds follower.recent.
 const maxRecent = 16
 
-// rebase raises the numbering to anchor a, which the follower passed: a
+// rebase raises the numbering to anchor a, new to the follower, which it
+// passed: a
 // re-created instance's anchor may lie above the stream's numbering (the
 // floor of the name's earlier instances); every node numbers the messages
 // after a.Seq from a.XSeq on, this one too. The messages the follower
@@ -165,8 +169,8 @@ func (f *follower) rebase(a anchor, log func(msg string, args ...any)) {
 	at := f.xseq // the x_seq at a.Seq
 	for i := len(f.recent) - 1; i >= 0 && f.recent[i].seq > a.Seq; i-- {
 		at = f.recent[i].before
-		if i == 0 && len(f.recent) == maxRecent {
-			log("follower rebased past its record of numbered messages", "anchor", a.Seq)
+		if i == 0 && len(f.recent) == maxRecent && a.XSeq > at {
+			log("a table's numbering raised to an anchor further back than the follower remembers", "anchor", a.Seq)
 		}
 	}
 	if a.XSeq > at {
@@ -184,7 +188,7 @@ func (t *table) jump(a anchor) {
 	if f.numbered >= a.Seq {
 		return
 	}
-	f.applied, f.numbered, f.xseq = a.Seq, a.Seq, a.XSeq
+	f.applied, f.numbered, f.xseq, f.based = a.Seq, a.Seq, a.XSeq, a
 	f.released = max(f.released, a.Seq)
 	f.fcond.Broadcast()
 }
@@ -378,8 +382,9 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 		f.numbered = seq // a second copy of a message: not numbered, not applied
 	}
 	if seq > f.numbered {
-		if anchored && a.Seq < seq {
+		if anchored && a != f.based && a.Seq < seq {
 			f.rebase(a, s.logger.Warn)
+			f.based = a
 		}
 		first := f.xseq + 1
 		if own {

@@ -190,8 +190,11 @@ func TestTwoWritersNumberInStreamOrder(t *testing.T) {
 			seen[f+k] = true
 		}
 	}
-	_, last := a.tableByID(t, m.ID).position()
-	require.NoError(t, b.tableByID(t, m.ID).await(time.Now().Add(time.Minute), func() bool { return b.tableByID(t, m.ID).f.xseq >= last }))
+	// Each Append returned once its own node applied it: both nodes are
+	// waited for until they applied every number handed out.
+	last := uint64(2 + 2*rounds*3)
+	appliedTo(t, a, m.ID, last)
+	appliedTo(t, b, m.ID, last)
 	ra, rb := readAll(t, a, m.ID, 0, last), readAll(t, b, m.ID, 0, last)
 	require.Len(t, ra.Seq, 2+2*rounds*3)
 	require.Equal(t, ra, rb, "both nodes read the same pages")
@@ -209,6 +212,14 @@ func assertNoError(t *testing.T, err error) bool {
 		return false
 	}
 	return true
+}
+
+// appliedTo waits until s numbered live instance tid up to x_seq x and
+// applied all it numbered to the cache.
+func appliedTo(t *testing.T, s *Store, tid, x uint64) {
+	t.Helper()
+	tb := s.tableByID(t, tid)
+	require.NoError(t, tb.await(time.Now().Add(time.Minute), func() bool { return tb.f.xseq >= x && tb.f.applied >= tb.f.numbered }))
 }
 
 // tableByID returns s's state of live instance tid.
@@ -277,7 +288,7 @@ func TestOtherNodeTableChangesFollowed(t *testing.T) {
 	require.NoError(t, b.Append(ctx, cs, nil), "b writes the new instance")
 	require.Equal(t, uint64(4), cs[0].FirstSeq, "numbered above the old instance")
 	_, last := b.tableByID(t, tr.ID).position()
-	require.NoError(t, a.tableByID(t, tr.ID).await(time.Now().Add(time.Minute), func() bool { return a.tableByID(t, tr.ID).f.xseq >= last }))
+	appliedTo(t, a, tr.ID, last)
 	require.Equal(t, readAll(t, b, tr.ID, 0, last), readAll(t, a, tr.ID, 0, last), "a serves b's rows of the new instance")
 	require.Len(t, readAll(t, a, tr.ID, 0, last).Seq, 2)
 
@@ -299,7 +310,7 @@ func TestOtherNodeTableChangesFollowed(t *testing.T) {
 	require.NoError(t, b.Append(ctx, cs, nil))
 	require.Equal(t, re.Seq+1, cs[0].FirstSeq)
 	require.Eventually(t, func() bool { _, err := a.live(re.ID); return err == nil }, time.Minute, 10*time.Millisecond, "a takes b's new instance")
-	require.NoError(t, a.tableByID(t, re.ID).await(time.Now().Add(time.Minute), func() bool { return a.tableByID(t, re.ID).f.xseq >= re.Seq+3 }))
+	appliedTo(t, a, re.ID, re.Seq+3)
 	require.Equal(t, readAll(t, b, re.ID, 0, re.Seq+3), readAll(t, a, re.ID, 0, re.Seq+3), "a serves b's rows of the re-created table")
 	require.Len(t, readAll(t, a, re.ID, 0, re.Seq+3).Seq, 3)
 	c := h.open(t, func() Config { c := h.cfgOf(a); c.CacheDir = t.TempDir(); return c }())
