@@ -199,7 +199,9 @@ func (d *ddlNodes) listed(base, table string) (client.SyncStatus, bool) {
 // through B re-creates the table (born WITH SYNC by --sync-tables), which
 // A then serves at a higher epoch and above every x_seq before. Two nodes
 // adding different columns to a table at once end with one schema holding
-// both. Neither node exits, and both drain the same pages after each step.
+// both. Neither node exits, both drain the same pages after each step,
+// and each counts the changes it followed
+// (ingestd_jetstream_followed_changes_total).
 func TestJetStreamTwoNodesTableChanges(t *testing.T) {
 	const table, cols = "ddlfollow", "ddlcols"
 	cluster := natstest.Start(t, 1)
@@ -359,11 +361,25 @@ func TestJetStreamTwoNodesTableChanges(t *testing.T) {
 	}
 	d.alive("4")
 
-	// 5. Both nodes healthy at the end.
+	// 5. Both nodes healthy at the end; each counted the changes it
+	// followed (B: both CREATEs, the TRUNCATE and the DROP through A; A:
+	// the re-create through B), and no write was acknowledged to an ended
+	// instance (each went to a node that had taken the change).
+	follows := map[string]map[string]float64{
+		"A": {"create": 1, "truncate": 0, "drop": 0},
+		"B": {"create": 2, "truncate": 1, "drop": 1},
+	}
 	for name, n := range map[string]*jsNode{"A": d.a, "B": d.b} {
 		resp := mustDo(t, d.hc, http.MethodGet, n.url()+"/health", nil)
 		require.Equal(t, http.StatusOK, resp.Status, "5: /health of node %s: %s", name, resp.Body)
 		requireCleanLog(t, n.proc().log(t))
+		for kind, want := range follows[name] {
+			got, _ := metric(t, d.hc, n.url(), `ingestd_jetstream_followed_changes_total{kind="`+kind+`"}`) // absent: 0
+			require.Equal(t, want, got, "5: node %s followed %s", name, kind)
+		}
+		voided, ok := metric(t, d.hc, n.url(), "ingestd_jetstream_voided_lines_total")
+		require.True(t, ok, "5: node %s exposes ingestd_jetstream_voided_lines_total", name)
+		require.Zero(t, voided, "5: node %s acknowledged lines to an ended instance", name)
 	}
 	d.alive("5")
 }
