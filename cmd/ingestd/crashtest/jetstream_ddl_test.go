@@ -266,8 +266,25 @@ func TestJetStreamTwoNodesTableChanges(t *testing.T) {
 	}
 	d.alive("2")
 
+	// 2b. SET SYNC OFF, then ON, through B: A takes both (OFF refuses its
+	// drains; ON bumps the epoch there too).
+	_, err = apiB.SetSync(ctx, table, false)
+	require.NoError(t, err, "2b: SET SYNC OFF through B")
+	poll(t, ddlFollow, func() bool {
+		_, err = apiA.Drain(ctx, client.DrainRequest{Table: table, Epoch: old + 1, After: 0, Limit: 10})
+		return errors.Is(err, client.ErrSyncOff)
+	}, "2b: a drain through A is refused sync_off after SET SYNC OFF through B (%s)",
+		lazy(func() string { return fmt.Sprintf("%s; last: %v", d.exits(), err) }))
+	on, err := apiB.SetSync(ctx, table, true)
+	require.NoError(t, err, "2b: SET SYNC ON through B")
+	require.Equal(t, old+2, on.Epoch, "2b: SET SYNC ON bumps the epoch")
+	poll(t, ddlFollow, func() bool { stA, err = apiA.Sync(ctx, table); return err == nil && stA.Enabled && stA.Epoch == old+2 },
+		"2b: node A reports sync on at epoch %d (%s)", old+2,
+		lazy(func() string { return fmt.Sprintf("%s; A: %+v, %v", d.exits(), stA, err) }))
+	d.alive("2b")
+
 	// 3. DROP through A; a write through B re-creates the table.
-	beforeDrop, epochDrop := slices.Max(seqs(t, pages)), old+1
+	beforeDrop, epochDrop := slices.Max(seqs(t, pages)), old+2
 	require.NoError(t, apiA.DropTable(ctx, table), "3: DROP %s through A", table)
 	_, err = apiA.Drain(ctx, client.DrainRequest{Table: table, After: 0, Limit: 10})
 	refused(t, err, http.StatusNotFound, "table_not_found", "3: a drain through A after DROP")
