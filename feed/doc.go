@@ -105,6 +105,13 @@
 // sequencer publishes the reported columns, series and watermark between
 // group commits, and after every commit before raising its own
 // watermark, so a drain never meets a series or column it cannot name.
+// It reports the other processes' table changes too: a table created
+// (added here, its consumers and horizon loaded), a new instance
+// (TRUNCATE, DROP + re-create: it replaces the table, consumers kept on
+// TRUNCATE, dropped with a DROP), a DROP (the table goes, its tombstone
+// stays in the store), and SET SYNC or retention (taken when newer, by
+// store.Followed.Version). A TRUNCATE or DROP here of an instance another
+// process ended meanwhile is refused with ErrTableChanged (retry).
 // A drain's cursor may then come from another process and be above this
 // one's seq: until the store says it is beyond every number any process
 // handed out (Beyond), it is not refused (ErrCursorBeyondSequence) but

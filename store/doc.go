@@ -67,7 +67,7 @@
 // Shared (store/jsstore does, store/badgerstore does not; the feed finds
 // out with a type assertion): column positions and series ids come from
 // it, the same in every process, and it reports the other processes'
-// blocks once applied (Follow). Everything above holds for each process,
+// blocks once applied and their table changes (Follow). Everything above holds for each process,
 // and x_seq is unique and ascending across them (storetest runs against
 // one process; jsstore's own tests and cmd/ingestd/crashtest run two).
 //
