@@ -99,8 +99,13 @@ type Sequencer struct {
 	sweep sweeper
 
 	// follow holds what a shared store reported of the other processes'
-	// writes (registry.shared).
-	follow followed
+	// writes (registry.shared); dropped is, per name without a live
+	// table, the id of the instance a DROP ended (here or through another
+	// process): a report of it still pending is stale (sequencer goroutine
+	// only; at most max(Config.MaxTombstones, minDropped) entries, the
+	// lowest ids go first).
+	follow  followed
+	dropped map[string]uint64
 }
 
 // Drainer is the feed's read side (SPEC §6): drain pages, the copy by
@@ -205,6 +210,7 @@ func newSequencer(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Re
 		// (idempotently) once Run runs.
 		s.shared = sh
 		s.follow = followed{pending: map[string]*change{}, wake: make(chan struct{}, 1)}
+		s.dropped = map[string]uint64{}
 		sh.Follow(s.follow.add)
 	}
 	metas, err := st.LoadTables(storeCtx)

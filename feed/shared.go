@@ -93,6 +93,8 @@ func (s *Sequencer) applyFollowed() {
 				s.logger.Info("table dropped through another ingestd node", "table", name)
 			}
 			continue
+		case t == nil && f.Table.ID <= s.dropped[name]:
+			continue // a block of the instance dropped since
 		case t == nil || f.Table.ID > t.meta.ID:
 			t = s.takeInstance(t, c)
 		case f.Table.ID < t.meta.ID:
@@ -145,6 +147,7 @@ func (s *Sequencer) takeInstance(old *table, c *change) *table {
 		nt.pub.horizon = max(h, 1)
 	}
 	nt.pub.seq, nt.pub.watermark = nt.seq, nt.seq
+	delete(s.dropped, m.Name)
 	s.mu.Lock()
 	s.tables[m.Name] = nt
 	delete(s.tombstones, m.Name)

@@ -219,11 +219,28 @@ func (s *Sequencer) changeErr(what string, err error) error {
 	return storageErr(what, err)
 }
 
+// minDropped is the least number of dropped instances Sequencer.dropped
+// keeps, whatever --feed-max-tombstones.
+const minDropped = 64
+
 // dropTable removes live table t, its consumers and its metrics; tomb,
 // when given, is its tombstone (a DROP through another process leaves
 // its tombstone to the store, which re-creates the name above it).
+// With a shared store it remembers t's instance id (Sequencer.dropped).
 // Sequencer goroutine only.
 func (s *Sequencer) dropTable(t *table, tomb *store.TableMeta) {
+	if s.dropped != nil {
+		s.dropped[t.name] = t.meta.ID
+		for len(s.dropped) > max(s.cfg.MaxTombstones, minDropped) {
+			var low string
+			for name, id := range s.dropped {
+				if low == "" || id < s.dropped[low] {
+					low = name
+				}
+			}
+			delete(s.dropped, low)
+		}
+	}
 	s.mu.Lock()
 	delete(s.tables, t.name)
 	if tomb != nil {

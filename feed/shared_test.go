@@ -1,0 +1,136 @@
+package feed
+
+import (
+	"context"
+	"slices"
+	"sync"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
+)
+
+// sharedStore is badger made a store.Shared the test drives: it mints
+// columns and series ids as the one process writing, and the test calls
+// the Follow callback with what "another process" did.
+type sharedStore struct {
+	*badgerstore.DB
+	mu     sync.Mutex
+	cols   map[uint64][]store.Column
+	series map[string]uint64
+	fn     func(store.Followed)
+}
+
+func (s *sharedStore) AddColumns(_ context.Context, tid uint64, cols []store.Column) ([]store.Column, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	for _, c := range cols {
+		if !slices.ContainsFunc(s.cols[tid], func(o store.Column) bool { return o.Name == c.Name }) {
+			s.cols[tid] = append(s.cols[tid], c)
+		}
+	}
+	return slices.Clone(s.cols[tid]), nil
+}
+
+func (s *sharedStore) SeriesID(_ context.Context, tid uint64, key string, _ []store.Field) (uint64, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	k := string(rune(tid)) + key
+	if id, ok := s.series[k]; ok {
+		return id, nil
+	}
+	s.series[k] = uint64(len(s.series) + 1)
+	return s.series[k], nil
+}
+
+func (s *sharedStore) Beyond(context.Context, uint64, uint64) (bool, error) { return false, nil }
+
+func (s *sharedStore) Follow(fn func(store.Followed)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.fn = fn
+}
+
+func (s *sharedStore) report(f store.Followed) {
+	s.mu.Lock()
+	fn := s.fn
+	s.mu.Unlock()
+	fn(f)
+}
+
+// TestFollowedTableChanges reports other processes' table changes to a
+// sequencer on a shared store: a table created elsewhere appears, a new
+// instance (TRUNCATE) replaces it at the new epoch with its consumers, a
+// DROP removes it, SET SYNC OFF is taken; a block of an instance this
+// process dropped, still pending when the DROP ran, does not bring it
+// back; a report older than the table's instance is left out.
+func TestFollowedTableChanges(t *testing.T) {
+	ctx := context.Background()
+	scfg := badgerstore.DefaultConfig()
+	scfg.Dir = t.TempDir()
+	db, err := badgerstore.Open(scfg, nil, nil)
+	require.NoError(t, err)
+	st := &sharedStore{DB: db, cols: map[uint64][]store.Column{}, series: map[string]uint64{}}
+	s, d, err := Open(DefaultConfig(), st, nil, nil)
+	require.NoError(t, err)
+	h := &harness{t: t, dir: scfg.Dir, db: db, s: s, d: d, done: make(chan error, 1)}
+	h.start()
+	defer h.close()
+
+	// applied waits until a report of the marker table, sent after the
+	// others, was applied: the ones before it were too.
+	marker := uint64(1 << 40)
+	applied := func(reports ...store.Followed) {
+		t.Helper()
+		marker++
+		name := "marker" + string(rune('a'+marker%26))
+		for _, f := range reports {
+			st.report(f)
+		}
+		st.report(store.Followed{Table: store.TableMeta{Name: name, ID: marker, Sync: true, Epoch: 1}, Version: marker})
+		eventually(t, func() bool { st, err := d.Status(name); return err == nil && st.Epoch == 1 }, "the marker "+name+" applied")
+	}
+
+	_, _, err = s.CreateTable(ctx, "t", true)
+	require.NoError(t, err)
+	mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
+	live := func(name string) *table {
+		s.mu.RLock()
+		defer s.mu.RUnlock()
+		return s.tables[name]
+	}
+	stale := store.Followed{Table: store.TableMeta{Name: "t", ID: live("t").meta.ID, Sync: true, Epoch: 1, Seq: 9}, Seq: 9, Version: 5}
+	require.NoError(t, s.Drop(ctx, "t"))
+	applied(stale)
+	_, err = d.Status("t")
+	require.ErrorIs(t, err, ErrTableNotFound, "a block of the dropped instance does not bring it back")
+
+	other := store.TableMeta{Name: "o", ID: 1000, Sync: true, Epoch: 3, Seq: 40,
+		Columns: []store.Column{{Name: "host", Kind: KindTag}, {Name: "v", Kind: KindInt}}}
+	applied(store.Followed{Table: other, Seq: 42, Version: 10})
+	got, err := d.Status("o")
+	require.NoError(t, err)
+	require.Equal(t, SyncStatus{Enabled: true, Epoch: 3, Seq: 42, Watermark: 42, Horizon: 1}, got, "a table another process created")
+	consumers := live("o").consumers
+
+	trunc := other
+	trunc.ID, trunc.Epoch, trunc.Columns = 1001, 4, nil
+	applied(store.Followed{Table: other, Seq: 50, Version: 9}, store.Followed{Table: trunc, Seq: 42, Version: 11})
+	got, err = d.Status("o")
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), got.Epoch, "the new instance, at its epoch (the older report left out)")
+	require.Same(t, consumers, live("o").consumers, "consumers stay with a truncated table")
+
+	off := trunc
+	off.Sync = false
+	applied(store.Followed{Table: off, Seq: 42, Version: 12})
+	got, err = d.Status("o")
+	require.NoError(t, err)
+	require.False(t, got.Enabled, "SET SYNC OFF taken")
+
+	applied(store.Followed{Table: store.TableMeta{Name: "o", Epoch: 4, Seq: 42, Dropped: true}, Ended: trunc.ID, Version: 13})
+	_, err = d.Status("o")
+	require.ErrorIs(t, err, ErrTableNotFound, "a DROP through another process")
+}
