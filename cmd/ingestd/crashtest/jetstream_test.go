@@ -292,9 +292,13 @@ func startJSRun(t *testing.T) *jsRun {
 }
 
 // current reports whether the table's stream and the meta bucket's have a
-// leader and every replica current.
+// leader and every replica current, and JetStream's meta group too (a
+// server back from a fault may still be catching up with it: losing
+// another server then leaves no quorum to create consumers, which the
+// nodes' followers need after a stream leader's loss, and the next fault
+// would be two).
 func (r *jsRun) current() bool {
-	return r.cluster.StreamCurrent(r.stream) && r.cluster.StreamCurrent(r.meta)
+	return r.cluster.StreamCurrent(r.stream) && r.cluster.StreamCurrent(r.meta) && r.cluster.MetaCurrent()
 }
 
 // write sends batches of new lines until ctx ends, each request to the
@@ -530,6 +534,7 @@ func (r *jsRun) partition() {
 // leader cut off claims the lead until it notices it lost its quorum).
 func (r *jsRun) serverFault(what string, pick func(leader int) int, down, up func(int)) {
 	var leader int
+	poll(r.t, time.Minute, r.current, "the cluster current before %s", what)
 	poll(r.t, time.Minute, func() bool { leader = r.cluster.StreamLeader(r.stream); return leader >= 0 }, "a leader of %s", r.stream)
 	i := pick(leader)
 	began := time.Now()
@@ -542,7 +547,9 @@ func (r *jsRun) serverFault(what string, pick func(leader int) int, down, up fun
 	poll(r.t, time.Minute, r.ledger.resumed, "writes go on with server %d down (%s)", i, what)
 	r.t.Logf("every writer acknowledged %s after server %d went down (%s)", time.Since(began).Round(time.Millisecond), i, what)
 	up(i)
-	poll(r.t, time.Minute, r.current, "server %d current again on %s and %s (%s)", i, r.stream, r.meta, what)
+	back := time.Now()
+	poll(r.t, time.Minute, r.current, "server %d current again on %s, %s and the meta group (%s)", i, r.stream, r.meta, what)
+	r.t.Logf("server %d current again %s after it came back (%s)", i, time.Since(back).Round(time.Millisecond), what)
 }
 
 // killNode SIGKILLs ingestd node i mid-write and restarts it on the same

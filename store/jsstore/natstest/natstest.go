@@ -300,6 +300,29 @@ func (c *Cluster) StreamCurrent(stream string) bool {
 	return leader
 }
 
+// MetaCurrent reports whether JetStream's meta group (which creates
+// streams and consumers: a client's consumer lost with a server is created
+// again through it) has a leader and every running server's copy of it is
+// current.
+func (c *Cluster) MetaCurrent() bool {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if len(c.opts) == 1 {
+		return c.servers[0] != nil
+	}
+	leader := false
+	for _, s := range c.servers {
+		if s == nil {
+			continue
+		}
+		if !s.JetStreamIsCurrent() {
+			return false
+		}
+		leader = leader || s.JetStreamIsLeader()
+	}
+	return leader
+}
+
 // StreamNames returns the names of the global account's streams, as a
 // client listing them sees them (KV buckets are the streams KV_BUCKET),
 // sorted; it fails the test when the cluster does not answer within ten
