@@ -391,9 +391,12 @@ func poll(t testing.TB, timeout time.Duration, cond func() bool, format string, 
 }
 
 // isConnErr reports whether err is a transport failure (refused, reset,
-// EOF), as when the daemon was killed.
+// EOF, a kept-alive connection the killed daemon closed as it was
+// reused: net/http's unexported errServerClosedIdle, matched by its
+// text), as when the daemon was killed.
 func isConnErr(err error) bool {
 	var ne net.Error
 	return err != nil && (errors.As(err, &ne) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) ||
-		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE))
+		errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		strings.Contains(err.Error(), "http: server closed idle connection"))
 }
