@@ -282,22 +282,11 @@ func (c *Cluster) StreamLeader(stream string) int {
 // applied everything the leader committed): a restarted server has
 // caught up. Servers holding no replica of the stream do not count.
 func (c *Cluster) StreamCurrent(stream string) bool {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	if len(c.opts) == 1 {
-		return c.servers[0] != nil
-	}
-	leader := false
-	for _, s := range c.servers {
-		if s == nil || !s.JetStreamIsStreamAssigned(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
-			continue
-		}
-		if !s.JetStreamIsStreamCurrent(server.DEFAULT_GLOBAL_ACCOUNT, stream) {
-			return false
-		}
-		leader = leader || s.JetStreamIsStreamLeader(server.DEFAULT_GLOBAL_ACCOUNT, stream)
-	}
-	return leader
+	const acc = server.DEFAULT_GLOBAL_ACCOUNT
+	return c.groupCurrent(
+		func(s *server.Server) bool { return s.JetStreamIsStreamAssigned(acc, stream) },
+		func(s *server.Server) bool { return s.JetStreamIsStreamCurrent(acc, stream) },
+		func(s *server.Server) bool { return s.JetStreamIsStreamLeader(acc, stream) })
 }
 
 // MetaCurrent reports whether JetStream's meta group (which creates
@@ -305,6 +294,14 @@ func (c *Cluster) StreamCurrent(stream string) bool {
 // again through it) has a leader and every running server's copy of it is
 // current.
 func (c *Cluster) MetaCurrent() bool {
+	return c.groupCurrent(func(*server.Server) bool { return true },
+		(*server.Server).JetStreamIsCurrent, (*server.Server).JetStreamIsLeader)
+}
+
+// groupCurrent reports whether a raft group has a leader and every running
+// server that is a member is current; one server alone counts as current
+// while it runs.
+func (c *Cluster) groupCurrent(member, current, leads func(*server.Server) bool) bool {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if len(c.opts) == 1 {
@@ -312,13 +309,13 @@ func (c *Cluster) MetaCurrent() bool {
 	}
 	leader := false
 	for _, s := range c.servers {
-		if s == nil {
+		if s == nil || !member(s) {
 			continue
 		}
-		if !s.JetStreamIsCurrent() {
+		if !current(s) {
 			return false
 		}
-		leader = leader || s.JetStreamIsLeader()
+		leader = leader || leads(s)
 	}
 	return leader
 }
