@@ -357,21 +357,13 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 	// has not heard of: another process created it (its record was
 	// written first). Either way the record says how to go on.
 	gap := seq > numbered+1
-	s.mu.Lock()
-	known := t.rec.knows(tc.TableID)
-	s.mu.Unlock()
+	known, a, anchored := s.recordView(t, tc.TableID)
 	if gap || !known {
 		if err := s.learn(ctx, t, tc.TableID, seq, gap); err != nil {
 			return err
 		}
+		_, a, anchored = s.recordView(t, tc.TableID)
 	}
-	var a anchor
-	s.mu.Lock()
-	anchored := t.rec.live() && t.rec.Anchor != nil
-	if anchored {
-		a = *t.rec.Anchor
-	}
-	s.mu.Unlock()
 	// blocks: something for the cache and the Follow callback (a barrier
 	// has nothing); live: a block of the live instance, applied.
 	blocks := len(tc.NewSeries) > 0 || len(tc.Fragments) > 0
@@ -448,6 +440,17 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 	f.fcond.Broadcast()
 	f.fmu.Unlock()
 	return nil
+}
+
+// recordView returns, from t's record, whether it says what became of
+// instance tid, and the live instance's anchor (anchored: it has one).
+func (s *Store) recordView(t *table, tid uint64) (known bool, a anchor, anchored bool) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if anchored = t.rec.live() && t.rec.Anchor != nil; anchored {
+		a = *t.rec.Anchor
+	}
+	return t.rec.knows(tid), a, anchored
 }
 
 // repeated tells whether message id was seen among the messages stored
