@@ -49,6 +49,7 @@ func TestContract(t *testing.T) {
 				require.NoError(t, b.Close())
 				return openDir(t, dir)
 			},
+			Reads: reads,
 		})
 	})
 	t.Run("memory", func(t *testing.T) {
@@ -58,6 +59,8 @@ func TestContract(t *testing.T) {
 			db, err := badgerstore.Open(cfg, nil, nil)
 			require.NoError(t, err)
 			return db
-		}})
+		}, Reads: reads})
 	})
 }
+
+func reads(b store.Backend) (uint64, uint64) { return b.(*badgerstore.DB).ReadCounts() }

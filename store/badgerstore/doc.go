@@ -48,9 +48,12 @@
 //	'l' tid lastSeq               -> sync block: the fragments a commit wrote to the table, x_seq firstSeq..lastSeq
 //	'u' tid blockNo               -> unsynced block: fragments written while sync was OFF (no x_seq)
 //	'r' tid sid firstTs           -> series run: fragments of one series in one block, in time order (times and block indexes)
-//	'p' tid sid ts                -> point index: references to every fragment at (series, ts), in write order,
-//	                                 for points not proven new by their series' high-water time
+//	'p' tid sid ts                -> point index, for points not proven new by their series' high-water time:
+//	                                 a reference to the point's one fragment, or the point's union
+//	                                 (fragment count, oldest fragment's reference, current row)
+//	'q' tid sid ts n              -> the reference of the n-th fragment (n >= 2) of an overwritten point
 //	'd' tid sid ts                -> overwrite marker: (series, ts) holds more than one fragment
+//	'w'                           -> torn mark: a commit split over transactions is being written (its tables)
 //	'c' name 0x00 consumer        -> a named consumer's acknowledged position (JSON)
 //	'h' tid                       -> the instance's feed history horizon (uvarint; absent: 1)
 //	'x' tid                       -> drop mark: the instance's keys are being removed (empty value)
@@ -71,24 +74,54 @@
 // series' highest stored time (kept in memory, looked up once per series
 // and process) is new by construction: it joins its series' run and costs
 // no index entry and no lookup. An existing
-// point gets a point-index entry listing all its fragments and an overwrite
-// marker, which makes a drain merge that point's fragments and nothing else.
+// point gets a point-index entry, the point's current row, and an
+// overwrite marker (see "Overwritten points").
 // A drain is a forward seek to the block holding after+1 followed by
-// sequential decoding of whole blocks: no per-row lookups. A fragment of an
-// overwritten point costs one more look-up in the in-memory overwrite set
-// and the decoding of the point's other fragments, from the last 8 blocks
-// the read fetched (a resend's or replay's fragments lie in the order of
-// the ones they overwrite, so a page reads each block it fetches once and
-// decodes each of its fragments once); the coalesced row is the later
-// fragment's fields as they are when it carries every column of the
-// earlier ones. A read copies each block it decodes once, out of the value
-// log, into memory of its own that the fragments' strings alias (a string
-// must never change, so that memory is never reused); badger does not
-// prefetch values for it, which copied every block a second time. The
-// page buffers the drain's rows are encoded into are reused
-// (httpapi), so a drain's fresh memory is about the size of the blocks it
-// reads: on a heap without free spans each fresh 4 KiB costs a page fault
-// (see README, Performance).
+// sequential decoding of whole blocks: no per-row lookups. A read copies
+// each block it decodes once, out of the value log, into memory of its
+// own that the fragments' strings alias (a string must never change, so
+// that memory is never reused); badger does not prefetch values for it,
+// which copied every block a second time. The page buffers the drain's
+// rows are encoded into are reused (httpapi), so a drain's fresh memory is
+// about the size of the blocks it reads.
+//
+// # Overwritten points
+//
+// A point written K times holds K fragments, each under its own x_seq,
+// and every one of them reads as the point's current row: per column, the
+// latest fragment that set it. The point-index entry of an overwritten
+// point is that row itself (a union), kept up to date by the commit that
+// adds a fragment, with the reference of the point's oldest fragment; the
+// references of fragments 2..K are entries of their own ('q'), written
+// once each and read only by retention and by Open's repairs. So:
+//
+//   - writing the K-th fragment costs what writing the second did: one
+//     get of the entry, a merge linear in the point's columns, one entry
+//     rewritten (bounded by the point's columns, not by K) and one
+//     reference added. Only the second fragment reads a block: the first
+//     fragment's, for its fields, through a cache of the last 8 blocks the
+//     commit read (a resend's or a replay's first fragments lie in a few
+//     blocks, in order). The store grows by one fragment and one
+//     reference entry per write;
+//   - a read (a drain page, a row copy page) decodes the blocks holding
+//     the fragments it returns and nothing else: an overwritten point's
+//     row comes from its entry, read once per page (kept in memory by the
+//     process that wrote it, else one get) and reused for each of its
+//     fragments in the page. A page of n rows costs n fragment decodes
+//     plus at most one entry per point it touches, whatever K: there is no
+//     cache whose size a point's fragments could outgrow.
+//     ingestd_store_feed_reads_total counts the blocks and entries reads
+//     take; the contract suite bounds them per page at 1 to 100 fragments
+//     per point (store/storetest, OverwriteReadsBounded).
+//
+// A commit larger than one badger transaction is split; before its first
+// transaction commits, a torn mark naming its tables is made durable, and
+// its last transaction deletes it. Open finds the mark after a crash in
+// between and rebuilds the unions of those tables that name a fragment
+// whose block was never stored, from the fragments that were (so a union
+// never shows a value no stored fragment carries). Layout versions 1 and
+// 2 listed every fragment's reference in the point's entry; Open converts
+// such entries the same way, once.
 //
 // A block holds the writes of one group commit (store.TableCommit.Writes tells
 // where each begins): a series' in-order points form one run per write,
@@ -172,17 +205,20 @@
 //
 // SweepBefore removes the fragments older than a cutoff in bounded
 // batches. It finds them through the indexes, which hold every fragment
-// by (series, time): the series runs (in-order fragments) and the
-// point-index entries (late and repeated ones), both keyed ks tid sid ts,
-// so per series the aged entries come first and one seek skips the rest.
+// by (series, time): the series runs (in-order fragments), the
+// point-index entries (a late point's first fragment) and the reference
+// entries (an overwritten point's later ones), all keyed ks tid sid ts…,
+// so per series the aged entries come first and one seek skips the rest;
+// a point's entry goes after its reference entries, so that what a batch
+// leaves of a point still reads as its row.
 // A removed fragment is not cut out of its block: the block is rewritten
 // with the fragment replaced by a placeholder (series 0, which no written
 // fragment has, time 0, no fields), so that the x_seq numbers and block
 // indexes of every other fragment, which runs and point entries refer to,
 // stay valid; a block left with placeholders only is deleted. Aged run
 // entries go (a shortened run is stored again under its new first time),
-// aged point-index entries and overwrite markers go, and the overwrite
-// set in memory forgets them.
+// aged point-index, reference entries and overwrite markers go, and the
+// overwrite set in memory forgets them.
 //
 // The history horizon of an instance is the lowest x_seq a drain may
 // still start at (after >= horizon-1). It only rises: the feed raises it

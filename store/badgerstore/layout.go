@@ -24,12 +24,16 @@ const (
 	ksConsumer = 'c'
 	ksRun      = 'r'
 	ksDrop     = 'x'
+	ksRef      = 'q'
+	ksTorn     = 'w'
 )
 
-// layoutVersion is the on-disk layout this build writes; it also reads
-// version 1 (no series runs: every point had a point-index entry, which
-// version 2 still reads correctly) and upgrades its version mark.
-const layoutVersion = 2
+// layoutVersion is the on-disk layout this build writes. It opens
+// versions 1 (no series runs: every point had a point-index entry) and 2
+// (a point-index entry listed every fragment at its point): Open converts
+// their entries of overwritten points into unions (see points.go), then
+// upgrades the version mark.
+const layoutVersion = 3
 
 var errShort = errors.New("truncated encoding")
 
@@ -79,35 +83,43 @@ func appendRef(dst []byte, r ref) []byte {
 	return binary.AppendUvarint(dst, r.idx)
 }
 
-// decodeRefs appends the references of a point-index entry to refs.
+// decodeRefs appends the references of a legacy point-index entry (a
+// list of references) to refs.
 func decodeRefs(refs []ref, b []byte) ([]ref, error) {
 	for len(b) > 0 {
-		var r ref
-		var n int
-		switch b[0] {
-		case 'L':
-			r.seq, n = binary.Uvarint(b[1:])
-			if n <= 0 {
-				return nil, errShort
-			}
-			b = b[1+n:]
-		case 'U':
-			r.block, n = binary.Uvarint(b[1:])
-			if n <= 0 {
-				return nil, errShort
-			}
-			b = b[1+n:]
-			r.idx, n = binary.Uvarint(b)
-			if n <= 0 {
-				return nil, errShort
-			}
-			b = b[n:]
-		default:
-			return nil, fmt.Errorf("unknown reference tag %q", b[0])
+		r, n, err := decodeRef(b)
+		if err != nil {
+			return nil, err
 		}
 		refs = append(refs, r)
+		b = b[n:]
 	}
 	return refs, nil
+}
+
+// decodeRef decodes the reference at the start of b and its length.
+func decodeRef(b []byte) (r ref, n int, err error) {
+	if len(b) == 0 {
+		return r, 0, errShort
+	}
+	switch b[0] {
+	case 'L':
+		var k int
+		if r.seq, k = binary.Uvarint(b[1:]); k <= 0 || r.seq == 0 {
+			return r, 0, errShort
+		}
+		return r, 1 + k, nil
+	case 'U':
+		var k, j int
+		if r.block, k = binary.Uvarint(b[1:]); k <= 0 {
+			return r, 0, errShort
+		}
+		if r.idx, j = binary.Uvarint(b[1+k:]); j <= 0 {
+			return r, 0, errShort
+		}
+		return r, 1 + k + j, nil
+	}
+	return r, 0, fmt.Errorf("unknown reference tag %q", b[0])
 }
 
 // skipEvery is the fragment interval of a block's skip index: a reader

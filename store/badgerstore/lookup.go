@@ -17,18 +17,35 @@ import (
 // doc.go, "Late points"): point-index gets, reverse seeks among series runs
 // and among point-index entries, and the iterators opened for them.
 type lookupStats struct {
-	pointGets atomic.Uint64
-	runSeeks  atomic.Uint64
-	maxSeeks  atomic.Uint64
-	gapSeeks  atomic.Uint64
-	iterators atomic.Uint64
+	pointGets      atomic.Uint64
+	runSeeks       atomic.Uint64
+	maxSeeks       atomic.Uint64
+	gapSeeks       atomic.Uint64
+	iterators      atomic.Uint64
+	fragmentBlocks atomic.Uint64 // blocks read for a point's first fragment
+	// Reads of drains and row copies (ReadSeq, ReadRows): the blocks they
+	// decode and the point-index entries they read (overwritten points
+	// whose entry this process does not keep in memory).
+	readBlocks  atomic.Uint64
+	readEntries atomic.Uint64
 }
 
 // lookupCounts is a snapshot of lookupStats.
-type lookupCounts struct{ pointGets, runSeeks, maxSeeks, gapSeeks, iterators uint64 }
+type lookupCounts struct {
+	pointGets, runSeeks, maxSeeks, gapSeeks, iterators, fragmentBlocks uint64
+	readBlocks, readEntries                                            uint64
+}
 
 func (s *lookupStats) load() lookupCounts {
-	return lookupCounts{s.pointGets.Load(), s.runSeeks.Load(), s.maxSeeks.Load(), s.gapSeeks.Load(), s.iterators.Load()}
+	return lookupCounts{s.pointGets.Load(), s.runSeeks.Load(), s.maxSeeks.Load(), s.gapSeeks.Load(), s.iterators.Load(),
+		s.fragmentBlocks.Load(), s.readBlocks.Load(), s.readEntries.Load()}
+}
+
+// ReadCounts returns how many blocks and point-index entries the reads of
+// drains and row copies (ReadSeq, ReadRows) have read since Open; the
+// same figures as ingestd_store_feed_reads_total. Safe for concurrent use.
+func (db *DB) ReadCounts() (blocks, entries uint64) {
+	return db.stats.readBlocks.Load(), db.stats.readEntries.Load()
 }
 
 // lookup places the late points of one commit. It reads a read-only view
@@ -54,6 +71,7 @@ type lookup struct {
 	key   []byte
 	runs  map[uint64]storedRun // by series id, for the current table
 	tid   uint64
+	fetch fetcher // the fragments whose fields a point's union starts from
 }
 
 // storedRun is a stored series run, decoded: the fragments it names in
@@ -96,6 +114,7 @@ func (l *lookup) close() {
 	l.runIt.Close()
 	l.fwdIt.Close()
 	l.ptIt.Close()
+	l.fetch.close()
 	l.view.Discard()
 	l.view, l.runIt, l.fwdIt, l.ptIt, l.runs = nil, nil, nil, nil, nil
 }
@@ -105,7 +124,17 @@ func (l *lookup) close() {
 func (l *lookup) table(tid uint64) {
 	if l.tid != tid || l.runs == nil {
 		l.tid, l.runs = tid, map[uint64]storedRun{}
+		l.fetch.close()
 	}
+}
+
+// fragment decodes the stored fragment r names into f (see fetcher.fetch):
+// a point's first fragment when a commit writes the point again. The
+// fragments of a resent batch lie in the few blocks the fetcher keeps.
+func (l *lookup) fragment(r ref, f *store.Fragment) (bool, error) {
+	l.open()
+	l.fetch.reads = &l.db.stats.fragmentBlocks
+	return l.fetch.fetch(l.view, l.tid, r, f)
 }
 
 // point returns the point-index entry at (sid, ts) as stored by earlier
@@ -254,18 +283,25 @@ func (l *lookup) maxTs(sid uint64) (int64, error) {
 // statsCollector reports lookupStats.
 type statsCollector struct{ db *DB }
 
-var lookupDesc = prometheus.NewDesc("ingestd_store_index_reads_total",
-	"Reads the commit path made to place late or repeated points, by kind: point (point-index get), run (reverse seek among series runs), max (reverse seek for a series' highest stored time), gap (seeks bounding the interval a series' new late points fill), iterator (iterators opened for them).",
-	[]string{"kind"}, nil)
+var (
+	lookupDesc = prometheus.NewDesc("ingestd_store_index_reads_total",
+		"Reads the commit path made to place late or repeated points, by kind: point (point-index get), run (reverse seek among series runs), max (reverse seek for a series' highest stored time), gap (seeks bounding the interval a series' new late points fill), iterator (iterators opened for them), fragment (blocks read for the first fragment of a point written again).",
+		[]string{"kind"}, nil)
+	feedReadsDesc = prometheus.NewDesc("ingestd_store_feed_reads_total",
+		"Reads made by drains and row copies, by kind: block (blocks decoded), point (point-index entries of overwritten points read from the store).",
+		[]string{"kind"}, nil)
+)
 
-func (c statsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lookupDesc }
+func (c statsCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lookupDesc; ch <- feedReadsDesc }
 
 func (c statsCollector) Collect(ch chan<- prometheus.Metric) {
 	s := c.db.stats.load()
 	for _, k := range []struct {
 		kind string
 		v    uint64
-	}{{"point", s.pointGets}, {"run", s.runSeeks}, {"max", s.maxSeeks}, {"gap", s.gapSeeks}, {"iterator", s.iterators}} {
+	}{{"point", s.pointGets}, {"run", s.runSeeks}, {"max", s.maxSeeks}, {"gap", s.gapSeeks}, {"iterator", s.iterators}, {"fragment", s.fragmentBlocks}} {
 		ch <- prometheus.MustNewConstMetric(lookupDesc, prometheus.CounterValue, float64(k.v), k.kind)
 	}
+	ch <- prometheus.MustNewConstMetric(feedReadsDesc, prometheus.CounterValue, float64(s.readBlocks), "block")
+	ch <- prometheus.MustNewConstMetric(feedReadsDesc, prometheus.CounterValue, float64(s.readEntries), "point")
 }

@@ -61,13 +61,13 @@ func TestCoalesceColumnShapes(t *testing.T) {
 }
 
 // TestCoalesceAcrossEvictedBlocks writes one point in more blocks than a
-// coalescer caches (coalescerCache + 4), each write with a string column
+// coalescer caches (fetcherCache + 4), each write with a string column
 // of its own and a block size of its own, and checks that every fragment
 // reads as the union of all of them, string for string, with every page
 // size: blocks evicted while one union is built keep the strings it took
 // from them (a reused block buffer would not, as an attempt showed).
 func TestCoalesceAcrossEvictedBlocks(t *testing.T) {
-	const writes = coalescerCache + 4
+	const writes = fetcherCache + 4
 	st := newSeqTable(t)
 	want := map[uint32]string{}
 	for i := range writes {

@@ -166,6 +166,7 @@ func (db *DB) sweepBefore(tid uint64, cutoff int64, maxFragments int) (store.Swe
 	var (
 		runDeletes [][]byte
 		runSets    []kv
+		refDeletes [][]byte
 		ptDeletes  [][]byte
 		dropped    []pointID
 	)
@@ -208,19 +209,33 @@ func (db *DB) sweepBefore(tid uint64, cutoff int64, maxFragments int) (store.Swe
 	if err != nil {
 		return res, err
 	}
+	// The references of overwritten points' later fragments, then the
+	// point-index entries: a point's entry (its union) goes last, so that
+	// the fragments a batch leaves still read as the point's row.
 	if !more {
-		more, err = scanAged(view, ksPoint, tid, cutoff, &res, func(key []byte, v []byte) (bool, error) {
-			refs, err := decodeRefs(nil, v)
+		more, err = scanAged(view, ksRef, tid, cutoff, &res, func(key []byte, v []byte) (bool, error) {
+			r, _, err := decodeRef(v)
 			if err != nil {
 				return false, &store.CorruptionError{Key: key, Err: err}
 			}
-			if target > 0 && target+len(refs) > maxFragments {
-				return false, nil // the next batch takes this point whole
+			if err := removeRef(r); err != nil {
+				return false, err
 			}
-			for _, r := range refs {
-				if err := removeRef(r); err != nil {
-					return false, err
-				}
+			refDeletes = append(refDeletes, key)
+			return target < maxFragments, nil
+		}, maxFragments-target)
+		if err != nil {
+			return res, err
+		}
+	}
+	if !more {
+		more, err = scanAged(view, ksPoint, tid, cutoff, &res, func(key []byte, v []byte) (bool, error) {
+			e, err := decodeEntry(v, nil)
+			if err != nil {
+				return false, &store.CorruptionError{Key: key, Err: err}
+			}
+			if err := removeRef(e.first); err != nil {
+				return false, err
 			}
 			ptDeletes = append(ptDeletes, key)
 			dropped = append(dropped, pointID{binary.BigEndian.Uint64(key[9:17]), pointKeyTime(key)})
@@ -268,6 +283,11 @@ func (db *DB) sweepBefore(tid uint64, cutoff int64, maxFragments int) (store.Swe
 			return res, err
 		}
 	}
+	for _, k := range refDeletes {
+		if err := w.delete(k); err != nil {
+			return res, err
+		}
+	}
 	for _, k := range ptDeletes {
 		if err := w.delete(k); err != nil {
 			return res, err
@@ -293,7 +313,7 @@ func (db *DB) sweepBefore(tid uint64, cutoff int64, maxFragments int) (store.Swe
 
 type kv struct{ k, v []byte }
 
-// scanAged walks the keys of keyspace ks ('r' or 'p': ks tid sid ts) of
+// scanAged walks the keys of keyspace ks ('r', 'q' or 'p': ks tid sid ts …) of
 // table instance tid whose time is below cutoff, in key order, calling fn
 // with each key and value until fn returns false or limit reaches 0 (then
 // more is true). Per series, the first key at or above cutoff records the
@@ -437,10 +457,9 @@ func (w *committer) rewriteBlock(view *badger.Txn, b *sweepBlock) (int, error) {
 func (w *committer) delete(k []byte) error {
 	err := w.txn.Delete(k)
 	if errors.Is(err, badger.ErrTxnTooBig) {
-		if err := w.txn.Commit(); err != nil {
+		if err := w.split(); err != nil {
 			return err
 		}
-		w.txn = w.db.bdb.NewTransaction(true)
 		err = w.txn.Delete(k)
 	}
 	return err

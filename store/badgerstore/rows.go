@@ -67,8 +67,7 @@ func (db *DB) readRows(tid uint64, c store.RowCursor, start, end int64, limit in
 	st := db.table(tid)
 	txn := db.bdb.NewTransaction(false)
 	defer txn.Discard()
-	var sc blockScan
-	defer sc.co.close()
+	sc := blockScan{pts: pointRows{gets: &db.stats.readEntries}}
 	for _, space := range []struct {
 		unsynced bool
 		ks       byte
@@ -93,6 +92,7 @@ func (db *DB) readRows(tid uint64, c store.RowCursor, start, end int64, limit in
 				if err != nil {
 					return err
 				}
+				db.stats.readBlocks.Add(1)
 				if err := sc.br.init(val); err != nil {
 					return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 				}
@@ -115,7 +115,7 @@ func (db *DB) readRows(tid uint64, c store.RowCursor, start, end int64, limit in
 						self = ref{seq: sc.row.Seq}
 					}
 					var skip bool
-					if sc.row.Fields, skip, err = sc.co.pointFields(st, txn, tid, &sc.f, self); err != nil {
+					if sc.row.Fields, skip, err = sc.pts.pointFields(st, txn, tid, &sc.f, self); err != nil {
 						return err
 					}
 					if skip {

@@ -53,7 +53,7 @@ func (db *DB) countTable(tid uint64) (store.TableStats, error) {
 func (db *DB) scanTableStats(tid uint64) (store.TableStats, error) {
 	var s store.TableStats
 	err := db.bdb.View(func(txn *badger.Txn) error {
-		for _, ks := range []byte{ksSync, ksUnsync, ksRun, ksPoint, ksDup, ksSeries} {
+		for _, ks := range []byte{ksSync, ksUnsync, ksRun, ksPoint, ksRef, ksDup, ksSeries} {
 			it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ks, tid)})
 			for it.Rewind(); it.Valid(); it.Next() {
 				item := it.Item()

@@ -176,6 +176,9 @@ type DB struct {
 	leaseExtensions prometheus.Counter
 
 	stats lookupStats
+	// upgradeFrom is the layout version Open found when older than
+	// layoutVersion (0 otherwise), until upgrade converted it.
+	upgradeFrom uint64
 
 	// gc is the value-log collector (nil in memory); gcBytesPerSecond is
 	// Config.GCMaxBytesPerSecond.
@@ -268,6 +271,9 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		return nil, fmt.Errorf("open badger in %s: %w", cfg.Dir, err)
 	}
 	if err := db.load(); err != nil {
+		return nil, errors.Join(err, db.bdb.Close())
+	}
+	if err := db.upgrade(); err != nil {
 		return nil, errors.Join(err, db.bdb.Close())
 	}
 	if err := db.loadInstances(); err != nil {
@@ -385,10 +391,7 @@ func (db *DB) load() error {
 				return fmt.Errorf("%w: %d (this build reads 1..%d)", store.ErrVersion, ver, layoutVersion)
 			}
 			if ver < layoutVersion {
-				if err := txn.Set([]byte{ksVersion}, binary.AppendUvarint(nil, layoutVersion)); err != nil {
-					return err
-				}
-				db.logger.Info("layout upgraded", "from", ver, "to", layoutVersion)
+				db.upgradeFrom = ver // the mark is raised once the entries are converted (upgrade)
 			}
 		}
 		for _, c := range []struct {
@@ -556,7 +559,7 @@ func (db *DB) dropTableData(tid uint64) error {
 	delete(db.tables, tid)
 	db.mu.Unlock()
 	return db.bdb.DropPrefix(tablePrefix(ksSeries, tid), tablePrefix(ksSync, tid),
-		tablePrefix(ksUnsync, tid), tablePrefix(ksPoint, tid), tablePrefix(ksDup, tid), tablePrefix(ksRun, tid),
+		tablePrefix(ksUnsync, tid), tablePrefix(ksPoint, tid), tablePrefix(ksRef, tid), tablePrefix(ksDup, tid), tablePrefix(ksRun, tid),
 		horizonKey(tid))
 }
 
@@ -565,8 +568,9 @@ func (db *DB) dropTableData(tid uint64) error {
 // once everything is fsynced (unless UnsafeNoSync). A commit larger than
 // one badger transaction is split into several, committed in order; a
 // crash between them leaves a prefix: whole blocks, each with its index,
-// and perhaps index references to a block never stored, which readers
-// skip (the sequence lease accounts for the lost numbers).
+// and perhaps index entries naming a block never stored, which Open
+// repairs (split, repairTorn; the sequence lease accounts for the lost
+// numbers).
 // It returns ErrDiskFull, having written nothing, when the data directory's
 // file system has less than Config.MinFreeBytes free.
 func (db *DB) commit(commits []store.TableCommit) error {
@@ -582,11 +586,23 @@ func (db *DB) commit(commits []store.TableCommit) error {
 		}
 	}()
 	for i := range commits {
+		w.tids = append(w.tids, commits[i].TableID)
+	}
+	for i := range commits {
 		if err := w.table(&commits[i]); err != nil {
 			return err
 		}
 	}
-	return w.txn.Commit()
+	if w.torn {
+		if err := w.txn.Delete([]byte{ksTorn}); err != nil {
+			return err
+		}
+	}
+	if err := w.txn.Commit(); err != nil {
+		return err
+	}
+	w.publishDups()
+	return nil
 }
 
 // maxScratchBodyBytes bounds the block encoder's scratch space kept
@@ -595,11 +611,15 @@ func (db *DB) commit(commits []store.TableCommit) error {
 const maxScratchBodyBytes = 4 << 20
 
 type committer struct {
-	db   *DB
-	txn  *badger.Txn
-	body []byte
-	offs []uint64
-	look lookup // reads of what earlier commits stored (lookup.go)
+	db    *DB
+	txn   *badger.Txn
+	body  []byte
+	offs  []uint64
+	look  lookup        // reads of what earlier commits stored (lookup.go)
+	union []store.Field // scratch space of extend
+	dups  []dupEntry    // the overwritten points' entries written
+	torn  bool          // the commit was split: its mark is written
+	tids  []uint64      // the tables the commit writes, for its mark
 }
 
 // set writes k=v, committing and starting a new transaction when the current
@@ -607,13 +627,34 @@ type committer struct {
 func (w *committer) set(k, v []byte) error {
 	err := w.txn.Set(k, v)
 	if errors.Is(err, badger.ErrTxnTooBig) {
-		if err := w.txn.Commit(); err != nil {
+		if err := w.split(); err != nil {
 			return err
 		}
-		w.txn = w.db.bdb.NewTransaction(true)
 		err = w.txn.Set(k, v)
 	}
 	return err
+}
+
+// split commits the transaction so far and starts the next one. The first
+// split of a commit that writes tables (w.tids) durably marks it torn
+// first ('w': the tables' ids), and its last transaction deletes the mark:
+// Open repairs what a crash between them leaves (repairTorn).
+func (w *committer) split() error {
+	if !w.torn && len(w.tids) > 0 {
+		var v []byte
+		for _, tid := range w.tids {
+			v = binary.AppendUvarint(v, tid)
+		}
+		if err := w.db.bdb.Update(func(txn *badger.Txn) error { return txn.Set([]byte{ksTorn}, v) }); err != nil {
+			return err
+		}
+		w.torn = true
+	}
+	if err := w.txn.Commit(); err != nil {
+		return err
+	}
+	w.txn = w.db.bdb.NewTransaction(true)
+	return nil
 }
 
 func (w *committer) table(tc *store.TableCommit) error {
@@ -659,19 +700,31 @@ func (w *committer) table(tc *store.TableCommit) error {
 // index writes the block's series runs and point index (see doc.go), then
 // the block itself: a fragment whose time is above its series' highest
 // stored time is new and joins the series' run for this block; any other is
-// looked up and gets a point-index entry listing every fragment at its
-// point, marked as an overwrite when there is more than one. The block comes
-// last: when a crash separates the transactions of a split commit, a stored
-// block's fragments always have their runs, references and overwrite
-// markers (else a drain would deliver such a fragment without the columns
-// written before it at its point); references to a block that was never
-// stored are skipped by readers.
+// looked up and gets a point-index entry: a reference when it is the
+// point's only fragment, else the point's union (its current row) with a
+// reference entry for the fragment and, the first time, an overwrite
+// marker. The block comes last: when a crash separates the transactions
+// of a split commit, a stored block's fragments always have their runs,
+// entries and overwrite markers (else a drain would deliver such a
+// fragment without the columns written before it at its point); Open
+// repairs the unions that name fragments of a block never stored
+// (repairTorn).
 func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64, key, block []byte) error {
 	refOf := func(i int) ref {
 		if tc.FirstSeq != 0 {
 			return ref{seq: tc.FirstSeq + uint64(i)}
 		}
 		return ref{block: blockNo, idx: uint64(i)}
+	}
+	// local returns the fragment of this block r names, if it does.
+	local := func(r ref) *store.Fragment {
+		switch {
+		case tc.FirstSeq != 0 && r.seq >= tc.FirstSeq && r.seq-tc.FirstSeq < uint64(len(tc.Fragments)):
+			return &tc.Fragments[r.seq-tc.FirstSeq]
+		case tc.FirstSeq == 0 && r.seq == 0 && r.block == blockNo && r.idx < uint64(len(tc.Fragments)):
+			return &tc.Fragments[r.idx]
+		}
+		return nil
 	}
 	// Room in each run for the fragments of a series when the block's are
 	// spread evenly over the table's series: one allocation for a run of
@@ -681,11 +734,12 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 	var order []*runBuilder        // every run of the block: in-order and gap runs
 	gaps := map[uint64][]*gapRun{} // by series, the gap runs of this block
 	type late struct {
-		i   int
-		old []byte // references already at the point, nil when new
+		i     int
+		entry []byte
+		count uint64 // fragments at the point with this one
 	}
 	var lates []late
-	pending := map[pointID][]byte{} // late points of this block so far
+	pending := map[pointID][]byte{} // entries of this block's late points so far
 	write := 0                      // the write of fragment i: tc.Writes[write-1] <= i < tc.Writes[write]
 	for i := range tc.Fragments {
 		for write < len(tc.Writes) && tc.Writes[write] <= i {
@@ -734,8 +788,12 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 				return err
 			}
 		}
-		lates = append(lates, late{i, old})
-		pending[id] = appendRef(append([]byte(nil), old...), refOf(i))
+		entry, count, err := w.extend(tc.TableID, old, refOf(i), f, local)
+		if err != nil {
+			return err
+		}
+		lates = append(lates, late{i, entry, count})
+		pending[id] = entry
 	}
 	base := tc.FirstSeq
 	kind := byte('L')
@@ -754,17 +812,59 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 		keys = pointKey(keys, ksPoint, tc.TableID, f.Series, f.Time)
 		pk := keys[len(keys)-25 : len(keys) : len(keys)]
 		keys = keys[len(keys):]
-		refs := appendRef(l.old, refOf(l.i))
-		if err := w.set(pk, refs); err != nil {
+		if err := w.set(pk, l.entry); err != nil {
 			return err
 		}
-		if l.old != nil {
-			if err := w.markDup(st, tc.TableID, f, refs); err != nil {
+		if l.count < 2 {
+			continue
+		}
+		if err := w.set(refKey(tc.TableID, f.Series, f.Time, l.count), appendRef(nil, refOf(l.i))); err != nil {
+			return err
+		}
+		if l.count == 2 {
+			if err := w.set(pointKey(nil, ksDup, tc.TableID, f.Series, f.Time), nil); err != nil {
 				return err
 			}
 		}
+		w.markDup(st, pointID{f.Series, f.Time}, l.entry)
 	}
 	return w.set(key, block)
+}
+
+// extend returns the point-index entry of f's point once f (named r) is
+// added to what old (the point's entry so far, nil when the point is new)
+// holds, and the number of fragments it then holds. A point's second
+// fragment makes the entry a union: the first fragment's fields are taken
+// from the block being written (local) or fetched from its stored block,
+// once; every later one merges into the union as it is. A first fragment
+// whose block was never stored (a crash split its commit) does not count.
+func (w *committer) extend(tid uint64, old []byte, r ref, f *store.Fragment, local func(ref) *store.Fragment) ([]byte, uint64, error) {
+	if old == nil {
+		return appendRef(nil, r), 1, nil
+	}
+	e, err := decodeEntry(old, w.union[:0])
+	if err != nil {
+		return nil, 0, &store.CorruptionError{Key: pointKey(nil, ksPoint, tid, f.Series, f.Time), Err: err}
+	}
+	fields := e.fields
+	if e.count == 1 || fields == nil {
+		lf := local(e.first)
+		if lf == nil {
+			var stored store.Fragment
+			found, err := w.look.fragment(e.first, &stored)
+			if err != nil {
+				return nil, 0, err
+			}
+			if !found {
+				return appendRef(nil, r), 1, nil
+			}
+			lf = &stored
+		}
+		fields = append(w.union[:0], lf.Fields...)
+	}
+	fields = mergeFields(fields, f.Fields)
+	w.union = fields[:0]
+	return appendUnion(nil, e.count+1, e.first, f.Series, f.Time, fields), e.count + 1, nil
 }
 
 // putMeta writes a table's metadata and the instance id high-water.
@@ -847,9 +947,10 @@ func (w *committer) gapFor(gaps map[uint64][]*gapRun, cur *runBuilder, f *store.
 	return g, nil
 }
 
-// existing returns the references of the fragments already stored at f's
-// point by earlier commits (nil when there are none): the point-index entry
-// when there is one, else the fragment of a series run holding f's time
+// existing returns the point-index entry of f's point as stored by
+// earlier commits (nil when the point holds nothing): the stored entry
+// when there is one, else a reference to the fragment of a series run
+// holding f's time
 // (cur is the series' run in the block being written). At most one get
 // and one seek (lookup.go).
 func (w *committer) existing(f *store.Fragment, cur *runBuilder, refOf func(int) ref) ([]byte, error) {
@@ -869,24 +970,36 @@ func (w *committer) existing(f *store.Fragment, cur *runBuilder, refOf func(int)
 	return appendRef(nil, r), nil
 }
 
-// markDup records that f's point holds more than one fragment, refs being
-// its point-index entry as this commit writes it: an overwrite marker the
-// first time, and the entry in memory, so that a drain merges the point
-// without reading the point index.
-func (w *committer) markDup(st *tableState, tid uint64, f *store.Fragment, refs []byte) error {
-	id := pointID{f.Series, f.Time}
-	st.dupMu.RLock()
-	_, ok := st.dups[id]
-	st.dupMu.RUnlock()
-	if !ok {
-		if err := w.set(pointKey(nil, ksDup, tid, f.Series, f.Time), nil); err != nil {
-			return err
-		}
-	}
+// markDup records that point id of st holds more than one fragment, entry
+// being its point-index entry as this commit writes it. Until the commit
+// is durable readers find the point marked with no entry ("") and read
+// the entry their own view holds; then the entry is kept in memory, so
+// that a drain does not read the point index (commit).
+func (w *committer) markDup(st *tableState, id pointID, entry []byte) {
 	st.dupMu.Lock()
-	st.dups[id] = string(refs)
+	st.dups[id] = ""
 	st.dupMu.Unlock()
-	return nil
+	w.dups = append(w.dups, dupEntry{st, id, entry})
+}
+
+// dupEntry is an overwritten point's entry a commit wrote.
+type dupEntry struct {
+	st    *tableState
+	id    pointID
+	entry []byte
+}
+
+// publishDups keeps the entries of a durable commit in memory (in write
+// order: a point written twice in the commit keeps its last entry).
+func (w *committer) publishDups() {
+	for _, d := range w.dups {
+		d.st.dupMu.Lock()
+		if _, ok := d.st.dups[d.id]; ok { // not removed meanwhile (a sweep)
+			d.st.dups[d.id] = string(d.entry)
+		}
+		d.st.dupMu.Unlock()
+	}
+	w.dups = w.dups[:0]
 }
 
 // badgerLogger routes badger's logs to slog at one level lower than badger

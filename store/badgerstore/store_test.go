@@ -318,8 +318,10 @@ func TestOpenWithEmptyLogs(t *testing.T) {
 
 // TestTornSplitCommit checks what a crash between the transactions of a
 // split commit leaves: Commit writes the point index before the block, so
-// the index may name fragments of a block that was never stored. Readers
-// skip them; the stored fragments of the point still coalesce.
+// the index may name fragments of a block that was never stored, and the
+// commit's torn mark (written before its first transaction) is left. Open
+// rebuilds those points from what is stored: the lost fragment is skipped
+// and the stored fragments of the point still coalesce.
 func TestTornSplitCommit(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -349,7 +351,12 @@ func TestTornSplitCommit(t *testing.T) {
 			if tc.firstSeq != 0 {
 				lost = tableKey(ksSync, tid, 3)
 			}
-			require.NoError(t, db.bdb.Update(func(txn *badger.Txn) error { return txn.Delete(lost) }))
+			require.NoError(t, db.bdb.Update(func(txn *badger.Txn) error {
+				if err := txn.Set([]byte{ksTorn}, binary.AppendUvarint(nil, tid)); err != nil {
+					return err
+				}
+				return txn.Delete(lost)
+			}))
 			require.NoError(t, db.Close())
 
 			db, err = Open(cfg, nil, nil)
@@ -485,4 +492,66 @@ func TestNamesFromKeys(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, cs, "a table's consumer prefix covers no other table's")
 	})
+}
+
+// TestLegacyEntriesConverted checks the upgrade from layout 2, where a
+// point-index entry listed every fragment at its point: Open turns such an
+// entry into the point's union with a reference entry per later fragment,
+// reads are unchanged, and a later write extends the union.
+func TestLegacyEntriesConverted(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Dir = t.TempDir()
+	db, err := Open(cfg, nil, nil)
+	require.NoError(t, err)
+	tid := db.allocTableID()
+	for i, f := range [][]store.Field{{intField(1, 1)}, {intField(2, 2)}, {intField(1, 3)}} {
+		require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: uint64(i + 1), NewSeries: []store.Series{{ID: 1}},
+			Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: f}}}}))
+	}
+	// Rewrite the point as layout 2 stored it: one entry listing x_seq
+	// 1, 2 and 3, no union, no reference entries.
+	require.NoError(t, db.bdb.Update(func(txn *badger.Txn) error {
+		legacy := appendRef(appendRef(appendRef(nil, ref{seq: 1}), ref{seq: 2}), ref{seq: 3})
+		if err := txn.Set(pointKey(nil, ksPoint, tid, 1, 100), legacy); err != nil {
+			return err
+		}
+		for n := uint64(2); n <= 3; n++ {
+			if err := txn.Delete(refKey(tid, 1, 100, n)); err != nil {
+				return err
+			}
+		}
+		return txn.Set([]byte{ksVersion}, binary.AppendUvarint(nil, 2))
+	}))
+	require.NoError(t, db.Close())
+
+	db, err = Open(cfg, nil, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	want := []store.Field{intField(1, 3), intField(2, 2)}
+	rows := readAll(t, db, tid, 0, 3, 10)
+	require.Len(t, rows, 3)
+	for _, r := range rows {
+		require.ElementsMatch(t, want, r.Fields, "x_seq %d reads as the point's union", r.Seq)
+	}
+	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {
+		item, err := txn.Get(pointKey(nil, ksPoint, tid, 1, 100))
+		require.NoError(t, err)
+		v, err := item.ValueCopy(nil)
+		require.NoError(t, err)
+		e, err := decodeEntry(v, nil)
+		require.NoError(t, err)
+		require.Equal(t, uint64(3), e.count)
+		require.Equal(t, ref{seq: 1}, e.first)
+		require.ElementsMatch(t, want, e.fields, "the entry is the union")
+		for n := uint64(2); n <= 3; n++ {
+			_, err := txn.Get(refKey(tid, 1, 100, n))
+			require.NoError(t, err, "fragment %d's reference entry", n)
+		}
+		return nil
+	}))
+	require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: 4,
+		Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{intField(3, 4)}}}}}))
+	rows = readAll(t, db, tid, 0, 4, 10)
+	require.Len(t, rows, 4)
+	require.ElementsMatch(t, append(want, intField(3, 4)), rows[3].Fields, "a write after the upgrade extends the union")
 }

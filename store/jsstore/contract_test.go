@@ -77,6 +77,7 @@ func (h *harness) storetest() storetest.Harness {
 			cfg.CacheDir = filepath.Join(t.TempDir(), "cache") // the local cache is lost too
 			return h.open(t, cfg)
 		},
+		Reads: func(b store.Backend) (uint64, uint64) { return b.(*Store).ReadCounts() },
 	}
 }
 

@@ -21,6 +21,10 @@ func (s *Store) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int,
 	return s.cache.ReadSeq(ctx, tid, after, upto, limit, visit)
 }
 
+// ReadCounts returns the blocks and point-index entries the row cache's
+// reads (ReadSeq, ReadRows) read since Open: badgerstore.DB.ReadCounts.
+func (s *Store) ReadCounts() (blocks, entries uint64) { return s.cache.ReadCounts() }
+
 // SeqTime implements store.Reader from the row cache.
 func (s *Store) SeqTime(ctx context.Context, tid, seq uint64) (int64, bool, error) {
 	if err := s.enter(ctx); err != nil {

@@ -39,6 +39,10 @@ type Harness struct {
 	// not used again by the suite (Crash, or a cleanup, closes it). Nil
 	// when Restart is.
 	Crash func(t testing.TB, b store.Backend) store.Backend
+	// Reads returns how many blocks (units of fragments as the backend
+	// stores them) and point-index entries b's drains and row copies
+	// have read so far, as its read metrics count them. Required.
+	Reads func(b store.Backend) (blocks, entries uint64)
 }
 
 // Run runs every subtest of the contract against the backends h opens.
@@ -52,6 +56,7 @@ func Run(t *testing.T, h Harness) {
 		{"StampedBeforeVisible", false, testStampedBeforeVisible},
 		{"DrainNeverSkipsAcknowledged", false, testDrainNeverSkips},
 		{"Coalescing", false, testCoalescing},
+		{"OverwriteReadsBounded", false, testOverwriteReads},
 		{"TruncateBumpsEpochKeepsSeq", false, testTruncate},
 		{"DropAndRecreateResumeAbove", false, testDropAndRecreate},
 		{"PruneTombstone", false, testPruneTombstone},
@@ -329,6 +334,77 @@ func testCoalescing(t *testing.T, h Harness) {
 	require.Equal(t, row{Seq: s1 + 1, Time: 200, Fields: map[uint32]int64{valCol: 7}}, rows[1])
 	require.Equal(t, row{Seq: s2, Time: 100, Fields: want}, rows[2])
 	require.Equal(t, row{Seq: s3, Time: 100, Fields: want}, rows[3])
+}
+
+// testOverwriteReads writes points 1, 8, 9, 10 and 100 times (one commit
+// per pass over the points, each pass setting the value column and one
+// column of its own) and checks that every page of a drain and of a row
+// copy returns each point's current row while reading no more blocks than
+// hold the fragments it returns (plus the one it resumes in) and at most
+// one point-index entry per point it touches, whatever the number of
+// fragments per point: a cost that grows with them is a cliff.
+func testOverwriteReads(t *testing.T, h Harness) {
+	require.NotNil(t, h.Reads, "the harness must give the backend's read counts")
+	const points = 16 // series 1, times 1..points
+	for _, k := range []int{1, 8, 9, 10, 100} {
+		t.Run(fmt.Sprintf("%d_fragments", k), func(t *testing.T) {
+			b := open(t, h)
+			m := createTable(t, b, "t", true)
+			want := map[uint32]int64{}
+			var upto uint64
+			for pass := range k {
+				frags := make([]store.Fragment, points)
+				for i := range frags {
+					frags[i] = frag(int64(i+1), iv(valCol, int64(pass)), iv(uint32(3+pass%4), int64(pass)))
+				}
+				want[valCol], want[uint32(3+pass%4)] = int64(pass), int64(pass)
+				_, upto = write(t, b, m, pass == 0, frags...)
+			}
+			for _, limit := range []int{points, points/2 + 1} {
+				after, pages := uint64(0), 0
+				for after < upto {
+					blocks0, entries0 := h.Reads(b)
+					var got []row
+					require.NoError(t, b.ReadSeq(ctx, m.ID, after, upto, limit, func(r *store.Row) error {
+						got = append(got, copyRow(r))
+						return nil
+					}))
+					require.NotEmpty(t, got)
+					blocks, entries := h.Reads(b)
+					// A page of limit rows lies in at most ceil(limit/points)+1
+					// blocks of points fragments each.
+					maxBlocks := uint64((limit+points-1)/points + 1)
+					require.LessOrEqual(t, blocks-blocks0, maxBlocks, "page %d of %d rows with %d fragments per point: blocks read", pages, limit, k)
+					require.LessOrEqual(t, entries-entries0, uint64(len(got)), "page %d: at most one entry per point", pages)
+					for _, r := range got {
+						require.Equal(t, after+1, r.Seq)
+						require.Equal(t, want, r.Fields, "x_seq %d reads as its point's current row", r.Seq)
+						after = r.Seq
+					}
+					pages++
+				}
+			}
+			// A copy by time range: each point once, as its current row,
+			// in pages; each page reads the blocks it walks, each once.
+			var cur store.RowCursor
+			seen := map[int64]bool{}
+			blocks0, _ := h.Reads(b)
+			pages := 0
+			for done := false; !done; pages++ {
+				var err error
+				cur, done, err = b.ReadRows(ctx, m.ID, cur, math.MinInt64, math.MaxInt64, points/2, func(r *store.Row) error {
+					require.False(t, seen[r.Time], "point %d returned once", r.Time)
+					seen[r.Time] = true
+					require.Equal(t, want, copyRow(r).Fields, "point %d", r.Time)
+					return nil
+				})
+				require.NoError(t, err)
+			}
+			require.Len(t, seen, points)
+			blocks, _ := h.Reads(b)
+			require.LessOrEqual(t, blocks-blocks0, uint64(k+pages), "a copy reads each of the %d blocks once, plus the one each page resumes in", k)
+		})
+	}
 }
 
 func testTruncate(t *testing.T, h Harness) {
