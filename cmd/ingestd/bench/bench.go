@@ -33,10 +33,11 @@ import (
 
 // Bench modes.
 const (
-	benchModeHTTP    = "http"    // ingest the load over HTTP as fast as it goes
-	benchModeTCP     = "tcp"     // ingest the load over TCP connections
-	benchModeLatency = "latency" // fixed-rate HTTP writes, open loop
-	benchModeDecode  = "decode"  // ingestd's parser alone, one goroutine
+	benchModeHTTP      = "http"      // ingest the load over HTTP as fast as it goes
+	benchModeTCP       = "tcp"       // ingest the load over TCP connections
+	benchModeLatency   = "latency"   // fixed-rate HTTP writes, open loop
+	benchModeDecode    = "decode"    // ingestd's parser alone, one goroutine
+	benchModeOverwrite = "overwrite" // points written many times, then drained and copied
 )
 
 // Bench patterns: the order in which http mode sends the load.
@@ -79,10 +80,17 @@ type benchConfig struct {
 	timeout     time.Duration
 	passes      int
 	writeData   string
+
+	overwrites           int
+	overwritePoints      int
+	overwritesPerRequest int
 }
 
 func (c *benchConfig) registerFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.mode, "mode", benchModeHTTP, "http (ingest as fast as it goes), tcp (ingestd: ILP over --connections TCP connections), latency (--latency-lines bodies at --rate, open loop) or decode (ingestd's parser on one goroutine, no server)")
+	fs.StringVar(&c.mode, "mode", benchModeHTTP, "http (ingest as fast as it goes), tcp (ingestd: ILP over --connections TCP connections), latency (--latency-lines bodies at --rate, open loop), decode (ingestd's parser on one goroutine, no server) or overwrite (ingestd: --overwrite-points points written --overwrites times, then drained and copied)")
+	fs.IntVar(&c.overwrites, "overwrites", 10, "overwrite mode: fragments written per point")
+	fs.IntVar(&c.overwritePoints, "overwrite-points", 10000, "overwrite mode: points (over --scale series)")
+	fs.IntVar(&c.overwritesPerRequest, "overwrites-per-request", 1, "overwrite mode: fragments of every point per request (one commit)")
 	fs.StringVar(&c.pattern, "pattern", benchPatternInOrder, "http mode: inorder (each writer its part of the load, see --partition-series), concurrent (consecutive batches dealt to the writers in turn, so they share series, as TSBS's loader does), resend (the whole load, then all of it again: every line of the second pass, which is measured, overwrites a stored point) or backfill (the load's batches newest first, dealt to the writers in turn)")
 	fs.StringVar(&c.target, "target", benchIngestd, "the server at --url: ingestd, influxdb or victoriametrics")
 	fs.StringVar(&c.url, "url", "http://127.0.0.1:8086", "the server's HTTP base URL")
@@ -117,8 +125,15 @@ func (c *benchConfig) registerFlags(fs *flag.FlagSet) {
 func (c *benchConfig) validate() error {
 	switch c.mode {
 	case benchModeHTTP, benchModeTCP, benchModeLatency, benchModeDecode:
+	case benchModeOverwrite:
+		if c.target != benchIngestd {
+			return errors.New("--mode overwrite needs --target ingestd (it drains the table)")
+		}
+		if c.overwrites < 1 || c.overwritePoints < 1 || c.overwritesPerRequest < 1 {
+			return errors.New("--overwrites, --overwrite-points and --overwrites-per-request must be at least 1")
+		}
 	default:
-		return fmt.Errorf("--mode must be http, tcp, latency or decode, got %q", c.mode)
+		return fmt.Errorf("--mode must be http, tcp, latency, decode or overwrite, got %q", c.mode)
 	}
 	switch c.pattern {
 	case benchPatternInOrder:
@@ -215,6 +230,13 @@ func runBenchMode(ctx context.Context, cfg *benchConfig, out io.Writer) (res ben
 			res.set("verified", "FAILED")
 		}
 	}()
+	if cfg.mode == benchModeOverwrite {
+		t, err := newBenchTarget(ctx, cfg)
+		if err != nil {
+			return res, err
+		}
+		return res, benchOverwrite(ctx, cfg, t, out, &res)
+	}
 	d, err := benchLoad(cfg)
 	if err != nil {
 		return res, err
@@ -226,25 +248,8 @@ func runBenchMode(ctx context.Context, cfg *benchConfig, out io.Writer) (res ben
 		return res, benchDecode(cfg, d, out, &res)
 	}
 
-	hc := &http.Client{
-		Timeout: 2 * time.Minute,
-		Transport: &http.Transport{
-			MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute,
-			DisableCompression: true,
-		},
-	}
-	api, err := client.New(cfg.url, client.WithHTTPClient(hc))
+	t, err := newBenchTarget(ctx, cfg)
 	if err != nil {
-		return res, fmt.Errorf("--url: %w", err)
-	}
-	t := &benchTarget{kind: cfg.target, base: strings.TrimSuffix(cfg.url, "/"), db: cfg.db, client: hc, api: api}
-	t.writeBases = []string{t.base}
-	for u := range strings.SplitSeq(cfg.writeURLs, ",") {
-		if u = strings.TrimSpace(u); u != "" {
-			t.writeBases = append(t.writeBases, strings.TrimSuffix(u, "/"))
-		}
-	}
-	if err := t.waitReady(ctx, 30*time.Second); err != nil {
 		return res, err
 	}
 	if err := t.prepare(ctx, d.tables()); err != nil {
@@ -301,6 +306,33 @@ func runBenchMode(ctx context.Context, cfg *benchConfig, out io.Writer) (res ben
 		res.set("drain_rows_per_s", "na")
 	}
 	return res, nil
+}
+
+// newBenchTarget connects to the server at --url (and --write-urls) and
+// waits until it answers.
+func newBenchTarget(ctx context.Context, cfg *benchConfig) (*benchTarget, error) {
+	hc := &http.Client{
+		Timeout: 2 * time.Minute,
+		Transport: &http.Transport{
+			MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute,
+			DisableCompression: true,
+		},
+	}
+	api, err := client.New(cfg.url, client.WithHTTPClient(hc))
+	if err != nil {
+		return nil, fmt.Errorf("--url: %w", err)
+	}
+	t := &benchTarget{kind: cfg.target, base: strings.TrimSuffix(cfg.url, "/"), db: cfg.db, client: hc, api: api}
+	t.writeBases = []string{t.base}
+	for u := range strings.SplitSeq(cfg.writeURLs, ",") {
+		if u = strings.TrimSpace(u); u != "" {
+			t.writeBases = append(t.writeBases, strings.TrimSuffix(u, "/"))
+		}
+	}
+	if err := t.waitReady(ctx, 30*time.Second); err != nil {
+		return nil, err
+	}
+	return t, nil
 }
 
 func mib(b int64) float64 {
