@@ -784,7 +784,7 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 				pending[id] = appendRef(nil, refOf(i))
 				continue
 			}
-			if old, err = w.existing(f, runs[f.Series], refOf); err != nil {
+			if old, err = w.existing(st, f, runs[f.Series], refOf); err != nil {
 				return err
 			}
 		}
@@ -950,10 +950,15 @@ func (w *committer) gapFor(gaps map[uint64][]*gapRun, cur *runBuilder, f *store.
 // existing returns the point-index entry of f's point as stored by
 // earlier commits (nil when the point holds nothing): the stored entry
 // when there is one, else a reference to the fragment of a series run
-// holding f's time
-// (cur is the series' run in the block being written). At most one get
-// and one seek (lookup.go).
-func (w *committer) existing(f *store.Fragment, cur *runBuilder, refOf func(int) ref) ([]byte, error) {
+// holding f's time (cur is the series' run in the block being written).
+// At most one get and one seek (lookup.go); none for an overwritten point
+// whose entry this process keeps in memory.
+func (w *committer) existing(st *tableState, f *store.Fragment, cur *runBuilder, refOf func(int) ref) ([]byte, error) {
+	// An overwritten point's entry as this process last made it durable:
+	// no get (the writer is the only one to change it).
+	if entry, ok := st.dupRefs(f.Series, f.Time); ok && entry != "" {
+		return []byte(entry), nil
+	}
 	old, err := w.look.point(f.Series, f.Time)
 	if err != nil || old != nil {
 		return old, err

@@ -506,9 +506,13 @@ func (s *Store) load() error {
 }
 
 // loadRecords reads every table record into byName and byTID.
+// The maps change under mu: a reconnect during Open lists the tables
+// (allTables) while they load.
 func (s *Store) loadRecords(ctx context.Context) error {
+	s.mu.Lock()
 	clear(s.byName)
 	clear(s.byTID)
+	s.mu.Unlock()
 	return s.eachRecord(ctx, nil, func(e jetstream.KeyValueEntry) (bool, error) {
 		if e == nil {
 			return true, nil // every current record was delivered
@@ -518,10 +522,12 @@ func (s *Store) loadRecords(ctx context.Context) error {
 			return true, err
 		}
 		t := newTable(rec, e.Revision())
+		s.mu.Lock()
 		s.byName[t.name] = t
 		if !t.rec.Meta.Dropped {
 			s.byTID[t.rec.Meta.ID] = t
 		}
+		s.mu.Unlock()
 		return false, nil
 	})
 }
