@@ -193,9 +193,10 @@ func (t *table) jump(a anchor) {
 	f.fcond.Broadcast()
 }
 
-// follow reads t's stream from sequence from with an ordered consumer
-// (nats.go recreates it after a lost connection, from where it was) and
-// applies every message, until ctx ends or a message cannot be read.
+// follow reads t's stream from sequence from with an ephemeral consumer
+// and applies every message, until ctx ends or a message cannot be read;
+// a consumer that fails (a lost connection or heartbeat, a message
+// missed) is replaced by a new one from the follower's position.
 func (s *Store) follow(ctx context.Context, t *table, from uint64) {
 	for ctx.Err() == nil {
 		err := s.followOnce(ctx, t, from)
@@ -245,11 +246,25 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 	if err != nil {
 		return setupFailed(err)
 	}
-	cons, err := stream.OrderedConsumer(ctx, jetstream.OrderedConsumerConfig{DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from})
+	// An ephemeral consumer of our own, not nats.go's ordered consumer:
+	// that one recreates itself inside Next, and stopping it from another
+	// goroutine meanwhile (the only way to end Next while it retries)
+	// leaks the new consumer's goroutines. Whatever would make the
+	// ordered consumer start again (a lost heartbeat, a message missed)
+	// ends this call instead, and follow starts again from the position.
+	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
+		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
+		AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1, InactiveThreshold: followerIdle,
+	})
 	if err != nil {
 		return setupFailed(err)
 	}
-	it, err := cons.Messages(jetstream.PullMaxMessages(512))
+	defer func() { // the server also drops it after followerIdle
+		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
+		_ = stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
+		cancel()
+	}()
+	it, err := cons.Messages(jetstream.PullMaxMessages(512), jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
 		return err
 	}
@@ -258,8 +273,9 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 		<-ctx.Done()
 		it.Stop()
 	}()
+	delivered := uint64(0) // the consumer's sequence of the last message
 	for {
-		msg, err := it.Next(jetstream.NextContext(ctx)) // Stop alone may miss a consumer being recreated
+		msg, err := it.Next(jetstream.NextContext(ctx))
 		if err != nil {
 			if cause := context.Cause(ctx); cause != nil {
 				return cause
@@ -270,11 +286,18 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 		if err != nil {
 			return err
 		}
+		if delivered++; md.Sequence.Consumer != delivered {
+			return fmt.Errorf("jsstore: %s: message %d of the consumer delivered as %d: starting again", t.stream, delivered, md.Sequence.Consumer)
+		}
 		if err := s.apply(ctx, t, md.Sequence.Stream, md.Timestamp, msg.Headers().Get(jetstream.MsgIDHeader), msg); err != nil {
 			return err
 		}
 	}
 }
+
+// followerIdle is how long the server keeps a follower's consumer that
+// nobody pulls from (a follower that ended without deleting it).
+const followerIdle = time.Minute
 
 // stallAfter is how long a follower may apply nothing while a call waits
 // on it before the watchdog takes its consumer for stuck (lost with the
