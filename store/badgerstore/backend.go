@@ -53,6 +53,9 @@ func (db *DB) Close() error {
 	}
 	db.closed = true
 	db.closeMu.Unlock()
+	if err := db.flushHeads(); err != nil {
+		db.logger.Warn("head runs not stored: the next Open replays them", "err", err)
+	}
 	if err := db.releaseLeases(); err != nil {
 		db.logger.Warn("x_seq leases not released: a restart skips the unused numbers", "err", err)
 	}

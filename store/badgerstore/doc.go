@@ -54,6 +54,7 @@
 //	'q' tid sid ts n              -> the reference of the n-th fragment (n >= 2) of an overwritten point
 //	'd' tid sid ts                -> overwrite marker: (series, ts) holds more than one fragment
 //	'w'                           -> torn mark: a commit split over transactions is being written (its tables)
+//	'k' tid n                     -> head record: the series runs of the table's n-th commit since the last head flush
 //	'c' name 0x00 consumer        -> a named consumer's acknowledged position (JSON)
 //	'h' tid                       -> the instance's feed history horizon (uvarint; absent: 1)
 //	'x' tid                       -> drop mark: the instance's keys are being removed (empty value)
@@ -68,9 +69,9 @@
 //
 // One commit writes one block per table, not one entry per line: a block is
 // a single large value that badger appends to its value log, so the LSM tree
-// only sees one small key per block, one or two series runs per series in
-// the block and, only for points that are repeated (or late outside a gap,
-// see below), one point-index entry each. A point whose time is above its
+// only sees one small key per block, one head record per block (the
+// block's series runs, see "The head") and, only for points that are
+// repeated (or late outside a gap, see below), one point-index entry each. A point whose time is above its
 // series' highest stored time (kept in memory, looked up once per series
 // and process) is new by construction: it joins its series' run and costs
 // no index entry and no lookup. An existing
@@ -84,6 +85,46 @@
 // which copied every block a second time. The page buffers the drain's
 // rows are encoded into are reused (httpapi), so a drain's fresh memory is
 // about the size of the blocks it reads.
+//
+// # The head
+//
+// A series run is an index over blocks, and the blocks are durable, so
+// the runs need not be stored at every commit. Writing one run key per
+// series and commit made a load of many series written one point each
+// per commit (Telegraf agents every interval, the usual case) cost the
+// LSM tree one key per line: its memtable inserts and compactions then
+// took half the CPU, and the cost per line grew with the store.
+//
+// Instead a commit writes its block's runs as one head record ('k' tid
+// n: series, first time, flags and the run value of each), in the same
+// transaction as the block, and once durable adds them to the table's
+// head in memory. There a series' in-order run joins the series' last
+// head run when both name x_seqs (synced tables), the last one is in
+// order too (nothing of the series lies between them), no gap run of the
+// same block lies between them, the joined run stays within 1,024
+// entries, and the time between them is at most twice the series' step
+// (the smallest time between two of its points so far): a regular
+// series' points, one per commit, form one run, while concurrent
+// writers' batches of a series committed out of order keep their gap,
+// which the late batch fills without look-ups (see "Late points"). Look-
+// ups consult the head beside the stored runs: the run before a time is
+// the one with the greater first time of the two, the next run's first
+// time the smaller.
+//
+// When the heads hold Config.HeadMaxEntries entries (one per new point;
+// --store-head-max-entries, 1 Mi by default, about 40 MiB), a flush
+// writes every head run as a run key and deletes the records, the
+// records last: a crash before they go leaves them, and Open rebuilds
+// the same heads from them (in record order, joins as recorded) and the
+// next flush writes the same keys. A retention sweep of a table flushes
+// first (it walks stored runs), and so does Close, so that a restart
+// replays nothing. So a point costs the LSM tree 1/B of a record (B the
+// points of its block) plus 1/J of a run key (J the points a head run
+// joins before a flush: up to 1,024, and with S series and H entries
+// about H/S), whatever the size of the store: ingestd_store_keys_written_total
+// against ingestd_ilp_lines_total shows it. Unsynced tables' runs name
+// a block each and do not join: they cost one run key per series and
+// commit, at the flush.
 //
 // # Overwritten points
 //

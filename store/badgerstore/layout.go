@@ -26,14 +26,16 @@ const (
 	ksDrop     = 'x'
 	ksRef      = 'q'
 	ksTorn     = 'w'
+	ksHead     = 'k'
 )
 
 // layoutVersion is the on-disk layout this build writes. It opens
 // versions 1 (no series runs: every point had a point-index entry) and 2
 // (a point-index entry listed every fragment at its point): Open converts
 // their entries of overwritten points into unions (see points.go), then
-// upgrades the version mark.
-const layoutVersion = 3
+// upgrades the version mark. Version 3 had no head records ('k'): an
+// older build would not see the runs they hold, so 4 keeps it out.
+const layoutVersion = 4
 
 var errShort = errors.New("truncated encoding")
 
@@ -391,6 +393,16 @@ type runBuilder struct {
 	// series' run of the latest write so far.
 	write      int
 	next, last *runBuilder
+	gap        bool // a gap run (committer.gapFor), not an in-order one
+}
+
+// step is the smallest time between two of rb's points (0: one point).
+func (rb *runBuilder) step() int64 {
+	s := int64(0)
+	for i := 1; i < len(rb.ts); i++ {
+		s = minStep(s, rb.ts[i]-rb.ts[i-1])
+	}
+	return s
 }
 
 // newRunBuilder starts the run of series sid at firstTs for write, with

@@ -71,7 +71,8 @@ type lookup struct {
 	key   []byte
 	runs  map[uint64]storedRun // by series id, for the current table
 	tid   uint64
-	fetch fetcher // the fragments whose fields a point's union starts from
+	head  *tableHead // the current table's head: runs not stored as keys yet
+	fetch fetcher    // the fragments whose fields a point's union starts from
 }
 
 // storedRun is a stored series run, decoded: the fragments it names in
@@ -119,9 +120,10 @@ func (l *lookup) close() {
 	l.view, l.runIt, l.fwdIt, l.ptIt, l.runs = nil, nil, nil, nil, nil
 }
 
-// table starts the lookups of table instance tid (the decoded runs of the
-// previous table are dropped).
-func (l *lookup) table(tid uint64) {
+// table starts the lookups of table instance tid, whose state is st (the
+// decoded runs of the previous table are dropped).
+func (l *lookup) table(tid uint64, st *tableState) {
+	l.head = &st.head
 	if l.tid != tid || l.runs == nil {
 		l.tid, l.runs = tid, map[uint64]storedRun{}
 		l.fetch.close()
@@ -170,29 +172,33 @@ func (l *lookup) run(sid uint64, ts int64) (ref, bool, error) {
 	return f, ok, nil
 }
 
-// runBefore returns the stored run of series sid with the greatest first
-// time at or below ts (nil when there is none), decoded and kept as the
-// series' last decoded run. One reverse seek.
+// runBefore returns the run of series sid with the greatest first time at
+// or below ts (nil when there is none), in the head or stored, decoded
+// and kept as the series' last decoded run. One reverse seek.
 func (l *lookup) runBefore(sid uint64, ts int64) (storedRun, error) {
 	l.open()
 	l.db.stats.runSeeks.Add(1)
+	var r storedRun
+	if h, _ := l.head.before(sid, ts); h != nil {
+		r = h.ents
+	}
 	prefix := tableKey(ksRun, l.tid, sid)
 	l.key = pointKey(l.key, ksRun, l.tid, sid, ts)
 	l.runIt.Seek(l.key)
-	if !l.runIt.Valid() || !bytes.HasPrefix(l.runIt.Item().Key(), prefix) {
-		return nil, nil
+	if l.runIt.Valid() && bytes.HasPrefix(l.runIt.Item().Key(), prefix) && (r == nil || pointKeyTime(l.runIt.Item().Key()) > r[0].ts) {
+		item := l.runIt.Item()
+		err := item.Value(func(v []byte) error {
+			var err error
+			r, err = decodeRun(v, pointKeyTime(item.Key()))
+			return err
+		})
+		if err != nil {
+			return nil, &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
+		}
 	}
-	item := l.runIt.Item()
-	var r storedRun
-	err := item.Value(func(v []byte) error {
-		var err error
-		r, err = decodeRun(v, pointKeyTime(item.Key()))
-		return err
-	})
-	if err != nil {
-		return nil, &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
+	if r != nil {
+		l.runs[sid] = r
 	}
-	l.runs[sid] = r
 	return r, nil
 }
 
@@ -218,10 +224,11 @@ func (l *lookup) gap(sid uint64, ts int64) (lo, hi int64, ok bool, err error) {
 		lo = before[len(before)-1].ts
 	}
 	l.db.stats.gapSeeks.Add(2)
+	_, hi = l.head.before(sid, ts)
 	prefix := tableKey(ksRun, l.tid, sid)
 	l.key = pointKey(l.key, ksRun, l.tid, sid, ts)
 	if l.fwdIt.Seek(l.key); l.fwdIt.Valid() && bytes.HasPrefix(l.fwdIt.Item().Key(), prefix) {
-		hi = pointKeyTime(l.fwdIt.Item().Key())
+		hi = min(hi, pointKeyTime(l.fwdIt.Item().Key()))
 	}
 	l.key = pointKey(l.key, ksPoint, l.tid, sid, hi-1)
 	if l.ptIt.Seek(l.key); l.ptIt.Valid() && bytes.HasPrefix(l.ptIt.Item().Key(), l.key[:17]) {
@@ -255,12 +262,16 @@ func decodeRun(v []byte, firstTs int64) (storedRun, error) {
 }
 
 // maxTs returns the highest time stored for series sid by earlier commits
-// (math.MinInt64 when none): the greater of its last point-index entry
-// and the last time of its last run. Two reverse seeks.
+// (math.MinInt64 when none): the greatest of its last point-index entry
+// and the last times of its last run and last head run. Two reverse
+// seeks.
 func (l *lookup) maxTs(sid uint64) (int64, error) {
 	l.open()
 	l.db.stats.maxSeeks.Add(2)
 	hi := int64(math.MinInt64)
+	if r := l.head.top(sid); r != nil {
+		hi = r.last()
+	}
 	last := pointKey(nil, ksPoint, l.tid, sid, math.MaxInt64)
 	if l.ptIt.Seek(last); l.ptIt.Valid() && bytes.HasPrefix(l.ptIt.Item().Key(), last[:17]) {
 		hi = pointKeyTime(l.ptIt.Item().Key())

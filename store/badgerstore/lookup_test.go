@@ -347,12 +347,15 @@ func TestGapBetweenWrites(t *testing.T) {
 // missed by the look-ups (a gap or run rule placing an existing point as
 // new) would show as a row without the columns of its other fragments.
 func TestLatePlacementModel(t *testing.T) {
-	for seed := range uint64(8) {
-		t.Run(strconv.FormatUint(seed, 10), func(t *testing.T) {
+	// The head flushed at every commit, now and then, and only at Close.
+	for seed := range uint64(12) {
+		headMax := [...]int{1, 64, DefaultHeadMaxEntries}[seed%3]
+		t.Run(fmt.Sprintf("seed=%d/head=%d", seed, headMax), func(t *testing.T) {
 			rng := rand.New(rand.NewPCG(seed, 7))
 			cfg := DefaultConfig()
 			cfg.Dir = t.TempDir()
 			cfg.UnsafeNoSync = true
+			cfg.HeadMaxEntries = headMax
 			db, err := Open(cfg, nil, nil)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, db.Close()) }()
@@ -471,8 +474,9 @@ func TestGapRunsBounded(t *testing.T) {
 	const gaps = maxGapRuns + 4
 	st := newSeqTable(t)
 	db := st.db
-	for i := range int64(gaps + 1) { // runs at 0, 10, 20, …: gaps between them
-		st.commit(t, store.Fragment{Series: 1, Time: 10 * i, Fields: []store.Field{intField(1, 10*i)}})
+	for i := range int64(gaps + 1) { // runs at 0-1, 10-11, 20-21, …: gaps between them (too wide for the head to join them)
+		st.commit(t, store.Fragment{Series: 1, Time: 10 * i, Fields: []store.Field{intField(1, 10*i)}},
+			store.Fragment{Series: 1, Time: 10*i + 1, Fields: []store.Field{intField(1, 10*i+1)}})
 	}
 	var late []store.Fragment
 	for i := range int64(gaps) {

@@ -411,13 +411,18 @@ func (db *DB) upgrade() error {
 	if db.upgradeFrom == 0 && torn == nil {
 		return nil
 	}
-	var tids []uint64 // nil: every table
-	if db.upgradeFrom == 0 {
-		tids = torn
-	}
-	converted, err := db.rebuildEntries(tids)
-	if err != nil {
-		return err
+	// Layouts 1 and 2 hold legacy entries in every table; layout 3 differs
+	// from this one only by the head records it never wrote.
+	legacy := db.upgradeFrom == 1 || db.upgradeFrom == 2
+	converted := 0
+	if legacy || torn != nil {
+		var tids []uint64 // nil: every table
+		if !legacy {
+			tids = torn
+		}
+		if converted, err = db.rebuildEntries(tids); err != nil {
+			return err
+		}
 	}
 	err = db.bdb.Update(func(txn *badger.Txn) error {
 		if err := txn.Delete([]byte{ksTorn}); err != nil {

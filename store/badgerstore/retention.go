@@ -132,6 +132,12 @@ func (db *DB) sweepBefore(tid uint64, cutoff int64, maxFragments int) (store.Swe
 	if err := db.checkSpace(); err != nil {
 		return store.SweepResult{}, err
 	}
+	// The sweep walks stored runs: the head's become run keys first.
+	if st := db.table(tid); st.head.entries > 0 {
+		if err := db.flushHeads(); err != nil {
+			return store.SweepResult{}, err
+		}
+	}
 	view := db.bdb.NewTransaction(false)
 	defer view.Discard()
 	res := store.SweepResult{Oldest: math.MaxInt64}

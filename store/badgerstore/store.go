@@ -27,7 +27,10 @@ const (
 	DefaultDir             = "./data"
 	DefaultBlockCacheBytes = 64 << 20
 	DefaultMemTableBytes   = 64 << 20
-	DefaultMinFreeBytes    = 256 << 20
+	// DefaultHeadMaxEntries is Config.HeadMaxEntries' default: about 40
+	// MiB of run entries in memory.
+	DefaultHeadMaxEntries = 1 << 20
+	DefaultMinFreeBytes   = 256 << 20
 	// DefaultGCInterval is how often the value-log garbage collector runs.
 	// A pass that finds no file at least half garbage costs a look at
 	// badger's discard counts, so it runs often enough that space comes
@@ -90,13 +93,18 @@ type Config struct {
 	// the table, so this bounds what frequent status-page and
 	// /api/v1/tables requests cost.
 	TableStatsMaxAge time.Duration
+	// HeadMaxEntries is how many series-run entries (one per new point)
+	// the head keeps in memory before it stores them as run keys (doc.go,
+	// "The head"): more means fewer LSM writes per point and a longer
+	// replay of head records at Open after a crash; about 40 bytes each.
+	HeadMaxEntries int
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Dir: DefaultDir, BlockCacheBytes: DefaultBlockCacheBytes, MemTableBytes: DefaultMemTableBytes, MinFreeBytes: DefaultMinFreeBytes,
 		GCInterval: DefaultGCInterval, GCMaxBytesPerSecond: DefaultGCMaxBytesPerSecond, ValueLogMaxEntries: DefaultValueLogMaxEntries,
-		TableStatsMaxAge: DefaultTableStatsMaxAge}
+		TableStatsMaxAge: DefaultTableStatsMaxAge, HeadMaxEntries: DefaultHeadMaxEntries}
 }
 
 // RegisterFlags registers the store's flags on fs.
@@ -110,6 +118,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.GCMaxBytesPerSecond, "store-gc-max-bytes-per-second", c.GCMaxBytesPerSecond, "I/O bound of the value-log garbage collector: after rewriting a file it pauses as long as that file takes at this rate (0: no pause)")
 	fs.IntVar(&c.ValueLogMaxEntries, "store-value-log-max-entries", c.ValueLogMaxEntries, "values (blocks) per value-log file before the next is started: only files badger no longer writes are collected, so lower gives space back sooner, at the cost of more files (each a descriptor and a memory mapping; raise it on a large store that rarely deletes)")
 	fs.DurationVar(&c.TableStatsMaxAge, "store-table-stats-max-age", c.TableStatsMaxAge, "how long a table's counted fragments, rows and bytes are reused before they are counted again (0: every request counts)")
+	fs.IntVar(&c.HeadMaxEntries, "store-head-max-entries", c.HeadMaxEntries, "series-run entries (one per new point, about 40 bytes each) kept in memory before they are stored as run keys: more means fewer LSM writes per point and a longer replay after a crash (1: store them at every commit)")
 }
 
 // Validate reports the first invalid setting.
@@ -137,6 +146,9 @@ func (c *Config) Validate() error {
 	}
 	if c.TableStatsMaxAge < 0 {
 		return errors.New("store: --store-table-stats-max-age must not be negative")
+	}
+	if c.HeadMaxEntries < 1 {
+		return errors.New("store: --store-head-max-entries must be at least 1")
 	}
 	return nil
 }
@@ -176,6 +188,13 @@ type DB struct {
 	leaseExtensions prometheus.Counter
 
 	stats lookupStats
+	// headSeq numbers the next head record; headMax is
+	// Config.HeadMaxEntries; headFlushes counts flushHeads. Writer only.
+	headSeq     uint64
+	headMax     int
+	headFlushes prometheus.Counter
+	// keysWritten counts the keys commits and flushes write (LSM writes).
+	keysWritten prometheus.Counter
 	// upgradeFrom is the layout version Open found when older than
 	// layoutVersion (0 otherwise), until upgrade converted it.
 	upgradeFrom uint64
@@ -204,6 +223,10 @@ type tableState struct {
 	maxTs map[uint64]int64
 
 	dupMu sync.RWMutex // guards dups
+	// head holds the series runs of commits since the last flush
+	// (head.go); touched by Commit only.
+	head tableHead
+
 	// dups holds the points holding more than one fragment, each with its
 	// point-index entry as last written by this process ("" when it was
 	// marked before the process started: read it from the store). The
@@ -229,6 +252,13 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		statsMaxAge: cfg.TableStatsMaxAge, tableStats: tableStatsCache{byTID: map[uint64]store.TableStats{}},
 		leaseExtensions: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_feed_seq_lease_extensions_total", Help: "Durable x_seq lease extensions.",
+		}),
+		headMax: max(cfg.HeadMaxEntries, 1),
+		headFlushes: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_store_head_flushes_total", Help: "Times the head's series runs were stored as run keys (--store-head-max-entries reached, a retention sweep, Close).",
+		}),
+		keysWritten: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_store_keys_written_total", Help: "Keys (sets and deletes) commits and head flushes wrote to the LSM tree; divided by ingestd_ilp_lines_total, the LSM writes per line.",
 		})}
 	opts := badger.DefaultOptions(cfg.Dir)
 	if cfg.InMemory {
@@ -279,6 +309,9 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 	if err := db.loadInstances(); err != nil {
 		return nil, errors.Join(err, db.bdb.Close())
 	}
+	if err := db.loadHeads(); err != nil {
+		return nil, errors.Join(err, db.bdb.Close())
+	}
 	if !cfg.InMemory {
 		db.gc, db.gcBytesPerSecond = newGCState(), cfg.GCMaxBytesPerSecond
 		if reg != nil {
@@ -291,7 +324,10 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(sizeCollector{db}, statsCollector{db}, freeCollector{db}, db.leaseExtensions)
+		reg.MustRegister(sizeCollector{db}, statsCollector{db}, freeCollector{db}, db.leaseExtensions, db.headFlushes, db.keysWritten,
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "ingestd_store_head_entries", Help: "Series-run entries the head holds in memory (at most --store-head-max-entries after a commit).",
+			}, func() float64 { return float64(db.headEntries()) }))
 	}
 	return db, nil
 }
@@ -560,7 +596,7 @@ func (db *DB) dropTableData(tid uint64) error {
 	db.mu.Unlock()
 	return db.bdb.DropPrefix(tablePrefix(ksSeries, tid), tablePrefix(ksSync, tid),
 		tablePrefix(ksUnsync, tid), tablePrefix(ksPoint, tid), tablePrefix(ksRef, tid), tablePrefix(ksDup, tid), tablePrefix(ksRun, tid),
-		horizonKey(tid))
+		tablePrefix(ksHead, tid), horizonKey(tid))
 }
 
 // commit durably writes the given table commits: per table, metadata and
@@ -602,6 +638,14 @@ func (db *DB) commit(commits []store.TableCommit) error {
 		return err
 	}
 	w.publishDups()
+	for _, h := range w.heads {
+		if _, err := h.st.head.apply(h.key, h.rec); err != nil {
+			return err
+		}
+	}
+	if db.headEntries() >= db.headMax {
+		return db.flushHeads()
+	}
 	return nil
 }
 
@@ -620,17 +664,38 @@ type committer struct {
 	dups  []dupEntry    // the overwritten points' entries written
 	torn  bool          // the commit was split: its mark is written
 	tids  []uint64      // the tables the commit writes, for its mark
+	heads []headRecord  // the head records written, added to the heads once durable
+}
+
+// headRecord is a head record a commit wrote.
+type headRecord struct {
+	st       *tableState
+	key, rec []byte
 }
 
 // set writes k=v, committing and starting a new transaction when the current
 // one is full. k and v must not be modified afterwards.
 func (w *committer) set(k, v []byte) error {
+	w.db.keysWritten.Inc()
 	err := w.txn.Set(k, v)
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		if err := w.split(); err != nil {
 			return err
 		}
 		err = w.txn.Set(k, v)
+	}
+	return err
+}
+
+// del deletes k as set writes.
+func (w *committer) del(k []byte) error {
+	w.db.keysWritten.Inc()
+	err := w.txn.Delete(k)
+	if errors.Is(err, badger.ErrTxnTooBig) {
+		if err := w.split(); err != nil {
+			return err
+		}
+		err = w.txn.Delete(k)
 	}
 	return err
 }
@@ -668,7 +733,7 @@ func (w *committer) table(tc *store.TableCommit) error {
 			return err
 		}
 	}
-	w.look.table(tc.TableID)
+	w.look.table(tc.TableID, st)
 	for _, s := range tc.NewSeries {
 		if err := w.set(tableKey(ksSeries, tc.TableID, s.ID), appendSeries(nil, s.Tags)); err != nil {
 			return err
@@ -778,6 +843,7 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 				if g.rb == nil || g.rb.write != write {
 					// one run per write, as in-order runs
 					g.rb = newRunBuilder(f.Series, f.Time, write, 0)
+					g.rb.gap = true
 					order = append(order, g.rb)
 				}
 				g.rb.add(f.Time, uint64(i))
@@ -800,10 +866,35 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 	if tc.FirstSeq == 0 {
 		base, kind = blockNo, 'U'
 	}
-	for _, rb := range order {
-		if err := w.set(pointKey(nil, ksRun, tc.TableID, rb.sid, rb.firstTs), rb.encode(kind, base)); err != nil {
+	if len(order) > 0 {
+		// The block's runs, as one head record (head.go).
+		var rec []byte
+		tops := map[uint64]runTop{} // each series' last head run as the record leaves it
+		for _, rb := range order {
+			flags := byte(0)
+			if !rb.gap {
+				flags = headInOrder
+				prev, ok := tops[rb.sid]
+				if !ok {
+					prev = st.head.topOf(rb.sid)
+					// A gap run of this block may lie between the head's
+					// last run and this one: joining them would make a run
+					// that spans it.
+					prev.open = prev.open && len(gaps[rb.sid]) == 0
+				}
+				var joined bool
+				if tops[rb.sid], joined = prev.join(kind, rb); joined {
+					flags |= headJoins
+				}
+			}
+			rec = appendHeadRun(rec, rb, flags, kind, base)
+		}
+		k := headKey(tc.TableID, w.db.headSeq)
+		w.db.headSeq++
+		if err := w.set(k, rec); err != nil {
 			return err
 		}
+		w.heads = append(w.heads, headRecord{st, k, rec})
 	}
 	// One allocation holds every point key of the block.
 	keys := make([]byte, 0, 25*len(lates))

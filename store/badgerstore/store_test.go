@@ -430,6 +430,7 @@ func TestSeriesRuns(t *testing.T) {
 		require.ElementsMatch(t, want[i], r.Fields, "x_seq %d", r.Seq)
 	}
 	require.Equal(t, 2, pointEntries(t, db, tid), "only the repeated points have point-index entries (the late new one joins a gap run)")
+	require.NoError(t, db.flushHeads())
 	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {
 		_, err := txn.Get(pointKey(nil, ksRun, tid, 2, 5))
 		return err

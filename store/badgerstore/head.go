@@ -1,0 +1,298 @@
+package badgerstore
+
+import (
+	"encoding/binary"
+	"errors"
+	"math"
+	"sort"
+
+	"github.com/dgraph-io/badger/v4"
+
+	"github.com/ingestd/ingestd/store"
+)
+
+// The head holds the series runs of recent commits in memory (see doc.go,
+// "The head"). A commit writes its runs as one head record ('k' tid n),
+// whatever the number of series it touches, and adds them to its table's
+// head, where a series' in-order run joins the series' previous one when
+// the two are adjacent. Once the head holds Config.HeadMaxEntries run
+// entries, flushHeads writes every head run as a run key ('r') and
+// deletes the records. Open rebuilds the head from the records left, so
+// a crash loses nothing: the records are written with the commit's block.
+
+// headRun is a series run held by the head, not yet stored as a run key.
+type headRun struct {
+	kind    byte   // 'L': entries name x_seqs; 'U': an unsynced block's fragments
+	block   uint64 // 'U': the block number
+	inOrder bool   // made of points above the series' stored maximum
+	step    int64  // the smallest time step between two entries (0: one entry)
+	ents    storedRun
+}
+
+func (r *headRun) last() int64 { return r.ents[len(r.ents)-1].ts }
+
+// tableHead is one table instance's head. Touched by the writer only.
+type tableHead struct {
+	series  map[uint64][]*headRun // by series id: disjoint, by ascending first time
+	records [][]byte              // the head records' keys
+	entries int
+}
+
+// maxHeadRunEntries bounds a run the head grows by joining commits: a
+// lookup decodes a whole run, so runs stay about as long as a large
+// write's.
+const maxHeadRunEntries = 1024
+
+// Head record flags, per run.
+const (
+	headJoins   = 1 // the run joins the series' last head run
+	headInOrder = 2 // the run's points were above the series' stored maximum
+)
+
+// headKey is 'k' tid n: the table's n-th head record.
+func headKey(tid, n uint64) []byte { return tableKey(ksHead, tid, n) }
+
+// before returns the series' head run with the greatest first time at or
+// below ts and the first time of the head run after it (math.MaxInt64
+// when none).
+func (h *tableHead) before(sid uint64, ts int64) (*headRun, int64) {
+	if h == nil {
+		return nil, math.MaxInt64
+	}
+	runs := h.series[sid]
+	i := sort.Search(len(runs), func(i int) bool { return runs[i].ents[0].ts > ts })
+	next := int64(math.MaxInt64)
+	if i < len(runs) {
+		next = runs[i].ents[0].ts
+	}
+	if i == 0 {
+		return nil, next
+	}
+	return runs[i-1], next
+}
+
+// top is the series' last head run (nil when none).
+func (h *tableHead) top(sid uint64) *headRun {
+	if h == nil {
+		return nil
+	}
+	runs := h.series[sid]
+	if len(runs) == 0 {
+		return nil
+	}
+	return runs[len(runs)-1]
+}
+
+// runTop is what joining a run needs of a series' last head run: its
+// last time, step and length, and whether another run may join it (an
+// in-order run naming x_seqs).
+type runTop struct {
+	last, step int64
+	n          int
+	open       bool
+}
+
+// topOf is the series' last head run as a runTop.
+func (h *tableHead) topOf(sid uint64) runTop {
+	r := h.top(sid)
+	if r == nil {
+		return runTop{}
+	}
+	return runTop{last: r.last(), step: r.step, n: len(r.ents), open: r.inOrder && r.kind == 'L'}
+}
+
+// join reports whether in-order run rb of kind may extend prev, the
+// series' last head run, and returns the series' last run after rb is
+// added. It may when both name x_seqs, prev is in order too (it ended at
+// the series' stored maximum, so nothing of the series lies between
+// them), the joined run stays within maxHeadRunEntries, and the time
+// between them is at most twice the series' step (the smallest between
+// two of its points so far), so that no write of the series is likely
+// to land between them later: concurrent writers' batches committed out
+// of order keep their gap, which the late batch fills without look-ups.
+func (prev runTop) join(kind byte, rb *runBuilder) (runTop, bool) {
+	next := runTop{last: rb.ts[len(rb.ts)-1], step: rb.step(), n: len(rb.ts), open: kind == 'L'}
+	if !prev.open || kind != 'L' || prev.n+len(rb.ts) > maxHeadRunEntries {
+		return next, false
+	}
+	step := minStep(prev.step, next.step)
+	if step != 0 && rb.firstTs-prev.last > 2*step {
+		return next, false
+	}
+	next.step, next.n = minStep(step, rb.firstTs-prev.last), prev.n+len(rb.ts)
+	return next, true
+}
+
+// minStep is the smaller of two steps, 0 meaning none yet.
+func minStep(a, b int64) int64 {
+	if a == 0 || (b != 0 && b < a) {
+		return b
+	}
+	return a
+}
+
+// appendHeadRun appends one run of a head record: uvarint series id,
+// varint first time, flags, uvarint length and the run value (runBuilder.encode).
+func appendHeadRun(dst []byte, rb *runBuilder, flags byte, kind byte, base uint64) []byte {
+	dst = binary.AppendUvarint(dst, rb.sid)
+	dst = binary.AppendVarint(dst, rb.firstTs)
+	dst = append(dst, flags)
+	v := rb.encode(kind, base)
+	dst = binary.AppendUvarint(dst, uint64(len(v)))
+	return append(dst, v...)
+}
+
+// apply adds the runs of head record rec (key k) to h; it returns how many
+// entries it added.
+func (h *tableHead) apply(k, rec []byte) (int, error) {
+	if h.series == nil {
+		h.series = map[uint64][]*headRun{}
+	}
+	added := 0
+	for len(rec) > 0 {
+		sid, n := binary.Uvarint(rec)
+		if n <= 0 {
+			return added, &store.CorruptionError{Key: k, Err: errShort}
+		}
+		rec = rec[n:]
+		first, n := binary.Varint(rec)
+		if n <= 0 || len(rec) < n+1 {
+			return added, &store.CorruptionError{Key: k, Err: errShort}
+		}
+		flags := rec[n]
+		rec = rec[n+1:]
+		l, n := binary.Uvarint(rec)
+		if n <= 0 || uint64(len(rec)-n) < l {
+			return added, &store.CorruptionError{Key: k, Err: errShort}
+		}
+		v := rec[n : n+int(l)]
+		rec = rec[n+int(l):]
+		ents, err := decodeRun(v, first)
+		if err != nil || len(ents) == 0 {
+			return added, &store.CorruptionError{Key: k, Err: errors.Join(err, errShort)}
+		}
+		added += len(ents)
+		step := int64(0)
+		for i := 1; i < len(ents); i++ {
+			step = minStep(step, ents[i].ts-ents[i-1].ts)
+		}
+		runs := h.series[sid]
+		if top := h.top(sid); flags&headJoins != 0 && top != nil {
+			top.step = minStep(minStep(top.step, step), ents[0].ts-top.last())
+			top.ents = append(top.ents, ents...)
+			continue
+		}
+		r := &headRun{kind: v[0], inOrder: flags&headInOrder != 0, step: step, ents: ents}
+		if r.kind == 'U' {
+			r.block = ents[0].r.block
+		}
+		i := sort.Search(len(runs), func(i int) bool { return runs[i].ents[0].ts > first })
+		runs = append(runs, nil)
+		copy(runs[i+1:], runs[i:])
+		runs[i] = r
+		h.series[sid] = runs
+	}
+	h.records = append(h.records, k)
+	h.entries += added
+	return added, nil
+}
+
+// encode renders r as a run value (runBuilder.encode).
+func (r *headRun) encode() []byte {
+	rb := runBuilder{firstTs: r.ents[0].ts, ts: make([]int64, 0, len(r.ents)), idx: make([]uint64, 0, len(r.ents))}
+	base := r.block
+	if r.kind == 'L' {
+		base = r.ents[0].r.seq
+	}
+	for _, e := range r.ents {
+		idx := e.r.idx
+		if r.kind == 'L' {
+			idx = e.r.seq - base
+		}
+		rb.add(e.ts, idx)
+	}
+	return rb.encode(r.kind, base)
+}
+
+// headEntries is the number of run entries every table's head holds.
+func (db *DB) headEntries() int {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	n := 0
+	for _, st := range db.tables {
+		n += st.head.entries
+	}
+	return n
+}
+
+// flushHeads stores every table's head runs as run keys and deletes the
+// head records, then empties the heads. The records go last, in the last
+// transaction: a crash before leaves them, and Open rebuilds the same
+// runs and writes the same keys again. Writer only.
+func (db *DB) flushHeads() error {
+	db.mu.Lock()
+	var sts []*tableState
+	var tids []uint64
+	for tid, st := range db.tables {
+		if st.head.entries > 0 || len(st.head.records) > 0 {
+			sts, tids = append(sts, st), append(tids, tid)
+		}
+	}
+	db.mu.Unlock()
+	if len(sts) == 0 {
+		return nil
+	}
+	w := &committer{db: db, txn: db.bdb.NewTransaction(true)}
+	defer func() { w.txn.Discard() }()
+	for i, st := range sts {
+		for sid, runs := range st.head.series {
+			for _, r := range runs {
+				if err := w.set(pointKey(nil, ksRun, tids[i], sid, r.ents[0].ts), r.encode()); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	for _, st := range sts {
+		for _, k := range st.head.records {
+			if err := w.del(k); err != nil {
+				return err
+			}
+		}
+	}
+	if err := w.txn.Commit(); err != nil {
+		return err
+	}
+	for _, st := range sts {
+		st.head = tableHead{}
+	}
+	db.headFlushes.Inc()
+	return nil
+}
+
+// loadHeads rebuilds every table's head from the head records Open finds
+// and sets the next record number above them.
+func (db *DB) loadHeads() error {
+	return db.bdb.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{ksHead}, PrefetchValues: true})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			item := it.Item()
+			k := item.KeyCopy(nil)
+			if len(k) != 17 {
+				return &store.CorruptionError{Key: k, Err: errShort}
+			}
+			tid, n := binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:])
+			db.headSeq = max(db.headSeq, n+1)
+			st := db.table(tid)
+			err := item.Value(func(v []byte) error {
+				_, err := st.head.apply(k, v)
+				return err
+			})
+			if err != nil {
+				return err
+			}
+		}
+		return nil
+	})
+}

@@ -1,0 +1,111 @@
+package badgerstore
+
+import (
+	"testing"
+
+	"github.com/dgraph-io/badger/v4"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store"
+)
+
+// keysIn counts the keys of keyspace ks of table instance tid.
+func keysIn(t *testing.T, db *DB, ks byte, tid uint64) int {
+	t.Helper()
+	n := 0
+	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ks, tid)})
+		defer it.Close()
+		for it.Rewind(); it.Valid(); it.Next() {
+			n++
+		}
+		return nil
+	}))
+	return n
+}
+
+// TestHeadJoinsCommits checks what the head is for: a series written one
+// point per commit (a Telegraf agent every interval) costs one head record
+// per commit and, once flushed, one run key per series, not one per point.
+func TestHeadJoinsCommits(t *testing.T) {
+	st := newSeqTable(t)
+	const commits, series = 200, 50
+	for c := range int64(commits) {
+		frags := make([]store.Fragment, series)
+		for s := range frags {
+			frags[s] = store.Fragment{Series: uint64(s + 1), Time: 10 * c, Fields: []store.Field{intField(1, c)}}
+		}
+		st.commit(t, frags...)
+	}
+	require.Zero(t, keysIn(t, st.db, ksRun, st.tid), "no run key before the head is flushed")
+	require.Equal(t, commits, keysIn(t, st.db, ksHead, st.tid), "one head record per commit")
+	require.Equal(t, commits*series, st.db.headEntries())
+	require.NoError(t, st.db.flushHeads())
+	require.Equal(t, series, keysIn(t, st.db, ksRun, st.tid), "one run per series")
+	require.Zero(t, keysIn(t, st.db, ksHead, st.tid), "the flush deletes the records")
+	require.Zero(t, st.db.headEntries())
+}
+
+// TestHeadReplayedAfterCrash stops the store as a crash would (badger
+// closed, the head never flushed) and checks that Open rebuilds the head
+// from its records: every point written before is still found, so the
+// same points written again are overwrites whose rows hold both writes.
+func TestHeadReplayedAfterCrash(t *testing.T) {
+	for _, sync := range []bool{true, false} {
+		t.Run(map[bool]string{true: "sync blocks", false: "unsynced blocks"}[sync], func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Dir = t.TempDir()
+			cfg.UnsafeNoSync = true
+			db, err := Open(cfg, nil, nil)
+			require.NoError(t, err)
+			tid := db.allocTableID()
+			seq := uint64(0)
+			commit := func(db *DB, frags []store.Fragment) {
+				first := uint64(0)
+				if sync {
+					first = seq + 1
+					seq += uint64(len(frags))
+				}
+				require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: first, Fragments: frags}}))
+			}
+			const series = 5
+			pass := func(db *DB, col uint32, times []int64) {
+				for _, ts := range times {
+					frags := make([]store.Fragment, series)
+					for s := range frags {
+						frags[s] = store.Fragment{Series: uint64(s + 1), Time: ts, Fields: []store.Field{intField(col, ts)}}
+					}
+					commit(db, frags)
+				}
+			}
+			// In order one point per commit (joined runs), then a
+			// backfill below them (gap runs).
+			inOrder := []int64{100, 110, 120, 130, 140, 150}
+			backfill := []int64{50, 40, 30}
+			pass(db, 1, inOrder)
+			pass(db, 1, backfill)
+			entries := db.headEntries()
+			require.Equal(t, series*(len(inOrder)+len(backfill)), entries)
+
+			// The crash: badger's files as the last commit left them.
+			close(db.gc.stop)
+			<-db.gc.done
+			require.NoError(t, db.bdb.Close())
+			require.NoError(t, db.lock.Close())
+			db, err = Open(cfg, nil, nil)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, db.Close()) }()
+			require.Equal(t, entries, db.headEntries(), "the head rebuilt from its records")
+
+			pass(db, 2, append(inOrder, backfill...))
+			require.Len(t, db.table(tid).dups, series*(len(inOrder)+len(backfill)), "every point written again is an overwrite")
+			if sync {
+				rows := readAll(t, db, tid, 0, seq, 100)
+				require.Len(t, rows, int(seq))
+				for _, r := range rows {
+					require.ElementsMatch(t, []store.Field{intField(1, r.Time), intField(2, r.Time)}, r.Fields, "x_seq %d", r.Seq)
+				}
+			}
+		})
+	}
+}
