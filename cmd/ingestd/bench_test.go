@@ -40,6 +40,8 @@ func TestBench(t *testing.T) {
 			map[string]string{"lines": "3240", "drain_rows": "3240", "verified": "ok"}},
 		{"latency", true, []string{"--mode", "latency", "--rate", "20000", "--latency-lines", "100", "--latency-duration", "250ms"},
 			map[string]string{"lines": "5000", "requests": "50", "drain_rows_per_s": "na", "verified": "ok"}},
+		{"soak with a tailing consumer per table", true, []string{"--mode", "soak", "--rate", "20000", "--latency-lines", "100", "--soak-duration", "1s", "--window", "500ms", "--series", "90", "--tails", "9"},
+			map[string]string{"series": "90", "windows": "2", "refused": "0", "failed": "0", "tails": "9"}},
 		{"decode", false, []string{"--mode", "decode", "--passes", "1"},
 			map[string]string{"lines": "3240", "verified": "ok"}},
 	} {

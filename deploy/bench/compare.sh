@@ -89,18 +89,12 @@ GEN=${GEN:-}
 PORT=${PORT_BASE:-18600} # below the ephemeral range, where clients' ports never collide
 WORK=$(mktemp -d /tmp/ingestd-compare.XXXXXX)
 OUT=${OUT:-$WORK/results.txt}
-PIDS=()
 
-cleanup() {
-  for p in "${PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  wait 2>/dev/null || true
-  rm -rf "$WORK"/run.*
-}
-trap cleanup EXIT
-
-# runs SYSTEM / has PATTERN: whether SYSTEMS / PATTERNS name it.
-runs() { [[ " $SYSTEMS " == *" $1 "* ]]; }
+# has PATTERN: whether PATTERNS names it.
 has() { [[ " $PATTERNS " == *" $1 "* ]]; }
+
+# shellcheck source=deploy/bench/lib.sh
+source deploy/bench/lib.sh
 
 if [ -z "$DATA" ]; then
   read -r -a LOAD <<<"$GEN"
@@ -117,136 +111,9 @@ for s in $SYSTEMS; do
   case $s in ingestd | ingestd-retention | ingestd-js1 | ingestd-js2 | influxdb | victoriametrics) ;; *) echo "unknown system $s in SYSTEMS" >&2; exit 1 ;; esac
 done
 
-# InfluxDB 1.6.7 and VictoriaMetrics from Debian. The packages enable and
-# start services: a policy-rc.d keeps them from starting, and they are
-# stopped and disabled in case a service manager started them anyway.
-if { runs influxdb && ! command -v influxd >/dev/null; } ||
-  { runs victoriametrics && ! command -v victoria-metrics >/dev/null; }; then
-  apt-get update -qq
-  had_policy=0; [ -e /usr/sbin/policy-rc.d ] && had_policy=1
-  [ $had_policy = 1 ] || { printf '#!/bin/sh\nexit 101\n' >/usr/sbin/policy-rc.d; chmod +x /usr/sbin/policy-rc.d; }
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq influxdb victoria-metrics >/dev/null
-  [ $had_policy = 1 ] || rm -f /usr/sbin/policy-rc.d
-fi
-for svc in influxdb victoria-metrics; do
-  systemctl stop "$svc" 2>/dev/null || true
-  systemctl disable "$svc" 2>/dev/null || true
-done
-
-go build -o "$WORK/ingestd" ./cmd/ingestd
-if runs ingestd-js1 || runs ingestd-js2; then go build -o "$WORK/nats-server" github.com/nats-io/nats-server/v2; fi
+install_peers
+build
 BENCH=("$WORK/ingestd" bench)
-
-# port N: a loopback port from the base, checked free.
-port() {
-  local p=$((PORT + $1))
-  if (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null; then
-    echo "port $p is in use (set PORT_BASE=)" >&2; exit 1
-  fi
-  echo "$p"
-}
-
-# start_nats DIR: a fresh 3-server JetStream cluster (client ports 10-12,
-# routes 13-15, monitoring 16-18 from the base) in DIR; sets NATS_URLS and
-# adds the servers to OTHER_PIDS once every one reports healthy.
-start_nats() {
-  local dir=$1 i j routes="" ok
-  NATS_URLS=""
-  for i in 0 1 2; do
-    routes+="${routes:+, }nats://127.0.0.1:$(port $((13 + i)))"
-    NATS_URLS+="${NATS_URLS:+,}nats://127.0.0.1:$(port $((10 + i)))"
-  done
-  for i in 0 1 2; do
-    cat >"$dir/nats$i.conf" <<EOF
-server_name: n$i
-listen: 127.0.0.1:$(port $((10 + i)))
-http: 127.0.0.1:$(port $((16 + i)))
-jetstream { store_dir: "$dir/nats$i", sync_interval: always }
-cluster { name: bench, listen: 127.0.0.1:$(port $((13 + i))), routes: [$routes] }
-EOF
-    "$WORK/nats-server" -c "$dir/nats$i.conf" >"$dir/nats$i.log" 2>&1 &
-    OTHER_PIDS+=("$!"); PIDS+=("$!")
-  done
-  for i in $(seq 300); do
-    ok=0
-    for j in 0 1 2; do curl -sf -o /dev/null "http://127.0.0.1:$((PORT + 16 + j))/healthz" && ok=$((ok + 1)); done
-    [ $ok = 3 ] && return 0
-    sleep 0.1
-  done
-  echo "the NATS cluster did not become healthy; logs in $dir" >&2; exit 1
-}
-
-# start SYSTEM DIR: starts a server on a fresh DIR; sets SPID and SURL,
-# and for ingestd-jsN WRITE_URLS (the other nodes) and OTHER_PIDS.
-start() {
-  local sys=$1 dir=$2
-  mkdir -p "$dir"
-  WRITE_URLS="" OTHER_PIDS=()
-  case $sys in
-    ingestd-js1 | ingestd-js2)
-      start_nats "$dir"
-      local n=${sys#ingestd-js} i
-      for i in $(seq 2 "$n"); do
-        WRITE_URLS+="${WRITE_URLS:+,}http://127.0.0.1:$(port $((4 + 2 * i)))"
-        "$WORK/ingestd" --store jetstream --nats-url "$NATS_URLS" --data-dir "$dir/data$i" \
-          --http-addr "127.0.0.1:$(port $((4 + 2 * i)))" --tcp-addr "127.0.0.1:$(port $((5 + 2 * i)))" \
-          --log-level warn >"$dir/log$i" 2>&1 &
-        OTHER_PIDS+=("$!"); PIDS+=("$!")
-      done
-      SURL="http://127.0.0.1:$(port 1)"
-      "$WORK/ingestd" --store jetstream --nats-url "$NATS_URLS" --data-dir "$dir/data" \
-        --http-addr "127.0.0.1:$(port 1)" --tcp-addr "127.0.0.1:$(port 2)" --log-level warn >"$dir/log" 2>&1 &
-      ;;
-    ingestd | ingestd-retention)
-      SURL="http://127.0.0.1:$(port 1)"
-      local ret=()
-      [ "$sys" = ingestd ] || ret=(--default-retention 7d --retention-sweep-interval 1s --store-gc-interval 1s)
-      "$WORK/ingestd" --data-dir "$dir/data" --http-addr "127.0.0.1:$(port 1)" --tcp-addr "127.0.0.1:$(port 2)" \
-        --log-level warn "${ret[@]}" >"$dir/log" 2>&1 &
-      ;;
-    influxdb)
-      SURL="http://127.0.0.1:$(port 3)"
-      cat >"$dir/influxdb.conf" <<EOF
-reporting-disabled = true
-bind-address = "127.0.0.1:$(port 4)"
-[meta]
-  dir = "$dir/meta"
-  logging-enabled = false
-[data]
-  dir = "$dir/data"
-  wal-dir = "$dir/wal"
-  wal-fsync-delay = "0s"
-  query-log-enabled = false
-  max-series-per-database = 0
-  max-values-per-tag = 0
-[monitor]
-  store-enabled = false
-[http]
-  enabled = true
-  bind-address = "127.0.0.1:$(port 3)"
-  log-enabled = false
-[logging]
-  level = "warn"
-[continuous_queries]
-  enabled = false
-EOF
-      influxd run -config "$dir/influxdb.conf" >"$dir/log" 2>&1 &
-      ;;
-    victoriametrics)
-      SURL="http://127.0.0.1:$(port 5)"
-      victoria-metrics -storageDataPath "$dir/data" -retentionPeriod 100y -httpListenAddr "127.0.0.1:$(port 5)" \
-        -loggerLevel WARN >"$dir/log" 2>&1 &
-      ;;
-  esac
-  SPID=$!
-  PIDS+=("$SPID")
-}
-
-stop() {
-  local p
-  for p in "$SPID" "${OTHER_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
-  for p in "$SPID" "${OTHER_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
-}
 
 # aged: the rows of table aging the server's retention has removed.
 aged() {

@@ -38,6 +38,7 @@ const (
 	benchModeLatency   = "latency"   // fixed-rate HTTP writes, open loop
 	benchModeDecode    = "decode"    // ingestd's parser alone, one goroutine
 	benchModeOverwrite = "overwrite" // points written many times, then drained and copied
+	benchModeSoak      = "soak"      // a long open-loop load generated while sent, reported per window
 )
 
 // Bench patterns: the order in which http mode sends the load.
@@ -84,10 +85,25 @@ type benchConfig struct {
 	overwrites           int
 	overwritePoints      int
 	overwritesPerRequest int
+
+	series       int
+	soakTables   int
+	soakDuration time.Duration
+	window       time.Duration
+	maxInflight  int
+	tails        int
+	storeDir     string
 }
 
 func (c *benchConfig) registerFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.mode, "mode", benchModeHTTP, "http (ingest as fast as it goes), tcp (ingestd: ILP over --connections TCP connections), latency (--latency-lines bodies at --rate, open loop), decode (ingestd's parser on one goroutine, no server) or overwrite (ingestd: --overwrite-points points written --overwrites times, then drained and copied)")
+	fs.StringVar(&c.mode, "mode", benchModeHTTP, "http (ingest as fast as it goes), tcp (ingestd: ILP over --connections TCP connections), latency (--latency-lines bodies at --rate, open loop), decode (ingestd's parser on one goroutine, no server), overwrite (ingestd: --overwrite-points points written --overwrites times, then drained and copied) or soak (--series series at --rate for --soak-duration, open loop, generated while sent, a report line per --window)")
+	fs.IntVar(&c.series, "series", 1000, "soak mode: series (spread over --soak-tables measurements)")
+	fs.IntVar(&c.soakTables, "soak-tables", 9, "soak mode: tables (the first 1 to 9 TSBS devops measurements)")
+	fs.DurationVar(&c.soakDuration, "soak-duration", 10*time.Minute, "soak mode: how long to send")
+	fs.DurationVar(&c.window, "window", 10*time.Second, "soak mode: reporting window")
+	fs.IntVar(&c.maxInflight, "max-inflight", 64, "soak mode: most requests outstanding; a due request waits for a slot, and its wait counts in its latency")
+	fs.IntVar(&c.tails, "tails", 0, "soak mode, ingestd: tailing consumers, one per table (long-polling lp pages of --drain-limit rows), their lag reported per window")
+	fs.StringVar(&c.storeDir, "store-dir", "", "soak mode: the server's data directory, whose size is reported per window")
 	fs.IntVar(&c.overwrites, "overwrites", 10, "overwrite mode: fragments written per point")
 	fs.IntVar(&c.overwritePoints, "overwrite-points", 10000, "overwrite mode: points (over --scale series)")
 	fs.IntVar(&c.overwritesPerRequest, "overwrites-per-request", 1, "overwrite mode: fragments of every point per request (one commit)")
@@ -132,8 +148,21 @@ func (c *benchConfig) validate() error {
 		if c.overwrites < 1 || c.overwritePoints < 1 || c.overwritesPerRequest < 1 {
 			return errors.New("--overwrites, --overwrite-points and --overwrites-per-request must be at least 1")
 		}
+	case benchModeSoak:
+		switch {
+		case c.rate <= 0:
+			return errors.New("--mode soak needs --rate (lines per second)")
+		case c.series < 1 || c.soakTables < 1 || c.soakTables > len(benchDevopsMeasurements):
+			return fmt.Errorf("--series must be at least 1 and --soak-tables 1 to %d", len(benchDevopsMeasurements))
+		case c.window <= 0 || c.soakDuration < c.window || c.maxInflight < 1 || c.latLines < 1:
+			return errors.New("--window, --max-inflight and --latency-lines must be positive and --soak-duration at least --window")
+		case c.timeout < c.soakDuration+time.Minute:
+			return errors.New("--timeout must exceed --soak-duration by a minute at least")
+		case c.tails > 0 && c.target != benchIngestd:
+			return errors.New("--tails needs --target ingestd")
+		}
 	default:
-		return fmt.Errorf("--mode must be http, tcp, latency, decode or overwrite, got %q", c.mode)
+		return fmt.Errorf("--mode must be http, tcp, latency, decode, overwrite or soak, got %q", c.mode)
 	}
 	switch c.pattern {
 	case benchPatternInOrder:
@@ -236,6 +265,13 @@ func runBenchMode(ctx context.Context, cfg *benchConfig, out io.Writer) (res ben
 			return res, err
 		}
 		return res, benchOverwrite(ctx, cfg, t, out, &res)
+	}
+	if cfg.mode == benchModeSoak {
+		t, err := newBenchTarget(ctx, cfg)
+		if err != nil {
+			return res, err
+		}
+		return res, benchSoak(ctx, cfg, t, out, &res)
 	}
 	d, err := benchLoad(cfg)
 	if err != nil {

@@ -11,6 +11,9 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/ilp"
 )
 
 // TestBenchRefusesPatternOutsideHTTP checks that the patterns other than
@@ -157,4 +160,52 @@ func TestBenchWriteURLsInTurn(t *testing.T) {
 		require.Equal(t, 2, Run(context.Background(), args, &out, &out), "%v: %s", args, out.String())
 		require.Contains(t, out.String(), args[len(args)-2], "%v", args)
 	}
+}
+
+// TestSoakLines checks the soak load: valid line protocol, every series
+// of every table in turn, each series' times strictly ascending and each
+// line stamped with its due time.
+func TestSoakLines(t *testing.T) {
+	t0 := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC)
+	const series, rate = 30, 1000.0
+	g := newSoakGen(series, 3, t0, rate, 1)
+	require.Equal(t, []string{"cpu", "diskio", "disk"}, g.tables)
+	text := g.appendLines(nil, 0, 3*series)
+	p := ilp.NewParser(ilp.DefaultLimits())
+	var b feed.Batch
+	perrs, _ := p.ParseAll(&b, text, 1, ilp.Nanosecond, 0)
+	require.Empty(t, perrs)
+	require.Len(t, b.Points, 3*series)
+	last := map[string]int64{}
+	for i, pt := range b.Points {
+		require.Equal(t, g.tables[i%series%3], pt.Table, "line %d", i)
+		require.Equal(t, t0.UnixNano()+int64(float64(i)*1e9/rate), pt.Time, "line %d is stamped with its due time", i)
+		key := pt.Table + "," + pt.Series
+		if prev, ok := last[key]; ok {
+			require.Greater(t, pt.Time, prev, "series %s", key)
+		}
+		last[key] = pt.Time
+	}
+	require.Len(t, last, series, "every series once per round")
+	from := bytes.Index(text, g.appendLines(nil, series, 1))
+	require.Positive(t, from)
+	require.True(t, bytes.Equal(text[from:], g.appendLines(nil, series, 2*series)), "lines are a function of their number")
+}
+
+// TestSoakHist checks the latency histogram's percentiles against exact
+// ones: within its 2 % buckets.
+func TestSoakHist(t *testing.T) {
+	var h soakHist
+	var all latencies
+	for i := 1; i <= 10_000; i++ {
+		d := time.Duration(i*i) * time.Microsecond / 100
+		h.add(d)
+		all = append(all, d)
+	}
+	for _, p := range []float64{0.5, 0.9, 0.99} {
+		want := all.pct(p)
+		got := h.pct(p)
+		require.InEpsilon(t, float64(want), float64(got), 0.021, "p%v", p*100)
+	}
+	require.Equal(t, all[len(all)-1], h.pct(1))
 }

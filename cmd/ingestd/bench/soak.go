@@ -1,0 +1,552 @@
+package bench
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
+	"net/http"
+	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+
+	"github.com/ingestd/ingestd/httpapi/client"
+)
+
+// Soak mode: a long open-loop load at a fixed offered rate, generated
+// while it is sent (the harness's memory does not grow with the run's
+// length), reported per window.
+//
+// Line i of the run is series i mod S (S = --series, spread over the
+// first --soak-tables TSBS devops measurements) at the time it is
+// scheduled to be sent: start + i/rate. So every series is written once
+// per S/rate seconds, in time order, the way Telegraf agents write the
+// current time, and a consumer's lag is the age of the newest row it has
+// read. Requests of --latency-lines lines are due one every
+// lines/rate seconds; at most --max-inflight are outstanding, and a
+// request's latency counts from when it was due, so a server that falls
+// behind is charged for the queue it causes. Nothing is retried: a 503 or
+// 429 is counted as refused, any other answer but 204 as failed.
+
+// soakSLO is the window criterion of a sustainable rate: at least this
+// share of the offered lines acknowledged, with p99 at most soakP99.
+const (
+	soakAckShare = 0.99
+	soakP99      = 100 * time.Millisecond
+)
+
+// soakGen renders the run's lines. It holds one tag-set prefix per series
+// (about 200 bytes: 200 MB at a million series) and nothing per line.
+type soakGen struct {
+	prefixes [][]byte // per series: "measurement,tags "
+	fields   [][]string
+	table    []int // per series: index into tables
+	tables   []string
+	t0       int64
+	stepNs   float64 // ns between two consecutive lines
+}
+
+func newSoakGen(series, tables int, t0 time.Time, rate float64, seed uint64) *soakGen {
+	tables = min(max(tables, 1), len(benchDevopsMeasurements))
+	g := &soakGen{t0: t0.UnixNano(), stepNs: 1e9 / rate}
+	for _, m := range benchDevopsMeasurements[:tables] {
+		g.tables = append(g.tables, m.name)
+		g.fields = append(g.fields, m.fields)
+	}
+	for s := range series {
+		h, m := s/tables, s%tables
+		reg := benchRegions[int(mix(seed, uint64(h))%uint64(len(benchRegions)))]
+		p := fmt.Sprintf("%s,hostname=host_%d,region=%s,datacenter=%s%c,rack=%d,os=%s,arch=%s,team=%s,service=%d,service_version=%d,service_environment=%s ",
+			g.tables[m], h, reg.name, reg.name, reg.dcs[mix(seed+1, uint64(h))%uint64(len(reg.dcs))], mix(seed+2, uint64(h))%100,
+			benchOS[mix(seed+3, uint64(h))%uint64(len(benchOS))], benchArch[mix(seed+4, uint64(h))%2], benchTeam[mix(seed+5, uint64(h))%4],
+			mix(seed+6, uint64(h))%20, mix(seed+7, uint64(h))%2, benchEnv[mix(seed+8, uint64(h))%3])
+		g.prefixes = append(g.prefixes, []byte(p))
+		g.table = append(g.table, m)
+	}
+	return g
+}
+
+// mix is SplitMix64's finaliser of seed+x: a cheap, well-spread hash.
+func mix(seed, x uint64) uint64 {
+	z := seed + x*0x9e3779b97f4a7c15
+	z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9
+	z = (z ^ (z >> 27)) * 0x94d049bb133111eb
+	return z ^ (z >> 31)
+}
+
+// time is line i's timestamp (ns).
+func (g *soakGen) time(i int64) int64 { return g.t0 + int64(float64(i)*g.stepNs) }
+
+// appendLines appends lines [from, from+n) to b. A field's value moves by
+// at most 2 between a series' consecutive lines (a walk between 0 and
+// 100, as TSBS's do), so servers that encode deltas see realistic data.
+func (g *soakGen) appendLines(b []byte, from int64, n int) []byte {
+	S := int64(len(g.prefixes))
+	for i := from; i < from+int64(n); i++ {
+		s, round := i%S, uint64(i/S)
+		b = append(b, g.prefixes[s]...)
+		for f, name := range g.fields[g.table[s]] {
+			if f > 0 {
+				b = append(b, ',')
+			}
+			b = append(b, name...)
+			b = append(b, '=')
+			h := mix(uint64(s), uint64(f))
+			v := (h%100 + round*(h>>32%3)) % 200 // a triangle wave: up to 100, back down
+			if v > 100 {
+				v = 200 - v
+			}
+			b = strconv.AppendUint(b, v, 10)
+			b = append(b, 'i')
+		}
+		b = append(b, ' ')
+		b = strconv.AppendInt(b, g.time(i), 10)
+		b = append(b, '\n')
+	}
+	return b
+}
+
+// soakHist is a latency histogram with buckets 2 % wide from 10 µs: p50,
+// p99 and max within 2 %, in constant memory.
+type soakHist struct {
+	counts []int64
+	n      int64
+	max    time.Duration
+}
+
+const soakHistBase = 10 * time.Microsecond
+
+var soakHistLog = math.Log(1.02)
+
+func (h *soakHist) add(d time.Duration) {
+	i := 0
+	if d > soakHistBase {
+		i = int(math.Log(float64(d)/float64(soakHistBase))/soakHistLog) + 1
+	}
+	if i >= len(h.counts) {
+		h.counts = append(h.counts, make([]int64, i+1-len(h.counts))...)
+	}
+	h.counts[i]++
+	h.n++
+	h.max = max(h.max, d)
+}
+
+func (h *soakHist) merge(o *soakHist) {
+	for i, c := range o.counts {
+		if c == 0 {
+			continue
+		}
+		if i >= len(h.counts) {
+			h.counts = append(h.counts, make([]int64, i+1-len(h.counts))...)
+		}
+		h.counts[i] += c
+	}
+	h.n += o.n
+	h.max = max(h.max, o.max)
+}
+
+// pct is the upper edge of the bucket holding the p-th quantile (the
+// maximum itself for p = 1), 0 when empty.
+func (h *soakHist) pct(p float64) time.Duration {
+	if h.n == 0 {
+		return 0
+	}
+	if p >= 1 {
+		return h.max
+	}
+	rank := int64(math.Ceil(float64(h.n) * p))
+	var seen int64
+	for i, c := range h.counts {
+		if seen += c; seen >= max(rank, 1) {
+			if i == 0 {
+				return min(soakHistBase, h.max)
+			}
+			return min(time.Duration(float64(soakHistBase)*math.Pow(1.02, float64(i))), h.max)
+		}
+	}
+	return h.max
+}
+
+// soakWindow is what one reporting window saw.
+type soakWindow struct {
+	acked, refused, failed int64 // lines
+	reqs                   soakHist
+}
+
+// soakTail is one tailing consumer: it long-polls its table's feed and
+// keeps the age of the newest row it read.
+type soakTail struct {
+	table    string
+	rows     atomic.Int64
+	newest   atomic.Int64 // ns timestamp of the newest row read
+	caughtUp atomic.Bool  // the last page ended at the watermark
+	err      atomic.Pointer[error]
+}
+
+func (c *soakTail) run(ctx context.Context, api *client.Client, limit int) {
+	var pg client.Page
+	after := uint64(0)
+	for ctx.Err() == nil {
+		err := api.DrainInto(ctx, client.DrainRequest{Table: c.table, After: after, Limit: limit, Format: client.FormatLP, Wait: time.Second, Consumer: "soak"}, &pg)
+		if err != nil {
+			if ctx.Err() == nil {
+				c.err.Store(&err)
+			}
+			return
+		}
+		if n := pg.Lines(); n > 0 {
+			c.rows.Add(int64(n))
+			if ts, ok := lastLineTime(pg.Body); ok {
+				c.newest.Store(ts)
+			}
+		}
+		c.caughtUp.Store(!pg.More)
+		after = pg.Next
+	}
+}
+
+// lag is how far behind c is at now: 0 when its last page reached the
+// watermark, else the age of the newest row it read.
+func (c *soakTail) lag(now time.Time, start int64) time.Duration {
+	if c.caughtUp.Load() {
+		return 0
+	}
+	return now.Sub(time.Unix(0, max(c.newest.Load(), start)))
+}
+
+// lastLineTime is the timestamp of the last ILP line in b (its last
+// space-separated token).
+func lastLineTime(b []byte) (int64, bool) {
+	b = bytes.TrimRight(b, "\n")
+	i := bytes.LastIndexByte(b, ' ')
+	if i < 0 {
+		return 0, false
+	}
+	ts, err := strconv.ParseInt(string(b[i+1:]), 10, 64)
+	return ts, err == nil
+}
+
+// soakSample is the server's state at a window's end.
+type soakSample struct {
+	cpu             time.Duration
+	rssAnon, rssFil int64 // bytes, -1 unknown
+	store           int64 // bytes, -1 unknown
+}
+
+func sampleServer(pid int, dir string) soakSample {
+	s := soakSample{rssAnon: -1, rssFil: -1, store: -1}
+	if pid > 0 {
+		s.cpu, _ = readProcCPU(pid)
+		s.rssAnon, s.rssFil = readProcRSS(pid)
+	}
+	if dir != "" {
+		s.store = dirBytes(dir)
+	}
+	return s
+}
+
+// readProcRSS returns RssAnon and RssFile of /proc/PID/status, in bytes
+// (-1 when unknown).
+func readProcRSS(pid int) (anon, file int64) {
+	anon, file = -1, -1
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/status")
+	if err != nil {
+		return
+	}
+	for line := range strings.SplitSeq(string(b), "\n") {
+		k, v, ok := strings.Cut(line, ":")
+		if !ok || (k != "RssAnon" && k != "RssFile") {
+			continue
+		}
+		kb, err := strconv.ParseInt(strings.TrimSuffix(strings.TrimSpace(v), " kB"), 10, 64)
+		if err != nil {
+			continue
+		}
+		if k == "RssAnon" {
+			anon = kb * 1024
+		} else {
+			file = kb * 1024
+		}
+	}
+	return
+}
+
+// dirBytes is the disk space the regular files under dir take (allocated
+// blocks, as du counts them: badger's preallocated files count for what
+// they hold), -1 on error.
+func dirBytes(dir string) int64 {
+	var sum int64
+	err := filepath.WalkDir(dir, func(_ string, d os.DirEntry, err error) error {
+		if err != nil {
+			if errors.Is(err, os.ErrNotExist) {
+				return nil // removed while walking (a compaction)
+			}
+			return err
+		}
+		if d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				if st, ok := fi.Sys().(*syscall.Stat_t); ok {
+					sum += st.Blocks * 512
+				} else {
+					sum += fi.Size()
+				}
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return -1
+	}
+	return sum
+}
+
+// benchSoak runs soak mode against t.
+func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Writer, res *benchResult) error {
+	start := time.Now().Add(50 * time.Millisecond)
+	g := newSoakGen(cfg.series, cfg.soakTables, start, cfg.rate, cfg.seed)
+	if err := t.prepare(ctx, g.tables); err != nil {
+		return err
+	}
+	lines := cfg.latLines
+	every := time.Duration(float64(time.Second) * float64(lines) / cfg.rate)
+	total := int64(cfg.soakDuration / every)
+	fmt.Fprintf(out, "soak (%s): %d series over %d tables, %.0f lines/s offered in requests of %d lines (one every %s), at most %d in flight, for %s; windows of %s\n",
+		cfg.target, len(g.prefixes), len(g.tables), cfg.rate, lines, every, cfg.maxInflight, cfg.soakDuration, cfg.window)
+
+	runCtx, stopTails := context.WithCancel(ctx)
+	defer stopTails()
+	var tails []*soakTail
+	if t.kind == benchIngestd {
+		for _, name := range g.tables[:min(cfg.tails, len(g.tables))] {
+			c := &soakTail{table: name}
+			tails = append(tails, c)
+			go c.run(runCtx, t.api, cfg.drainLimit)
+		}
+	}
+
+	var (
+		mu     sync.Mutex
+		win    soakWindow
+		all    soakHist
+		sums   soakWindow // totals
+		codes  = map[int]int64{}
+		firstE error
+		wg     sync.WaitGroup
+		slots  = make(chan struct{}, cfg.maxInflight)
+		late   time.Duration
+	)
+	done := func(due time.Time, n int, code int, err error) {
+		d := time.Since(due)
+		mu.Lock()
+		defer mu.Unlock()
+		win.reqs.add(d)
+		switch {
+		case err == nil && code == http.StatusNoContent:
+			win.acked += int64(n)
+		case err == nil && (code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests):
+			win.refused += int64(n)
+			codes[code]++
+		default:
+			win.failed += int64(n)
+			if err != nil && firstE == nil {
+				firstE = err
+			}
+			if err == nil {
+				codes[code]++
+			}
+		}
+	}
+
+	fmt.Fprintf(out, "%7s %9s %9s %8s %8s %8s %8s %8s %6s %9s %9s %9s %8s\n",
+		"t_s", "offered", "acked/s", "p50_ms", "p99_ms", "max_ms", "refused", "failed", "cpu_s", "anon_mib", "file_mib", "store_mb", "lag_s")
+	prev := sampleServer(cfg.serverPID, cfg.storeDir)
+	first := prev
+	winStart := start
+	windows, good := 0, 0
+	var worstLag time.Duration
+	var peakAnon, peakFile int64 = -1, -1
+	report := func(now time.Time, offered int64) {
+		mu.Lock()
+		w := win
+		win = soakWindow{}
+		mu.Unlock()
+		all.merge(&w.reqs)
+		sums.acked += w.acked
+		sums.refused += w.refused
+		sums.failed += w.failed
+		secs := now.Sub(winStart).Seconds()
+		winStart = now
+		s := sampleServer(cfg.serverPID, cfg.storeDir)
+		lag := time.Duration(0)
+		for _, c := range tails {
+			lag = max(lag, c.lag(now, g.t0))
+		}
+		worstLag = max(worstLag, lag)
+		peakAnon, peakFile = max(peakAnon, s.rssAnon), max(peakFile, s.rssFil)
+		ok := float64(w.acked) >= soakAckShare*float64(offered) && w.reqs.pct(0.99) <= soakP99
+		if ok {
+			good++
+		}
+		windows++
+		fmt.Fprintf(out, "%7.0f %9.0f %9.0f %8.1f %8.1f %8.1f %8d %8d %6.1f %9.0f %9.0f %9.0f %8.2f\n",
+			now.Sub(start).Seconds(), float64(offered)/secs, float64(w.acked)/secs,
+			ms(w.reqs.pct(0.5)), ms(w.reqs.pct(0.99)), ms(w.reqs.pct(1)), w.refused, w.failed,
+			(s.cpu - prev.cpu).Seconds(), mib(s.rssAnon), mib(s.rssFil), float64(s.store)/1e6, lag.Seconds())
+		prev = s
+	}
+
+	nextReport := start.Add(cfg.window)
+	var offeredWin int64
+	buf := make([]byte, 0, lines*256)
+	for i := int64(0); i < total; i++ {
+		due := start.Add(time.Duration(i) * every)
+		for due.After(nextReport) { // windows end while waiting for the next request
+			if w := time.Until(nextReport); w > 0 {
+				if !sleepCtx(ctx, w) {
+					return ctx.Err()
+				}
+			}
+			report(nextReport, offeredWin)
+			offeredWin = 0
+			nextReport = nextReport.Add(cfg.window)
+		}
+		if w := time.Until(due); w > 0 && !sleepCtx(ctx, w) {
+			return ctx.Err()
+		}
+		select {
+		case slots <- struct{}{}:
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+		late = max(late, time.Since(due))
+		buf = g.appendLines(buf[:0], i*int64(lines), lines)
+		body := bytes.Clone(buf)
+		offeredWin += int64(lines)
+		wg.Go(func() {
+			defer func() { <-slots }()
+			code, err := t.postOnce(ctx, body)
+			done(due, lines, code, err)
+		})
+	}
+	wg.Wait()
+	end := time.Now()
+	report(end, offeredWin)
+
+	// Let the consumers read what was acknowledged (each table's share
+	// when they tail them all).
+	consumed := func() (n int64) {
+		for _, c := range tails {
+			if e := c.err.Load(); e != nil {
+				return -1
+			}
+			n += c.rows.Load()
+		}
+		return n
+	}
+	want := sums.acked
+	if len(tails) < len(g.tables) {
+		want = 0
+	}
+	for caught := time.Now(); len(tails) > 0 && consumed() >= 0 && consumed() < want && time.Since(caught) < 30*time.Second; {
+		time.Sleep(20 * time.Millisecond)
+	}
+	stopTails()
+	for _, c := range tails {
+		if e := c.err.Load(); e != nil {
+			return fmt.Errorf("tailing consumer of %s: %w", c.table, *e)
+		}
+	}
+
+	dur := end.Sub(start)
+	last := prev
+	sent := total * int64(lines)
+	fmt.Fprintf(out, "soak summary: %d lines offered over %s (%.0f lines/s): %.0f lines/s acknowledged, %d refused, %d failed; latency p50 %s, p99 %s, max %s; pacer at most %s late\n",
+		sent, dur.Round(time.Millisecond), float64(sent)/dur.Seconds(), float64(sums.acked)/dur.Seconds(), sums.refused, sums.failed,
+		all.pct(0.5).Round(100*time.Microsecond), all.pct(0.99).Round(100*time.Microsecond), all.pct(1).Round(time.Millisecond), late.Round(time.Millisecond))
+	fmt.Fprintf(out, "soak windows: %d of %d met %.0f %% acknowledged with p99 <= %s (sustained: %v)\n", good, windows, soakAckShare*100, soakP99, good == windows)
+	res.set("rate", cfg.rate)
+	res.set("series", len(g.prefixes))
+	res.set("secs", dur.Seconds())
+	res.set("acked_per_s", float64(sums.acked)/dur.Seconds())
+	res.set("refused", sums.refused)
+	res.set("failed", sums.failed)
+	res.set("p50_ms", all.pct(0.5))
+	res.set("p99_ms", all.pct(0.99))
+	res.set("max_ms", all.pct(1))
+	res.set("windows", windows)
+	res.set("windows_ok", good)
+	res.set("sustained", good == windows)
+	res.set("pacer_late_ms", late)
+	if cfg.serverPID > 0 {
+		cpu := (last.cpu - first.cpu).Seconds()
+		res.set("cpu_s", cpu)
+		res.set("cpu_s_per_mline", cpu/(float64(sums.acked)/1e6))
+		res.set("rss_anon_max_mib", mib(peakAnon))
+		res.set("rss_file_max_mib", mib(peakFile))
+	}
+	if last.store >= 0 {
+		res.set("store_mb", float64(last.store)/1e6)
+		res.set("store_bytes_per_line", float64(last.store)/float64(max(sums.acked, 1)))
+	}
+	if len(tails) > 0 {
+		res.set("tails", len(tails))
+		res.set("lag_max_s", worstLag.Seconds())
+		fmt.Fprintf(out, "tailing consumers: %d, lag at most %.2f s at a window's end; %d rows read\n", len(tails), worstLag.Seconds(), consumed())
+		if want > 0 && consumed() < want {
+			return fmt.Errorf("the tailing consumers read %d rows, %d lines were acknowledged", consumed(), want)
+		}
+	}
+	if len(codes) > 0 {
+		keys := make([]int, 0, len(codes))
+		for k := range codes {
+			keys = append(keys, k)
+		}
+		slices.Sort(keys)
+		for _, k := range keys {
+			fmt.Fprintf(out, "answers %d: %d requests\n", k, codes[k])
+		}
+	}
+	if firstE != nil {
+		fmt.Fprintf(out, "first failure: %v\n", firstE)
+	}
+	return nil
+}
+
+func ms(d time.Duration) float64 { return d.Seconds() * 1000 }
+
+// sleepCtx sleeps d; false when ctx ended first.
+func sleepCtx(ctx context.Context, d time.Duration) bool {
+	tm := time.NewTimer(d)
+	defer tm.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-tm.C:
+		return true
+	}
+}
+
+// postOnce sends one uncompressed body to the write endpoint and returns
+// the status (no retry).
+func (t *benchTarget) postOnce(ctx context.Context, body []byte) (int, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, t.writeURL(), bytes.NewReader(body))
+	if err != nil {
+		return 0, err
+	}
+	req.Header.Set("Content-Type", "text/plain; charset=utf-8")
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return 0, err
+	}
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
+	return resp.StatusCode, nil
+}

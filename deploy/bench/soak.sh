@@ -1,0 +1,70 @@
+#!/usr/bin/env bash
+# Sustained load side by side: `ingestd bench --mode soak` against ingestd,
+# InfluxDB 1.6.7 and VictoriaMetrics (Debian's packages), one after the
+# other, each on a fresh data directory, at each offered rate and
+# cardinality.
+#
+#   deploy/bench/soak.sh                                  # 10 min at 100,000 lines/s over 1,000 series
+#   RATES="50000 100000" SERIES="1000 100000" TAILS=9 deploy/bench/soak.sh
+#   SYSTEMS=ingestd DURATION=60s RATES=200000 deploy/bench/soak.sh   # a quick look at one rate
+#
+# The load (see `ingestd bench --help`, soak mode): SERIES series over the
+# 9 TSBS devops tables, each line stamped with the time it is due, sent in
+# requests of LINES lines at RATE lines/s, open loop, at most MAX_INFLIGHT
+# requests outstanding, for DURATION; a report line per WINDOW. ingestd
+# also runs TAILS tailing consumers (one per table, long-polling). A rate
+# is sustained when every window acknowledged 99 % of the offered lines
+# with p99 <= 100 ms. Every figure is printed, then one summary line per
+# run. Not run by CI (it takes DURATION per run and installs packages);
+# needs root for apt-get unless influxd and victoria-metrics are on PATH.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+
+SYSTEMS=${SYSTEMS:-ingestd influxdb victoriametrics}
+RATES=${RATES:-100000}
+SERIES=${SERIES:-1000}
+DURATION=${DURATION:-10m}
+WINDOW=${WINDOW:-10s}
+LINES=${LINES:-1000}
+MAX_INFLIGHT=${MAX_INFLIGHT:-64}
+TAILS=${TAILS:-0}
+PORT=${PORT_BASE:-18600}
+WORK=$(mktemp -d /tmp/ingestd-soak.XXXXXX)
+OUT=${OUT:-$WORK/results.txt}
+
+# shellcheck source=deploy/bench/lib.sh
+source deploy/bench/lib.sh
+for s in $SYSTEMS; do
+  case $s in ingestd | influxdb | victoriametrics) ;; *) echo "unknown system $s in SYSTEMS" >&2; exit 1 ;; esac
+done
+install_peers
+build
+
+n=0
+for series in $SERIES; do
+  for rate in $RATES; do
+    for sys in $SYSTEMS; do
+      n=$((n + 1))
+      dir="$WORK/run.$n"
+      start "$sys" "$dir"
+      tails=()
+      [ "$sys" = ingestd ] && tails=(--tails "$TAILS")
+      echo "== $sys, $series series, $rate lines/s offered, $DURATION" | tee -a "$OUT"
+      "$WORK/ingestd" bench --mode soak --target "$sys" --url "$SURL" --server-pid "$SPID" --store-dir "$dir" \
+        --rate "$rate" --series "$series" --soak-duration "$DURATION" --window "$WINDOW" --latency-lines "$LINES" \
+        --max-inflight "$MAX_INFLIGHT" "${tails[@]}" 2>&1 | tee -a "$OUT" || true
+      stop
+      rm -rf "$dir"
+    done
+  done
+done
+
+echo
+echo "summary ($OUT):"
+printf '%-16s %8s %8s %10s %9s %9s %9s %10s %10s %11s %8s\n' system series offered acked/s sustained p99_ms max_ms cpu_s/Ml anon_mib bytes/line lag_s
+grep '^RESULT' "$OUT" | awk '{
+  for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
+  printf "%-16s %8s %8.0f %10.0f %9s %9.1f %9.1f %10.2f %10.0f %11.1f %8s\n", v["target"], v["series"], v["rate"], v["acked_per_s"], v["sustained"],
+    v["p99_ms"], v["max_ms"], v["cpu_s_per_mline"], v["rss_anon_max_mib"], v["store_bytes_per_line"], (v["lag_max_s"] == "" ? "-" : v["lag_max_s"])
+  delete v
+}'
