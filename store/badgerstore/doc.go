@@ -101,8 +101,8 @@
 // head in memory. There a series' in-order run joins the series' last
 // head run when both name x_seqs (synced tables), the last one is in
 // order too (nothing of the series lies between them), no gap run of the
-// same block lies between them, the joined run stays within 1,024
-// entries, and the time between them is at most twice the series' step
+// same block lies between them, the joined run stays within 128
+// entries (a look-up decodes a whole run), and the time between them is at most twice the series' step
 // (the smallest time between two of its points so far): a regular
 // series' points, one per commit, form one run, while concurrent
 // writers' batches of a series committed out of order keep their gap,
@@ -120,7 +120,7 @@
 // first (it walks stored runs), and so does Close, so that a restart
 // replays nothing. So a point costs the LSM tree 1/B of a record (B the
 // points of its block) plus 1/J of a run key (J the points a head run
-// joins before a flush: up to 1,024, and with S series and H entries
+// joins before a flush: up to 128, and with S series and H entries
 // about H/S), whatever the size of the store: ingestd_store_keys_written_total
 // against ingestd_ilp_lines_total shows it. Unsynced tables' runs name
 // a block each and do not join: they cost one run key per series and
