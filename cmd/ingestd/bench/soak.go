@@ -187,6 +187,7 @@ type soakTail struct {
 	table    string
 	rows     atomic.Int64
 	newest   atomic.Int64 // ns timestamp of the newest row read
+	maxAge   atomic.Int64 // the window's largest age of a page's newest row when it arrived (ns)
 	caughtUp atomic.Bool  // the last page ended at the watermark
 	err      atomic.Pointer[error]
 }
@@ -206,6 +207,9 @@ func (c *soakTail) run(ctx context.Context, api *client.Client, limit int) {
 			c.rows.Add(int64(n))
 			if ts, ok := lastLineTime(pg.Body); ok {
 				c.newest.Store(ts)
+				age := time.Now().UnixNano() - ts
+				for old := c.maxAge.Load(); age > old && !c.maxAge.CompareAndSwap(old, age); old = c.maxAge.Load() {
+				}
 			}
 		}
 		c.caughtUp.Store(!pg.More)
@@ -213,13 +217,17 @@ func (c *soakTail) run(ctx context.Context, api *client.Client, limit int) {
 	}
 }
 
-// lag is how far behind c is at now: 0 when its last page reached the
-// watermark, else the age of the newest row it read.
+// lag is how far behind c was over the window ending at now, and starts
+// the next: the largest age a page's newest row had when it arrived (a
+// row is stamped with the time it was due, so this counts the write's
+// latency too), or the age of the newest row read when c is behind the
+// watermark now.
 func (c *soakTail) lag(now time.Time, start int64) time.Duration {
-	if c.caughtUp.Load() {
-		return 0
+	lag := time.Duration(c.maxAge.Swap(0))
+	if !c.caughtUp.Load() {
+		lag = max(lag, now.Sub(time.Unix(0, max(c.newest.Load(), start))))
 	}
-	return now.Sub(time.Unix(0, max(c.newest.Load(), start)))
+	return lag
 }
 
 // lastLineTime is the timestamp of the last ILP line in b (its last
@@ -373,7 +381,16 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 	windows, good := 0, 0
 	var worstLag time.Duration
 	var peakAnon, peakFile int64 = -1, -1
-	report := func(now time.Time, offered int64) {
+	// The requests due by at: offered load follows the schedule, whether
+	// or not the pacer could send them (a slot free) on time.
+	dueBy := func(at time.Time) int64 {
+		if at.Before(start) {
+			return 0
+		}
+		return min(total, int64(at.Sub(start)/every)+1)
+	}
+	report := func(now time.Time) {
+		offered := int64(lines) * (dueBy(now) - dueBy(winStart))
 		mu.Lock()
 		w := win
 		win = soakWindow{}
@@ -403,21 +420,29 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 		prev = s
 	}
 
-	nextReport := start.Add(cfg.window)
-	var offeredWin int64
+	// Windows end on the clock, whatever the pacer waits for; the last
+	// one, reported once every answer is in, holds the rest of the run.
+	stopReports, reportsDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(reportsDone)
+		for k := 1; time.Duration(k)*cfg.window < cfg.soakDuration; k++ {
+			if !sleepUntil(stopReports, start.Add(time.Duration(k)*cfg.window)) {
+				return
+			}
+			report(time.Now())
+		}
+	}()
+	defer func() {
+		select {
+		case <-stopReports:
+		default:
+			close(stopReports)
+		}
+		<-reportsDone
+	}()
 	buf := make([]byte, 0, lines*256)
 	for i := int64(0); i < total; i++ {
 		due := start.Add(time.Duration(i) * every)
-		for due.After(nextReport) { // windows end while waiting for the next request
-			if w := time.Until(nextReport); w > 0 {
-				if !sleepCtx(ctx, w) {
-					return ctx.Err()
-				}
-			}
-			report(nextReport, offeredWin)
-			offeredWin = 0
-			nextReport = nextReport.Add(cfg.window)
-		}
 		if w := time.Until(due); w > 0 && !sleepCtx(ctx, w) {
 			return ctx.Err()
 		}
@@ -429,7 +454,6 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 		late = max(late, time.Since(due))
 		buf = g.appendLines(buf[:0], i*int64(lines), lines)
 		body := bytes.Clone(buf)
-		offeredWin += int64(lines)
 		wg.Go(func() {
 			defer func() { <-slots }()
 			code, err := t.postOnce(ctx, body)
@@ -438,7 +462,9 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 	}
 	wg.Wait()
 	end := time.Now()
-	report(end, offeredWin)
+	close(stopReports)
+	<-reportsDone
+	report(end)
 
 	// Let the consumers read what was acknowledged (each table's share
 	// when they tail them all).
@@ -499,7 +525,7 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 	if len(tails) > 0 {
 		res.set("tails", len(tails))
 		res.set("lag_max_s", worstLag.Seconds())
-		fmt.Fprintf(out, "tailing consumers: %d, lag at most %.2f s at a window's end; %d rows read\n", len(tails), worstLag.Seconds(), consumed())
+		fmt.Fprintf(out, "tailing consumers: %d, lag at most %.2f s (the age of the newest row read, due time to arrival); %d rows read\n", len(tails), worstLag.Seconds(), consumed())
 		if want > 0 && consumed() < want {
 			return fmt.Errorf("the tailing consumers read %d rows, %d lines were acknowledged", consumed(), want)
 		}
@@ -521,6 +547,18 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 }
 
 func ms(d time.Duration) float64 { return d.Seconds() * 1000 }
+
+// sleepUntil sleeps until t; false when stop was closed first.
+func sleepUntil(stop <-chan struct{}, t time.Time) bool {
+	tm := time.NewTimer(time.Until(t))
+	defer tm.Stop()
+	select {
+	case <-stop:
+		return false
+	case <-tm.C:
+		return true
+	}
+}
 
 // sleepCtx sleeps d; false when ctx ended first.
 func sleepCtx(ctx context.Context, d time.Duration) bool {
