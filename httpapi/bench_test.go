@@ -85,3 +85,34 @@ func BenchmarkEncodeRows(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkEncodeLines renders a line-protocol drain page of 10,000
+// TSBS cpu rows per op (tags in key order, as line writes them).
+func BenchmarkEncodeLines(b *testing.B) {
+	cols := []feed.Column{{Name: "time"}}
+	for _, n := range []string{"arch", "datacenter", "hostname", "os", "rack", "region", "service", "service_environment", "service_version", "team"} {
+		cols = append(cols, feed.Column{Name: n})
+	}
+	for _, n := range []string{"usage_user", "usage_system", "usage_idle", "usage_nice", "usage_iowait", "usage_irq", "usage_softirq", "usage_steal", "usage_guest", "usage_guest_nice"} {
+		cols = append(cols, feed.Column{Name: n})
+	}
+	cols = append(cols, feed.Column{Name: "x_seq"})
+	rows := benchRows(10_000, false)
+	enc := encoder{buf: make([]byte, 0, 64<<10)}
+	page := func() {
+		enc.buf = enc.buf[:0]
+		for _, r := range rows {
+			if !enc.line("cpu", cols, r) {
+				b.Fatal("no field")
+			}
+		}
+	}
+	page()
+	b.SetBytes(int64(len(enc.buf)))
+	b.ReportAllocs()
+	for b.Loop() {
+		enc = encoder{buf: enc.buf[:0]}
+		page()
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/10_000, "ns/row")
+}

@@ -101,6 +101,10 @@ type encoder struct {
 	// text, copied without being scanned again. Holding the string
 	// keeps its memory from being reused for another.
 	plain [256]string
+	// byName is the order of lpCols by name: line writes a row's tags in
+	// key order, and every row of a page has the same columns.
+	lpCols []feed.Column
+	byName []int
 }
 
 // plainSlot returns the slot of e.plain for s's address (a Fibonacci
@@ -423,24 +427,20 @@ func (e *encoder) object(cols []feed.Column, vals []feed.Value) {
 func (e *encoder) line(table string, cols []feed.Column, vals []feed.Value) bool {
 	start := len(e.buf)
 	e.buf = appendLPEscaped(e.buf, table, ", ")
-	// Tag columns are few; a selection sort keeps them in key order
-	// without allocating.
-	last := ""
-	for {
-		next := -1
-		for i, v := range vals {
-			if v.Kind == feed.KindTag && v.Str != "" && cols[i].Name > last && (next < 0 || cols[i].Name < cols[next].Name) {
-				next = i
-			}
+	if len(cols) != len(e.lpCols) || (len(cols) > 0 && &cols[0] != &e.lpCols[0]) {
+		e.lpCols, e.byName = cols, e.byName[:0]
+		for i := range cols {
+			e.byName = append(e.byName, i)
 		}
-		if next < 0 {
-			break
+		slices.SortFunc(e.byName, func(a, b int) int { return strings.Compare(cols[a].Name, cols[b].Name) })
+	}
+	for _, i := range e.byName {
+		if v := vals[i]; v.Kind == feed.KindTag && v.Str != "" {
+			e.buf = append(e.buf, ',')
+			e.buf = appendLPEscaped(e.buf, cols[i].Name, ",= ")
+			e.buf = append(e.buf, '=')
+			e.buf = appendLPEscaped(e.buf, v.Str, ",= ")
 		}
-		last = cols[next].Name
-		e.buf = append(e.buf, ',')
-		e.buf = appendLPEscaped(e.buf, last, ",= ")
-		e.buf = append(e.buf, '=')
-		e.buf = appendLPEscaped(e.buf, vals[next].Str, ",= ")
 	}
 	sep := byte(' ')
 	var ts int64
@@ -488,6 +488,9 @@ func (e *encoder) line(table string, cols []feed.Column, vals []feed.Value) bool
 
 // appendLPEscaped appends s with a backslash before each byte in special.
 func appendLPEscaped(b []byte, s, special string) []byte {
+	if !strings.ContainsAny(s, special) { // the usual case: one scan, one copy
+		return append(b, s...)
+	}
 	for i := 0; i < len(s); i++ {
 		c := s[i]
 		if strings.IndexByte(special, c) >= 0 {
