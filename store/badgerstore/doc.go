@@ -55,6 +55,7 @@
 //	'd' tid sid ts                -> overwrite marker: (series, ts) holds more than one fragment
 //	'w'                           -> torn mark: a commit split over transactions is being written (its tables)
 //	'k' tid n                     -> head record: the series runs of the table's n-th commit since the last head flush
+//	'r', 'r' 0, 'p', 'p' 0        -> keyspace floors (empty): where a reverse seek that finds nothing stops (layout.go)
 //	'c' name 0x00 consumer        -> a named consumer's acknowledged position (JSON)
 //	'h' tid                       -> the instance's feed history horizon (uvarint; absent: 1)
 //	'x' tid                       -> drop mark: the instance's keys are being removed (empty value)

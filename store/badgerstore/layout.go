@@ -39,6 +39,17 @@ const layoutVersion = 4
 
 var errShort = errors.New("truncated encoding")
 
+// A keyspace's floor is two empty keys below all of its keys, its tag
+// alone and its tag and a zero byte ('r', 'r' 0; 'p', 'p' 0), written by
+// Open. A reverse badger iterator does not stop at its prefix: a seek
+// that finds no live key of the keyspace at or below its target walks
+// on, key by key, past every deleted key and every version newer than
+// its view (a split commit's own writes), until it holds two live keys,
+// whatever their keyspace: a backfill's look-ups then cost the size of
+// the commit each. The floor's two live keys end that walk. Scans of a
+// whole keyspace skip them (keyspaceFloor).
+func keyspaceFloor(k []byte) bool { return len(k) <= 2 }
+
 func metaKey(name string) []byte { return append([]byte{ksMeta}, name...) }
 
 // tableKey returns ks|tid|a (17 bytes).

@@ -473,6 +473,9 @@ func (db *DB) rebuildEntries(tids []uint64) (int, error) {
 		for it.Rewind(); it.Valid(); it.Next() {
 			item := it.Item()
 			key := item.KeyCopy(nil)
+			if keyspaceFloor(key) {
+				continue
+			}
 			if len(key) != 25 {
 				it.Close()
 				return 0, &store.CorruptionError{Key: key, Err: errShort}

@@ -430,6 +430,19 @@ func (db *DB) load() error {
 				db.upgradeFrom = ver // the mark is raised once the entries are converted (upgrade)
 			}
 		}
+		// The floors of the keyspaces look-ups seek backwards in (see
+		// keyspaceFloor).
+		for _, ks := range []byte{ksRun, ksPoint} {
+			for _, k := range [][]byte{{ks}, {ks, 0}} {
+				if _, err := txn.Get(k); errors.Is(err, badger.ErrKeyNotFound) {
+					if err := txn.Set(k, nil); err != nil {
+						return err
+					}
+				} else if err != nil {
+					return err
+				}
+			}
+		}
 		for _, c := range []struct {
 			key []byte
 			dst *uint64
