@@ -291,7 +291,7 @@
 // pausing after each as long as rewriting that file takes at
 // --store-gc-max-bytes-per-second; a background loop calls it every
 // --store-gc-interval (2 s). badger never collects the file it is
-// writing, so --store-value-log-max-entries (16 values) starts a new file
+// writing, so --store-value-log-max-entries (256 values) starts a new file
 // sooner than the 256 MiB size limit would: this bounds the garbage the
 // newest file can hold. (badger's size limit is also its largest value,
 // so it stays at store.MaxValueBytes: a count is the bound that leaves a

@@ -39,14 +39,15 @@ const (
 	// DefaultGCMaxBytesPerSecond bounds the collector's I/O.
 	DefaultGCMaxBytesPerSecond = 64 << 20
 	// DefaultValueLogMaxEntries is how many values a value-log file holds
-	// at most before badger starts the next one. 16 blocks (a block is one
-	// table's fragments of one group commit, when above 4 KiB) keep the
-	// garbage the newest file can hold, which the collector never
-	// rewrites, below what one round of `ingestd diskbench` writes (README
-	// "Disk given back"), at the cost of many small files: about 0.9 MB
-	// each under a TSBS load (46 files for 40 MB of value log), each an
-	// open descriptor and a memory mapping.
-	DefaultValueLogMaxEntries = 16
+	// at most before badger starts the next one. The newest file's
+	// garbage is never collected, so fewer means space back sooner; but
+	// every file is a creation (a mapping sized for the largest value,
+	// synced), a descriptor and a mapping, and under many small commits
+	// (a block per table per commit) 16 made a file every two commits:
+	// a quarter of the server's CPU in a soak, and Linux's mapping limit
+	// near 12 GB of value log. 256 holds about three rounds of `ingestd
+	// diskbench` (README "Disk given back").
+	DefaultValueLogMaxEntries = 256
 )
 
 // Config configures the store.
