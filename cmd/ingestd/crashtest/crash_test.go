@@ -1052,6 +1052,7 @@ func (r *crashRun) final() {
 	require.Equal(t, 0, r.p.terminate(t, 60*time.Second), "SIGTERM: exit code\n%s", r.p.log(t))
 	requireCleanLog(t, r.p.log(t))
 	r.start()
+	final := time.Now()
 	r.verify(-1, sessions[httpWriters:])
 	// A clean stop loses no TCP line that was read.
 	src := r.sourceRows()
@@ -1070,6 +1071,7 @@ func (r *crashRun) final() {
 		})
 		require.Equal(t, r.c.seqs[ti].n, n, "%s: x_seq seen by the consumer are missing from the feed", crashTables[ti])
 	}
+	t.Logf("final verification (every table compared with the model, then drained from 0) took %s", time.Since(final).Round(time.Millisecond))
 	require.Equal(t, 0, r.p.terminate(t, 60*time.Second), "SIGTERM: exit code\n%s", r.p.log(t))
 	requireCleanLog(t, r.p.log(t))
 }
