@@ -31,7 +31,8 @@ type headRun struct {
 
 func (r *headRun) last() int64 { return r.ents[len(r.ents)-1].ts }
 
-// tableHead is one table instance's head. Touched by the writer only.
+// tableHead is one table instance's head. Touched by the writer only,
+// but for entries, which DB.mu guards (metrics read it).
 type tableHead struct {
 	series  map[uint64][]*headRun // by series id: disjoint, by ascending first time
 	records [][]byte              // the head records' keys
@@ -144,8 +145,18 @@ func appendHeadRun(dst []byte, rb *runBuilder, flags byte, kind byte, base uint6
 	return append(dst, v...)
 }
 
-// apply adds the runs of head record rec (key k) to h; it returns how many
-// entries it added.
+// apply adds the runs of head record rec (key k) to st's head and counts
+// their entries.
+func (db *DB) applyHead(st *tableState, k, rec []byte) error {
+	added, err := st.head.apply(k, rec)
+	db.mu.Lock()
+	st.head.entries += added
+	db.mu.Unlock()
+	return err
+}
+
+// apply adds the runs of head record rec (key k) to h but for its entry
+// count; it returns how many entries it added.
 func (h *tableHead) apply(k, rec []byte) (int, error) {
 	if h.series == nil {
 		h.series = map[uint64][]*headRun{}
@@ -195,7 +206,6 @@ func (h *tableHead) apply(k, rec []byte) (int, error) {
 		h.series[sid] = runs
 	}
 	h.records = append(h.records, k)
-	h.entries += added
 	return added, nil
 }
 
@@ -265,9 +275,11 @@ func (db *DB) flushHeads() error {
 	if err := w.txn.Commit(); err != nil {
 		return err
 	}
+	db.mu.Lock()
 	for _, st := range sts {
 		st.head = tableHead{}
 	}
+	db.mu.Unlock()
 	db.headFlushes.Inc()
 	return nil
 }
@@ -287,10 +299,7 @@ func (db *DB) loadHeads() error {
 			tid, n := binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:])
 			db.headSeq = max(db.headSeq, n+1)
 			st := db.table(tid)
-			err := item.Value(func(v []byte) error {
-				_, err := st.head.apply(k, v)
-				return err
-			})
+			err := item.Value(func(v []byte) error { return db.applyHead(st, k, v) })
 			if err != nil {
 				return err
 			}

@@ -653,7 +653,7 @@ func (db *DB) commit(commits []store.TableCommit) error {
 	}
 	w.publishDups()
 	for _, h := range w.heads {
-		if _, err := h.st.head.apply(h.key, h.rec); err != nil {
+		if err := db.applyHead(h.st, h.key, h.rec); err != nil {
 			return err
 		}
 	}
