@@ -441,15 +441,28 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 		<-reportsDone
 	}()
 	buf := make([]byte, 0, lines*256)
+	// A request still unsent a window after the run's end is not sent
+	// (a server far behind would otherwise stretch the run by its
+	// backlog): it counts as offered and not acknowledged.
+	cutoff := start.Add(cfg.soakDuration + cfg.window)
+	var unsent int64
 	for i := int64(0); i < total; i++ {
 		due := start.Add(time.Duration(i) * every)
 		if w := time.Until(due); w > 0 && !sleepCtx(ctx, w) {
 			return ctx.Err()
 		}
+		cut, cancelCut := context.WithDeadline(ctx, cutoff)
 		select {
 		case slots <- struct{}{}:
-		case <-ctx.Done():
+		case <-cut.Done():
+		}
+		cancelCut()
+		if ctx.Err() != nil {
 			return ctx.Err()
+		}
+		if time.Now().After(cutoff) {
+			unsent = (total - i) * int64(lines)
+			break
 		}
 		late = max(late, time.Since(due))
 		buf = g.appendLines(buf[:0], i*int64(lines), lines)
@@ -497,6 +510,9 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 	fmt.Fprintf(out, "soak summary: %d lines offered over %s (%.0f lines/s): %.0f lines/s acknowledged, %d refused, %d failed; latency p50 %s, p99 %s, max %s; pacer at most %s late\n",
 		sent, dur.Round(time.Millisecond), float64(sent)/dur.Seconds(), float64(sums.acked)/dur.Seconds(), sums.refused, sums.failed,
 		all.pct(0.5).Round(100*time.Microsecond), all.pct(0.99).Round(100*time.Microsecond), all.pct(1).Round(time.Millisecond), late.Round(time.Millisecond))
+	if unsent > 0 {
+		fmt.Fprintf(out, "soak: %d lines were due but never sent: the server was more than a window behind at the run's end\n", unsent)
+	}
 	fmt.Fprintf(out, "soak windows: %d of %d met %.0f %% acknowledged with p99 <= %s (sustained: %v)\n", good, windows, soakAckShare*100, soakP99, good == windows)
 	res.set("rate", cfg.rate)
 	res.set("series", len(g.prefixes))
@@ -504,6 +520,7 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 	res.set("acked_per_s", float64(sums.acked)/dur.Seconds())
 	res.set("refused", sums.refused)
 	res.set("failed", sums.failed)
+	res.set("unsent", unsent)
 	res.set("p50_ms", all.pct(0.5))
 	res.set("p99_ms", all.pct(0.99))
 	res.set("max_ms", all.pct(1))
