@@ -267,7 +267,7 @@ func (db *DB) flushHeads() error {
 	}
 	for _, st := range sts {
 		for _, k := range st.head.records {
-			if err := w.del(k); err != nil {
+			if err := w.delete(k); err != nil {
 				return err
 			}
 		}

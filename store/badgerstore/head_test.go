@@ -10,7 +10,7 @@ import (
 )
 
 // keysIn counts the keys of keyspace ks of table instance tid.
-func keysIn(t *testing.T, db *DB, ks byte, tid uint64) int {
+func keysIn(t testing.TB, db *DB, ks byte, tid uint64) int {
 	t.Helper()
 	n := 0
 	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {

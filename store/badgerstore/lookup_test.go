@@ -6,7 +6,6 @@ import (
 	"strconv"
 	"testing"
 
-	"github.com/dgraph-io/badger/v4"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
@@ -520,16 +519,4 @@ func (s *seqTable) commit(tb testing.TB, frags ...store.Fragment) {
 }
 
 // pointEntries counts table instance tid's point-index entries.
-func pointEntries(tb testing.TB, db *DB, tid uint64) int {
-	tb.Helper()
-	n := 0
-	require.NoError(tb, db.bdb.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksPoint, tid)})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			n++
-		}
-		return nil
-	}))
-	return n
-}
+func pointEntries(tb testing.TB, db *DB, tid uint64) int { return keysIn(tb, db, ksPoint, tid) }

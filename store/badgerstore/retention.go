@@ -461,6 +461,7 @@ func (w *committer) rewriteBlock(view *badger.Txn, b *sweepBlock) (int, error) {
 // delete deletes k, committing and starting a new transaction when the
 // current one is full.
 func (w *committer) delete(k []byte) error {
+	w.db.keysWritten.Inc()
 	err := w.txn.Delete(k)
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		if err := w.split(); err != nil {

@@ -701,19 +701,6 @@ func (w *committer) set(k, v []byte) error {
 	return err
 }
 
-// del deletes k as set writes.
-func (w *committer) del(k []byte) error {
-	w.db.keysWritten.Inc()
-	err := w.txn.Delete(k)
-	if errors.Is(err, badger.ErrTxnTooBig) {
-		if err := w.split(); err != nil {
-			return err
-		}
-		err = w.txn.Delete(k)
-	}
-	return err
-}
-
 // split commits the transaction so far and starts the next one. The first
 // split of a commit that writes tables (w.tids) durably marks it torn
 // first ('w': the tables' ids), and its last transaction deletes the mark:
