@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The status page at / in a real browser (issue 17): installs Debian's
+# The status page at / in a real browser: installs Debian's
 # chromium, then runs TestStatusPageChromium (cmd/ingestd/status_test.go),
 # which starts ingestd with known tables, a busy writer and a lagging
 # consumer, checks the DOM headless Chromium built (--dump-dom) and that it

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Real Telegraf against ingestd (SPEC §3): builds Telegraf v1.37 from the Go
+# Real Telegraf against ingestd (its InfluxDB outputs): builds Telegraf v1.37 from the Go
 # module proxy as a custom build with only the plugins the test needs, then
 # runs TestTelegraf (cmd/ingestd/clients_test.go), which starts ingestd (and
 # one with --auth-file and TLS for the token variants) and runs Telegraf once

@@ -29,7 +29,7 @@
 # gives ingestd-retention / ingestd and the aging rows the sweeper removed
 # before the harness started and during its run.
 #
-# ingestd-js1 and ingestd-js2 are ingestd on --store=jetstream (issue 14):
+# ingestd-js1 and ingestd-js2 are ingestd on --store=jetstream:
 # each measurement starts a fresh 3-server NATS cluster on loopback
 # (nats-server built from go.mod's module, file storage, sync_interval:
 # always, replicas 3) and 1 or 2 ingestd nodes in front of it; with 2 the
