@@ -102,9 +102,15 @@ type encoder struct {
 	// keeps its memory from being reused for another.
 	plain [256]string
 	// byName is the order of lpCols by name: line writes a row's tags in
-	// key order, and every row of a page has the same columns.
-	lpCols []feed.Column
-	byName []int
+	// key order, and every row of a page has the same columns. lpKeys
+	// holds each column's name escaped as an ILP key followed by '=',
+	// and lpTable the measurement escaped: made once per page, not per
+	// row.
+	lpCols  []feed.Column
+	byName  []int
+	lpKeys  [][]byte
+	lpName  string
+	lpTable []byte
 }
 
 // plainSlot returns the slot of e.plain for s's address (a Fibonacci
@@ -426,20 +432,23 @@ func (e *encoder) object(cols []feed.Column, vals []feed.Value) {
 // nothing, when the row has no field value.
 func (e *encoder) line(table string, cols []feed.Column, vals []feed.Value) bool {
 	start := len(e.buf)
-	e.buf = appendLPEscaped(e.buf, table, ", ")
+	if table != e.lpName || e.lpTable == nil {
+		e.lpName, e.lpTable = table, appendLPEscaped(e.lpTable[:0], table, &lpMeasurementSpecial)
+	}
+	e.buf = append(e.buf, e.lpTable...)
 	if len(cols) != len(e.lpCols) || (len(cols) > 0 && &cols[0] != &e.lpCols[0]) {
-		e.lpCols, e.byName = cols, e.byName[:0]
+		e.lpCols, e.byName, e.lpKeys = cols, e.byName[:0], e.lpKeys[:0]
 		for i := range cols {
 			e.byName = append(e.byName, i)
+			e.lpKeys = append(e.lpKeys, append(appendLPEscaped(nil, cols[i].Name, &lpKeySpecial), '='))
 		}
 		slices.SortFunc(e.byName, func(a, b int) int { return strings.Compare(cols[a].Name, cols[b].Name) })
 	}
 	for _, i := range e.byName {
 		if v := vals[i]; v.Kind == feed.KindTag && v.Str != "" {
 			e.buf = append(e.buf, ',')
-			e.buf = appendLPEscaped(e.buf, cols[i].Name, ",= ")
-			e.buf = append(e.buf, '=')
-			e.buf = appendLPEscaped(e.buf, v.Str, ",= ")
+			e.buf = append(e.buf, e.lpKeys[i]...)
+			e.buf = appendLPEscaped(e.buf, v.Str, &lpKeySpecial)
 		}
 	}
 	sep := byte(' ')
@@ -455,8 +464,7 @@ func (e *encoder) line(table string, cols []feed.Column, vals []feed.Value) bool
 		}
 		e.buf = append(e.buf, sep)
 		sep = ','
-		e.buf = appendLPEscaped(e.buf, cols[i].Name, ",= ")
-		e.buf = append(e.buf, '=')
+		e.buf = append(e.buf, e.lpKeys[i]...)
 		switch v.Kind {
 		case feed.KindFloat:
 			e.buf = appendFloat(e.buf, v.Float())
@@ -470,7 +478,7 @@ func (e *encoder) line(table string, cols []feed.Column, vals []feed.Value) bool
 			e.buf = strconv.AppendBool(e.buf, v.Num != 0)
 		case feed.KindString:
 			e.buf = append(e.buf, '"')
-			e.buf = appendLPEscaped(e.buf, v.Str, `"\`)
+			e.buf = appendLPEscaped(e.buf, v.Str, &lpStringSpecial)
 			e.buf = append(e.buf, '"')
 		}
 	}
@@ -486,17 +494,35 @@ func (e *encoder) line(table string, cols []feed.Column, vals []feed.Value) bool
 	return true
 }
 
-// appendLPEscaped appends s with a backslash before each byte in special.
-func appendLPEscaped(b []byte, s, special string) []byte {
-	if !strings.ContainsAny(s, special) { // the usual case: one scan, one copy
-		return append(b, s...)
+// lpSpecial marks the bytes ILP escapes with a backslash in one kind of
+// token.
+type lpSpecial [256]bool
+
+func newLPSpecial(bytes string) (s lpSpecial) {
+	for i := 0; i < len(bytes); i++ {
+		s[bytes[i]] = true
 	}
-	for i := 0; i < len(s); i++ {
-		c := s[i]
-		if strings.IndexByte(special, c) >= 0 {
+	return s
+}
+
+var (
+	lpMeasurementSpecial = newLPSpecial(", ")
+	lpKeySpecial         = newLPSpecial(",= ") // tag keys, tag values, field keys
+	lpStringSpecial      = newLPSpecial(`"\`)  // string field values
+)
+
+// appendLPEscaped appends s with a backslash before each byte in special.
+func appendLPEscaped(b []byte, s string, special *lpSpecial) []byte {
+	i := 0
+	for i < len(s) && !special[s[i]] {
+		i++
+	}
+	b = append(b, s[:i]...) // the usual case: all of s, one scan and one copy
+	for ; i < len(s); i++ {
+		if special[s[i]] {
 			b = append(b, '\\')
 		}
-		b = append(b, c)
+		b = append(b, s[i])
 	}
 	return b
 }
