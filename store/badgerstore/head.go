@@ -3,6 +3,7 @@ package badgerstore
 import (
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"math"
 	"sort"
 
@@ -226,8 +227,52 @@ func (r *headRun) encode() []byte {
 	return rb.encode(r.kind, base)
 }
 
-// headEntries is the number of run entries every table's head holds.
+// heads is what a commit's look-ups consult of a table's heads: the live
+// one and the sealed one a background flush is storing (nil when none).
+type heads struct{ live, sealed *tableHead }
+
+// before returns the series' head run with the greatest first time at or
+// below ts in either head and the least first time above ts
+// (math.MaxInt64 when none).
+func (h heads) before(sid uint64, ts int64) (*headRun, int64) {
+	r, next := h.live.before(sid, ts)
+	s, snext := h.sealed.before(sid, ts)
+	if r == nil || (s != nil && s.ents[0].ts > r.ents[0].ts) {
+		r = s
+	}
+	return r, min(next, snext)
+}
+
+// last returns the series' highest time in either head (ok false when
+// neither holds the series).
+func (h heads) last(sid uint64) (ts int64, ok bool) {
+	ts = math.MinInt64
+	for _, r := range []*headRun{h.live.top(sid), h.sealed.top(sid)} {
+		if r != nil {
+			ts, ok = max(ts, r.last()), true
+		}
+	}
+	return ts, ok
+}
+
+// headEntries is the number of run entries every table's heads hold,
+// live and sealed.
 func (db *DB) headEntries() int {
+	db.mu.Lock()
+	defer db.mu.Unlock()
+	n := 0
+	for _, st := range db.tables {
+		n += st.head.entries
+		if st.sealed != nil {
+			n += st.sealed.entries
+		}
+	}
+	return n
+}
+
+// liveHeadEntries is the number of run entries the live heads hold.
+// Writer only.
+func (db *DB) liveHeadEntries() int {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	n := 0
@@ -237,51 +282,126 @@ func (db *DB) headEntries() int {
 	return n
 }
 
-// flushHeads stores every table's head runs as run keys and deletes the
-// head records, then empties the heads. The records go last, in the last
-// transaction: a crash before leaves them, and Open rebuilds the same
-// runs and writes the same keys again. Writer only.
-func (db *DB) flushHeads() error {
+// headFlush is a flush of sealed heads, run by storeHeads in the
+// background (startFlush) or inline (flushHeads).
+type headFlush struct {
+	sts  []*tableState
+	tids []uint64
+	done chan struct{} // closed when storeHeads returned, err set
+	err  error
+}
+
+// seal makes every table's live head with entries or records its sealed
+// head, starts empty live heads and returns the flush that is to store
+// them (nil when there is nothing to store). No flush may be in progress.
+// Writer only.
+func (db *DB) seal() *headFlush {
+	f := &headFlush{done: make(chan struct{})}
 	db.mu.Lock()
-	var sts []*tableState
-	var tids []uint64
+	defer db.mu.Unlock()
 	for tid, st := range db.tables {
 		if st.head.entries > 0 || len(st.head.records) > 0 {
-			sts, tids = append(sts, st), append(tids, tid)
+			sealed := st.head
+			st.sealed, st.head = &sealed, tableHead{}
+			f.sts, f.tids = append(f.sts, st), append(f.tids, tid)
 		}
 	}
-	db.mu.Unlock()
-	if len(sts) == 0 {
+	if len(f.sts) == 0 {
 		return nil
 	}
+	db.flush = f
+	return f
+}
+
+// startFlush seals the live heads and stores them in the background,
+// while commits go on into new live heads: look-ups consult both until
+// the flush has ended and the next commit's view sees its run keys
+// (reapFlush). A flush still in progress is waited for first, which
+// bounds the heads' memory at twice Config.HeadMaxEntries. Writer only.
+func (db *DB) startFlush() error {
+	if err := db.reapFlush(true); err != nil {
+		return err
+	}
+	if f := db.seal(); f != nil {
+		go func() {
+			f.err = db.storeHeads(f)
+			close(f.done)
+		}()
+	}
+	return nil
+}
+
+// flushHeads stores every table's heads as run keys before it returns:
+// a retention sweep walks stored runs, and Close leaves nothing to
+// replay. Writer only.
+func (db *DB) flushHeads() error {
+	if err := db.reapFlush(true); err != nil {
+		return err
+	}
+	if f := db.seal(); f != nil {
+		f.err = db.storeHeads(f)
+		close(f.done)
+	}
+	return db.reapFlush(true)
+}
+
+// reapFlush ends the flush in progress once it is done (at once unless
+// wait, which waits for it): the sealed heads it stored go, the next
+// look-up view seeing their run keys. A flush that failed leaves the
+// store's records in place for Open to replay and its error sticks:
+// every later commit returns it, as the heads no longer match what is
+// stored. Writer only.
+func (db *DB) reapFlush(wait bool) error {
+	f := db.flush
+	if f == nil {
+		return db.flushErr
+	}
+	if !wait {
+		select {
+		case <-f.done:
+		default:
+			return nil
+		}
+	}
+	<-f.done
+	db.flush = nil
+	if f.err != nil {
+		db.flushErr = fmt.Errorf("store the head's runs: %w", f.err)
+		return db.flushErr
+	}
+	db.mu.Lock()
+	for _, st := range f.sts {
+		st.sealed = nil
+	}
+	db.mu.Unlock()
+	db.headFlushes.Inc()
+	return nil
+}
+
+// storeHeads writes every run of f's sealed heads as a run key and
+// deletes their head records, the records last, in the last transaction:
+// a crash before leaves them, and Open rebuilds the same runs and writes
+// the same keys again. The sealed heads do not change while it runs.
+func (db *DB) storeHeads(f *headFlush) error {
 	w := &committer{db: db, txn: db.bdb.NewTransaction(true)}
 	defer func() { w.txn.Discard() }()
-	for i, st := range sts {
-		for sid, runs := range st.head.series {
+	for i, st := range f.sts {
+		for sid, runs := range st.sealed.series {
 			for _, r := range runs {
-				if err := w.set(pointKey(nil, ksRun, tids[i], sid, r.ents[0].ts), r.encode()); err != nil {
+				if err := w.set(pointKey(nil, ksRun, f.tids[i], sid, r.ents[0].ts), r.encode()); err != nil {
 					return err
 				}
 			}
 		}
 	}
-	for _, st := range sts {
-		for _, k := range st.head.records {
+	for _, st := range f.sts {
+		for _, k := range st.sealed.records {
 			if err := w.delete(k); err != nil {
 				return err
 			}
 		}
 	}
-	if err := w.txn.Commit(); err != nil {
-		return err
-	}
-	db.mu.Lock()
-	for _, st := range sts {
-		st.head = tableHead{}
-	}
-	db.mu.Unlock()
-	db.headFlushes.Inc()
-	return nil
+	return w.txn.Commit()
 }
 
 // loadHeads rebuilds every table's head from the head records Open finds

@@ -71,8 +71,8 @@ type lookup struct {
 	key   []byte
 	runs  map[uint64]storedRun // by series id, for the current table
 	tid   uint64
-	head  *tableHead // the current table's head: runs not stored as keys yet
-	fetch fetcher    // the fragments whose fields a point's union starts from
+	heads heads   // the current table's heads: runs not stored as keys yet
+	fetch fetcher // the fragments whose fields a point's union starts from
 }
 
 // storedRun is a stored series run, decoded: the fragments it names in
@@ -123,7 +123,7 @@ func (l *lookup) close() {
 // table starts the lookups of table instance tid, whose state is st (the
 // decoded runs of the previous table are dropped).
 func (l *lookup) table(tid uint64, st *tableState) {
-	l.head = &st.head
+	l.heads = heads{&st.head, st.sealed}
 	if l.tid != tid || l.runs == nil {
 		l.tid, l.runs = tid, map[uint64]storedRun{}
 		l.fetch.close()
@@ -179,7 +179,7 @@ func (l *lookup) runBefore(sid uint64, ts int64) (storedRun, error) {
 	l.open()
 	l.db.stats.runSeeks.Add(1)
 	var r storedRun
-	if h, _ := l.head.before(sid, ts); h != nil {
+	if h, _ := l.heads.before(sid, ts); h != nil {
 		r = h.ents
 	}
 	prefix := tableKey(ksRun, l.tid, sid)
@@ -224,7 +224,7 @@ func (l *lookup) gap(sid uint64, ts int64) (lo, hi int64, ok bool, err error) {
 		lo = before[len(before)-1].ts
 	}
 	l.db.stats.gapSeeks.Add(2)
-	_, hi = l.head.before(sid, ts)
+	_, hi = l.heads.before(sid, ts)
 	prefix := tableKey(ksRun, l.tid, sid)
 	l.key = pointKey(l.key, ksRun, l.tid, sid, ts)
 	if l.fwdIt.Seek(l.key); l.fwdIt.Valid() && bytes.HasPrefix(l.fwdIt.Item().Key(), prefix) {
@@ -269,8 +269,8 @@ func (l *lookup) maxTs(sid uint64) (int64, error) {
 	l.open()
 	l.db.stats.maxSeeks.Add(2)
 	hi := int64(math.MinInt64)
-	if r := l.head.top(sid); r != nil {
-		hi = r.last()
+	if ts, ok := l.heads.last(sid); ok {
+		hi = ts
 	}
 	last := pointKey(nil, ksPoint, l.tid, sid, math.MaxInt64)
 	if l.ptIt.Seek(last); l.ptIt.Valid() && bytes.HasPrefix(l.ptIt.Item().Key(), last[:17]) {

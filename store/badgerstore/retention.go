@@ -133,7 +133,7 @@ func (db *DB) sweepBefore(tid uint64, cutoff int64, maxFragments int) (store.Swe
 		return store.SweepResult{}, err
 	}
 	// The sweep walks stored runs: the head's become run keys first.
-	if st := db.table(tid); len(st.head.records) > 0 {
+	if st := db.table(tid); len(st.head.records) > 0 || st.sealed != nil {
 		if err := db.flushHeads(); err != nil {
 			return store.SweepResult{}, err
 		}

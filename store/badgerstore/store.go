@@ -194,6 +194,10 @@ type DB struct {
 	headSeq     uint64
 	headMax     int
 	headFlushes prometheus.Counter
+	// flush is the head flush in progress (nil when none) and flushErr
+	// the error of one that failed (head.go, reapFlush). Writer only.
+	flush    *headFlush
+	flushErr error
 	// keysWritten counts the keys commits and flushes write (LSM writes).
 	keysWritten prometheus.Counter
 	// upgradeFrom is the layout version Open found when older than
@@ -227,6 +231,10 @@ type tableState struct {
 	// head holds the series runs of commits since the last flush
 	// (head.go); touched by Commit only.
 	head tableHead
+	// sealed is the head a background flush is storing (nil when
+	// none): set and cleared by the writer under DB.mu, read by the
+	// writer and the flush.
+	sealed *tableHead
 
 	// dups holds the points holding more than one fragment, each with its
 	// point-index entry as last written by this process ("" when it was
@@ -605,6 +613,10 @@ func (db *DB) putMeta(m store.TableMeta) error {
 // dropTableData deletes every fragment, series and index entry of table
 // instance tid. It blocks writes while it runs (badger DropPrefix).
 func (db *DB) dropTableData(tid uint64) error {
+	// A flush in progress may be storing the instance's runs.
+	if err := db.reapFlush(true); err != nil {
+		return err
+	}
 	db.mu.Lock()
 	delete(db.tables, tid)
 	db.mu.Unlock()
@@ -625,6 +637,11 @@ func (db *DB) dropTableData(tid uint64) error {
 // file system has less than Config.MinFreeBytes free.
 func (db *DB) commit(commits []store.TableCommit) error {
 	if err := db.checkSpace(); err != nil {
+		return err
+	}
+	// Before any look-up: a flush that has ended is seen by this
+	// commit's view, and its sealed heads go.
+	if err := db.reapFlush(false); err != nil {
 		return err
 	}
 	w := &committer{db: db, txn: db.bdb.NewTransaction(true), look: lookup{db: db}, body: db.blockBody, offs: db.blockOffs}
@@ -657,8 +674,8 @@ func (db *DB) commit(commits []store.TableCommit) error {
 			return err
 		}
 	}
-	if db.headEntries() >= db.headMax {
-		return db.flushHeads()
+	if db.liveHeadEntries() >= db.headMax {
+		return db.startFlush()
 	}
 	return nil
 }
