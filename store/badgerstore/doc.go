@@ -113,11 +113,16 @@
 // time the smaller.
 //
 // When the heads hold Config.HeadMaxEntries entries (one per new point;
-// --store-head-max-entries, 1 Mi by default, about 40 MiB), a flush
-// writes every head run as a run key and deletes the records, the
-// records last: a crash before they go leaves them, and Open rebuilds
-// the same heads from them (in record order, joins as recorded) and the
-// next flush writes the same keys. A retention sweep of a table flushes
+// --store-head-max-entries, 1 Mi by default, about 40 MiB), the commit
+// seals them and a flush writes every sealed run as a run key and
+// deletes the records, the records last, in the background: commits go
+// on into new live heads meanwhile, their look-ups consulting live and
+// sealed heads, and the first commit after the flush has ended (whose
+// view sees its keys) drops the sealed ones. A second flush waits for
+// the first, so the heads hold at most twice the bound. A crash before
+// the records go leaves them, and Open rebuilds the same heads from them
+// (in record order, joins as recorded) and the next flush writes the
+// same keys. A retention sweep of a table flushes
 // first (it walks stored runs), and so does Close, so that a restart
 // replays nothing. So a point costs the LSM tree 1/B of a record (B the
 // points of its block) plus 1/J of a run key (J the points a head run
