@@ -297,7 +297,8 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		WithLogger(badgerLogger{db.logger}).
 		WithNumVersionsToKeep(1).
 		WithDetectConflicts(false).
-		WithValueThreshold(4 << 10).
+		WithValueThreshold(valueThreshold).
+		WithNumMemtables(2).
 		WithNumCompactors(2).
 		WithMetricsEnabled(false).
 		WithBlockCacheSize(cfg.BlockCacheBytes).
@@ -679,6 +680,17 @@ func (db *DB) commit(commits []store.TableCommit) error {
 	}
 	return nil
 }
+
+// valueThreshold is the size from which badger keeps a value in its
+// value log, the LSM tree holding only a pointer: every block but the
+// smallest, and the larger head records. Kept in the LSM tree, a block
+// is rewritten by every compaction that moves it down a level; under a
+// load of many small commits (one or two 1,000-line writes each, spread
+// over nine tables) the blocks filled a memtable every 20 s and the
+// flushes and compactions they caused stalled commits for seconds. Run
+// values, point entries and series stay in the tree, where a look-up
+// reads them without a value-log read.
+const valueThreshold = 1 << 10
 
 // maxScratchBodyBytes bounds the block encoder's scratch space kept
 // between commits: a block of a 5,000-line TSBS write is about 250 KB, one
