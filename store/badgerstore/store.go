@@ -55,7 +55,7 @@ type Config struct {
 	// Dir is the data directory; created when missing.
 	Dir string
 	// InMemory keeps everything in memory (tests only): nothing survives
-	// Close and Dir is ignored.
+	// Close, Dir is ignored, and no value (a block) may exceed 1 MiB.
 	InMemory bool
 	// UnsafeNoSync skips the fsync of each commit. A crash may then lose
 	// acknowledged writes. Off by default.
@@ -269,9 +269,11 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		keysWritten: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_store_keys_written_total", Help: "Keys (sets and deletes) commits and head flushes wrote to the LSM tree; divided by ingestd_ilp_lines_total, the LSM writes per line.",
 		})}
-	opts := badger.DefaultOptions(cfg.Dir)
+	opts := badger.DefaultOptions(cfg.Dir).WithValueThreshold(valueThreshold)
 	if cfg.InMemory {
-		opts = badger.DefaultOptions("").WithInMemory(true)
+		// Without a value log every value lives in the tree, and badger
+		// refuses one above the threshold.
+		opts = badger.DefaultOptions("").WithInMemory(true).WithValueThreshold(1 << 20)
 	} else {
 		if err := os.MkdirAll(cfg.Dir, 0o750); err != nil {
 			return nil, fmt.Errorf("create data directory: %w", err)
@@ -297,7 +299,6 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		WithLogger(badgerLogger{db.logger}).
 		WithNumVersionsToKeep(1).
 		WithDetectConflicts(false).
-		WithValueThreshold(valueThreshold).
 		WithNumMemtables(2).
 		WithNumCompactors(2).
 		WithMetricsEnabled(false).
