@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -68,6 +69,14 @@ type Sequencer struct {
 
 	submitMu sync.RWMutex // guards closed against in-flight Submits
 	closed   bool
+
+	// clock is the origin of queued, busySince and lastWait (monotonic
+	// nanoseconds since it); busySince is when the group being committed
+	// was taken from the queue (0: none), lastWait how long its oldest
+	// write had waited in the queue (QueueDelay).
+	clock     time.Time
+	busySince atomic.Int64
+	lastWait  atomic.Int64
 
 	// floor holds the highest epoch and x_seq lease of every pruned
 	// tombstone (Config.MaxTombstones); stored as the tombstone of
@@ -147,7 +156,9 @@ type op struct {
 	// minTime (opWrite) is the batch's lowest point time, the order in
 	// which commitGroup applies the writes of one group.
 	minTime int64
-	done    chan struct{}
+	// queued is when the op entered the queue (Sequencer.clock).
+	queued int64
+	done   chan struct{}
 	// Outcome, valid once done is closed.
 	res     Result
 	status  SyncStatus
@@ -202,7 +213,7 @@ func newSequencer(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Re
 			tables:     map[string]*table{},
 			tombstones: map[string]store.TableMeta{},
 		},
-		queue:   make(chan *op, cfg.QueueLength),
+		queue: make(chan *op, cfg.QueueLength), clock: time.Now(),
 		stopped: make(chan struct{}),
 	}
 	if sh, ok := st.(store.Shared); ok {
@@ -325,6 +336,7 @@ func (s *Sequencer) enqueue(ctx context.Context, o *op) error {
 	if s.closed {
 		return ErrClosed
 	}
+	o.queued = s.monotonic()
 	select {
 	case s.queue <- o:
 		return nil
@@ -407,8 +419,13 @@ func (s *Sequencer) Run(ctx context.Context) error {
 		case <-s.follow.wake:
 			s.applyFollowed()
 		case o := <-s.queue:
+			taken := s.monotonic()
+			s.lastWait.Store(taken - o.queued)
+			s.busySince.Store(taken)
 			batch = s.collect(append(batch[:0], o))
-			if err := s.process(batch); err != nil {
+			err := s.process(batch)
+			s.busySince.Store(0)
+			if err != nil {
 				s.stop()
 				s.failQueued(err)
 				return err
@@ -426,6 +443,28 @@ func (s *Sequencer) Run(ctx context.Context) error {
 			return nil
 		}
 	}
+}
+
+// monotonic is the time since s.clock in nanoseconds (monotonic, above 0).
+func (s *Sequencer) monotonic() int64 { return int64(time.Since(s.clock)) + 1 }
+
+// QueueDelay estimates how long a write submitted now waits before the
+// sequencer takes it: 0 when the queue is empty and no group is being
+// committed, else the longer of how long the oldest write of the last
+// group taken had waited and how long that group has been committing so
+// far. The HTTP write handler refuses writes past
+// --http-write-max-queue-delay with it, before reading their bodies.
+// Safe for concurrent use; costs two atomic loads.
+func (s *Sequencer) QueueDelay() time.Duration {
+	busy := s.busySince.Load()
+	if busy == 0 && len(s.queue) == 0 {
+		return 0
+	}
+	d := s.lastWait.Load()
+	if busy != 0 {
+		d = max(d, s.monotonic()-busy)
+	}
+	return time.Duration(d)
 }
 
 // closedChan is always ready.

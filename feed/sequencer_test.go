@@ -1225,3 +1225,37 @@ func TestDrainerOutlivesRun(t *testing.T) {
 	require.Equal(t, uint64(2), r.p.Next)
 	require.NoError(t, h.db.Close())
 }
+
+// TestQueueDelay checks the overload signal the HTTP writes are refused
+// by: 0 while the sequencer is idle; while a commit is held, at least as
+// long as it has been held (writes submitted meanwhile wait at least that
+// long), growing; 0 again once the queue has drained.
+func TestQueueDelay(t *testing.T) {
+	h := openHarness(t, t.TempDir(), DefaultConfig())
+	defer h.close()
+	stall := installStall(h)
+	defer stall.release()
+	ctx := context.Background()
+	require.Zero(t, h.s.QueueDelay(), "idle")
+	mustAppend(t, h.s, pt("a", 1, tg("host", "x"), fld("v", iv(1))))
+	require.Zero(t, h.s.QueueDelay(), "idle after a commit")
+
+	stall.arm()
+	held, err := h.s.Submit(ctx, &Batch{Points: []Point{pt("a", 2, tg("host", "x"), fld("v", iv(2)))}})
+	require.NoError(t, err)
+	waitClosed(t, stall.entered, "the commit reaches the hook")
+	start := time.Now()
+	queued, err := h.s.Submit(ctx, &Batch{Points: []Point{pt("a", 3, tg("host", "x"), fld("v", iv(3)))}})
+	require.NoError(t, err)
+	eventually(t, func() bool { return time.Since(start) > 20*time.Millisecond }, "time passes")
+	d1 := h.s.QueueDelay()
+	require.GreaterOrEqual(t, d1, time.Since(start)-time.Millisecond, "a held commit counts from when it was taken")
+	eventually(t, func() bool { return h.s.QueueDelay() > d1 }, "the delay grows while the commit is held")
+
+	stall.release()
+	for _, p := range []*Pending{held, queued} {
+		_, err := p.Wait(ctx)
+		require.NoError(t, err)
+	}
+	eventually(t, func() bool { return h.s.QueueDelay() == 0 }, "the queue drained")
+}

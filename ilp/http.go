@@ -190,6 +190,16 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 		writeError(w, http.StatusBadRequest, codeInvalid, err.Error(), 0)
 		return
 	}
+	if d, ok := in.app.(queueDelayer); ok && in.cfg.MaxQueueDelay > 0 {
+		if delay := d.QueueDelay(); delay > in.cfg.MaxQueueDelay {
+			in.m.overloadRefused.Inc()
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, codeUnavailable,
+				fmt.Sprintf("overloaded: writes wait %s to be committed, over --http-write-max-queue-delay=%s; nothing was read or written, retry later",
+					delay.Round(time.Millisecond), in.cfg.MaxQueueDelay), 0)
+			return
+		}
+	}
 	wire := &countingReader{r: r.Body}
 	defer func() { in.m.bytes.WithLabelValues(transportHTTP).Add(float64(wire.n)) }()
 	var body io.Reader = wire

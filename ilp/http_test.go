@@ -763,3 +763,47 @@ func TestConfigInflightWriteBytes(t *testing.T) {
 	c.MaxInflightWriteBytes = c.MaxBodyBytes
 	require.ErrorContains(t, c.Validate(), "--http-max-inflight-write-bytes")
 }
+
+// delayedAppender is the real sequencer with the queue delay a test sets.
+type delayedAppender struct {
+	Appender
+	delay atomic.Int64
+}
+
+func (d *delayedAppender) QueueDelay() time.Duration { return time.Duration(d.delay.Load()) }
+
+// TestHTTPWriteOverloadRefused checks --http-write-max-queue-delay: while
+// the sequencer's queue delay exceeds it, a write is answered 503 with
+// Retry-After and the project's error, counted, without a byte of its
+// body read or anything stored; at the bound and below, the same write
+// goes through.
+func TestHTTPWriteOverloadRefused(t *testing.T) {
+	app := &delayedAppender{}
+	r := newRigOpts(t, rigOptions{
+		mod:  func(c *Config) { c.MaxQueueDelay = 500 * time.Millisecond },
+		wrap: func(seq Appender) Appender { app.Appender = seq; return app },
+	}, "cpu")
+	body := "cpu v=1 1\ncpu v=2 2\n"
+	wire := func() int { return metricValue(t, r.in.m.bytes.WithLabelValues(transportHTTP)) }
+
+	app.delay.Store(int64(501 * time.Millisecond))
+	for _, path := range []string{"/write", "/api/v2/write?bucket=b&org=o"} {
+		res := r.post(path, strings.NewReader(body), nil)
+		require.Equal(t, http.StatusServiceUnavailable, res.status, "%s: %s", path, res.body)
+		require.Equal(t, "1", res.header.Get("Retry-After"))
+		var e httpError
+		require.NoError(t, json.Unmarshal(res.body, &e))
+		require.Equal(t, "unavailable", e.Code)
+		require.Contains(t, e.Message, "--http-write-max-queue-delay")
+	}
+	require.Equal(t, 2, metricValue(t, r.in.m.overloadRefused))
+	require.Zero(t, wire(), "no body byte read")
+	require.Empty(t, r.drain("cpu"), "nothing stored")
+
+	app.delay.Store(int64(500 * time.Millisecond))
+	res := r.post("/write", strings.NewReader(body), nil)
+	require.Equal(t, http.StatusNoContent, res.status, "body: %s", res.body)
+	require.Len(t, r.drain("cpu"), 2)
+	require.Equal(t, len(body), wire())
+	require.Equal(t, 2, metricValue(t, r.in.m.overloadRefused))
+}

@@ -20,6 +20,13 @@ type Appender interface {
 	Submit(ctx context.Context, b *feed.Batch) (*feed.Pending, error)
 }
 
+// queueDelayer is an Appender that estimates how long a write submitted
+// now waits to be taken (feed.Sequencer): the HTTP write handler refuses
+// writes past Config.MaxQueueDelay with it.
+type queueDelayer interface {
+	QueueDelay() time.Duration
+}
+
 // Ingest serves ILP over HTTP (HandlerV1, HandlerV2) and TCP (ServeTCP).
 // Safe for concurrent use.
 type Ingest struct {

@@ -39,6 +39,9 @@ type metrics struct {
 	// counts writes answered 503 for want of room.
 	inflight        prometheus.Gauge
 	inflightRefused prometheus.Counter
+	// overloadRefused counts writes answered 503 unread for the queue
+	// delay (Config.MaxQueueDelay).
+	overloadRefused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -71,6 +74,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		inflightRefused: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_http_write_inflight_refused_total",
 			Help: "HTTP writes answered 503 because their body found no room under --http-max-inflight-write-bytes within --feed-submit-timeout.",
+		}),
+		overloadRefused: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_http_write_overload_refused_total",
+			Help: "HTTP writes answered 503 with Retry-After, their bodies unread, because writes waited longer than --http-write-max-queue-delay to be committed.",
 		}),
 	}
 	for _, r := range []string{closedIdleTimeout, closedEvicted, closedRefused, closedRevoked} {
