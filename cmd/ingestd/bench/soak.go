@@ -34,7 +34,9 @@ import (
 // lines/rate seconds; at most --max-inflight are outstanding, and a
 // request's latency counts from when it was due, so a server that falls
 // behind is charged for the queue it causes. Nothing is retried: a 503 or
-// 429 is counted as refused, any other answer but 204 as failed.
+// 429 is counted as refused (its latency apart from the others: the p99
+// of a window is that of the requests not refused), any other answer but
+// 204 as failed.
 
 // soakSLO is the window criterion of a sustainable rate: at least this
 // share of the offered lines acknowledged, with p99 at most soakP99.
@@ -177,8 +179,9 @@ func (h *soakHist) pct(p float64) time.Duration {
 
 // soakWindow is what one reporting window saw.
 type soakWindow struct {
-	acked, refused, failed int64 // lines
-	reqs                   soakHist
+	acked, refused, failed int64    // lines
+	reqs                   soakHist // latencies of the requests not refused
+	refusals               soakHist // latencies of the refusals (503, 429)
 }
 
 // soakTail is one tailing consumer: it long-polls its table's feed and
@@ -341,28 +344,32 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 	}
 
 	var (
-		mu     sync.Mutex
-		win    soakWindow
-		all    soakHist
-		sums   soakWindow // totals
-		codes  = map[int]int64{}
-		firstE error
-		wg     sync.WaitGroup
-		slots  = make(chan struct{}, cfg.maxInflight)
-		late   time.Duration
+		mu  sync.Mutex
+		win soakWindow
+		all soakHist
+		// allRefusals holds every refusal's latency
+		allRefusals soakHist
+		sums        soakWindow // totals
+		codes       = map[int]int64{}
+		firstE      error
+		wg          sync.WaitGroup
+		slots       = make(chan struct{}, cfg.maxInflight)
+		late        time.Duration
 	)
 	done := func(due time.Time, n int, code int, err error) {
 		d := time.Since(due)
 		mu.Lock()
 		defer mu.Unlock()
-		win.reqs.add(d)
 		switch {
 		case err == nil && code == http.StatusNoContent:
+			win.reqs.add(d)
 			win.acked += int64(n)
 		case err == nil && (code == http.StatusServiceUnavailable || code == http.StatusTooManyRequests):
+			win.refusals.add(d)
 			win.refused += int64(n)
 			codes[code]++
 		default:
+			win.reqs.add(d)
 			win.failed += int64(n)
 			if err != nil && firstE == nil {
 				firstE = err
@@ -373,8 +380,8 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 		}
 	}
 
-	fmt.Fprintf(out, "%7s %9s %9s %8s %8s %8s %8s %8s %6s %9s %9s %9s %8s\n",
-		"t_s", "offered", "acked/s", "p50_ms", "p99_ms", "max_ms", "refused", "failed", "cpu_s", "anon_mib", "file_mib", "store_mb", "lag_s")
+	fmt.Fprintf(out, "%7s %9s %9s %8s %8s %8s %8s %10s %8s %6s %9s %9s %9s %8s\n",
+		"t_s", "offered", "acked/s", "p50_ms", "p99_ms", "max_ms", "refused", "ref_p99_ms", "failed", "cpu_s", "anon_mib", "file_mib", "store_mb", "lag_s")
 	prev := sampleServer(cfg.serverPID, cfg.storeDir)
 	first := prev
 	winStart := start
@@ -396,6 +403,7 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 		win = soakWindow{}
 		mu.Unlock()
 		all.merge(&w.reqs)
+		allRefusals.merge(&w.refusals)
 		sums.acked += w.acked
 		sums.refused += w.refused
 		sums.failed += w.failed
@@ -413,9 +421,9 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 			good++
 		}
 		windows++
-		fmt.Fprintf(out, "%7.0f %9.0f %9.0f %8.1f %8.1f %8.1f %8d %8d %6.1f %9.0f %9.0f %9.0f %8.2f\n",
+		fmt.Fprintf(out, "%7.0f %9.0f %9.0f %8.1f %8.1f %8.1f %8d %10.1f %8d %6.1f %9.0f %9.0f %9.0f %8.2f\n",
 			now.Sub(start).Seconds(), float64(offered)/secs, float64(w.acked)/secs,
-			ms(w.reqs.pct(0.5)), ms(w.reqs.pct(0.99)), ms(w.reqs.pct(1)), w.refused, w.failed,
+			ms(w.reqs.pct(0.5)), ms(w.reqs.pct(0.99)), ms(w.reqs.pct(1)), w.refused, ms(w.refusals.pct(0.99)), w.failed,
 			(s.cpu - prev.cpu).Seconds(), mib(s.rssAnon), mib(s.rssFil), float64(s.store)/1e6, lag.Seconds())
 		prev = s
 	}
@@ -510,6 +518,10 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 	fmt.Fprintf(out, "soak summary: %d lines offered over %s (%.0f lines/s): %.0f lines/s acknowledged, %d refused, %d failed; latency p50 %s, p99 %s, max %s; pacer at most %s late\n",
 		sent, dur.Round(time.Millisecond), float64(sent)/dur.Seconds(), float64(sums.acked)/dur.Seconds(), sums.refused, sums.failed,
 		all.pct(0.5).Round(100*time.Microsecond), all.pct(0.99).Round(100*time.Microsecond), all.pct(1).Round(time.Millisecond), late.Round(time.Millisecond))
+	if sums.refused > 0 {
+		fmt.Fprintf(out, "soak refusals: %d lines refused (503 or 429), answered in p99 %s, max %s\n",
+			sums.refused, allRefusals.pct(0.99).Round(100*time.Microsecond), allRefusals.pct(1).Round(time.Millisecond))
+	}
 	if unsent > 0 {
 		fmt.Fprintf(out, "soak: %d lines were due but never sent: the server was more than a window behind at the run's end\n", unsent)
 	}
@@ -524,6 +536,7 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 	res.set("p50_ms", all.pct(0.5))
 	res.set("p99_ms", all.pct(0.99))
 	res.set("max_ms", all.pct(1))
+	res.set("refused_p99_ms", allRefusals.pct(0.99))
 	res.set("windows", windows)
 	res.set("windows_ok", good)
 	res.set("sustained", good == windows)
