@@ -8,6 +8,8 @@ import (
 	"slices"
 	"sort"
 
+	"github.com/klauspost/compress/zstd"
+
 	"github.com/ingestd/ingestd/store"
 )
 
@@ -35,7 +37,9 @@ const (
 // their entries of overwritten points into unions (see points.go), then
 // upgrades the version mark. Version 3 had no head records ('k'): an
 // older build would not see the runs they hold, so 4 keeps it out.
-const layoutVersion = 4
+// Version 4 never compressed a block's body (appendBlock): its blocks
+// read as they are, and an older build cannot read 5's.
+const layoutVersion = 5
 
 var errShort = errors.New("truncated encoding")
 
@@ -141,7 +145,9 @@ const skipEvery = 64
 
 // appendBlock encodes fragments as a block (see doc.go). body and offs are
 // scratch space for the fragments and the skip index and are returned for
-// reuse; dst grows at most once, to the block's size.
+// reuse; dst grows at most once, to the block's size. A body of at least
+// minCompressBytes is compressed when that saves an eighth of it
+// (bodyZstd).
 func appendBlock(dst []byte, firstSeq uint64, commitTime int64, frags []store.Fragment, body []byte, offs []uint64) ([]byte, []byte, []uint64) {
 	body = body[:0]
 	offs = offs[:0]
@@ -151,16 +157,55 @@ func appendBlock(dst []byte, firstSeq uint64, commitTime int64, frags []store.Fr
 		}
 		body = appendFragment(body, &frags[i])
 	}
-	dst = slices.Grow(dst, (4+len(offs))*binary.MaxVarintLen64+len(body))
+	dst = slices.Grow(dst, (6+len(offs))*binary.MaxVarintLen64+len(body))
 	dst = binary.AppendUvarint(dst, firstSeq)
 	dst = binary.AppendVarint(dst, commitTime)
 	dst = binary.AppendUvarint(dst, uint64(len(frags)))
+	if len(body) >= minCompressBytes {
+		h := len(dst)
+		dst = append(dst, 0, bodyZstd) // no skip index has 0 entries: the mark of a format byte
+		dst = binary.AppendUvarint(dst, uint64(len(offs)))
+		for _, o := range offs {
+			dst = binary.AppendUvarint(dst, o)
+		}
+		dst = binary.AppendUvarint(dst, uint64(len(body)))
+		z := len(dst)
+		if dst = zstdEncoder.EncodeAll(body, dst); len(dst)-z <= len(body)-len(body)/8 {
+			return dst, body, offs
+		}
+		dst = dst[:h] // not worth it: stored as it is
+	}
 	dst = binary.AppendUvarint(dst, uint64(len(offs)))
 	for _, o := range offs {
 		dst = binary.AppendUvarint(dst, o)
 	}
 	return append(dst, body...), body, offs
 }
+
+// A block's body is stored as it is unless its header says otherwise: a
+// skip index of 0 entries (a block holds at least one fragment, so an
+// index at least one) followed by a format byte. bodyZstd: the body is
+// one zstd frame, preceded by its decoded size.
+const bodyZstd = 1
+
+// minCompressBytes is the smallest body appendBlock compresses: below it
+// the frame's overhead eats the saving.
+const minCompressBytes = 256
+
+// maxBodyBytes bounds the decoded size a compressed block may declare,
+// checked before the body is decoded: twice the largest store value.
+const maxBodyBytes = 2 * store.MaxValueBytes
+
+// zstdEncoder and zstdDecoder compress and decode block bodies; both are
+// safe for concurrent use. The fastest level: a body of a TSBS-shaped
+// load shrinks to about 0.6 of its size (0.57 at the default level), at
+// a small share of a commit's cost.
+var (
+	zstdEncoder, _ = zstd.NewWriter(nil, zstd.WithEncoderLevel(zstd.SpeedFastest), zstd.WithEncoderConcurrency(1),
+		zstd.WithLowerEncoderMem(true))
+	zstdDecoder, _ = zstd.NewReader(nil, zstd.WithDecoderConcurrency(0), zstd.WithDecoderMaxMemory(maxBodyBytes),
+		zstd.WithDecoderMaxWindow(maxBodyBytes))
+)
 
 func appendFragment(dst []byte, f *store.Fragment) []byte {
 	dst = binary.AppendUvarint(dst, f.Series)
@@ -190,8 +235,9 @@ func appendValue(dst []byte, v store.Value) []byte {
 	}
 }
 
-// blockReader decodes a block in place. Strings it returns alias the block's
-// bytes, which the caller must own and never modify.
+// blockReader decodes a block in place, or its body once decompressed.
+// Strings it returns alias the block's bytes (or the decoded body), which
+// the caller must own and never modify.
 type blockReader struct {
 	b          []byte
 	body       []byte
@@ -220,6 +266,13 @@ func (r *blockReader) init(b []byte) error {
 		return errShort
 	}
 	b = b[n:]
+	format := byte(0)
+	if len(b) >= 2 && b[0] == 0 {
+		if format = b[1]; format != bodyZstd {
+			return fmt.Errorf("unknown block body format %d", format)
+		}
+		b = b[2:]
+	}
 	nskip, n := binary.Uvarint(b)
 	if n <= 0 || nskip != (r.count+skipEvery-1)/skipEvery {
 		return errShort
@@ -233,6 +286,17 @@ func (r *blockReader) init(b []byte) error {
 		}
 		r.offs = append(r.offs, o)
 		b = b[n:]
+	}
+	if format == bodyZstd {
+		size, n := binary.Uvarint(b)
+		if n <= 0 || size > maxBodyBytes {
+			return errShort
+		}
+		body, err := zstdDecoder.DecodeAll(b[n:], make([]byte, 0, size))
+		if err != nil || uint64(len(body)) != size {
+			return errors.Join(errShort, err)
+		}
+		b = body
 	}
 	r.body = b
 	r.b = b

@@ -4,8 +4,10 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"strconv"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
@@ -555,4 +557,73 @@ func TestLegacyEntriesConverted(t *testing.T) {
 	rows = readAll(t, db, tid, 0, 4, 10)
 	require.Len(t, rows, 4)
 	require.ElementsMatch(t, append(want, intField(3, 4)), rows[3].Fields, "a write after the upgrade extends the union")
+}
+
+// TestBlockBodyFormats checks both block bodies: a small or
+// incompressible body is stored as it is, a compressible one as a zstd
+// frame, and each decodes to the fragments written, with the skip index
+// working (a seek into the middle) and every truncation of a compressed
+// block refused.
+func TestBlockBodyFormats(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	frags := func(n int, random bool) []store.Fragment {
+		out := make([]store.Fragment, n)
+		for i := range out {
+			s := "host_" + strconv.Itoa(i%10)
+			if random {
+				b := make([]byte, 40)
+				for j := range b {
+					b[j] = byte(rng.Uint32())
+				}
+				s = string(b)
+			}
+			out[i] = store.Fragment{Series: uint64(1 + i%10), Time: int64(1e18) + int64(i)*1e9,
+				Fields: []store.Field{intField(1, int64(i)), {Col: 2, Value: store.Value{Kind: store.KindString, Str: s}}}}
+		}
+		return out
+	}
+	cases := []struct {
+		name       string
+		frags      []store.Fragment
+		compressed bool
+	}{
+		{"one small fragment", frags(1, false), false},
+		{"a compressible body", frags(500, false), true},
+		{"an incompressible body", frags(50, true), false},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			block, _, _ := appendBlock(nil, 7, 42, tc.frags, nil, nil)
+			var br blockReader
+			require.NoError(t, br.init(block))
+			raw := 0
+			for i := range tc.frags {
+				raw += len(appendFragment(nil, &tc.frags[i]))
+			}
+			require.Equal(t, tc.compressed, len(block) < raw, "block of %d bytes, body of %d", len(block), raw)
+			require.Equal(t, uint64(7), br.firstSeq)
+			require.Equal(t, int64(42), br.commitTime)
+			for i, want := range tc.frags {
+				var f store.Fragment
+				require.NoError(t, br.next(&f))
+				require.Equal(t, want, f, "fragment %d", i)
+			}
+			mid := uint64(len(tc.frags) / 2)
+			require.NoError(t, br.seek(mid))
+			var f store.Fragment
+			require.NoError(t, br.next(&f))
+			require.Equal(t, tc.frags[mid], f, "after a seek")
+			if !tc.compressed {
+				return
+			}
+			for cut := range len(block) {
+				var br blockReader
+				err := br.init(block[:cut])
+				for i := 0; err == nil && i < len(tc.frags); i++ {
+					err = br.next(&f)
+				}
+				require.Error(t, err, "a block truncated at %d must not decode", cut)
+			}
+		})
+	}
 }
