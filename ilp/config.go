@@ -17,10 +17,13 @@ const (
 	// an open-loop load above capacity (1,000-line bodies at 90 k lines/s)
 	// grew RSS to 1.3 GiB under 256 MiB.
 	DefaultMaxInflightWriteBytes = 64 << 20
-	// DefaultMaxQueueDelay keeps an accepted write's wait well inside
-	// Telegraf's 5 s timeout, and far above the queue delay of a server
-	// that keeps up (milliseconds), so only overload trips it.
-	DefaultMaxQueueDelay    = time.Second
+	// DefaultMaxWriteDelay is far above the time a write takes in a
+	// server that keeps up (milliseconds), so only overload trips it,
+	// and low enough that a client with a bounded number of requests in
+	// flight (64 in the soak harness, one per Telegraf output) is
+	// answered before its own queue grows: at 170 writes a second, 64
+	// slots hold writes of at most 0.38 s.
+	DefaultMaxWriteDelay    = 250 * time.Millisecond
 	DefaultTCPAddr          = ":9009"
 	DefaultTCPFlushInterval = 100 * time.Millisecond
 	DefaultTCPBatchLines    = 10_000
@@ -45,13 +48,16 @@ type Config struct {
 	// is answered). A write that finds no room waits at most the submit
 	// timeout for it, then is answered 503. Must exceed MaxBodyBytes.
 	MaxInflightWriteBytes int64
-	// MaxQueueDelay refuses an HTTP write with 503 and Retry-After, before
-	// its body is read, while the sequencer's queue delay (how long a
-	// write submitted now would wait to be taken, feed.Sequencer's
-	// QueueDelay) exceeds it: an overloaded server answers at once what
-	// it cannot take instead of holding writes for seconds, and keeps
-	// the latency of those it takes near this bound. 0: never.
-	MaxQueueDelay time.Duration
+	// MaxWriteDelay refuses HTTP writes with 503 and Retry-After, before
+	// their bodies are read, while writes take longer than it in the
+	// server: for the next interval of this length once even the
+	// fastest write answered in the last one took longer (or none was
+	// answered while some were in flight), and at once while the
+	// sequencer's queue delay (feed.Sequencer's QueueDelay) exceeds it.
+	// An overloaded server answers at once what it cannot take instead
+	// of holding writes for seconds, and keeps the latency of those it
+	// takes near this bound. 0: never.
+	MaxWriteDelay time.Duration
 	// TCPAddr is the TCP listen address; empty disables TCP.
 	TCPAddr string
 	// TCPFlushInterval is the longest a line read over TCP waits before it
@@ -80,7 +86,7 @@ func DefaultConfig() Config {
 		Limits:                DefaultLimits(),
 		MaxBodyBytes:          DefaultMaxBodyBytes,
 		MaxInflightWriteBytes: DefaultMaxInflightWriteBytes,
-		MaxQueueDelay:         DefaultMaxQueueDelay,
+		MaxWriteDelay:         DefaultMaxWriteDelay,
 		TCPAddr:               DefaultTCPAddr,
 		TCPFlushInterval:      DefaultTCPFlushInterval,
 		TCPBatchLines:         DefaultTCPBatchLines,
@@ -95,8 +101,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxBodyBytes, "max-body-bytes", c.MaxBodyBytes, "largest HTTP write body in bytes, after gzip decompression (413 past it)")
 	fs.Int64Var(&c.MaxInflightWriteBytes, "http-max-inflight-write-bytes", c.MaxInflightWriteBytes,
 		"bytes of HTTP write bodies held at once, after decompression (must exceed --max-body-bytes); past it a write waits --feed-submit-timeout for room, then 503")
-	fs.DurationVar(&c.MaxQueueDelay, "http-write-max-queue-delay", c.MaxQueueDelay,
-		"answer an HTTP write 503 with Retry-After at once, unread, while writes wait longer than this to be committed (0: never)")
+	fs.DurationVar(&c.MaxWriteDelay, "http-write-max-delay", c.MaxWriteDelay,
+		"answer HTTP writes 503 with Retry-After at once, unread, while writes take longer than this in the server (0: never)")
 	fs.IntVar(&c.Limits.MaxLineBytes, "max-line-bytes", c.Limits.MaxLineBytes, "longest ILP line in bytes; a longer line is rejected")
 	fs.IntVar(&c.Limits.MaxStringBytes, "ilp-max-string-bytes", c.Limits.MaxStringBytes, "longest tag value or string field in bytes")
 	fs.StringVar(&c.TCPAddr, "tcp-addr", c.TCPAddr, "ILP TCP listen address (empty disables TCP)")
@@ -112,8 +118,8 @@ func (c *Config) Validate() error {
 	switch {
 	case c.MaxBodyBytes < 1:
 		return errors.New("ilp: --max-body-bytes must be positive")
-	case c.MaxQueueDelay < 0:
-		return errors.New("ilp: --http-write-max-queue-delay must not be negative")
+	case c.MaxWriteDelay < 0:
+		return errors.New("ilp: --http-write-max-delay must not be negative")
 	case c.MaxInflightWriteBytes <= c.MaxBodyBytes:
 		return fmt.Errorf("ilp: --http-max-inflight-write-bytes=%d must exceed --max-body-bytes=%d", c.MaxInflightWriteBytes, c.MaxBodyBytes)
 	case c.Limits.MaxLineBytes < 1 || c.Limits.MaxLineBytes > MaxLineBytesCeiling:

@@ -190,15 +190,14 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 		writeError(w, http.StatusBadRequest, codeInvalid, err.Error(), 0)
 		return
 	}
-	if d, ok := in.app.(queueDelayer); ok && in.cfg.MaxQueueDelay > 0 {
-		if delay := d.QueueDelay(); delay > in.cfg.MaxQueueDelay {
-			in.m.overloadRefused.Inc()
-			w.Header().Set("Retry-After", "1")
-			writeError(w, http.StatusServiceUnavailable, codeUnavailable,
-				fmt.Sprintf("overloaded: writes wait %s to be committed, over --http-write-max-queue-delay=%s; nothing was read or written, retry later",
-					delay.Round(time.Millisecond), in.cfg.MaxQueueDelay), 0)
-			return
-		}
+	admitted, delay := in.overload.admit(recv)
+	if !admitted {
+		in.m.overloadRefused.Inc()
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, codeUnavailable,
+			fmt.Sprintf("overloaded: writes take %s or more in the server, over --http-write-max-delay=%s; nothing was read or written, retry later",
+				delay.Round(time.Millisecond), in.cfg.MaxWriteDelay), 0)
+		return
 	}
 	wire := &countingReader{r: r.Body}
 	defer func() { in.m.bytes.WithLabelValues(transportHTTP).Add(float64(wire.n)) }()
@@ -280,6 +279,10 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 			fmt.Sprintf("body exceeds --max-body-bytes=%d (counted after decompression)", in.cfg.MaxBodyBytes), 0)
 		return
 	}
+	read := in.now()
+	in.overload.begin(read)
+	committed := false // reached the sequencer: its latency counts
+	defer func() { in.overload.done(read, in.now(), committed) }()
 	parser := in.parsers.get(in.cfg.Limits)
 	batch := &feed.Batch{Points: parser.points}
 	perrs, _ := parser.p.ParseAll(batch, TrimBOM(buf.Bytes()), 1, prec, recv.UnixNano())
@@ -307,6 +310,7 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	var res feed.Result
 	if len(batch.Points) > 0 {
 		res, err = in.append(r.Context(), batch)
+		committed = err == nil
 		if err != nil {
 			pool = false
 			in.writeAppendError(w, err)

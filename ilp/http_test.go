@@ -772,15 +772,16 @@ type delayedAppender struct {
 
 func (d *delayedAppender) QueueDelay() time.Duration { return time.Duration(d.delay.Load()) }
 
-// TestHTTPWriteOverloadRefused checks --http-write-max-queue-delay: while
-// the sequencer's queue delay exceeds it, a write is answered 503 with
+// TestHTTPWriteOverloadRefused checks --http-write-max-delay's immediate
+// test: while the sequencer's queue delay exceeds it, a write is answered
+// 503 with
 // Retry-After and the project's error, counted, without a byte of its
 // body read or anything stored; at the bound and below, the same write
 // goes through.
 func TestHTTPWriteOverloadRefused(t *testing.T) {
 	app := &delayedAppender{}
 	r := newRigOpts(t, rigOptions{
-		mod:  func(c *Config) { c.MaxQueueDelay = 500 * time.Millisecond },
+		mod:  func(c *Config) { c.MaxWriteDelay = 500 * time.Millisecond },
 		wrap: func(seq Appender) Appender { app.Appender = seq; return app },
 	}, "cpu")
 	body := "cpu v=1 1\ncpu v=2 2\n"
@@ -794,7 +795,7 @@ func TestHTTPWriteOverloadRefused(t *testing.T) {
 		var e httpError
 		require.NoError(t, json.Unmarshal(res.body, &e))
 		require.Equal(t, "unavailable", e.Code)
-		require.Contains(t, e.Message, "--http-write-max-queue-delay")
+		require.Contains(t, e.Message, "--http-write-max-delay")
 	}
 	require.Equal(t, 2, metricValue(t, r.in.m.overloadRefused))
 	require.Zero(t, wire(), "no body byte read")

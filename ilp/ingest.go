@@ -22,7 +22,7 @@ type Appender interface {
 
 // queueDelayer is an Appender that estimates how long a write submitted
 // now waits to be taken (feed.Sequencer): the HTTP write handler refuses
-// writes past Config.MaxQueueDelay with it.
+// writes past Config.MaxWriteDelay with it (overload).
 type queueDelayer interface {
 	QueueDelay() time.Duration
 }
@@ -46,6 +46,9 @@ type Ingest struct {
 	auth     Auth
 	// parsers are the HTTP handler's idle Parsers (parserPool).
 	parsers parserPool
+	// overload refuses HTTP writes while writes take longer than
+	// Config.MaxWriteDelay.
+	overload *overload
 }
 
 // Grant limits what one writer may write (SPEC §10); package
@@ -88,8 +91,12 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	var delay func() time.Duration
+	if d, ok := app.(queueDelayer); ok {
+		delay = d.QueueDelay
+	}
 	return &Ingest{
-		cfg: cfg, app: app, submitTimeout: submitTimeout,
+		cfg: cfg, app: app, submitTimeout: submitTimeout, overload: newOverload(cfg.MaxWriteDelay, delay),
 		logger: logger.With("component", "ilp"), m: newMetrics(reg), now: time.Now,
 		logLimit: rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},
 		inflight: newWriteQuota(cfg.MaxInflightWriteBytes), parsers: make(parserPool, pooledParsers),

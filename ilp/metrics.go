@@ -39,8 +39,8 @@ type metrics struct {
 	// counts writes answered 503 for want of room.
 	inflight        prometheus.Gauge
 	inflightRefused prometheus.Counter
-	// overloadRefused counts writes answered 503 unread for the queue
-	// delay (Config.MaxQueueDelay).
+	// overloadRefused counts writes answered 503 unread because writes
+	// take longer than Config.MaxWriteDelay (overload).
 	overloadRefused prometheus.Counter
 }
 
@@ -77,7 +77,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		overloadRefused: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_http_write_overload_refused_total",
-			Help: "HTTP writes answered 503 with Retry-After, their bodies unread, because writes waited longer than --http-write-max-queue-delay to be committed.",
+			Help: "HTTP writes answered 503 with Retry-After, their bodies unread, because writes took longer than --http-write-max-delay in the server.",
 		}),
 	}
 	for _, r := range []string{closedIdleTimeout, closedEvicted, closedRefused, closedRevoked} {

@@ -1,0 +1,87 @@
+package ilp
+
+import (
+	"sync"
+	"time"
+)
+
+// overload decides whether HTTP writes are refused unread (503), after
+// CoDel: on the time writes spend in the server, not on a queue's length.
+// Over each interval of target it keeps the least latency of the writes
+// answered (from the end of the body, which a client may send as slowly
+// as it likes, to the answer: parsing, the sequencer's queue and the
+// commit); when even that least one took longer than target, or none was
+// answered while some were in flight all interval long, the server is
+// overloaded for the next interval: its writes are refused at once,
+// their bodies unread, which frees the CPU and the queue for those in
+// flight and the ones after. A sequencer
+// whose own queue delay passes target (queueDelayer: a commit stalled)
+// counts as overloaded at once. Safe for concurrent use.
+type overload struct {
+	target time.Duration // 0: never refuse
+	delay  func() time.Duration
+
+	mu       sync.Mutex
+	start    time.Time     // of the current interval
+	least    time.Duration // least latency answered in it; -1: none yet
+	inflight int           // writes read (begin), not yet answered
+	heldOver bool          // a write was in flight all through the current interval so far
+	over     bool          // the verdict of the last interval
+}
+
+func newOverload(target time.Duration, delay func() time.Duration) *overload {
+	return &overload{target: target, delay: delay, least: -1}
+}
+
+// roll ends the current interval when it is over and sets the verdict.
+// Called with o.mu held.
+func (o *overload) roll(now time.Time) {
+	if now.Sub(o.start) < o.target {
+		return
+	}
+	o.over = o.least > o.target || (o.least < 0 && o.heldOver)
+	o.start, o.least, o.heldOver = now, -1, o.inflight > 0
+}
+
+// admit reports whether a write arriving at now is taken, and if not how
+// long writes take (for the refusal's message).
+func (o *overload) admit(now time.Time) (bool, time.Duration) {
+	if o.target <= 0 {
+		return true, 0
+	}
+	if o.delay != nil {
+		if d := o.delay(); d > o.target {
+			return false, d
+		}
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.roll(now)
+	if o.over {
+		return false, max(o.least, o.target)
+	}
+	return true, 0
+}
+
+// begin records that a write's body was read at now; done must follow
+// once it is answered.
+func (o *overload) begin(now time.Time) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.roll(now)
+	o.inflight++
+}
+
+// done records that a write whose body was read at start was answered at
+// now; its latency counts when it reached the sequencer (measured), not
+// when it was refused before (a bad line, a forbidden table), which a
+// client could send to hide an overload.
+func (o *overload) done(start, now time.Time, measured bool) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.roll(now)
+	o.inflight--
+	if d := now.Sub(start); measured && (o.least < 0 || d < o.least) {
+		o.least = d
+	}
+}
