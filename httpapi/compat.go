@@ -1,7 +1,9 @@
 package httpapi
 
 import (
+	"errors"
 	"fmt"
+	"mime"
 	"net/http"
 	"regexp"
 	"sort"
@@ -39,7 +41,10 @@ type databases struct {
 // create past Options.MaxDatabases are 400 invalid_parameter; anything else
 // is 400 with an error key.
 func (a *API) query(w http.ResponseWriter, r *http.Request) {
-	q := r.FormValue("q")
+	q, ok := a.queryStatement(w, r)
+	if !ok {
+		return
+	}
 	if m := createDatabase.FindStringSubmatch(q); m != nil {
 		if err := a.createDatabase(m[1]); err != nil {
 			writeClientErr(w, wire.CodeInvalidParameter, err.Error())
@@ -63,6 +68,38 @@ func (a *API) query(w http.ResponseWriter, r *http.Request) {
 	}
 	msg := "ingestd answers only CREATE DATABASE and SHOW DATABASES; read data with GET /drain"
 	writeJSON(w, http.StatusBadRequest, wire.ErrorBody{Code: wire.CodeInvalidParameter, Message: msg, Error: msg})
+}
+
+// queryStatement returns /query's q: from the query string, or from a
+// POST's URL-encoded form body of at most --sql-max-statement-bytes
+// (413 past it). Any other body is refused with 415 before a byte is
+// read: a multipart body would be parsed by Go's form reader, which
+// spools files over 32 MiB to the temporary directory (and, on a request
+// a middleware copied, never removes them).
+func (a *API) queryStatement(w http.ResponseWriter, r *http.Request) (string, bool) {
+	if r.Method == http.MethodPost && r.ContentLength != 0 {
+		ct := r.Header.Get("Content-Type")
+		if mt, _, err := mime.ParseMediaType(ct); ct != "" && (err != nil || mt != "application/x-www-form-urlencoded") {
+			a.m.refused.WithLabelValues(refusedContentType).Inc()
+			writeJSONErr(w, http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType,
+				"a /query body must be application/x-www-form-urlencoded (q=...), got "+feed.QuoteInput(ct))
+			return "", false
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, int64(a.opts.SQLMaxStatementBytes))
+		if err := r.ParseForm(); err != nil {
+			if _, ok := errors.AsType[*http.MaxBytesError](err); ok {
+				writeJSONErr(w, http.StatusRequestEntityTooLarge, wire.CodeTooLarge,
+					fmt.Sprintf("a /query body is at most --sql-max-statement-bytes=%d", a.opts.SQLMaxStatementBytes))
+				return "", false
+			}
+			writeClientErr(w, wire.CodeInvalidBody, "form body cannot be read: "+err.Error())
+			return "", false
+		}
+		if q := r.PostForm.Get("q"); q != "" {
+			return q, true
+		}
+	}
+	return r.URL.Query().Get("q"), true
 }
 
 // createDatabase records name (an InfluxQL identifier: bare or double

@@ -2,12 +2,15 @@ package main
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"encoding/json"
 	"io"
+	"mime/multipart"
 	"net"
 	"net/http"
 	"net/url"
+	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -234,4 +237,59 @@ func requirePageBytes[R ~[]byte | ~string](t *testing.T, rows []R, maxBytes int)
 	if len(rows) > 1 {
 		require.LessOrEqual(t, size, maxBytes+len(rows), "page of %d rows", len(rows))
 	}
+}
+
+// TestQueryBodyBounded checks /query's body: a multipart body, which Go's
+// form reader would spool to the temporary directory past 32 MiB, is
+// refused with 415 before it is read (counted; the temporary directory
+// stays empty), a URL-encoded form past --sql-max-statement-bytes gets
+// 413, and the statements InfluxDB clients send still work, in the query
+// string or a form body.
+func TestQueryBodyBounded(t *testing.T) {
+	tmp := t.TempDir()
+	t.Setenv("TMPDIR", tmp)
+	cfg := testConfig(t.TempDir())
+	d := startDaemon(t, cfg)
+
+	var body bytes.Buffer
+	mw := multipart.NewWriter(&body)
+	require.NoError(t, mw.WriteField("q", "CREATE DATABASE spooled"))
+	part, err := mw.CreateFormFile("file", "big.txt")
+	require.NoError(t, err)
+	_, err = part.Write(bytes.Repeat([]byte("x"), 33<<20))
+	require.NoError(t, err)
+	require.NoError(t, mw.Close())
+	resp, err := http.Post(d.URL+"/query", mw.FormDataContentType(), &body)
+	if err == nil { // the server may close the connection before the client has sent the body
+		msg, _ := io.ReadAll(resp.Body)
+		_ = resp.Body.Close()
+		require.Equal(t, http.StatusUnsupportedMediaType, resp.StatusCode, "body: %s", msg)
+		require.Contains(t, string(msg), "application/x-www-form-urlencoded")
+	}
+	v, ok := sampleValue(scrapeMetrics(t, d), "ingestd_http_requests_refused_total", map[string]string{"reason": "content_type"})
+	require.True(t, ok)
+	require.Equal(t, 1.0, v, "the multipart /query is refused")
+	entries, err := os.ReadDir(tmp)
+	require.NoError(t, err)
+	require.Empty(t, entries, "nothing spooled to the temporary directory")
+
+	big := url.Values{"q": {"CREATE DATABASE " + strings.Repeat("x", cfg.http.SQLMaxStatementBytes)}}.Encode()
+	resp, err = http.Post(d.URL+"/query", "application/x-www-form-urlencoded", strings.NewReader(big))
+	require.NoError(t, err)
+	msg, _ := io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "body: %s", msg)
+	require.Contains(t, string(msg), "--sql-max-statement-bytes")
+
+	resp, err = http.PostForm(d.URL+"/query", url.Values{"q": {"CREATE DATABASE formed"}})
+	require.NoError(t, err)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	resp, err = http.Get(d.URL + "/query?q=" + url.QueryEscape("SHOW DATABASES"))
+	require.NoError(t, err)
+	msg, _ = io.ReadAll(resp.Body)
+	_ = resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(msg), `"formed"`)
+	require.NotContains(t, string(msg), "spooled")
 }
