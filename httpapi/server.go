@@ -227,7 +227,9 @@ func NewServer(cfg Config, h http.Handler, logger *slog.Logger, reg prometheus.R
 				tc.setState(st)
 			}
 		},
-		ErrorLog: slog.NewLogLogger(s.logger.Handler(), slog.LevelWarn),
+		// net/http logs a line per failed TLS handshake, which any
+		// client can cause at will.
+		ErrorLog: slog.NewLogLogger(&limitedHandler{Handler: s.logger.Handler(), every: time.Second}, slog.LevelWarn),
 	}
 	return s, nil
 }
@@ -502,4 +504,35 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 		}
 	}
 	return n, err
+}
+
+// limitedHandler passes at most one record per interval (every) to
+// Handler, by the records' times, and drops the rest: the next record
+// passed carries the number dropped before it as "suppressed". It bounds
+// the log lines a client can make net/http's server write (a failed TLS
+// handshake is one). Safe for concurrent use; only Handle is limited.
+type limitedHandler struct {
+	slog.Handler
+	every time.Duration
+
+	mu         sync.Mutex // guards last and suppressed
+	last       time.Time
+	suppressed int
+}
+
+// Handle passes r on unless a record was passed less than every before it.
+func (h *limitedHandler) Handle(ctx context.Context, r slog.Record) error {
+	h.mu.Lock()
+	if !h.last.IsZero() && r.Time.Sub(h.last) < h.every {
+		h.suppressed++
+		h.mu.Unlock()
+		return nil
+	}
+	n := h.suppressed
+	h.last, h.suppressed = r.Time, 0
+	h.mu.Unlock()
+	if n > 0 {
+		r.AddAttrs(slog.Int("suppressed", n))
+	}
+	return h.Handler.Handle(ctx, r)
 }

@@ -2,8 +2,11 @@ package httpapi
 
 import (
 	"bufio"
+	"bytes"
+	"context"
 	"errors"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"strings"
@@ -359,4 +362,22 @@ func TestServerSlowAnswerAfterBody(t *testing.T) {
 	require.NoError(t, resp.Body.Close())
 	require.Equal(t, http.StatusNoContent, resp.StatusCode)
 	require.Zero(t, ts.closed(t, closedBodyTimeout), "a whole body is no timeout")
+}
+
+// TestLimitedHandler checks the bound on net/http's log lines: within one
+// interval only the first record reaches the log, and the first record of
+// a later interval says how many were dropped.
+func TestLimitedHandler(t *testing.T) {
+	var buf bytes.Buffer
+	h := &limitedHandler{Handler: slog.NewTextHandler(&buf, nil), every: time.Second}
+	t0 := time.Now()
+	for i := range 1000 {
+		r := slog.NewRecord(t0.Add(time.Duration(i)*time.Millisecond/2), slog.LevelWarn, "http: TLS handshake error", 0)
+		require.NoError(t, h.Handle(context.Background(), r))
+	}
+	require.Equal(t, 1, strings.Count(buf.String(), "\n"), "one line in the first second: %s", buf.String())
+	r := slog.NewRecord(t0.Add(time.Second), slog.LevelWarn, "http: TLS handshake error", 0)
+	require.NoError(t, h.Handle(context.Background(), r))
+	require.Equal(t, 2, strings.Count(buf.String(), "\n"))
+	require.Contains(t, buf.String(), "suppressed=999")
 }
