@@ -63,6 +63,12 @@ func TestBench(t *testing.T) {
 			if tc.server {
 				require.NotEqual(t, "-1.000", res["rss_hwm_mib"], "VmHWM of --server-pid is read")
 			}
+			if res["mode"] == "soak" {
+				keys, err := strconv.ParseFloat(res["lsm_keys_per_line"], 64)
+				require.NoError(t, err, "lsm_keys_per_line is read from /metrics: %s", out.String())
+				require.Greater(t, keys, 0.0)
+				require.Less(t, keys, 1.0, "the head keeps LSM writes well under one key per line")
+			}
 			if res["mode"] == "http" {
 				cpu, err := strconv.ParseFloat(res["cpu_s"], 64)
 				require.NoError(t, err, "cpu_s of --server-pid is read: %s", out.String())

@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bufio"
 	"bytes"
 	"context"
 	"errors"
@@ -552,6 +553,14 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 		res.set("store_mb", float64(last.store)/1e6)
 		res.set("store_bytes_per_line", float64(last.store)/float64(max(sums.acked, 1)))
 	}
+	if t.kind == benchIngestd {
+		keys, lines, err := t.lsmWrites(ctx)
+		if err != nil {
+			return fmt.Errorf("read the server's LSM writes: %w", err)
+		}
+		fmt.Fprintf(out, "LSM keys written: %.0f for %.0f lines (%.4f per line; ingestd_store_keys_written_total)\n", keys, lines, keys/max(lines, 1))
+		res.set("lsm_keys_per_line", keys/max(lines, 1))
+	}
 	if len(tails) > 0 {
 		res.set("tails", len(tails))
 		res.set("lag_max_s", worstLag.Seconds())
@@ -577,6 +586,43 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 }
 
 func ms(d time.Duration) float64 { return d.Seconds() * 1000 }
+
+// lsmWrites reads, from an ingestd's /metrics, the keys its store wrote
+// to the LSM tree (ingestd_store_keys_written_total) and the lines it
+// took (ingestd_ilp_lines_total, every transport).
+func (t *benchTarget) lsmWrites(ctx context.Context) (keys, lines float64, err error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.base+"/metrics", nil)
+	if err != nil {
+		return 0, 0, err
+	}
+	resp, err := t.client.Do(req)
+	if err != nil {
+		return 0, 0, err
+	}
+	defer func() { _ = resp.Body.Close() }()
+	if resp.StatusCode != http.StatusOK {
+		return 0, 0, fmt.Errorf("GET /metrics: %s", resp.Status)
+	}
+	sc := bufio.NewScanner(io.LimitReader(resp.Body, 64<<20))
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for sc.Scan() {
+		name, value, ok := strings.Cut(sc.Text(), " ")
+		if !ok || strings.HasPrefix(name, "#") {
+			continue
+		}
+		v, err := strconv.ParseFloat(value, 64)
+		if err != nil {
+			continue
+		}
+		switch {
+		case name == "ingestd_store_keys_written_total":
+			keys = v
+		case strings.HasPrefix(name, "ingestd_ilp_lines_total{"):
+			lines += v
+		}
+	}
+	return keys, lines, sc.Err()
+}
 
 // sleepUntil sleeps until t; false when stop was closed first.
 func sleepUntil(stop <-chan struct{}, t time.Time) bool {
