@@ -560,8 +560,8 @@ func TestLegacyEntriesConverted(t *testing.T) {
 }
 
 // TestBlockBodyFormats checks both block bodies: a small or
-// incompressible body is stored as it is, a compressible one as a zstd
-// frame, and each decodes to the fragments written, with the skip index
+// incompressible body is stored as it is, a compressible one as an S2
+// block, and each decodes to the fragments written, with the skip index
 // working (a seek into the middle) and every truncation of a compressed
 // block refused.
 func TestBlockBodyFormats(t *testing.T) {
