@@ -255,29 +255,17 @@ func (h heads) last(sid uint64) (ts int64, ok bool) {
 	return ts, ok
 }
 
-// headEntries is the number of run entries every table's heads hold,
-// live and sealed.
-func (db *DB) headEntries() int {
+// headEntries is the number of run entries every table's live heads
+// hold, and their sealed ones too when sealed is set.
+func (db *DB) headEntries(sealed bool) int {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	n := 0
 	for _, st := range db.tables {
 		n += st.head.entries
-		if st.sealed != nil {
+		if sealed && st.sealed != nil {
 			n += st.sealed.entries
 		}
-	}
-	return n
-}
-
-// liveHeadEntries is the number of run entries the live heads hold.
-// Writer only.
-func (db *DB) liveHeadEntries() int {
-	db.mu.Lock()
-	defer db.mu.Unlock()
-	n := 0
-	for _, st := range db.tables {
-		n += st.head.entries
 	}
 	return n
 }

@@ -40,12 +40,12 @@ func TestHeadJoinsCommits(t *testing.T) {
 	}
 	require.Zero(t, keysIn(t, st.db, ksRun, st.tid), "no run key before the head is flushed")
 	require.Equal(t, commits, keysIn(t, st.db, ksHead, st.tid), "one head record per commit")
-	require.Equal(t, commits*series, st.db.headEntries())
+	require.Equal(t, commits*series, st.db.headEntries(true))
 	require.NoError(t, st.db.flushHeads())
 	perSeries := (commits + maxHeadRunEntries - 1) / maxHeadRunEntries
 	require.Equal(t, series*perSeries, keysIn(t, st.db, ksRun, st.tid), "one run per series and maxHeadRunEntries points")
 	require.Zero(t, keysIn(t, st.db, ksHead, st.tid), "the flush deletes the records")
-	require.Zero(t, st.db.headEntries())
+	require.Zero(t, st.db.headEntries(true))
 }
 
 // TestHeadReplayedAfterCrash stops the store as a crash would (badger
@@ -86,7 +86,7 @@ func TestHeadReplayedAfterCrash(t *testing.T) {
 			backfill := []int64{50, 40, 30}
 			pass(db, 1, inOrder)
 			pass(db, 1, backfill)
-			entries := db.headEntries()
+			entries := db.headEntries(true)
 			require.Equal(t, series*(len(inOrder)+len(backfill)), entries)
 
 			// The crash: badger's files as the last commit left them.
@@ -97,7 +97,7 @@ func TestHeadReplayedAfterCrash(t *testing.T) {
 			db, err = Open(cfg, nil, nil)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, db.Close()) }()
-			require.Equal(t, entries, db.headEntries(), "the head rebuilt from its records")
+			require.Equal(t, entries, db.headEntries(true), "the head rebuilt from its records")
 
 			pass(db, 2, append(inOrder, backfill...))
 			require.Len(t, db.table(tid).dups, series*(len(inOrder)+len(backfill)), "every point written again is an overwrite")
@@ -109,5 +109,40 @@ func TestHeadReplayedAfterCrash(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// TestSealedHeadConsulted holds a flush between sealing and storing, as a
+// background flush may be, and checks that commits meanwhile see the
+// sealed runs: a repeated point found only there is an overwrite (its
+// marker written), a point above the sealed maximum is new without an
+// index entry, and once the flush is reaped every point reads back.
+func TestSealedHeadConsulted(t *testing.T) {
+	st := newSeqTable(t)
+	for c := range int64(10) {
+		st.commit(t, store.Fragment{Series: 1, Time: 10 * (c + 1), Fields: []store.Field{intField(1, c)}})
+	}
+	f := st.db.seal()
+	require.NotNil(t, f)
+	require.Zero(t, st.db.headEntries(false), "the live head starts empty")
+	require.Equal(t, 10, st.db.headEntries(true))
+
+	st.commit(t, store.Fragment{Series: 1, Time: 50, Fields: []store.Field{intField(1, 500)}})
+	require.Equal(t, 1, keysIn(t, st.db, ksDup, st.tid), "t=50 is in a sealed run: an overwrite")
+	st.commit(t, store.Fragment{Series: 1, Time: 110, Fields: []store.Field{intField(1, 11)}})
+	require.Equal(t, 1, keysIn(t, st.db, ksPoint, st.tid), "t=110 is above the sealed maximum: new, no entry")
+	require.Equal(t, 1, st.db.headEntries(false), "t=110 joined the live head")
+
+	f.err = st.db.storeHeads(f)
+	close(f.done)
+	require.NoError(t, st.db.reapFlush(true))
+	require.Zero(t, st.db.headEntries(true)-st.db.headEntries(false), "the sealed head is gone")
+	require.Equal(t, 1, keysIn(t, st.db, ksRun, st.tid), "the sealed runs stored as one run key")
+	rows := readAll(t, st.db, st.tid, 0, st.seq, 100)
+	require.Len(t, rows, 12)
+	for _, r := range rows {
+		if r.Time == 50 {
+			require.Equal(t, []store.Field{intField(1, 500)}, r.Fields, "x_seq %d: the overwrite wins", r.Seq)
+		}
 	}
 }

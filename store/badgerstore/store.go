@@ -338,7 +338,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		reg.MustRegister(sizeCollector{db}, statsCollector{db}, freeCollector{db}, db.leaseExtensions, db.headFlushes, db.keysWritten,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "ingestd_store_head_entries", Help: "Series-run entries the head holds in memory (at most --store-head-max-entries after a commit).",
-			}, func() float64 { return float64(db.headEntries()) }))
+			}, func() float64 { return float64(db.headEntries(true)) }))
 	}
 	return db, nil
 }
@@ -676,7 +676,7 @@ func (db *DB) commit(commits []store.TableCommit) error {
 			return err
 		}
 	}
-	if db.liveHeadEntries() >= db.headMax {
+	if db.headEntries(false) >= db.headMax {
 		return db.startFlush()
 	}
 	return nil
