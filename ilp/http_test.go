@@ -713,7 +713,9 @@ func TestHTTPWriteInflightBytes(t *testing.T) {
 	const maxBody = 1 << 20
 	held := &heldAppender{gate: make(chan struct{}), entered: make(chan struct{}, 4)}
 	r := newRigOpts(t, rigOptions{
-		mod:  func(c *Config) { c.MaxBodyBytes, c.MaxInflightWriteBytes = maxBody, maxBody*3/2 },
+		// The held write would trip the overload refusal, which is not
+		// what this test measures.
+		mod:  func(c *Config) { c.MaxBodyBytes, c.MaxInflightWriteBytes, c.MaxWriteDelay = maxBody, maxBody*3/2, 0 },
 		wrap: func(app Appender) Appender { held.Appender = app; return held },
 	}, "a", "b")
 	lines := func(table string) string {
@@ -734,13 +736,8 @@ func TestHTTPWriteInflightBytes(t *testing.T) {
 	// size: there is no room for it.
 	start := time.Now()
 	res := r.post("/write", bytes.NewReader(gzipped(t, bodyB)), map[string]string{"Content-Encoding": "gzip"})
-	require.Equal(t, http.StatusServiceUnavailable, res.status, "body: %s", res.body)
+	requireUnavailable(t, res, "--http-max-inflight-write-bytes")
 	require.GreaterOrEqual(t, time.Since(start), time.Second, "answered before the submit timeout")
-	require.Equal(t, "1", res.header.Get("Retry-After"))
-	var e httpError
-	require.NoError(t, json.Unmarshal(res.body, &e))
-	require.Equal(t, "unavailable", e.Code)
-	require.Contains(t, e.Message, "--http-max-inflight-write-bytes")
 	require.Equal(t, 1, metricValue(t, r.in.m.inflightRefused))
 	require.Equal(t, len(bodyA), metricValue(t, r.in.m.inflight), "the refused write holds nothing")
 
@@ -789,13 +786,7 @@ func TestHTTPWriteOverloadRefused(t *testing.T) {
 
 	app.delay.Store(int64(501 * time.Millisecond))
 	for _, path := range []string{"/write", "/api/v2/write?bucket=b&org=o"} {
-		res := r.post(path, strings.NewReader(body), nil)
-		require.Equal(t, http.StatusServiceUnavailable, res.status, "%s: %s", path, res.body)
-		require.Equal(t, "1", res.header.Get("Retry-After"))
-		var e httpError
-		require.NoError(t, json.Unmarshal(res.body, &e))
-		require.Equal(t, "unavailable", e.Code)
-		require.Contains(t, e.Message, "--http-write-max-delay")
+		requireUnavailable(t, r.post(path, strings.NewReader(body), nil), "--http-write-max-delay")
 	}
 	require.Equal(t, 2, metricValue(t, r.in.m.overloadRefused))
 	require.Zero(t, wire(), "no body byte read")
@@ -807,4 +798,16 @@ func TestHTTPWriteOverloadRefused(t *testing.T) {
 	require.Len(t, r.drain("cpu"), 2)
 	require.Equal(t, len(body), wire())
 	require.Equal(t, 2, metricValue(t, r.in.m.overloadRefused))
+}
+
+// requireUnavailable checks a 503 answer: Retry-After 1, the project's
+// error with code unavailable, its message naming flag.
+func requireUnavailable(t *testing.T, res httpResult, flag string) {
+	t.Helper()
+	require.Equal(t, http.StatusServiceUnavailable, res.status, "body: %s", res.body)
+	require.Equal(t, "1", res.header.Get("Retry-After"))
+	var e httpError
+	require.NoError(t, json.Unmarshal(res.body, &e))
+	require.Equal(t, "unavailable", e.Code)
+	require.Contains(t, e.Message, flag)
 }
