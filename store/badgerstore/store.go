@@ -688,10 +688,13 @@ func (db *DB) commit(commits []store.TableCommit) error {
 // is rewritten by every compaction that moves it down a level; under a
 // load of many small commits (one or two 1,000-line writes each, spread
 // over nine tables) the blocks filled a memtable every 20 s and the
-// flushes and compactions they caused stalled commits for seconds. Run
-// values, point entries and series stay in the tree, where a look-up
-// reads them without a value-log read.
-const valueThreshold = 1 << 10
+// flushes and compactions they caused stalled commits for seconds (at
+// 4 KiB). Run values, point entries, series and table metadata stay in
+// the tree, where a look-up reads them without a value-log read: at
+// 1 KiB, a create/drop churn of tables with 1 KiB names sent every
+// metadata value to the value log and left its files open until
+// collected.
+const valueThreshold = 2 << 10
 
 // maxScratchBodyBytes bounds the block encoder's scratch space kept
 // between commits: a block of a 5,000-line TSBS write is about 250 KB, one

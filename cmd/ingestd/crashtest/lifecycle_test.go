@@ -5,6 +5,7 @@ package crashtest
 import (
 	"context"
 	"fmt"
+	"math/rand/v2"
 	"net"
 	"net/http"
 	"os"
@@ -324,13 +325,19 @@ func TestDiskFull(t *testing.T) {
 		acked   []int64
 		failure response
 	)
+	// Random padding: blocks are compressed, and zeros would never fill it.
+	rng := rand.New(rand.NewPCG(1, 2))
+	pad := make([]byte, 500)
 	for i := int64(0); ; i++ {
 		require.Less(t, i, int64(2000), "the file system never filled up")
 		var body []byte
 		ids := make([]int64, 100)
 		for j := range ids {
 			ids[j] = i*100 + int64(j)
-			body = fmt.Appendf(body, "full,w=0 id=%di,pad=\"%0999d\" %d\n", ids[j], ids[j], crashBaseTS+ids[j])
+			for k := range pad {
+				pad[k] = byte(rng.Uint32())
+			}
+			body = fmt.Appendf(body, "full,w=0 id=%di,pad=\"%x\" %d\n", ids[j], pad, crashBaseTS+ids[j])
 		}
 		r, err := do(context.Background(), hc, http.MethodPost, p.URL+"/write", nil, body)
 		require.NoError(t, err, "the write that fills the disk gets an answer")
