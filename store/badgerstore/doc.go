@@ -51,10 +51,12 @@
 //	'p' tid sid ts                -> point index, for points not proven new by their series' high-water time:
 //	                                 a reference to the point's one fragment, or the point's union
 //	                                 (fragment count, oldest fragment's reference, current row)
-//	'q' tid sid ts n              -> the reference of the n-th fragment (n >= 2) of an overwritten point
+//	'o' tid sid firstTs ref       -> overwrite run: the fragments of one series that overwrote a point (its second
+//	                                 and later ones), stored by one head flush, in time order (times and references)
+//	'q' tid sid ts n              -> layout 5 and older: the reference of the n-th fragment (n >= 2) of an overwritten point
 //	'd' tid sid ts                -> overwrite marker: (series, ts) holds more than one fragment
 //	'w'                           -> torn mark: a commit split over transactions is being written (its tables)
-//	'k' tid n                     -> head record: the series runs of the table's n-th commit since the last head flush
+//	'k' tid n                     -> head record: the series runs and overwrites of the table's n-th commit since the last head flush
 //	'r', 'r' 0, 'p', 'p' 0        -> keyspace floors (empty): where a reverse seek that finds nothing stops (layout.go)
 //	'c' name 0x00 consumer        -> a named consumer's acknowledged position (JSON)
 //	'h' tid                       -> the instance's feed history horizon (uvarint; absent: 1)
@@ -72,12 +74,12 @@
 // a single large value that badger appends to its value log, so the LSM tree
 // only sees one small key per block, one head record per block (the
 // block's series runs, see "The head") and, only for points that are
-// repeated (or late outside a gap, see below), one point-index entry each. A point whose time is above its
+// late outside a gap (see below), one point-index entry each. A point whose time is above its
 // series' highest stored time (kept in memory, looked up once per series
 // and process) is new by construction: it joins its series' run and costs
-// no index entry and no lookup. An existing
-// point gets a point-index entry, the point's current row, and an
-// overwrite marker (see "Overwritten points").
+// no index entry and no lookup. A write to an existing point costs no key
+// of its own either: the head keeps it and the point's current row until a
+// flush (see "Overwritten points").
 // A drain is a forward seek to the block holding after+1 followed by
 // sequential decoding of whole blocks: no per-row lookups. A read copies
 // each block it decodes once, out of the value log, into memory of its
@@ -112,10 +114,11 @@
 // the one with the greater first time of the two, the next run's first
 // time the smaller.
 //
-// When the heads hold Config.HeadMaxEntries entries (one per new point;
-// --store-head-max-entries, 1 Mi by default, about 40 MiB), the commit
-// seals them and a flush writes every sealed run as a run key and
-// deletes the records, the records last, in the background: commits go
+// When the heads hold Config.HeadMaxEntries entries (one per new point or
+// overwrite; --store-head-max-entries, 1 Mi by default, about 40 MiB plus
+// the overwritten points' rows), the commit seals them and a flush writes
+// every sealed run as a run key (and the overwrites, see "Overwritten
+// points") and deletes the records, the records last, in the background: commits go
 // on into new live heads meanwhile, their look-ups consulting live and
 // sealed heads, and the first commit after the flush has ended (whose
 // view sees its keys) drops the sealed ones. A second flush waits for
@@ -136,39 +139,62 @@
 //
 // A point written K times holds K fragments, each under its own x_seq,
 // and every one of them reads as the point's current row: per column, the
-// latest fragment that set it. The point-index entry of an overwritten
-// point is that row itself (a union), kept up to date by the commit that
-// adds a fragment, with the reference of the point's oldest fragment; the
-// references of fragments 2..K are entries of their own ('q'), written
-// once each and read only by retention and by Open's repairs. So:
+// latest fragment that set it. That row is the point's union entry ('p',
+// with the fragment count and the reference of the point's oldest
+// fragment), and the references of fragments 2..K are overwrite runs
+// ('o'), read only by retention. Neither is written by the commit that
+// adds a fragment: the commit puts the fragment's time, its index in the
+// block and the point's new union into its head record (one value, with
+// the block's runs), and the head keeps the overwrites and the unions in
+// memory; the union is also the point's entry in memory (tableState.dups),
+// where reads and later commits find it. A head flush writes each series'
+// overwrites as runs of up to 1,024 references (one key), each point's
+// last union as its entry, and an overwrite marker ('d') for a point
+// overwritten for the first time. So:
 //
-//   - writing the K-th fragment costs what writing the second did: one
-//     get of the entry, a merge linear in the point's columns, one entry
-//     rewritten (bounded by the point's columns, not by K) and one
-//     reference added. Only the second fragment reads a block: the first
-//     fragment's, for its fields, through a cache of the last 8 blocks the
-//     commit read (a resend's or a replay's first fragments lie in a few
-//     blocks, in order). The store grows by one fragment and one
-//     reference entry per write;
-//   - a read (a drain page, a row copy page) decodes the blocks holding
-//     the fragments it returns and nothing else: an overwritten point's
-//     row comes from its entry, read once per page (kept in memory by the
-//     process that wrote it, else one get) and reused for each of its
-//     fragments in the page. A page of n rows costs n fragment decodes
-//     plus at most one entry per point it touches, whatever K: there is no
-//     cache whose size a point's fragments could outgrow.
-//     ingestd_store_feed_reads_total counts the blocks and entries reads
-//     take; the contract suite bounds them per page at 1 to 100 fragments
-//     per point (store/storetest, OverwriteReadsBounded).
+//   - writing the K-th fragment of a point costs what writing a new point
+//     does, plus a merge linear in the point's columns: no key of its own
+//     in the LSM tree at commit, and at the flush one entry per point
+//     (however often the head saw it written) and 1/1,024 of a run key.
+//     Only the second fragment reads a block: the first fragment's, for
+//     its fields, through a cache of the last 8 blocks the commit read (a
+//     resend's or a replay's first fragments lie in a few blocks, in
+//     order). The store grows by one fragment per write, and the index of
+//     an overwritten point is one entry however large K is;
+//   - a drain page decodes the blocks holding the fragments it returns
+//     and nothing else: an overwritten point's row comes from its entry,
+//     read once per page (kept in memory, else one get) and reused for
+//     each of its fragments in the page. A page of n rows costs n fragment
+//     decodes plus at most one entry per point it touches, whatever K:
+//     there is no cache whose size a point's fragments could outgrow;
+//   - a row copy page (readRows, each point once at its oldest fragment)
+//     skips without reading it every block none of whose fragments is its
+//     point's first (marked metaNoFirst when written): a block of a pass
+//     that overwrote every point it wrote costs one key in the scan. So a
+//     copy reads the blocks holding first fragments plus one key per
+//     block of overwrites, whatever K; where one block mixes first
+//     fragments and overwrites (several passes in one commit) it decodes
+//     them all.
+//
+// ingestd_store_feed_reads_total counts the blocks and entries reads
+// take; the contract suite bounds them per page at 1 to 100 fragments
+// per point (store/storetest, OverwriteReadsBounded).
+//
+// Open replays the head records a crash left: each overwrite's union
+// becomes the point's entry in memory again, the latest record winning.
+// A record is written before its block (in the same transaction, or in an
+// earlier one of a split commit): Open drops the records of a torn commit
+// whose block was never stored, with the torn mark, so that no union
+// shows a value no stored fragment carries.
 //
 // A commit larger than one badger transaction is split; before its first
 // transaction commits, a torn mark naming its tables is made durable, and
 // its last transaction deletes it. Open finds the mark after a crash in
-// between and rebuilds the unions of those tables that name a fragment
-// whose block was never stored, from the fragments that were (so a union
-// never shows a value no stored fragment carries). Layout versions 1 and
-// 2 listed every fragment's reference in the point's entry; Open converts
-// such entries the same way, once.
+// between, drops those tables' head records whose block was never stored
+// and, for a store written by layout 5 (which wrote unions at commit),
+// rebuilds the unions that name such a fragment from the fragments that
+// were. Layout versions 1 and 2 listed every fragment's reference in the
+// point's entry; Open converts such entries the same way, once.
 //
 // A block holds the writes of one group commit (store.TableCommit.Writes tells
 // where each begins): a series' in-order points form one run per write,

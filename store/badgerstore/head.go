@@ -1,10 +1,12 @@
 package badgerstore
 
 import (
+	"cmp"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 
 	"github.com/dgraph-io/badger/v4"
@@ -38,6 +40,22 @@ type tableHead struct {
 	series  map[uint64][]*headRun // by series id: disjoint, by ascending first time
 	records [][]byte              // the head records' keys
 	entries int
+	newDups int // points overwritten for the first time (headUnion.newDup); DB.mu guards it too
+	// over holds, by series id, the references of the fragments that
+	// overwrote a point (its second and later ones), in commit order;
+	// unions the entry of each point they overwrote, as the head's last
+	// commit left it. A flush stores them as overwrite runs and
+	// point-index entries.
+	over   map[uint64][]runEntry
+	unions map[pointID]headUnion
+}
+
+// headUnion is an overwritten point's entry as a head holds it.
+type headUnion struct {
+	entry string // the point-index entry (a union)
+	// newDup is set when the point became overwritten in this head: its
+	// overwrite marker is not stored yet.
+	newDup bool
 }
 
 // maxHeadRunEntries bounds a run the head grows by joining commits: a
@@ -47,10 +65,15 @@ type tableHead struct {
 // costs more run keys per flush.
 const maxHeadRunEntries = 128
 
+// maxOverRunEntries bounds an overwrite run (a retention sweep decodes
+// one whole).
+const maxOverRunEntries = 1024
+
 // Head record flags, per run.
 const (
-	headJoins   = 1 // the run joins the series' last head run
-	headInOrder = 2 // the run's points were above the series' stored maximum
+	headJoins     = 1 // the run joins the series' last head run
+	headInOrder   = 2 // the run's points were above the series' stored maximum
+	headOverwrite = 4 // not a run: the fragments of the block that overwrote points (appendHeadOver)
 )
 
 // headKey is 'k' tid n: the table's n-th head record.
@@ -146,44 +169,169 @@ func appendHeadRun(dst []byte, rb *runBuilder, flags byte, kind byte, base uint6
 	return append(dst, v...)
 }
 
+// overwrite is a fragment that overwrote a point, as a commit places
+// it: its time, index in the block and the point's entry with it.
+type overwrite struct {
+	ts    int64
+	idx   uint64
+	entry []byte
+}
+
+// appendHeadOver appends the overwrites of series sid in one block to a
+// head record (ows in ascending time, a point's in write order): uvarint
+// sid, varint first time, the flag headOverwrite, uvarint length, then
+// the kind ('L' or 'U'), uvarint base (the block's first x_seq or its
+// number), uvarint count and per fragment the uvarint time delta, uvarint
+// block index, uvarint entry length and the entry.
+func appendHeadOver(dst []byte, sid uint64, ows []overwrite, kind byte, base uint64) []byte {
+	v := []byte{kind}
+	v = binary.AppendUvarint(v, base)
+	v = binary.AppendUvarint(v, uint64(len(ows)))
+	prev := ows[0].ts
+	for _, o := range ows {
+		v = binary.AppendUvarint(v, uint64(o.ts-prev))
+		v = binary.AppendUvarint(v, o.idx)
+		v = binary.AppendUvarint(v, uint64(len(o.entry)))
+		v = append(v, o.entry...)
+		prev = o.ts
+	}
+	dst = binary.AppendUvarint(dst, sid)
+	dst = binary.AppendVarint(dst, ows[0].ts)
+	dst = append(dst, headOverwrite)
+	dst = binary.AppendUvarint(dst, uint64(len(v)))
+	return append(dst, v...)
+}
+
+// scanHeadOver calls fn with each overwrite of an overwrite section's
+// value v (appendHeadOver), its reference and entry aliasing v.
+func scanHeadOver(v []byte, firstTs int64, fn func(ts int64, r ref, entry []byte)) error {
+	if len(v) < 1 || (v[0] != 'L' && v[0] != 'U') {
+		return errShort
+	}
+	kind := v[0]
+	base, n := binary.Uvarint(v[1:])
+	if n <= 0 {
+		return errShort
+	}
+	v = v[1+n:]
+	count, n := binary.Uvarint(v)
+	if n <= 0 || count == 0 || count > uint64(len(v)) {
+		return errShort
+	}
+	v = v[n:]
+	ts := firstTs
+	for range count {
+		var vals [3]uint64
+		for i := range vals {
+			if vals[i], n = binary.Uvarint(v); n <= 0 {
+				return errShort
+			}
+			v = v[n:]
+		}
+		if vals[2] > uint64(len(v)) {
+			return errShort
+		}
+		ts += int64(vals[0])
+		r := ref{block: base, idx: vals[1]}
+		if kind == 'L' {
+			r = ref{seq: base + vals[1]}
+		}
+		fn(ts, r, v[:vals[2]])
+		v = v[vals[2]:]
+	}
+	if len(v) != 0 {
+		return errShort
+	}
+	return nil
+}
+
+// unionCount is the fragment count of a union entry (0 when v is not one).
+func unionCount(v []byte) uint64 {
+	if len(v) < 2 || v[0] != entryUnion {
+		return 0
+	}
+	c, n := binary.Uvarint(v[1:])
+	if n <= 0 {
+		return 0
+	}
+	return c
+}
+
 // apply adds the runs of head record rec (key k) to st's head and counts
-// their entries.
-func (db *DB) applyHead(st *tableState, k, rec []byte) error {
-	added, err := st.head.apply(k, rec)
+// their entries. An overwrite's entry is kept by the head (and made the
+// point's entry in memory, st.dups) when entries is set, as Open
+// replays the records; a commit sets them itself (committer.markDup).
+func (db *DB) applyHead(st *tableState, k, rec []byte, entries bool) error {
+	added, newDups, err := st.head.apply(k, rec, func(id pointID, entry []byte) {
+		if !entries {
+			return
+		}
+		e := string(entry)
+		u := st.head.unions[id]
+		u.entry = e
+		st.head.unions[id] = u
+		st.dupMu.Lock()
+		st.dups[id] = e
+		st.dupMu.Unlock()
+	})
 	db.mu.Lock()
 	st.head.entries += added
+	st.head.newDups += newDups
 	db.mu.Unlock()
 	return err
 }
 
-// apply adds the runs of head record rec (key k) to h but for its entry
-// count; it returns how many entries it added.
-func (h *tableHead) apply(k, rec []byte) (int, error) {
+// apply adds the runs and overwrites of head record rec (key k) to h but
+// for its counts and the overwrites' entries, which it passes to entry; it
+// returns how many entries it added and how many points it found
+// overwritten for the first time.
+func (h *tableHead) apply(k, rec []byte, entry func(id pointID, entry []byte)) (added, newDups int, err error) {
 	if h.series == nil {
 		h.series = map[uint64][]*headRun{}
+		h.over = map[uint64][]runEntry{}
+		h.unions = map[pointID]headUnion{}
 	}
-	added := 0
 	for len(rec) > 0 {
 		sid, n := binary.Uvarint(rec)
 		if n <= 0 {
-			return added, &store.CorruptionError{Key: k, Err: errShort}
+			return added, newDups, &store.CorruptionError{Key: k, Err: errShort}
 		}
 		rec = rec[n:]
 		first, n := binary.Varint(rec)
 		if n <= 0 || len(rec) < n+1 {
-			return added, &store.CorruptionError{Key: k, Err: errShort}
+			return added, newDups, &store.CorruptionError{Key: k, Err: errShort}
 		}
 		flags := rec[n]
 		rec = rec[n+1:]
 		l, n := binary.Uvarint(rec)
 		if n <= 0 || uint64(len(rec)-n) < l {
-			return added, &store.CorruptionError{Key: k, Err: errShort}
+			return added, newDups, &store.CorruptionError{Key: k, Err: errShort}
 		}
 		v := rec[n : n+int(l)]
 		rec = rec[n+int(l):]
+		if flags&headOverwrite != 0 {
+			over := h.over[sid]
+			err := scanHeadOver(v, first, func(ts int64, r ref, e []byte) {
+				over = append(over, runEntry{ts: ts, r: r})
+				id := pointID{sid, ts}
+				u := h.unions[id]
+				if !u.newDup && unionCount(e) == 2 {
+					u.newDup = true
+					newDups++
+				}
+				h.unions[id] = u
+				entry(id, e)
+				added++
+			})
+			h.over[sid] = over
+			if err != nil {
+				return added, newDups, &store.CorruptionError{Key: k, Err: err}
+			}
+			continue
+		}
 		ents, err := decodeRun(v, first)
 		if err != nil || len(ents) == 0 {
-			return added, &store.CorruptionError{Key: k, Err: errors.Join(err, errShort)}
+			return added, newDups, &store.CorruptionError{Key: k, Err: errors.Join(err, errShort)}
 		}
 		added += len(ents)
 		step := int64(0)
@@ -207,7 +355,7 @@ func (h *tableHead) apply(k, rec []byte) (int, error) {
 		h.series[sid] = runs
 	}
 	h.records = append(h.records, k)
-	return added, nil
+	return added, newDups, nil
 }
 
 // encode renders r as a run value (runBuilder.encode).
@@ -366,17 +514,44 @@ func (db *DB) reapFlush(wait bool) error {
 	return nil
 }
 
-// storeHeads writes every run of f's sealed heads as a run key and
-// deletes their head records, the records last, in the last transaction:
-// a crash before leaves them, and Open rebuilds the same runs and writes
-// the same keys again. The sealed heads do not change while it runs.
+// storeHeads writes every run of f's sealed heads as a run key, their
+// overwrites as overwrite runs, the entries of the points they overwrote
+// (and the overwrite markers of those overwritten for the first time),
+// and deletes their head records, the records last, in the last
+// transaction: a crash before leaves them, and Open rebuilds the same
+// heads and writes the same keys again (overwrite runs may then be
+// grouped otherwise and name a fragment twice, which retention and
+// repairs tolerate). The sealed heads do not change while it runs.
 func (db *DB) storeHeads(f *headFlush) error {
 	w := &committer{db: db, txn: db.bdb.NewTransaction(true)}
 	defer func() { w.txn.Discard() }()
 	for i, st := range f.sts {
-		for sid, runs := range st.sealed.series {
+		h, tid := st.sealed, f.tids[i]
+		for sid, runs := range h.series {
 			for _, r := range runs {
-				if err := w.set(pointKey(nil, ksRun, f.tids[i], sid, r.ents[0].ts), r.encode()); err != nil {
+				if err := w.set(pointKey(nil, ksRun, tid, sid, r.ents[0].ts), r.encode()); err != nil {
+					return err
+				}
+			}
+		}
+		for sid, ents := range h.over {
+			// In time order, a point's fragments in write order.
+			slices.SortStableFunc(ents, func(a, b runEntry) int { return cmp.Compare(a.ts, b.ts) })
+			for len(ents) > 0 {
+				chunk := ents[:min(len(ents), maxOverRunEntries)]
+				ents = ents[len(chunk):]
+				k := overKey(tid, sid, chunk[0].ts, chunk[0].r)
+				if err := w.set(k, appendOverRun(nil, chunk[0].ts, chunk)); err != nil {
+					return err
+				}
+			}
+		}
+		for id, u := range h.unions {
+			if err := w.set(pointKey(nil, ksPoint, tid, id.sid, id.ts), []byte(u.entry)); err != nil {
+				return err
+			}
+			if u.newDup {
+				if err := w.set(pointKey(nil, ksDup, tid, id.sid, id.ts), nil); err != nil {
 					return err
 				}
 			}
@@ -407,7 +582,7 @@ func (db *DB) loadHeads() error {
 			tid, n := binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:])
 			db.headSeq = max(db.headSeq, n+1)
 			st := db.table(tid)
-			err := item.Value(func(v []byte) error { return db.applyHead(st, k, v) })
+			err := item.Value(func(v []byte) error { return db.applyHead(st, k, v, true) })
 			if err != nil {
 				return err
 			}

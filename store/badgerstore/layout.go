@@ -29,6 +29,7 @@ const (
 	ksRef      = 'q'
 	ksTorn     = 'w'
 	ksHead     = 'k'
+	ksOver     = 'o'
 )
 
 // layoutVersion is the on-disk layout this build writes. It opens
@@ -38,8 +39,21 @@ const (
 // upgrades the version mark. Version 3 had no head records ('k'): an
 // older build would not see the runs they hold, so 4 keeps it out.
 // Version 4 never compressed a block's body (appendBlock): its blocks
-// read as they are, and an older build cannot read 5's.
-const layoutVersion = 5
+// read as they are, and an older build cannot read 5's. Version 5 wrote
+// an overwritten point's entry and a reference entry ('q') at every
+// commit; 6 keeps them in the head and stores the references as
+// overwrite runs ('o'). A 5 store reads as it is (its 'q' entries stay
+// valid); an older build would not see 6's overwrite runs.
+const layoutVersion = 6
+
+// Block metadata (badger's user meta byte of a block's key).
+const (
+	// metaNoFirst marks a block none of whose fragments is its point's
+	// first: every one overwrites a point stored before it. A read that
+	// returns each point once, at its first fragment (readRows), skips
+	// such a block without reading its value.
+	metaNoFirst = 1
+)
 
 var errShort = errors.New("truncated encoding")
 
@@ -592,4 +606,54 @@ func runLastTs(v []byte, firstTs int64) (int64, error) {
 		return true
 	})
 	return last, err
+}
+
+// overKey returns the key of an overwrite run of series sid of table
+// instance tid: 'o' tid sid firstTs, then the reference of the run's first
+// fragment (appendRef), which no other run holds: a run names fragments
+// of one head flush, and a fragment is flushed once.
+func overKey(tid, sid uint64, firstTs int64, first ref) []byte {
+	return appendRef(pointKey(make([]byte, 0, 40), ksOver, tid, sid, firstTs), first)
+}
+
+// appendOverRun encodes an overwrite run (see doc.go, "Overwritten
+// points"): uvarint count, then per fragment in ascending time the uvarint
+// time delta (the first from firstTs) and its reference (appendRef).
+func appendOverRun(dst []byte, firstTs int64, ents []runEntry) []byte {
+	dst = binary.AppendUvarint(dst, uint64(len(ents)))
+	prev := firstTs
+	for _, e := range ents {
+		dst = binary.AppendUvarint(dst, uint64(e.ts-prev))
+		dst = appendRef(dst, e.r)
+		prev = e.ts
+	}
+	return dst
+}
+
+// decodeOverRun decodes an overwrite run whose key holds firstTs.
+func decodeOverRun(v []byte, firstTs int64) ([]runEntry, error) {
+	count, n := binary.Uvarint(v)
+	if n <= 0 || count > uint64(len(v)) {
+		return nil, errShort
+	}
+	v = v[n:]
+	ents := make([]runEntry, 0, count)
+	prev := firstTs
+	for range count {
+		d, n := binary.Uvarint(v)
+		if n <= 0 {
+			return nil, errShort
+		}
+		r, k, err := decodeRef(v[n:])
+		if err != nil {
+			return nil, err
+		}
+		prev += int64(d)
+		ents = append(ents, runEntry{ts: prev, r: r})
+		v = v[n+k:]
+	}
+	if len(v) != 0 {
+		return nil, errShort
+	}
+	return ents, nil
 }

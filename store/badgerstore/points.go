@@ -424,7 +424,21 @@ func (db *DB) upgrade() error {
 			return err
 		}
 	}
+	var voided [][]byte
+	if torn != nil {
+		if voided, err = db.tornRecords(torn); err != nil {
+			return err
+		}
+	}
 	err = db.bdb.Update(func(txn *badger.Txn) error {
+		// A head record whose block a crash kept from being stored goes
+		// with the mark: the entries of its overwrites name a fragment
+		// no block holds.
+		for _, k := range voided {
+			if err := txn.Delete(k); err != nil {
+				return err
+			}
+		}
 		if err := txn.Delete([]byte{ksTorn}); err != nil {
 			return err
 		}
@@ -440,6 +454,76 @@ func (db *DB) upgrade() error {
 		db.logger.Warn("repaired the overwritten points of a commit a crash split", "tables", len(torn), "points_rebuilt", converted)
 	}
 	return nil
+}
+
+// tornRecords returns the keys of the head records of table instances
+// tids whose block is not stored: a crash split their commit after the
+// record and before the block (committer.index writes the block last).
+func (db *DB) tornRecords(tids []uint64) ([][]byte, error) {
+	var voided [][]byte
+	err := db.bdb.View(func(txn *badger.Txn) error {
+		for _, tid := range tids {
+			var fetch fetcher
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksHead, tid)})
+			for it.Rewind(); it.Valid(); it.Next() {
+				item := it.Item()
+				var r ref
+				err := item.Value(func(v []byte) (err error) {
+					r, err = headRecordBlock(v)
+					return err
+				})
+				if err != nil {
+					it.Close()
+					fetch.close()
+					return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
+				}
+				_, _, found, err := fetch.block(txn, tid, r)
+				if err != nil {
+					it.Close()
+					fetch.close()
+					return err
+				}
+				if !found {
+					voided = append(voided, item.KeyCopy(nil))
+				}
+			}
+			it.Close()
+			fetch.close()
+		}
+		return nil
+	})
+	return voided, err
+}
+
+// headRecordBlock returns a reference to the first fragment of the block a
+// head record indexes, from its first section (a run or overwrites: both
+// begin with the kind and the block's base).
+func headRecordBlock(rec []byte) (ref, error) {
+	_, n := binary.Uvarint(rec)
+	if n <= 0 {
+		return ref{}, errShort
+	}
+	rec = rec[n:]
+	_, n = binary.Varint(rec)
+	if n <= 0 || len(rec) < n+1 {
+		return ref{}, errShort
+	}
+	rec = rec[n+1:]
+	l, n := binary.Uvarint(rec)
+	if n <= 0 || l < 2 || uint64(len(rec)-n) < l {
+		return ref{}, errShort
+	}
+	v := rec[n : n+int(l)]
+	base, k := binary.Uvarint(v[1:])
+	switch {
+	case k <= 0:
+		return ref{}, errShort
+	case v[0] == 'L':
+		return ref{seq: base}, nil
+	case v[0] == 'U':
+		return ref{block: base}, nil
+	}
+	return ref{}, errShort
 }
 
 // rebuildEntries rebuilds, in the table instances tids (nil: all), every

@@ -235,6 +235,36 @@ func (db *DB) sweepBefore(tid uint64, cutoff int64, maxFragments int) (store.Swe
 		}
 	}
 	if !more {
+		// Overwrite runs ascend in time like series runs; a shortened
+		// one is written under its new first time and first reference.
+		more, err = scanAged(view, ksOver, tid, cutoff, &res, func(key []byte, v []byte) (bool, error) {
+			ents, err := decodeOverRun(v, pointKeyTime(key))
+			if err != nil {
+				return false, &store.CorruptionError{Key: key, Err: err}
+			}
+			n := 0
+			for n < len(ents) && ents[n].ts < cutoff && target < maxFragments {
+				if err := removeRef(ents[n].r); err != nil {
+					return false, err
+				}
+				n++
+			}
+			runDeletes = append(runDeletes, key)
+			if rest := ents[n:]; len(rest) > 0 {
+				nk := overKey(tid, binary.BigEndian.Uint64(key[9:17]), rest[0].ts, rest[0].r)
+				runSets = append(runSets, kv{nk, appendOverRun(nil, rest[0].ts, rest)})
+				if rest[0].ts >= cutoff {
+					res.Oldest = min(res.Oldest, rest[0].ts)
+					res.HasOldest = true
+				}
+			}
+			return target < maxFragments, nil
+		}, maxFragments-target)
+		if err != nil {
+			return res, err
+		}
+	}
+	if !more {
 		more, err = scanAged(view, ksPoint, tid, cutoff, &res, func(key []byte, v []byte) (bool, error) {
 			e, err := decodeEntry(v, nil)
 			if err != nil {
@@ -319,7 +349,7 @@ func (db *DB) sweepBefore(tid uint64, cutoff int64, maxFragments int) (store.Swe
 
 type kv struct{ k, v []byte }
 
-// scanAged walks the keys of keyspace ks ('r', 'q' or 'p': ks tid sid ts …) of
+// scanAged walks the keys of keyspace ks ('r', 'q', 'o' or 'p': ks tid sid ts …) of
 // table instance tid whose time is below cutoff, in key order, calling fn
 // with each key and value until fn returns false or limit reaches 0 (then
 // more is true). Per series, the first key at or above cutoff records the
@@ -455,7 +485,7 @@ func (w *committer) rewriteBlock(view *badger.Txn, b *sweepBlock) (int, error) {
 		return removed, w.delete(b.key)
 	}
 	block, _, _ := appendBlock(nil, br.firstSeq, br.commitTime, frags, nil, nil)
-	return removed, w.set(b.key, block)
+	return removed, w.setMeta(b.key, block, item.UserMeta())
 }
 
 // delete deletes k, committing and starting a new transaction when the

@@ -85,6 +85,12 @@ func (db *DB) readRows(tid uint64, c store.RowCursor, start, end int64, limit in
 				item := it.Item()
 				key := item.Key()
 				block := binary.BigEndian.Uint64(key[9:17])
+				if item.UserMeta()&metaNoFirst != 0 {
+					// Only overwrites: no point of the block is visited
+					// here, and its value is not read.
+					cur = rowPos{Unsynced: space.unsynced, Block: block + 1}
+					continue
+				}
 				if block != cur.Block {
 					cur = rowPos{Unsynced: space.unsynced, Block: block}
 				}

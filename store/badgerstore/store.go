@@ -1,6 +1,7 @@
 package badgerstore
 
 import (
+	"cmp"
 	"encoding/binary"
 	"encoding/json"
 	"errors"
@@ -94,7 +95,7 @@ type Config struct {
 	// the table, so this bounds what frequent status-page and
 	// /api/v1/tables requests cost.
 	TableStatsMaxAge time.Duration
-	// HeadMaxEntries is how many series-run entries (one per new point)
+	// HeadMaxEntries is how many head entries (one per new point or overwrite)
 	// the head keeps in memory before it stores them as run keys (doc.go,
 	// "The head"): more means fewer LSM writes per point and a longer
 	// replay of head records at Open after a crash; about 40 bytes each.
@@ -119,7 +120,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.GCMaxBytesPerSecond, "store-gc-max-bytes-per-second", c.GCMaxBytesPerSecond, "I/O bound of the value-log garbage collector: after rewriting a file it pauses as long as that file takes at this rate (0: no pause)")
 	fs.IntVar(&c.ValueLogMaxEntries, "store-value-log-max-entries", c.ValueLogMaxEntries, "values (blocks) per value-log file before the next is started: only files badger no longer writes are collected, so lower gives space back sooner, at the cost of more files (each a descriptor and a memory mapping; raise it on a large store that rarely deletes)")
 	fs.DurationVar(&c.TableStatsMaxAge, "store-table-stats-max-age", c.TableStatsMaxAge, "how long a table's counted fragments, rows and bytes are reused before they are counted again (0: every request counts)")
-	fs.IntVar(&c.HeadMaxEntries, "store-head-max-entries", c.HeadMaxEntries, "series-run entries (one per new point, about 40 bytes each) kept in memory before they are stored as run keys: more means fewer LSM writes per point and a longer replay after a crash (1: store them at every commit)")
+	fs.IntVar(&c.HeadMaxEntries, "store-head-max-entries", c.HeadMaxEntries, "head entries (one per new point, about 40 bytes, or per overwrite, about 40 bytes plus the point's row) kept in memory before they are stored as run keys and point entries: more means fewer LSM writes per point and a longer replay after a crash (1: store them at every commit)")
 }
 
 // Validate reports the first invalid setting.
@@ -337,7 +338,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 	if reg != nil {
 		reg.MustRegister(sizeCollector{db}, statsCollector{db}, freeCollector{db}, db.leaseExtensions, db.headFlushes, db.keysWritten,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
-				Name: "ingestd_store_head_entries", Help: "Series-run entries the head holds in memory (at most --store-head-max-entries after a commit).",
+				Name: "ingestd_store_head_entries", Help: "Entries the head holds in memory, one per new point or overwrite (at most twice --store-head-max-entries).",
 			}, func() float64 { return float64(db.headEntries(true)) }))
 	}
 	return db, nil
@@ -623,7 +624,7 @@ func (db *DB) dropTableData(tid uint64) error {
 	delete(db.tables, tid)
 	db.mu.Unlock()
 	return db.bdb.DropPrefix(tablePrefix(ksSeries, tid), tablePrefix(ksSync, tid),
-		tablePrefix(ksUnsync, tid), tablePrefix(ksPoint, tid), tablePrefix(ksRef, tid), tablePrefix(ksDup, tid), tablePrefix(ksRun, tid),
+		tablePrefix(ksUnsync, tid), tablePrefix(ksPoint, tid), tablePrefix(ksRef, tid), tablePrefix(ksOver, tid), tablePrefix(ksDup, tid), tablePrefix(ksRun, tid),
 		tablePrefix(ksHead, tid), horizonKey(tid))
 }
 
@@ -668,14 +669,22 @@ func (db *DB) commit(commits []store.TableCommit) error {
 		}
 	}
 	if err := w.txn.Commit(); err != nil {
+		w.unmarkDups()
 		return err
 	}
-	w.publishDups()
 	for _, h := range w.heads {
-		if err := db.applyHead(h.st, h.key, h.rec); err != nil {
+		if err := db.applyHead(h.st, h.key, h.rec, false); err != nil {
 			return err
 		}
 	}
+	// The heads keep the overwritten points' entries as the commit set
+	// them (the strings st.dups holds), in write order.
+	for _, d := range w.dups {
+		u := d.st.head.unions[d.id]
+		u.entry = d.entry
+		d.st.head.unions[d.id] = u
+	}
+	w.dups = w.dups[:0]
 	if db.headEntries(false) >= db.headMax {
 		return db.startFlush()
 	}
@@ -722,14 +731,18 @@ type headRecord struct {
 
 // set writes k=v, committing and starting a new transaction when the current
 // one is full. k and v must not be modified afterwards.
-func (w *committer) set(k, v []byte) error {
+func (w *committer) set(k, v []byte) error { return w.setMeta(k, v, 0) }
+
+// setMeta is set with badger's user meta byte of the key (metaNoFirst).
+func (w *committer) setMeta(k, v []byte, meta byte) error {
 	w.db.keysWritten.Inc()
-	err := w.txn.Set(k, v)
+	e := badger.NewEntry(k, v).WithMeta(meta)
+	err := w.txn.SetEntry(e)
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		if err := w.split(); err != nil {
 			return err
 		}
-		err = w.txn.Set(k, v)
+		err = w.txn.SetEntry(badger.NewEntry(k, v).WithMeta(meta))
 	}
 	return err
 }
@@ -900,8 +913,34 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 	if tc.FirstSeq == 0 {
 		base, kind = blockNo, 'U'
 	}
-	if len(order) > 0 {
-		// The block's runs, as one head record (head.go).
+	// The late points: a new one gets its point-index entry now; a
+	// fragment that overwrote a point (its second or later) goes to the
+	// head record with the point's entry, which the head keeps until a
+	// flush stores it (head.go).
+	hasFirst := len(order) > 0
+	overs := map[uint64][]overwrite{}
+	var overSids []uint64
+	keys := make([]byte, 0, 25*len(lates)) // one allocation holds the point keys
+	for _, l := range lates {
+		f := &tc.Fragments[l.i]
+		if l.count < 2 {
+			hasFirst = true
+			keys = pointKey(keys, ksPoint, tc.TableID, f.Series, f.Time)
+			pk := keys[len(keys)-25 : len(keys) : len(keys)]
+			keys = keys[len(keys):]
+			if err := w.set(pk, l.entry); err != nil {
+				return err
+			}
+			continue
+		}
+		if _, ok := overs[f.Series]; !ok {
+			overSids = append(overSids, f.Series)
+		}
+		overs[f.Series] = append(overs[f.Series], overwrite{ts: f.Time, idx: uint64(l.i), entry: l.entry})
+		w.markDup(st, pointID{f.Series, f.Time}, l.entry)
+	}
+	if len(order) > 0 || len(overSids) > 0 {
+		// The block's runs and overwrites, as one head record (head.go).
 		var rec []byte
 		tops := map[uint64]runTop{} // each series' last head run as the record leaves it
 		for _, rb := range order {
@@ -923,6 +962,11 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 			}
 			rec = appendHeadRun(rec, rb, flags, kind, base)
 		}
+		for _, sid := range overSids {
+			ows := overs[sid]
+			slices.SortStableFunc(ows, func(a, b overwrite) int { return cmp.Compare(a.ts, b.ts) })
+			rec = appendHeadOver(rec, sid, ows, kind, base)
+		}
 		k := headKey(tc.TableID, w.db.headSeq)
 		w.db.headSeq++
 		if err := w.set(k, rec); err != nil {
@@ -930,28 +974,8 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 		}
 		w.heads = append(w.heads, headRecord{st, k, rec})
 	}
-	// One allocation holds every point key of the block.
-	keys := make([]byte, 0, 25*len(lates))
-	for _, l := range lates {
-		f := &tc.Fragments[l.i]
-		keys = pointKey(keys, ksPoint, tc.TableID, f.Series, f.Time)
-		pk := keys[len(keys)-25 : len(keys) : len(keys)]
-		keys = keys[len(keys):]
-		if err := w.set(pk, l.entry); err != nil {
-			return err
-		}
-		if l.count < 2 {
-			continue
-		}
-		if err := w.set(refKey(tc.TableID, f.Series, f.Time, l.count), appendRef(nil, refOf(l.i))); err != nil {
-			return err
-		}
-		if l.count == 2 {
-			if err := w.set(pointKey(nil, ksDup, tc.TableID, f.Series, f.Time), nil); err != nil {
-				return err
-			}
-		}
-		w.markDup(st, pointID{f.Series, f.Time}, l.entry)
+	if !hasFirst {
+		return w.setMeta(key, block, metaNoFirst)
 	}
 	return w.set(key, block)
 }
@@ -1100,32 +1124,39 @@ func (w *committer) existing(st *tableState, f *store.Fragment, cur *runBuilder,
 	return appendRef(nil, r), nil
 }
 
-// markDup records that point id of st holds more than one fragment, entry
-// being its point-index entry as this commit writes it. Until the commit
-// is durable readers find the point marked with no entry ("") and read
-// the entry their own view holds; then the entry is kept in memory, so
-// that a drain does not read the point index (commit).
+// markDup makes entry, as this commit writes it, the entry readers and
+// later commits find in memory for point id of st, which holds more than
+// one fragment. It is set before the commit is durable: an entry may be
+// ahead of a reader's view (doc.go, "Overwritten points"), and a commit
+// that fails stops the writer (the entries it set are put back).
 func (w *committer) markDup(st *tableState, id pointID, entry []byte) {
+	e := string(entry)
 	st.dupMu.Lock()
-	st.dups[id] = ""
+	old, had := st.dups[id]
+	st.dups[id] = e
 	st.dupMu.Unlock()
-	w.dups = append(w.dups, dupEntry{st, id, entry})
+	w.dups = append(w.dups, dupEntry{st, id, e, old, had})
 }
 
-// dupEntry is an overwritten point's entry a commit wrote.
+// dupEntry is an overwritten point's entry a commit set, and the one it
+// replaced (had: there was one).
 type dupEntry struct {
-	st    *tableState
-	id    pointID
-	entry []byte
+	st         *tableState
+	id         pointID
+	entry, old string
+	had        bool
 }
 
-// publishDups keeps the entries of a durable commit in memory (in write
-// order: a point written twice in the commit keeps its last entry).
-func (w *committer) publishDups() {
-	for _, d := range w.dups {
+// unmarkDups puts back the entries a commit that failed had set, latest
+// first.
+func (w *committer) unmarkDups() {
+	for i := len(w.dups) - 1; i >= 0; i-- {
+		d := w.dups[i]
 		d.st.dupMu.Lock()
-		if _, ok := d.st.dups[d.id]; ok { // not removed meanwhile (a sweep)
-			d.st.dups[d.id] = string(d.entry)
+		if d.had {
+			d.st.dups[d.id] = d.old
+		} else {
+			delete(d.st.dups, d.id)
 		}
 		d.st.dupMu.Unlock()
 	}

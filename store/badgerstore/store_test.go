@@ -319,11 +319,11 @@ func TestOpenWithEmptyLogs(t *testing.T) {
 }
 
 // TestTornSplitCommit checks what a crash between the transactions of a
-// split commit leaves: Commit writes the point index before the block, so
-// the index may name fragments of a block that was never stored, and the
-// commit's torn mark (written before its first transaction) is left. Open
-// rebuilds those points from what is stored: the lost fragment is skipped
-// and the stored fragments of the point still coalesce.
+// split commit leaves: Commit writes the head record (with the
+// overwrites' entries) before the block, so a record may index a block
+// that was never stored, and the commit's torn mark (written before its
+// first transaction) is left. Open drops such a record: the lost fragment
+// is skipped and the stored fragments of the point still coalesce.
 func TestTornSplitCommit(t *testing.T) {
 	cases := []struct {
 		name     string
@@ -347,6 +347,7 @@ func TestTornSplitCommit(t *testing.T) {
 				Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{intField(1, 1)}}}}}))
 			require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: seq(2),
 				Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{intField(2, 2)}}}}}))
+			require.NoError(t, db.flushHeads()) // the union of 1 and 2 is stored
 			require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: seq(3),
 				Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: []store.Field{intField(1, 9), intField(3, 3)}}}}}))
 			lost := tableKey(ksUnsync, tid, 2)
@@ -359,7 +360,11 @@ func TestTornSplitCommit(t *testing.T) {
 				}
 				return txn.Delete(lost)
 			}))
-			require.NoError(t, db.Close())
+			// The crash: badger's files as the torn commit left them.
+			close(db.gc.stop)
+			<-db.gc.done
+			require.NoError(t, db.bdb.Close())
+			require.NoError(t, db.lock.Close())
 
 			db, err = Open(cfg, nil, nil)
 			require.NoError(t, err)
@@ -431,8 +436,8 @@ func TestSeriesRuns(t *testing.T) {
 	for i, r := range rows {
 		require.ElementsMatch(t, want[i], r.Fields, "x_seq %d", r.Seq)
 	}
-	require.Equal(t, 2, pointEntries(t, db, tid), "only the repeated points have point-index entries (the late new one joins a gap run)")
 	require.NoError(t, db.flushHeads())
+	require.Equal(t, 2, pointEntries(t, db, tid), "only the repeated points have point-index entries, once the head is stored (the late new one joins a gap run)")
 	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {
 		_, err := txn.Get(pointKey(nil, ksRun, tid, 2, 5))
 		return err
@@ -512,7 +517,9 @@ func TestLegacyEntriesConverted(t *testing.T) {
 			Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: f}}}}))
 	}
 	// Rewrite the point as layout 2 stored it: one entry listing x_seq
-	// 1, 2 and 3, no union, no reference entries.
+	// 1, 2 and 3, no union, no reference entries or overwrite runs.
+	require.NoError(t, db.flushHeads())
+	require.NoError(t, db.bdb.DropPrefix(tablePrefix(ksOver, tid)))
 	require.NoError(t, db.bdb.Update(func(txn *badger.Txn) error {
 		legacy := appendRef(appendRef(appendRef(nil, ref{seq: 1}), ref{seq: 2}), ref{seq: 3})
 		if err := txn.Set(pointKey(nil, ksPoint, tid, 1, 100), legacy); err != nil {
@@ -624,6 +631,52 @@ func TestBlockBodyFormats(t *testing.T) {
 				}
 				require.Error(t, err, "a block truncated at %d must not decode", cut)
 			}
+		})
+	}
+}
+
+// TestRowsSkipBlocksOfOverwrites checks that a row copy reads only the
+// blocks holding points' first fragments: a block whose every fragment
+// overwrites a point is marked when written and skipped by its key alone,
+// so copying points written K times reads what copying them once does.
+func TestRowsSkipBlocksOfOverwrites(t *testing.T) {
+	for _, synced := range []bool{true, false} {
+		t.Run(fmt.Sprintf("synced=%v", synced), func(t *testing.T) {
+			cfg := DefaultConfig()
+			cfg.Dir = t.TempDir()
+			db, err := Open(cfg, nil, nil)
+			require.NoError(t, err)
+			defer func() { require.NoError(t, db.Close()) }()
+			tid := db.allocTableID()
+			const points, passes = 16, 50
+			seq := uint64(1)
+			for pass := range passes {
+				frags := make([]store.Fragment, points)
+				for i := range frags {
+					frags[i] = store.Fragment{Series: 1, Time: int64(i), Fields: []store.Field{intField(uint32(1+pass%3), int64(pass))}}
+				}
+				tc := store.TableCommit{TableID: tid, Fragments: frags}
+				if pass == 0 {
+					tc.NewSeries = []store.Series{{ID: 1}}
+				}
+				if synced {
+					tc.FirstSeq = seq
+					seq += points
+				}
+				require.NoError(t, db.commit([]store.TableCommit{tc}))
+			}
+			blocks0, _ := db.ReadCounts()
+			var got int
+			_, done, err := db.readRows(tid, nil, math.MinInt64, math.MaxInt64, 1000, func(r *store.Row) error {
+				got++
+				require.Len(t, r.Fields, 3, "point %d reads as its current row", r.Time)
+				return nil
+			})
+			require.NoError(t, err)
+			require.True(t, done)
+			require.Equal(t, points, got)
+			blocks, _ := db.ReadCounts()
+			require.Equal(t, uint64(1), blocks-blocks0, "only the block of the first pass is read")
 		})
 	}
 }
