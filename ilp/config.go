@@ -102,7 +102,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxInflightWriteBytes, "http-max-inflight-write-bytes", c.MaxInflightWriteBytes,
 		"bytes of HTTP write bodies held at once, after decompression (must exceed --max-body-bytes); past it a write waits --feed-submit-timeout for room, then 503")
 	fs.DurationVar(&c.MaxWriteDelay, "http-write-max-delay", c.MaxWriteDelay,
-		"answer HTTP writes 503 with Retry-After at once, unread, while writes take longer than this in the server (0: never)")
+		"answer HTTP writes 503 with Retry-After at once, unread, while writes take longer than this in the server, a body over 1 MiB per MiB (0: never)")
 	fs.IntVar(&c.Limits.MaxLineBytes, "max-line-bytes", c.Limits.MaxLineBytes, "longest ILP line in bytes; a longer line is rejected")
 	fs.IntVar(&c.Limits.MaxStringBytes, "ilp-max-string-bytes", c.Limits.MaxStringBytes, "longest tag value or string field in bytes")
 	fs.StringVar(&c.TCPAddr, "tcp-addr", c.TCPAddr, "ILP TCP listen address (empty disables TCP)")

@@ -280,9 +280,9 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 		return
 	}
 	read := in.now()
-	in.overload.begin(read)
+	in.overload.begin(read, n)
 	committed := false // reached the sequencer: its latency counts
-	defer func() { in.overload.done(read, in.now(), committed) }()
+	defer func() { in.overload.done(read, in.now(), committed, n) }()
 	parser := in.parsers.get(in.cfg.Limits)
 	batch := &feed.Batch{Points: parser.points}
 	perrs, _ := parser.p.ParseAll(batch, TrimBOM(buf.Bytes()), 1, prec, recv.UnixNano())

@@ -16,7 +16,12 @@ import (
 // their bodies unread, which frees the CPU and the queue for those in
 // flight and the ones after. A sequencer
 // whose own queue delay passes target (queueDelayer: a commit stalled)
-// counts as overloaded at once. Safe for concurrent use.
+// counts as overloaded at once. A body larger than overloadUnitBytes
+// takes its time to parse and commit however idle the server: its
+// latency counts per overloadUnitBytes (a 10 MiB body answered in 1 s
+// counts as 100 ms), and it is never a write held over an interval, so
+// that one client sending large bodies one after the other is never
+// refused. Safe for concurrent use.
 type overload struct {
 	target time.Duration // 0: never refuse
 	delay  func() time.Duration
@@ -24,10 +29,15 @@ type overload struct {
 	mu       sync.Mutex
 	start    time.Time     // of the current interval
 	least    time.Duration // least latency answered in it; -1: none yet
-	inflight int           // writes read (begin), not yet answered
-	heldOver bool          // a write was in flight all through the current interval so far
+	inflight int           // writes of at most overloadUnitBytes read (begin), not yet answered
+	heldOver bool          // such a write was in flight all through the current interval so far
 	over     bool          // the verdict of the last interval
 }
+
+// overloadUnitBytes is the body size up to which a write's whole latency
+// counts: about 5,000–10,000 lines, the batches of Telegraf and the
+// InfluxDB clients.
+const overloadUnitBytes = 1 << 20
 
 func newOverload(target time.Duration, delay func() time.Duration) *overload {
 	return &overload{target: target, delay: delay, least: -1}
@@ -63,25 +73,32 @@ func (o *overload) admit(now time.Time) (bool, time.Duration) {
 	return true, 0
 }
 
-// begin records that a write's body was read at now; done must follow
-// once it is answered.
-func (o *overload) begin(now time.Time) {
+// begin records that a write's body of size bytes was read at now; done
+// must follow once it is answered.
+func (o *overload) begin(now time.Time, bytes int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.roll(now)
-	o.inflight++
+	if bytes <= overloadUnitBytes {
+		o.inflight++
+	}
 }
 
-// done records that a write whose body was read at start was answered at
-// now; its latency counts when it reached the sequencer (measured), not
+// done records that a write whose body of size bytes was read at start
+// was answered at now; its latency counts when it reached the sequencer (measured), not
 // when it was refused before (a bad line, a forbidden table), which a
 // client could send to hide an overload.
-func (o *overload) done(start, now time.Time, measured bool) {
+func (o *overload) done(start, now time.Time, measured bool, bytes int64) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.roll(now)
-	o.inflight--
-	if d := now.Sub(start); measured && (o.least < 0 || d < o.least) {
+	d := now.Sub(start)
+	if bytes <= overloadUnitBytes {
+		o.inflight--
+	} else {
+		d = time.Duration(float64(d) * overloadUnitBytes / float64(bytes))
+	}
+	if measured && (o.least < 0 || d < o.least) {
 		o.least = d
 	}
 }
