@@ -1,0 +1,449 @@
+// Package docs holds no code: its tests keep the documentation honest.
+// TestLinks fails on a link, a repository path or a Markdown anchor in the
+// README, docs/*.md, deploy/README.md or any Go comment that does not
+// resolve; TestReferenceMetrics, TestReferenceRoutes and
+// TestReferenceErrorCodes fail when reference.md and the code disagree.
+// (The flags are checked in cmd/ingestd, TestReferenceFlags, where they
+// are defined.)
+package docs
+
+import (
+	"bufio"
+	"go/ast"
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+	"testing"
+	"unicode"
+
+	"github.com/stretchr/testify/require"
+	"gopkg.in/yaml.v3"
+)
+
+// root is the repository's root, relative to this package's directory
+// (where go test runs it).
+const root = ".."
+
+// markdownFiles are the documents whose links and references are checked,
+// relative to root.
+func markdownFiles(t *testing.T) []string {
+	t.Helper()
+	files, err := filepath.Glob(filepath.Join(root, "docs", "*.md"))
+	require.NoError(t, err)
+	rel := []string{"README.md", "deploy/README.md"}
+	for _, f := range files {
+		r, err := filepath.Rel(root, f)
+		require.NoError(t, err)
+		rel = append(rel, filepath.ToSlash(r))
+	}
+	return rel
+}
+
+var (
+	fenceRE    = regexp.MustCompile("^\\s*(```|~~~)")
+	headingRE  = regexp.MustCompile(`^(#{1,6})\s+(.*?)\s*#*\s*$`)
+	explicitRE = regexp.MustCompile(`<a\s+(?:id|name)="([^"]+)"`)
+	tagRE      = regexp.MustCompile(`<[^>]*>`)
+	mdLinkRE   = regexp.MustCompile(`!?\[((?:[^\[\]]|\[[^\]]*\])*)\]\(([^)\s]+)(?:\s+"[^"]*")?\)`)
+	codeSpanRE = regexp.MustCompile("`([^`\n]+)`")
+	// A path into the repository: a top-level directory, then at least one
+	// more segment ("docs/contract.md", "store/badgerstore/doc.go",
+	// "deploy/telegraf/"). Globs are allowed.
+	repoPathRE = regexp.MustCompile(`(?:^|[\s(\[` + "`" + `"',])((?:\.ci|cmd|deploy|docs|feed|httpapi|ilp|store)/[\w./*-]*[\w*/])`)
+	// A Markdown file, optionally with an anchor ("README.md",
+	// "docs/contract.md#epochs", "../deploy/README.md").
+	mdRefRE = regexp.MustCompile(`(?:^|[\s(\[` + "`" + `"',])((?:\.\./|\./)?(?:[\w.-]+/)*[\w.-]+\.md)(#[\w-]+)?`)
+)
+
+// anchors returns every anchor of a Markdown document: its headings' slugs
+// as GitHub computes them (duplicates get -1, -2, …) and explicit
+// <a id=…> or <a name=…> anchors; headings and anchors inside fenced code
+// blocks do not count.
+func anchors(text string) map[string]bool {
+	out := map[string]bool{}
+	seen := map[string]int{}
+	inFence := false
+	for _, line := range strings.Split(text, "\n") {
+		if fenceRE.MatchString(line) {
+			inFence = !inFence
+			continue
+		}
+		if inFence {
+			continue
+		}
+		for _, m := range explicitRE.FindAllStringSubmatch(line, -1) {
+			out[m[1]] = true
+		}
+		if m := headingRE.FindStringSubmatch(line); m != nil {
+			s := slug(m[2])
+			if n := seen[s]; n > 0 {
+				out[s+"-"+itoa(n)] = true
+			} else {
+				out[s] = true
+			}
+			seen[s]++
+		}
+	}
+	return out
+}
+
+func itoa(n int) string {
+	var b []byte
+	for ; n > 0; n /= 10 {
+		b = append([]byte{byte('0' + n%10)}, b...)
+	}
+	return string(b)
+}
+
+// slug is GitHub's anchor of a heading: HTML tags and Markdown link
+// targets and emphasis dropped, lower case, letters, digits, spaces, "-"
+// and "_" kept, every space a "-".
+func slug(heading string) string {
+	h := tagRE.ReplaceAllString(heading, "")
+	h = mdLinkRE.ReplaceAllString(h, "$1")
+	var b strings.Builder
+	for _, r := range strings.ToLower(h) {
+		switch {
+		case r == ' ':
+			b.WriteByte('-')
+		case r == '-' || r == '_' || unicode.IsLetter(r) || unicode.IsDigit(r):
+			b.WriteRune(r)
+		}
+	}
+	return b.String()
+}
+
+func TestSlug(t *testing.T) {
+	for heading, want := range map[string]string{
+		"Retention and the feed's history":          "retention-and-the-feeds-history",
+		"`ingestd mirror`":                          "ingestd-mirror",
+		"1. Run a 3-server NATS cluster":            "1-run-a-3-server-nats-cluster",
+		`<a id="x-seq"></a>x_seq is never reused`:   "x_seq-is-never-reused",
+		"Conformance with the peers' parser tests":  "conformance-with-the-peers-parser-tests",
+		"NATS JetStream (with `--store=jetstream`)": "nats-jetstream-with---storejetstream",
+		"[Link](x.md) text":                         "link-text",
+	} {
+		require.Equal(t, want, slug(heading), heading)
+	}
+	got := anchors("# A\n## A\n```sh\n# A\n```\n### <a id=\"b\"></a>C\n")
+	require.Equal(t, map[string]bool{"a": true, "a-1": true, "b": true, "c": true}, got)
+}
+
+// checker resolves references and remembers what failed.
+type checker struct {
+	t       *testing.T
+	anchors map[string]map[string]bool // by path relative to root
+	bad     []string
+}
+
+func (c *checker) anchorsOf(rel string) map[string]bool {
+	if a, ok := c.anchors[rel]; ok {
+		return a
+	}
+	raw, err := os.ReadFile(filepath.Join(root, rel))
+	require.NoError(c.t, err)
+	a := anchors(string(raw))
+	c.anchors[rel] = a
+	return a
+}
+
+// exists reports whether the repository path rel (relative to root, or a
+// glob) names at least one file or directory.
+func exists(rel string) bool {
+	p := filepath.Join(root, filepath.FromSlash(strings.TrimSuffix(rel, "/")))
+	if strings.ContainsAny(rel, "*?[") {
+		m, _ := filepath.Glob(p)
+		return len(m) > 0
+	}
+	_, err := os.Stat(p)
+	return err == nil
+}
+
+// resolve returns the path, relative to root, that ref names when written
+// in a file of directory dir (relative to root): relative to dir, else
+// relative to the repository's root; ok is false when neither exists.
+func resolve(dir, ref string) (string, bool) {
+	if strings.HasPrefix(ref, "../") || strings.HasPrefix(ref, "./") {
+		p := filepath.ToSlash(filepath.Clean(filepath.Join(dir, ref)))
+		return p, !strings.HasPrefix(p, "../") && exists(p)
+	}
+	if p := filepath.ToSlash(filepath.Join(dir, ref)); dir != "." && exists(p) {
+		return p, true
+	}
+	return ref, exists(ref)
+}
+
+// elsewhere are pages other branches add, linked before they land: a
+// reference to one is not checked while it is absent.
+var elsewhere = map[string]bool{"docs/security.md": true}
+
+// ref checks one reference to a file, with an optional "#anchor", written
+// at where in a file of directory dir.
+func (c *checker) ref(where, dir, target, anchor string) {
+	p, ok := resolve(dir, target)
+	if !ok && elsewhere[p] {
+		return
+	}
+	if !ok {
+		c.bad = append(c.bad, where+": no such file: "+target)
+		return
+	}
+	if anchor == "" {
+		return
+	}
+	if !strings.HasSuffix(p, ".md") {
+		c.bad = append(c.bad, where+": an anchor into a file that is not Markdown: "+target+"#"+anchor)
+		return
+	}
+	if !c.anchorsOf(p)[anchor] {
+		c.bad = append(c.bad, where+": no anchor #"+anchor+" in "+p)
+	}
+}
+
+// text checks the file paths and Markdown anchors of a piece of
+// prose (a Go comment, a code span).
+func (c *checker) text(where, dir, s string) {
+	done := map[string]bool{}
+	for _, m := range mdRefRE.FindAllStringSubmatch(s, -1) {
+		c.ref(where, dir, m[1], strings.TrimPrefix(m[2], "#"))
+		done[m[1]] = true
+	}
+	for _, m := range repoPathRE.FindAllStringSubmatch(s, -1) {
+		if done[m[1]] {
+			continue
+		}
+		if _, ok := resolve(dir, m[1]); !ok {
+			c.bad = append(c.bad, where+": no such path: "+m[1])
+		}
+	}
+}
+
+// TestLinks checks every link of the Markdown documents (relative files,
+// and anchors in them or in the same document), every repository path and
+// Markdown anchor they quote in code spans, and the same references in
+// every Go comment of the module.
+func TestLinks(t *testing.T) {
+	c := &checker{t: t, anchors: map[string]map[string]bool{}}
+	for _, rel := range markdownFiles(t) {
+		raw, err := os.ReadFile(filepath.Join(root, rel))
+		require.NoError(t, err)
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		inFence := false
+		sc := bufio.NewScanner(strings.NewReader(string(raw)))
+		sc.Buffer(nil, 1<<20)
+		for n := 1; sc.Scan(); n++ {
+			line := sc.Text()
+			where := rel + ":" + itoa(n)
+			if fenceRE.MatchString(line) {
+				inFence = !inFence
+				continue
+			}
+			if inFence {
+				continue
+			}
+			for _, m := range mdLinkRE.FindAllStringSubmatch(line, -1) {
+				target := m[2]
+				switch {
+				case strings.Contains(target, "://") || strings.HasPrefix(target, "mailto:"):
+				case strings.HasPrefix(target, "#"):
+					if !c.anchorsOf(rel)[target[1:]] {
+						c.bad = append(c.bad, where+": no anchor "+target+" in "+rel)
+					}
+				default:
+					file, anchor, _ := strings.Cut(target, "#")
+					if !strings.HasPrefix(file, "../") && !strings.HasPrefix(file, "./") {
+						file = "./" + file // links are relative to their document
+					}
+					c.ref(where, dir, file, anchor)
+				}
+			}
+			for _, m := range codeSpanRE.FindAllStringSubmatch(line, -1) {
+				c.text(where, dir, m[1])
+			}
+		}
+		require.NoError(t, sc.Err())
+	}
+
+	fset := token.NewFileSet()
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") {
+			return nil
+		}
+		f, err := parser.ParseFile(fset, path, nil, parser.ParseComments|parser.SkipObjectResolution)
+		if err != nil {
+			return err
+		}
+		rel, err := filepath.Rel(root, path)
+		if err != nil {
+			return err
+		}
+		dir := filepath.ToSlash(filepath.Dir(rel))
+		for _, g := range f.Comments {
+			for _, cm := range g.List {
+				where := filepath.ToSlash(rel) + ":" + itoa(fset.Position(cm.Pos()).Line)
+				c.text(where, dir, commentText(cm))
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	sort.Strings(c.bad)
+	require.Empty(t, c.bad, "references that do not resolve")
+}
+
+// commentText is a comment without its markers.
+func commentText(c *ast.Comment) string {
+	s := strings.TrimPrefix(c.Text, "//")
+	s = strings.TrimPrefix(s, "/*")
+	return strings.TrimSuffix(s, "*/")
+}
+
+// section returns the part of Markdown text under the heading line
+// heading, up to the next heading of the same or a higher level.
+func section(t *testing.T, text, heading string) string {
+	t.Helper()
+	level := strings.Index(heading, " ")
+	i := strings.Index(text, "\n"+heading+"\n")
+	require.GreaterOrEqual(t, i, 0, "no heading %q", heading)
+	rest := text[i+len(heading)+2:]
+	inFence := false
+	lines := strings.SplitAfter(rest, "\n")
+	for n, line := range lines {
+		if fenceRE.MatchString(line) {
+			inFence = !inFence
+		}
+		if m := headingRE.FindStringSubmatch(strings.TrimRight(line, "\n")); !inFence && m != nil && len(m[1]) <= level {
+			return strings.Join(lines[:n], "")
+		}
+	}
+	return rest
+}
+
+func readReference(t *testing.T) string {
+	t.Helper()
+	raw, err := os.ReadFile(filepath.Join(root, "docs", "reference.md"))
+	require.NoError(t, err)
+	return string(raw)
+}
+
+// TestReferenceMetrics: every metric name the code registers (a string
+// literal "ingestd_…" in a non-test Go file) is in reference.md's Metrics
+// section, and every name there is registered.
+func TestReferenceMetrics(t *testing.T) {
+	nameRE := regexp.MustCompile(`"(ingestd_[a-z0-9_]*[a-z0-9])"`)
+	code := map[string]bool{}
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if name := d.Name(); path != root && (strings.HasPrefix(name, ".") || name == "testdata" || name == "deploy") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
+			return nil
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for _, m := range nameRE.FindAllStringSubmatch(string(raw), -1) {
+			code[m[1]] = true
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Greater(t, len(code), 50, "the scan found the registered metrics")
+
+	metrics := section(t, readReference(t), "## Metrics")
+	documented := map[string]bool{}
+	for _, m := range regexp.MustCompile(`\bingestd_[a-z0-9_]*[a-z0-9]\b`).FindAllString(metrics, -1) {
+		documented[m] = true
+	}
+	var missing, unknown []string
+	for name := range code {
+		if !strings.Contains(metrics, "`"+name+"`") {
+			missing = append(missing, name)
+		}
+	}
+	for name := range documented {
+		if !code[name] {
+			unknown = append(unknown, name)
+		}
+	}
+	sort.Strings(missing)
+	sort.Strings(unknown)
+	require.Empty(t, missing, "metrics registered in the code but not in docs/reference.md#metrics")
+	require.Empty(t, unknown, "metrics in docs/reference.md#metrics that the code does not register")
+}
+
+// TestReferenceRoutes: the routes table of reference.md names exactly the
+// operations of api.yaml (which TestRoutesMatchAPISpec keeps equal to the
+// router).
+func TestReferenceRoutes(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(root, "api.yaml"))
+	require.NoError(t, err)
+	var spec struct {
+		Paths map[string]map[string]any `yaml:"paths"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &spec))
+	var want []string
+	for path, ops := range spec.Paths {
+		for method := range ops {
+			if method != "parameters" {
+				want = append(want, strings.ToUpper(method)+" "+path)
+			}
+		}
+	}
+	routes := section(t, readReference(t), "## Routes")
+	var got []string
+	for _, m := range regexp.MustCompile("`((?:GET|HEAD|POST|PUT|DELETE|PATCH) /[^`?]*)`").FindAllStringSubmatch(routes, -1) {
+		got = append(got, m[1])
+	}
+	sort.Strings(want)
+	sort.Strings(got)
+	require.Equal(t, want, got, "docs/reference.md#routes lists api.yaml's operations, each once")
+}
+
+// TestReferenceErrorCodes: the error-code table of reference.md has one row
+// per code of httpapi/wire, and no other.
+func TestReferenceErrorCodes(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(root, "httpapi", "wire", "wire.go"))
+	require.NoError(t, err)
+	var want []string
+	for _, m := range regexp.MustCompile(`(?m)^\s+Code\w+\s*=\s*"(\w+)"`).FindAllStringSubmatch(string(raw), -1) {
+		want = append(want, m[1])
+	}
+	require.Greater(t, len(want), 20, "the scan found the codes")
+	codes := section(t, readReference(t), "## Error codes")
+	var got []string
+	for _, m := range regexp.MustCompile("(?m)^\\| `(\\w+)` \\|").FindAllStringSubmatch(codes, -1) {
+		got = append(got, m[1])
+	}
+	sort.Strings(want)
+	sort.Strings(got)
+	require.Equal(t, want, got, "docs/reference.md#error-codes lists httpapi/wire's codes, each once")
+}
+
+// TestReadmeSize: the README stays a front door.
+func TestReadmeSize(t *testing.T) {
+	fi, err := os.Stat(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	require.LessOrEqual(t, fi.Size(), int64(20<<10), "README.md is at most 20 KB: move material to docs/")
+}
