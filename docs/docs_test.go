@@ -447,3 +447,70 @@ func TestReadmeSize(t *testing.T) {
 	require.NoError(t, err)
 	require.LessOrEqual(t, fi.Size(), int64(20<<10), "README.md is at most 20 KB: move material to docs/")
 }
+
+// TestContractTestsExist: every test a promise of contract.md names in its
+// "Proved by" paragraph exists in the package named after it ("`TestA`
+// and `TestB` (`feed`)"); `TestContract/Name` names a subtest of the
+// storage contract suite, store/storetest.
+func TestContractTestsExist(t *testing.T) {
+	raw, err := os.ReadFile(filepath.Join(root, "docs", "contract.md"))
+	require.NoError(t, err)
+	suite, err := os.ReadFile(filepath.Join(root, "store", "storetest", "storetest.go"))
+	require.NoError(t, err)
+	testRE := regexp.MustCompile(`^(?:Test|Fuzz)\w+(?:/\w+)?$`)
+	funcs := map[string]string{} // package directory → its test files
+	testsIn := func(pkg string) string {
+		if s, ok := funcs[pkg]; ok {
+			return s
+		}
+		files, err := filepath.Glob(filepath.Join(root, filepath.FromSlash(pkg), "*_test.go"))
+		require.NoError(t, err)
+		var b strings.Builder
+		for _, f := range files {
+			raw, err := os.ReadFile(f)
+			require.NoError(t, err)
+			b.Write(raw)
+		}
+		funcs[pkg] = b.String()
+		return funcs[pkg]
+	}
+	var bad []string
+	proofs := 0
+	for _, para := range strings.Split(string(raw), "\n\n") {
+		if !strings.HasPrefix(para, "Proved by ") {
+			continue
+		}
+		proofs++
+		var pending []string
+		for _, loc := range codeSpanRE.FindAllStringSubmatchIndex(para, -1) {
+			span := para[loc[2]:loc[3]]
+			if testRE.MatchString(span) {
+				pending = append(pending, span)
+				continue
+			}
+			if !exists(span) {
+				bad = append(bad, "not a package directory: "+span)
+				continue
+			}
+			require.NotEmpty(t, pending, "package %s follows no test in: %s", span, para)
+			src := testsIn(span)
+			for _, name := range pending {
+				fn, sub, _ := strings.Cut(name, "/")
+				if !strings.Contains(src, "func "+fn+"(") {
+					bad = append(bad, name+": no func "+fn+" in "+span)
+				}
+				if sub != "" && !strings.Contains(string(suite), `{"`+sub+`",`) {
+					bad = append(bad, name+": no subtest "+sub+" in store/storetest")
+				}
+			}
+			// A package list ("(`a`, `b`)") applies to the same tests.
+			if rest := para[loc[1]:]; !strings.HasPrefix(strings.TrimLeft(strings.TrimPrefix(rest, ","), " \n"), "`") || !strings.HasPrefix(rest, ",") {
+				pending = nil
+			}
+		}
+		require.Empty(t, pending, "tests without a package in: %s", para)
+	}
+	require.Greater(t, proofs, 20, "contract.md's promises each name their proof")
+	sort.Strings(bad)
+	require.Empty(t, bad, "tests contract.md names that do not exist")
+}
