@@ -6,6 +6,8 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -115,6 +117,15 @@ func runREADMESections(t *testing.T, newConfig func(t *testing.T) config) {
 				require.Equal(t, b.want, outs[i], "%s:%d: the block's output differs from its # lines", sec.file, b.line)
 			}
 			if sec.title != "Walkthrough" {
+				// Again on the same data directory: the guide says the
+				// re-created table starts above the dropped one.
+				again := runBlocks(t, d, bin, blocks[:1])
+				m := regexp.MustCompile(`^\{"columns":\["enabled","epoch","seq","watermark","horizon"\],"rows":\[\[true,3,(\d+),\d+,1\]\]\}\n200\n`).FindStringSubmatch(again[0])
+				require.NotNil(t, m, "CREATE TABLE on a reused data directory is at epoch 3, as the guide says: %s", again[0])
+				seq, err := strconv.ParseUint(m[1], 10, 64)
+				require.NoError(t, err)
+				require.GreaterOrEqual(t, seq, uint64(3), "and above the dropped table's x_seq")
+				require.Contains(t, again[0], `"code":"stale_epoch"`, "so the drains at x_epoch = 1 are stale")
 				return
 			}
 			// Again on the same data directory: the README says the
