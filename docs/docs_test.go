@@ -560,3 +560,45 @@ func uniq(ss []string) map[string]bool {
 	}
 	return m
 }
+
+// TestNoOutsideCitations: the code, the documentation, api.yaml, the CI
+// scripts and the deployment files cite the project's own docs
+// (docs/<page>.md#anchor), never notes outside the repository: a contract
+// section, a style rule, an issue number or a design seed.
+func TestNoOutsideCitations(t *testing.T) {
+	// Built from parts so that this file does not match itself.
+	cite := regexp.MustCompile(`SP` + `EC §|\bSP` + `EC\b|ST` + `YLE R\d|\bse` + `ed 00\d|\bis` + `sue \d|\bis` + `sue point`)
+	var bad []string
+	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		name := d.Name()
+		if d.IsDir() {
+			if path != root && name != ".ci" && (strings.HasPrefix(name, ".") || name == "testdata") {
+				return filepath.SkipDir
+			}
+			return nil
+		}
+		switch filepath.Ext(name) {
+		case ".go", ".md", ".yaml", ".yml", ".sh", ".json", ".conf", ".service", ".toml":
+		default:
+			if name != "Dockerfile" && filepath.Base(filepath.Dir(path)) != ".ci" {
+				return nil
+			}
+		}
+		raw, err := os.ReadFile(path)
+		if err != nil {
+			return err
+		}
+		for n, line := range strings.Split(string(raw), "\n") {
+			if cite.MatchString(line) {
+				rel, _ := filepath.Rel(root, path)
+				bad = append(bad, filepath.ToSlash(rel)+":"+itoa(n+1)+": "+strings.TrimSpace(line))
+			}
+		}
+		return nil
+	})
+	require.NoError(t, err)
+	require.Empty(t, bad, "cite docs/<page>.md#anchor instead, or drop the citation")
+}
