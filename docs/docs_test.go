@@ -602,3 +602,17 @@ func TestNoOutsideCitations(t *testing.T) {
 	require.NoError(t, err)
 	require.Empty(t, bad, "cite docs/<page>.md#anchor instead, or drop the citation")
 }
+
+// TestReadmeTestCommand: the README's test command is the one CI runs
+// (the line after "# The README's test command:" in .ci/run).
+func TestReadmeTestCommand(t *testing.T) {
+	ci, err := os.ReadFile(filepath.Join(root, ".ci", "run"))
+	require.NoError(t, err)
+	_, after, ok := strings.Cut(string(ci), "# The README's test command:\n")
+	require.True(t, ok, ".ci/run marks the README's test command")
+	cmd, _, _ := strings.Cut(after, "\n")
+	require.True(t, strings.HasPrefix(cmd, "go test "), "%q", cmd)
+	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
+	require.NoError(t, err)
+	require.Contains(t, string(readme), "\n"+cmd+" ", "README.md shows .ci/run's test command as is")
+}
