@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestExportedIdentifiersDocumented enforces STYLE R5 (every exported
+// TestExportedIdentifiersDocumented enforces docs/design.md#engineering-rules (every exported
 // identifier has a doc comment, as revive's exported rule asks) in every
 // package of the module: it parses each package's non-test files with
 // go/parser, reads them with go/doc (which keeps exported declarations
@@ -66,7 +66,7 @@ func TestExportedIdentifiersDocumented(t *testing.T) {
 		require.NoError(t, err, dir)
 		checked = append(checked, filepath.ToSlash(dir))
 		if m := undocumented(fset, p); len(m) > 0 {
-			t.Errorf("package %s: %d exported identifiers without a doc comment (STYLE R5):\n%s", dir, len(m), strings.Join(m, "\n"))
+			t.Errorf("package %s: %d exported identifiers without a doc comment (docs/design.md#engineering-rules):\n%s", dir, len(m), strings.Join(m, "\n"))
 		}
 	}
 	require.Subset(t, checked, []string{".", "feed", "ilp", "httpapi", "httpapi/sql", "httpapi/auth", "cmd/ingestd"}, "the walk missed a package")

@@ -12,7 +12,7 @@ import (
 
 const module = "github.com/ingestd/ingestd"
 
-// TestImportDirection enforces STYLE R1: imports run one way only, store ←
+// TestImportDirection enforces docs/design.md#engineering-rules: imports run one way only, store ←
 // feed ← ilp, httpapi ← cmd/ingestd, and badger stays inside
 // store/badgerstore, the one backend of the store contract (store itself is
 // backend-neutral, so nothing above it links badger). It reads every
@@ -85,7 +85,7 @@ func TestImportDirection(t *testing.T) {
 				}
 			}
 			sort.Strings(bad)
-			require.Empty(t, bad, "package %q imports what STYLE R1 forbids (allowed: %q)", dir, ok)
+			require.Empty(t, bad, "package %q imports what docs/design.md#engineering-rules forbids (allowed: %q)", dir, ok)
 		})
 	}
 }

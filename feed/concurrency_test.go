@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// --- Many writers, a stalled commit, consumers draining all the while (SPEC §4, §6) ---
+// --- Many writers, a stalled commit, consumers draining all the while (docs/contract.md#watermark) ---
 
 // ccKey is a point of TestConcurrentWritersStalledCommit.
 type ccKey struct {

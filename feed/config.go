@@ -71,7 +71,7 @@ type Config struct {
 	SubmitTimeout time.Duration
 	// MaxConsumersPerTable bounds the named consumers of one table.
 	MaxConsumersPerTable int
-	// MaxTombstones bounds the tombstones dropped tables leave (SPEC §4:
+	// MaxTombstones bounds the tombstones dropped tables leave (docs/contract.md#epochs:
 	// a re-created table resumes above the dropped one's epoch and x_seq).
 	// Past it the tombstone with the lowest sequence is folded into one
 	// durable floor that every table created without a tombstone starts
@@ -79,7 +79,7 @@ type Config struct {
 	// metadata stay bounded. 0 keeps none: every DROP folds into the floor.
 	MaxTombstones int
 	// MaxNameBytes is the longest table, measurement, tag key, field key or
-	// consumer name in bytes (SPEC §8), 1..MaxNameBytesCeiling; a longer
+	// consumer name in bytes (docs/contract.md#names), 1..MaxNameBytesCeiling; a longer
 	// name is refused (CheckName).
 	MaxNameBytes int
 	// ConsumerFlushInterval is how often changed consumer positions are
@@ -87,7 +87,7 @@ type Config struct {
 	// of their progress; positions only feed lag metrics and listings.
 	ConsumerFlushInterval time.Duration
 	// DefaultRetention is the retention of every table that has none of
-	// its own (SPEC §9): rows whose time is older than now minus it are
+	// its own (docs/contract.md#retention): rows whose time is older than now minus it are
 	// removed in the background, and writes older than it are refused.
 	// 0 keeps rows forever.
 	DefaultRetention time.Duration
@@ -101,7 +101,7 @@ type Config struct {
 	// commits, so it bounds how long writes wait for it.
 	SweepBatchFragments int
 	// FeedHistory is how long a committed fragment stays drainable
-	// (SPEC §9): the history horizon rises above fragments committed
+	// (docs/contract.md#horizon): the history horizon rises above fragments committed
 	// longer ago. 0: no age limit.
 	FeedHistory time.Duration
 	// FeedHistoryFragments is how many x_seq numbers below the watermark

@@ -10,7 +10,7 @@ import (
 	"github.com/ingestd/ingestd/store"
 )
 
-// ConsumerInfo is a named consumer's acknowledged position (SPEC §6): it
+// ConsumerInfo is a named consumer's acknowledged position (docs/contract.md#consumers): it
 // has applied everything up to Position in Epoch, as of LastSeen.
 type ConsumerInfo struct {
 	Name     string    // the consumer's name (CheckName's rules), unique per table
@@ -133,7 +133,7 @@ func (s *registry) consumerInfo(c store.Consumer, epoch uint64, now time.Time) C
 	return info
 }
 
-// DeleteConsumer forgets a named consumer, active or not (SPEC §6).
+// DeleteConsumer forgets a named consumer, active or not (docs/contract.md#consumers).
 // ErrTableNotFound or ErrConsumerNotFound when there is nothing to forget.
 func (s *Drainer) DeleteConsumer(table, name string) error {
 	t, err := s.lookup(table)

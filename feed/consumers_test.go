@@ -119,7 +119,7 @@ func seqPoints(table string, from, n int) []Point {
 	return pts
 }
 
-// --- Long-poll (SPEC §6 wait) -------------------------------------------------------
+// --- Long-poll (docs/contract.md#long-poll) -------------------------------------------------------
 
 func TestDrainWait(t *testing.T) {
 	const long = 60 * time.Second  // a wait that must be cut short
@@ -251,7 +251,7 @@ func TestDrainWait(t *testing.T) {
 	}
 }
 
-// --- Named consumers (SPEC §6 consumer=NAME) ---------------------------------------
+// --- Named consumers (docs/contract.md#consumers) ---------------------------------------
 
 func TestConsumerRecorded(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 10, 0, 0, 123456789, time.UTC)
@@ -470,7 +470,7 @@ func TestConsumersTruncateAndDrop(t *testing.T) {
 	})
 }
 
-// --- Lag metrics (SPEC §7) -----------------------------------------------------------
+// --- Lag metrics (docs/contract.md#consumers) -----------------------------------------------------------
 
 // lagMetrics reads the lag and position gauges of table's consumer name
 // from reg; ok=false when the consumer is not reported.

@@ -1,4 +1,4 @@
-// Package feed is ingestd's sequencer and change feed (SPEC §4–§6).
+// Package feed is ingestd's sequencer and change feed (docs/contract.md).
 //
 // # Two sides over one registry
 //
@@ -59,7 +59,7 @@
 //   - The epoch starts at 1 for a table created with sync ON (0 otherwise),
 //     and is bumped by enabling sync on a table whose sync is OFF and by
 //     TRUNCATE; a drain naming another epoch is refused (ErrStaleEpoch).
-//   - The history horizon (SPEC §9) is the lowest x_seq a drain may still
+//   - The history horizon (docs/contract.md#horizon) is the lowest x_seq a drain may still
 //     start at: a drain with after < horizon-1 is refused with
 //     ErrHistoryExpired (never a page that skips). It only rises, durably
 //     (the store keeps it per table instance; TRUNCATE starts a new

@@ -9,7 +9,7 @@ import (
 	"github.com/ingestd/ingestd/store"
 )
 
-// DrainRequest is one pull of the feed (SPEC §6).
+// DrainRequest is one pull of the feed (docs/contract.md#drain).
 type DrainRequest struct {
 	// Table is the table to drain.
 	Table string
@@ -33,7 +33,7 @@ type DrainRequest struct {
 	Consumer string
 }
 
-// Page is a drain page's envelope (SPEC §6).
+// Page is a drain page's envelope (docs/contract.md#paging).
 type Page struct {
 	Table     string   // the drained table
 	Epoch     uint64   // the table's epoch the page was read in

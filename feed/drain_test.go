@@ -9,7 +9,7 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// --- Paging (SPEC §6) --------------------------------------------------------------
+// --- Paging (docs/contract.md#paging) --------------------------------------------------------------
 
 func TestDrainPaging(t *testing.T) {
 	cases := []struct {
@@ -86,7 +86,7 @@ func TestDrainPaging(t *testing.T) {
 	}
 }
 
-// --- Coalescing (SPEC §2 row, §6 delivery) -----------------------------------------
+// --- Coalescing (docs/contract.md#coalescing) -----------------------------------------
 
 // feedStep changes a table's sync or restarts, then appends pts as one batch.
 type feedStep struct {
@@ -232,7 +232,7 @@ func TestDrainCoalesce(t *testing.T) {
 	}
 }
 
-// --- Sync OFF lines are invisible (SPEC §4) ------------------------------------------
+// --- Sync OFF lines are invisible (docs/contract.md#sync-off-invisible) ------------------------------------------
 
 func TestDrainSyncOffInvisible(t *testing.T) {
 	// Lines written while sync is OFF carry v < 0, the others v > 0; no two
@@ -305,7 +305,7 @@ func TestDrainSyncOffInvisible(t *testing.T) {
 	}
 }
 
-// --- Refusals, limits and columns (SPEC §6) ----------------------------------------
+// --- Refusals, limits and columns (docs/contract.md#refusals) ----------------------------------------
 
 func TestDrainRefusals(t *testing.T) {
 	cfg := DefaultConfig()
@@ -450,7 +450,7 @@ func TestDrainColumns(t *testing.T) {
 	}
 }
 
-// --- The watermark holds below a stalled commit (SPEC §4) -------------------------
+// --- The watermark holds below a stalled commit (docs/contract.md#watermark) -------------------------
 
 func TestDrainStalledCommit(t *testing.T) {
 	cases := []struct {
@@ -602,7 +602,7 @@ func pointVals(p Point) map[string]Value {
 	return m
 }
 
-// --- Concurrent writers and a drainer (SPEC §4, §6) -------------------------------
+// --- Concurrent writers and a drainer (docs/contract.md#watermark) -------------------------------
 
 func TestDrainConcurrentWriters(t *testing.T) {
 	cases := []struct {

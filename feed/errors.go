@@ -71,7 +71,7 @@ var (
 	// policy").
 	ErrBeyondRetention = errors.New("points beyond retention policy")
 	// ErrHistoryExpired is returned by Drain when after is below the
-	// table's history horizon minus one (SPEC §9): fragments the cursor
+	// table's history horizon minus one (docs/contract.md#history-expired): fragments the cursor
 	// has not seen were trimmed or removed. Resync with the copy by time
 	// range, then drain from the watermark it reports.
 	ErrHistoryExpired = errors.New("feed: change history expired, resync with the copy by time range (/rows) and drain from the watermark it reports")

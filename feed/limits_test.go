@@ -51,7 +51,7 @@ func TestTableLimit(t *testing.T) {
 
 // TestTombstoneBound checks Config.MaxTombstones: past it tombstones fold
 // into the floor, and a pruned table re-created, also after a restart,
-// still resumes above its old epoch and x_seq (SPEC §4).
+// still resumes above its old epoch and x_seq (docs/contract.md#epochs).
 func TestTombstoneBound(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxTombstones = 2
@@ -96,7 +96,7 @@ func TestTombstoneBound(t *testing.T) {
 // TestTableChurnMemory creates and drops thousands of tables with long,
 // distinct names: what a dropped table leaves in memory is bounded
 // (tombstones by MaxTombstones), so the heap stays flat. Before the bound
-// every name stayed in memory forever (issue 11: 55,000 cycles of 1 KB
+// every name stayed in memory forever (55,000 cycles of 1 KB
 // names took 1 GB).
 func TestTableChurnMemory(t *testing.T) {
 	cfg := DefaultConfig()

@@ -24,7 +24,7 @@ const MaxNameBytesCeiling = 32_000
 const MaxEchoBytes = 64
 
 // ErrInvalidName is returned for a table, measurement, tag key, field key
-// or consumer name that breaks a rule of CheckName (SPEC §8).
+// or consumer name that breaks a rule of CheckName (docs/contract.md#names).
 var ErrInvalidName = errors.New("invalid name")
 
 // Name rules, as NameError.Rule reports them.
@@ -68,8 +68,8 @@ func (e *NameError) Unwrap() []error {
 	return []error{ErrInvalidName}
 }
 
-// CheckName reports whether name may become part of a storage key (SPEC
-// §8): not empty, valid UTF-8, no control character (unicode.IsControl:
+// CheckName reports whether name may become part of a storage key
+// (docs/contract.md#names): not empty, valid UTF-8, no control character (unicode.IsControl:
 // NUL and the rest of C0, DEL, C1) and at most maxBytes bytes. what names
 // the kind of name in the error. The result is a *NameError or nil. The
 // store's key layout relies on it: a name never holds the 0x00 that ends a

@@ -11,7 +11,7 @@ import (
 	"github.com/ingestd/ingestd/store"
 )
 
-// RowsRequest is one page of a copy by time range (SPEC §6 bootstrap).
+// RowsRequest is one page of a copy by time range (docs/contract.md#bootstrap).
 type RowsRequest struct {
 	// Table is the table to copy.
 	Table string

@@ -138,7 +138,7 @@ func openHookedHarness(t testing.TB, dir string, cfg Config) (*harness, *hookedS
 	return h, hs
 }
 
-// --- Copy by time range (SPEC §6 bootstrap) -----------------------------------------
+// --- Copy by time range (docs/contract.md#bootstrap) -----------------------------------------
 
 func TestRowsTimeRange(t *testing.T) {
 	h := openHarness(t, t.TempDir(), DefaultConfig())

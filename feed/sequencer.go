@@ -48,7 +48,7 @@ type registry struct {
 	tombstones map[string]store.TableMeta
 }
 
-// Sequencer is the feed's write side, the single writer of SPEC §4:
+// Sequencer is the feed's write side, the single writer of docs/contract.md#x-seq:
 // listeners Submit batches, one goroutine (Run) validates them against
 // the schema, stamps x_seq and group-commits them, then publishes the
 // watermark and acknowledges; the table operations (CreateTable, PutTable,
@@ -117,7 +117,7 @@ type Sequencer struct {
 	dropped map[string]uint64
 }
 
-// Drainer is the feed's read side (SPEC §6): drain pages, the copy by
+// Drainer is the feed's read side (docs/contract.md#drain): drain pages, the copy by
 // time range (Rows), named consumers and their lag, and the tables'
 // published state (Status, Table, Tables, TableStats), read from the
 // table registry the Sequencer writes. A read never waits for the
@@ -278,7 +278,7 @@ func (s *Sequencer) Submit(ctx context.Context, b *Batch) (*Pending, error) {
 	return &Pending{o: o}, nil
 }
 
-// Append submits a batch and waits until it is durable (SPEC §3: 204 only
+// Append submits a batch and waits until it is durable (docs/contract.md#durable-writes: 204 only
 // after fsync).
 func (s *Sequencer) Append(ctx context.Context, b *Batch) (Result, error) {
 	p, err := s.Submit(ctx, b)
@@ -576,7 +576,7 @@ func storageErr(what string, err error) error {
 // The writes are applied in the order of their batches' lowest point time
 // (stable: equal times keep their queue order), not their queue order.
 // They were all in flight together, so either order is one the writers
-// could have seen (SPEC §4's arrival order among requests nobody has been
+// could have seen (docs/contract.md#arrival-order among requests nobody has been
 // answered yet is the sequencer's to choose, as a database serialises
 // concurrent transactions). It matters for speed: concurrent writers'
 // batches of one time-ordered stream (TSBS's loader, an open-loop client,

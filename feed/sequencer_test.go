@@ -141,7 +141,7 @@ func tryDrain(s *Drainer, req DrainRequest) (page, error) {
 	return p, err
 }
 
-// pageProblem checks the page invariants of SPEC §6 for a page read after
+// pageProblem checks the page invariants of docs/contract.md#paging for a page read after
 // after with limit limit, and returns the first violation. Without an x_seq
 // column only the envelope is checked.
 func pageProblem(p page, after uint64, limit int) error {
@@ -279,7 +279,7 @@ func TestSeriesKey(t *testing.T) {
 	}
 }
 
-// --- Epochs, SET SYNC and TRUNCATE (SPEC §4) ----------------------------------
+// --- Epochs, SET SYNC and TRUNCATE (docs/contract.md#epochs) ----------------------------------
 
 // tableStep is one operation on table "t" followed by the status it must
 // leave.
@@ -434,7 +434,7 @@ func TestTableOperationsOnUnknownTable(t *testing.T) {
 	require.Empty(t, h.d.Tables(), "no operation created the table")
 }
 
-// --- Crash and restart (SPEC §4: x_seq never runs backwards) ------------------
+// --- Crash and restart (docs/contract.md#x-seq: x_seq never runs backwards) ------------------
 
 // crashSetup brings a harness into the state a crash test copies. The
 // returned function, when not nil, runs after the copy (before the original
@@ -824,7 +824,7 @@ func TestDropAndRecreate(t *testing.T) {
 	}
 }
 
-// --- Schema rules (SPEC §2) ---------------------------------------------------------
+// --- Schema rules (docs/contract.md#columns) ---------------------------------------------------------
 
 func TestSchemaRejects(t *testing.T) {
 	type reject struct {
@@ -1016,7 +1016,7 @@ func TestSchemaRejects(t *testing.T) {
 	}
 }
 
-// TestColumnOrder checks SPEC §2: columns are time, then every tag, then
+// TestColumnOrder checks docs/contract.md#columns: columns are time, then every tag, then
 // every field, each in order of first appearance, in SHOW COLUMNS and in a
 // drain's default columns, also after a restart.
 func TestColumnOrder(t *testing.T) {
@@ -1086,7 +1086,7 @@ func withLine(line int, p Point) Point {
 	return p
 }
 
-// --- Auto-create (SPEC §2, §5 --sync-tables) --------------------------------------
+// --- Auto-create (docs/guide.md#tables, --sync-tables) --------------------------------------
 
 func TestAutoCreate(t *testing.T) {
 	cases := []struct {

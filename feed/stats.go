@@ -4,7 +4,7 @@ import (
 	"time"
 )
 
-// TableStats is what a table holds in the store (issue 17): see
+// TableStats is what a table holds in the store (docs/reference.md#tables): see
 // store.TableStats for how each figure is counted.
 type TableStats struct {
 	// Fragments is the number of stored fragments (exact).

@@ -49,7 +49,7 @@ type published struct {
 	seq       uint64
 	watermark uint64
 	tid       uint64
-	horizon   uint64          // lowest x_seq still drainable (SPEC §9)
+	horizon   uint64          // lowest x_seq still drainable (docs/contract.md#horizon)
 	retention *int64          // the table's own retention in ns (nil: the default)
 	points    uint64          // points committed since the process started
 	cols      []store.Column  // schema, "time" excluded
@@ -113,7 +113,7 @@ func (p *published) info(name string, def time.Duration) TableInfo {
 }
 
 // schemaOrder yields the positions and columns of a schema in listing order
-// (SPEC §2): every tag, then every field, each in order of first appearance.
+// (docs/contract.md#columns): every tag, then every field, each in order of first appearance.
 // Positions in cols never change (stored fragments refer to them); only the
 // listing puts the tags first.
 func schemaOrder(cols []store.Column) iter.Seq2[int, store.Column] {

@@ -11,7 +11,7 @@ import (
 	"github.com/ingestd/ingestd/store"
 )
 
-// CreateTable creates table name with the given sync setting (SPEC §5
+// CreateTable creates table name with the given sync setting (docs/reference.md#tables
 // CREATE TABLE … WITH (SYNC)). It is idempotent: for an existing table it
 // reports created=false and applies sync like SetSync. A table dropped
 // before resumes above its old epoch and sequence.
@@ -46,7 +46,7 @@ type TableOptions struct {
 }
 
 // PutTable creates table name with opts, or applies opts to the existing
-// table (PUT /api/v1/tables/{t}; SPEC §5 and §9). It reports created, and
+// table (PUT /api/v1/tables/{t}; docs/reference.md#tables). It reports created, and
 // the table as it then is. A retention is applied from the next sweep
 // and the next write on; ErrInvalidRetention for one outside
 // MinRetention..MaxRetention (0 allowed).
@@ -254,10 +254,10 @@ func (s *Sequencer) dropTable(t *table, tomb *store.TableMeta) {
 }
 
 // DefineTable creates table name with sync and the declared columns (SQL
-// CREATE TABLE t (col TYPE, …) [WITH (SYNC)], SPEC §11): cols are tags
+// CREATE TABLE t (col TYPE, …) [WITH (SYNC)], docs/guide.md#sql): cols are tags
 // (KindTag) and fields (KindFloat, KindInt, KindUint, KindString,
 // KindBool) in the order given, listed tags first as every schema is
-// (SPEC §2); "time" is implicit and not among them. A table dropped before
+// (docs/contract.md#columns); "time" is implicit and not among them. A table dropped before
 // resumes above its old epoch and sequence, as with CreateTable. Unlike
 // CreateTable it changes nothing of an existing table: it returns
 // ErrTableExists. Other errors: ErrInvalidTableName and ErrInvalidName (a

@@ -39,7 +39,7 @@ type PointField struct {
 	Value Value  // the typed field value
 }
 
-// Point is one parsed line as the sequencer takes it (SPEC §2).
+// Point is one parsed line as the sequencer takes it (docs/contract.md#terms).
 type Point struct {
 	// Table is the measurement.
 	Table string
@@ -85,10 +85,10 @@ type Column struct {
 // SyncStatus is a table's feed state (SHOW SYNC).
 type SyncStatus struct {
 	Enabled   bool   // sync is ON: writes get an x_seq and the table can be drained
-	Epoch     uint64 // the feed's epoch (0 until sync is first enabled; SPEC §4)
+	Epoch     uint64 // the feed's epoch (0 until sync is first enabled; docs/contract.md#epochs)
 	Seq       uint64 // highest x_seq handed out
 	Watermark uint64 // highest x_seq a drain may return now
-	// Horizon is the lowest x_seq still drainable (SPEC §9): a drain with
+	// Horizon is the lowest x_seq still drainable (docs/contract.md#horizon): a drain with
 	// after < Horizon-1 is refused with ErrHistoryExpired. 1 while nothing
 	// of the table's history was trimmed or removed.
 	Horizon uint64

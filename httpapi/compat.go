@@ -34,10 +34,10 @@ type databases struct {
 	names map[string]struct{}
 }
 
-// query answers the InfluxQL statements real writers send (SPEC §3.1):
+// query answers the InfluxQL statements real writers send (docs/guide.md#influxdb-compatibility-routes):
 // CREATE DATABASE (Telegraf's v1 output at start) records the name, which
 // SHOW DATABASES then lists with "ingestd", as InfluxDB 1.x does; databases
-// do not namespace tables. A name breaking the name rules (SPEC §8) and a
+// do not namespace tables. A name breaking the name rules (docs/contract.md#names) and a
 // create past Options.MaxDatabases are 400 invalid_parameter; anything else
 // is 400 with an error key.
 func (a *API) query(w http.ResponseWriter, r *http.Request) {

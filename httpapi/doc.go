@@ -1,4 +1,4 @@
-// Package httpapi is ingestd's HTTP surface (SPEC §3.1 compatibility
+// Package httpapi is ingestd's HTTP surface (docs/reference.md#routes: compatibility
 // endpoints, §5 table management, §6 drain, §7 metrics, §11 SQL): a chi
 // router, thin handlers (decode, call the feed, map the error) and a
 // purpose-built JSON (and CSV) encoder for drain pages and SQL results. It

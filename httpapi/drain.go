@@ -13,7 +13,7 @@ import (
 	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
-// Drain output formats (SPEC §6).
+// Drain output formats (docs/contract.md#formats).
 const (
 	formatJSON   = "json"
 	formatNDJSON = "ndjson"
@@ -23,7 +23,7 @@ const (
 	formatCSV = "csv"
 )
 
-// maxWait caps the long-poll wait (SPEC §6).
+// maxWait caps the long-poll wait (docs/contract.md#long-poll).
 const maxWait = 60 * time.Second
 
 // drainParams parses the drain query. It writes the 400 itself and reports
@@ -94,7 +94,7 @@ func drainParams(w http.ResponseWriter, r *http.Request) (feed.DrainRequest, str
 // errNoFieldForLP refuses an lp page whose selected columns hold no field.
 var errNoFieldForLP = errors.New("format=lp needs at least one field column with a value in every row: add a field to columns")
 
-// drain serves GET /drain (SPEC §6): one page as JSON (envelope and rows),
+// drain serves GET /drain (docs/contract.md#drain): one page as JSON (envelope and rows),
 // NDJSON (one object per row) or line protocol (one line per fragment,
 // nanosecond timestamps, no x_ keys); the last two carry the envelope in
 // Ingestd-* headers. The page ends before the row that would take its
@@ -113,7 +113,7 @@ func (a *API) drain(w http.ResponseWriter, r *http.Request) {
 // headers as ndjson and lp.
 func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRequest, format string, tf timeFormat) {
 	req.Stop = a.stopCtx.Done()
-	// Checked at admission and on every pull (seed 001): a reload that
+	// Checked at admission and on every pull (docs/operations.md#revoke-and-reload): a reload that
 	// revokes the token or changes its scopes ends the long-poll at once,
 	// and the page is answered only if the token still holds the scope.
 	grant := auth.FromContext(r.Context())

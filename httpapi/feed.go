@@ -11,7 +11,7 @@ import (
 // implements TableReader, Drainer, RowReader, Consumers and StatusStats;
 // *feed.Sequencer (the write side) implements TableCreator, TableAdmin and
 // Writer. Every method is safe for concurrent use from any number of
-// requests. Names are checked by the feed (SPEC §8): a name no table or
+// requests. Names are checked by the feed (docs/contract.md#names): a name no table or
 // consumer can have is a *feed.NameError (400), not a missing one (404).
 
 // TableReader reads the tables' published state: GET /api/v1/tables,
@@ -70,7 +70,7 @@ type TableAdmin interface {
 	Drop(ctx context.Context, name string) error
 }
 
-// Drainer serves GET /drain (SPEC §6) and the SQL drain.
+// Drainer serves GET /drain (docs/contract.md#drain) and the SQL drain.
 type Drainer interface {
 	// Drain reads the page of req.Table after req.After (at most
 	// req.Limit rows, ascending x_seq, never above the watermark; held
@@ -100,7 +100,7 @@ type RowReader interface {
 	Rows(ctx context.Context, req feed.RowsRequest, visit func(cols []feed.Column, vals []feed.Value) error) (feed.RowsPage, error)
 }
 
-// Consumers are a table's named drain consumers (SPEC §6): GET and DELETE
+// Consumers are a table's named drain consumers (docs/contract.md#consumers): GET and DELETE
 // under /api/v1/tables/{table}/consumers.
 type Consumers interface {
 	// Consumers lists table's named consumers ordered by name; the caller

@@ -67,8 +67,8 @@ type Options struct {
 	// SubmitTimeout bounds how long a SQL INSERT waits for room in the
 	// sequencer's queue before 503; 0 means feed.DefaultSubmitTimeout.
 	SubmitTimeout time.Duration
-	// Auth checks each route's token and scope (New sets which; README
-	// "Access control"); nil (no --auth-file) admits every request.
+	// Auth checks each route's token and scope (New sets which;
+	// docs/operations.md#scopes); nil (no --auth-file) admits every request.
 	Auth *auth.Authenticator
 	// Audit records table and sync changes, truncates, drops, consumer
 	// deletions and each consumer's first drain; nil records nothing.
@@ -174,7 +174,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	a.stopCtx, a.stopAll = context.WithCancel(context.Background())
 	a.m.refused.WithLabelValues(refusedCrossSite)
 	a.m.refused.WithLabelValues(refusedContentType)
-	// Each route's scope (README "Access control"). Open: /ping, /health,
+	// Each route's scope (docs/operations.md#scopes). Open: /ping, /health,
 	// /metrics, /api.yaml.
 	need := opts.Auth.Require
 	table := func(r *http.Request) string { return pathParam(r, "table") }
@@ -304,7 +304,7 @@ func (a *API) influxHeaders(next http.Handler) http.Handler {
 // (bad percent-encoding, a ';' separator) or repeats a parameter (every
 // parameter of every route is single-valued): net/http's URL.Query would
 // silently drop the bad pairs or keep only the first value, serving the
-// request as if a parameter were absent (SPEC §8).
+// request as if a parameter were absent (docs/contract.md#bad-requests).
 func strictQuery(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		q, err := url.ParseQuery(r.URL.RawQuery)

@@ -13,7 +13,7 @@ import (
 )
 
 // TestRoutesMatchAPISpec walks the chi router and requires its routes to
-// equal api.yaml's operations, in both directions (STYLE R23).
+// equal api.yaml's operations, in both directions (docs/design.md#engineering-rules).
 func TestRoutesMatchAPISpec(t *testing.T) {
 	h := http.NotFoundHandler()
 	api := New(Options{WriteV1: h, WriteV2: h, Metrics: h}, nil)

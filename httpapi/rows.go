@@ -11,7 +11,7 @@ import (
 
 // rows serves GET /api/v1/tables/{table}/rows?start=&end=&limit=&cursor=
 // [&format=json|lp][&time_format=]: one page of a copy by time range
-// (SPEC §6 bootstrap), never with x_ columns. Like a drain page it ends
+// (docs/contract.md#bootstrap), never with x_ columns. Like a drain page it ends
 // before the row that would take its rows past Options.MaxPageBytes (one
 // row at least); its cursor then resumes at that row.
 func (a *API) rows(w http.ResponseWriter, r *http.Request) {

@@ -34,8 +34,8 @@ const (
 	stmtInvalid     = "invalid"
 )
 
-// sql serves GET and POST /api/v1/sql (SPEC §11): one statement of seed
-// 000 per request, q in a JSON body {"q": …}, a form body or the query
+// sql serves GET and POST /api/v1/sql (docs/guide.md#sql): one statement
+// per request, q in a JSON body {"q": …}, a form body or the query
 // string (GET: reads only), with an optional time_format beside it. It
 // parses (httpapi/sql), then runs the statement through the same feed
 // methods as the REST routes. Results are {"columns","rows"} JSON (a
@@ -334,8 +334,8 @@ func uintValue(v uint64) feed.Value { return feed.Value{Kind: feed.KindUint, Num
 
 func stringValue(s string) feed.Value { return feed.Value{Kind: feed.KindString, Str: s} }
 
-// syncResult is SHOW SYNC's answer (seed 000: enabled, epoch, seq,
-// watermark; SPEC §9: horizon), also the answer of CREATE TABLE, ALTER
+// syncResult is SHOW SYNC's answer (enabled, epoch, seq, watermark,
+// horizon: docs/contract.md#terms), also the answer of CREATE TABLE, ALTER
 // TABLE and TRUNCATE.
 func syncResult(table string, s feed.SyncStatus) result {
 	return result{name: table, cols: []string{"enabled", "epoch", "seq", "watermark", "horizon"},
@@ -400,7 +400,7 @@ func (a *API) runTableStatement(ctx context.Context, st sqlp.Statement) (result,
 }
 
 // sqlInsert runs INSERT: each row becomes one fragment, stamped like an
-// ILP line (SPEC §2): the named tags make its series, the other named
+// ILP line (docs/contract.md#terms): the named tags make its series, the other named
 // columns its fields (NULL leaves a column out), time its timestamp (the
 // request's receive time when not given, as for a line without one). The
 // table and every column must exist; each value must fit its column's

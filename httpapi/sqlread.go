@@ -20,7 +20,7 @@ var errReadDone = errors.New("httpapi: read done")
 // Options.SQLMaxScanRows rows.
 var errScanLimit = errors.New("httpapi: scan limit")
 
-// sqlRead serves a SELECT that reads coalesced rows (SPEC §11): the rows
+// sqlRead serves a SELECT that reads coalesced rows (docs/guide.md#sql): the rows
 // of the time range, as /rows copies them (each point once, its columns
 // merged, no x_ columns), those whose tags equal the WHERE's values, in
 // storage order without ORDER BY (synced rows in x_seq order, then those

@@ -204,7 +204,7 @@ type statusPage struct {
 	Window        string
 }
 
-// status serves the status page at GET / (issue 17): server health, every
+// status serves the status page at GET / (docs/operations.md#status-page): server health, every
 // table (at most Options.StatusMaxTables, by name; with an auth file those
 // the token holds some scope on, like GET /api/v1/tables) and their named
 // consumers, server-rendered, refreshing itself every sample interval.

@@ -23,7 +23,7 @@ var update = flag.Bool("update", false, "rewrite ilp/testdata/corpus/*.txt with 
 // corpusNow is the receive time of lines without a timestamp in the corpus.
 const corpusNow = int64(1_700_000_000_000_000_000)
 
-// corpusCase is one case of the golden corpus (STYLE R21). A case file holds
+// corpusCase is one case of the golden corpus (docs/design.md#engineering-rules). A case file holds
 // free comment lines ("#") before its first case, then cases:
 //
 //	=== name

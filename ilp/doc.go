@@ -1,5 +1,5 @@
 // Package ilp takes InfluxDB line protocol (ILP) over HTTP and TCP and hands
-// parsed batches to the feed's sequencer (SPEC §3).
+// parsed batches to the feed's sequencer (docs/guide.md#writing-data).
 //
 // parse.go and split.go are pure: they take bytes and return points or a
 // *ParseError, and import no I/O. http.go (the /write and /api/v2/write
@@ -9,7 +9,7 @@
 // Lines are split by a quote-aware scanner (a newline inside a quoted string
 // field value belongs to the string, as Telegraf sends it), then each line
 // is decoded by github.com/influxdata/line-protocol/v2 with the stricter
-// rules of SPEC §3.1 on top: every part of every line is read; duplicate tag
+// rules of docs/guide.md#line-rules on top: every part of every line is read; duplicate tag
 // keys are rejected and tags sorted; duplicate field keys keep the last
 // value unless their types clash; hex floats, NaN, ±Inf and digits
 // separated by underscores are rejected;

@@ -25,7 +25,7 @@ const (
 	ReasonTableLimit    = "table_limit"
 	ReasonInvalidName   = "invalid_name"
 	// ReasonForbidden is a TCP line for a table the connection's grant
-	// may not write (SPEC §10).
+	// may not write (docs/operations.md#scopes).
 	ReasonForbidden = "forbidden"
 	// ReasonBeyondRetention: older than the table's retention.
 	ReasonBeyondRetention = "beyond_retention"

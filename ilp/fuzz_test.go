@@ -17,7 +17,7 @@ import (
 // fuzzPrecisions are the precisions FuzzParse picks from.
 var fuzzPrecisions = []Precision{Nanosecond, Microsecond, Millisecond, Second, Minute, Hour}
 
-// FuzzParse checks, for any bytes (STYLE R21):
+// FuzzParse checks, for any bytes (docs/design.md#engineering-rules):
 //   - parsing never panics;
 //   - the bytes split at random boundaries, as TCP reads deliver them (a
 //     lineReader over the pieces), give exactly the points and errors of

@@ -51,7 +51,7 @@ type Ingest struct {
 	overload *overload
 }
 
-// Grant limits what one writer may write (SPEC §10); package
+// Grant limits what one writer may write (docs/operations.md#scopes); package
 // httpapi/auth's *Grant is one. Implementations are safe for concurrent
 // use.
 type Grant interface {

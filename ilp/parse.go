@@ -16,14 +16,14 @@ import (
 	"github.com/ingestd/ingestd/feed"
 )
 
-// Default limits (SPEC §3.1).
+// Default limits (docs/reference.md#daemon-flags).
 const (
 	DefaultMaxLineBytes   = 1 << 20
 	DefaultMaxKeyBytes    = feed.DefaultMaxNameBytes
 	DefaultMaxStringBytes = 1 << 20
 )
 
-// maxAbsTimestamp bounds timestamps to ±9223372036854775806 ns (SPEC §3.1).
+// maxAbsTimestamp bounds timestamps to ±9223372036854775806 ns (docs/guide.md#line-rules).
 const maxAbsTimestamp = math.MaxInt64 - 1
 
 // Limits bound what one line may carry; a line past any of them is rejected
@@ -33,14 +33,14 @@ type Limits struct {
 	MaxLineBytes int
 	// MaxKeyBytes is the longest measurement, tag key or field key in bytes,
 	// 1..feed.MaxNameBytesCeiling; cmd/ingestd sets it to --max-name-bytes
-	// (a name must fit a whole storage key, SPEC §8).
+	// (a name must fit a whole storage key, docs/contract.md#names).
 	MaxKeyBytes int
 	// MaxStringBytes is the longest tag value or string field value in
 	// bytes (default 1 MiB, InfluxDB's limit).
 	MaxStringBytes int
 }
 
-// DefaultLimits returns SPEC §3.1's limits.
+// DefaultLimits returns the default limits of docs/reference.md#daemon-flags.
 func DefaultLimits() Limits {
 	return Limits{MaxLineBytes: DefaultMaxLineBytes, MaxKeyBytes: DefaultMaxKeyBytes, MaxStringBytes: DefaultMaxStringBytes}
 }

@@ -88,7 +88,7 @@ func (in *Ingest) admit(ctx context.Context, c net.Conn) (g Grant, ok bool, stop
 	return g, true, func() { close(done) }
 }
 
-// ServeTCP accepts newline-delimited ILP on ln until ctx ends (SPEC §3.2).
+// ServeTCP accepts newline-delimited ILP on ln until ctx ends (docs/contract.md#tcp-writes).
 // Lines are handed to the sequencer at least every TCPFlushInterval or
 // when TCPBatchLines or TCPBatchBytes accumulate; bad lines are dropped, counted and logged
 // (rate-limited, with peer and line number) and the connection stays open.
@@ -301,7 +301,7 @@ func (in *Ingest) serveConn(srvCtx context.Context, s *tcpSlot) {
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
 				in.logger.Debug("tcp read ended", "peer", tc.peer, "err", err)
 			}
-			break // a partial line at EOF is dropped (SPEC §3.2)
+			break // a partial line at EOF is dropped (docs/contract.md#tcp-writes)
 		}
 	}
 	// Commit every complete line read, on EOF, shutdown, eviction and

@@ -405,7 +405,7 @@ func (g *gatedAppender) Submit(ctx context.Context, b *feed.Batch) (*feed.Pendin
 // release lets every Submit through from now on. Safe to call twice.
 func (g *gatedAppender) release() { g.once.Do(func() { close(g.open) }) }
 
-// TestTCPBackPressure checks SPEC §3.2: while the sequencer cannot take a
+// TestTCPBackPressure checks docs/contract.md#tcp-writes: while the sequencer cannot take a
 // batch, the connection stops reading the socket, so a client writing
 // faster than commits keep up is held back by TCP flow control (its
 // writes block) and the server's memory stays bounded; once the sequencer

@@ -2,7 +2,7 @@ package store
 
 import "context"
 
-// Backend is the whole storage contract of SPEC §1 and §4: what the feed
+// Backend is the whole storage contract (docs/contract.md): what the feed
 // needs from durable storage, and what every backend implements
 // (store/badgerstore on one machine; a distributed engine such as NATS
 // JetStream behind the same calls). store/storetest is the suite that
@@ -44,7 +44,7 @@ type Loader interface {
 	LoadSeries(ctx context.Context, tid uint64) ([]Series, error)
 }
 
-// Appender is the write of a group commit (SPEC §4): the backend assigns
+// Appender is the write of a group commit (docs/contract.md#x-seq): the backend assigns
 // each synced table's x_seq numbers and makes the commit durable.
 type Appender interface {
 	// Append durably writes commits, at most one per table instance. For
@@ -137,7 +137,7 @@ type ConsumerStore interface {
 }
 
 // Sweeper is the store's side of retention and of the history horizon
-// (SPEC §9). SweepBefore and RaiseHorizon are writer only; Horizon and
+// (docs/contract.md#horizon). SweepBefore and RaiseHorizon are writer only; Horizon and
 // FirstSeqSince are safe for concurrent use.
 type Sweeper interface {
 	// SweepBefore removes, in one bounded batch of at most maxFragments,
@@ -194,7 +194,7 @@ type Shared interface {
 	// in every process.
 	SeriesID(ctx context.Context, tid uint64, key string, tags []Field) (uint64, error)
 	// Beyond reports whether drain cursor after is beyond live instance
-	// tid's sequence (SPEC §6, cursor_beyond_sequence): above every x_seq
+	// tid's sequence (docs/contract.md#cursor-beyond-sequence): above every x_seq
 	// any process had handed out when the call began. False while that is
 	// not known (this process has not applied every other process's
 	// block yet, or the backend bounds what proving it costs): the cursor

@@ -1,5 +1,5 @@
-// Package store is the backend-neutral storage contract of ingestd (SPEC
-// §1): the types the feed stores (tables, series, fragments, consumers)
+// Package store is the backend-neutral storage contract of ingestd
+// (docs/design.md#store-layout): the types the feed stores (tables, series, fragments, consumers)
 // and the small interfaces a backend implements (store.Backend: Loader,
 // Appender, Tables, Reader, ConsumerStore, Sweeper, StatsReader). It
 // imports no storage engine; store/badgerstore is the backend of one
@@ -12,7 +12,7 @@
 //
 // # What a backend guarantees
 //
-// x_seq (SPEC §4). The backend assigns each synced table's x_seq numbers
+// x_seq (docs/contract.md#x-seq). The backend assigns each synced table's x_seq numbers
 // in Append, in fragment order: strictly increasing per table name, never
 // reused across TRUNCATE, DROP + re-create, crashes and restarts (gaps
 // allowed). Append calls its stamped callback once the numbers are
@@ -42,7 +42,7 @@
 // Storetest: TruncateBumpsEpochKeepsSeq, DropAndRecreateResumeAbove,
 // PruneTombstone, CrashAfterDDL.
 //
-// History (SPEC §9). The horizon of an instance only rises; a read
+// History (docs/contract.md#horizon). The horizon of an instance only rises; a read
 // starting below it is refused with ErrHistoryExpired, never answered
 // with a page that skips; a sweep raises it above what it removes before
 // removing it. Storetest: HorizonOnlyRises, SweepRaisesHorizonFirst.

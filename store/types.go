@@ -106,9 +106,9 @@ type TableMeta struct {
 	Name string `json:"name"`
 	// ID is the instance id (Tables.NewTableID); 0 in a tombstone.
 	ID uint64 `json:"id"`
-	// Sync tells whether the table's sync is ON (SPEC §4).
+	// Sync tells whether the table's sync is ON (docs/contract.md#sync-off-invisible).
 	Sync bool `json:"sync"`
-	// Epoch is the table's feed epoch (SPEC §4).
+	// Epoch is the table's feed epoch (docs/contract.md#epochs).
 	Epoch uint64 `json:"epoch"`
 	// Seq is the x_seq floor of the name: no number at or below it is
 	// assigned again (the backend's lease, or a tombstone's last number).
@@ -192,7 +192,7 @@ type SweepResult struct {
 }
 
 // TableStats is what one table instance holds in the store, as counted by
-// TableStats (issue 17: fragments, rows and bytes per table).
+// TableStats (fragments, rows and bytes per table).
 type TableStats struct {
 	// Fragments is the number of stored fragments, synced and unsynced
 	// (one per accepted point write; exact).

@@ -1,6 +1,6 @@
 package main
 
-// Real clients against the whole daemon (SPEC §3): influxdb-client-go v2,
+// Real clients against the whole daemon (docs/guide.md#writing-data): influxdb-client-go v2,
 // the InfluxDB 1.x client and, when INGESTD_TELEGRAF names a binary (as
 // .ci/telegraf-e2e.sh does), Telegraf through its three outputs. What they
 // wrote is checked through the drain.
@@ -404,7 +404,7 @@ func TestInfluxDB1Client(t *testing.T) {
 }
 
 // TestInfluxHeaders checks that every response of the whole daemon carries
-// X-Influxdb-Version and X-Influxdb-Build (SPEC §3.1), whatever its status:
+// X-Influxdb-Version and X-Influxdb-Build (docs/reference.md#routes), whatever its status:
 // the 1.x client reads the version from /ping, influxdb-client-go the build.
 func TestInfluxHeaders(t *testing.T) {
 	d := clStart(t, func(c *config) { c.ilp.MaxBodyBytes = 64 }, "hdr")

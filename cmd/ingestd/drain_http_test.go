@@ -113,7 +113,7 @@ func feedRowsByPoint(t testing.TB, c *apiClient, table string) map[string]map[st
 	return out
 }
 
-// ---- drain formats (SPEC §6) ----
+// ---- drain formats (docs/contract.md#formats) ----
 
 func TestDrainHTTPFormats(t *testing.T) {
 	d := startDaemon(t, testConfig(t.TempDir()))
@@ -323,7 +323,7 @@ we\ ird\,m u=7u 1700000000000000002`)
 	require.Equal(t, map[string]string{"time": "1700000000000000002", "u": "7"}, rowsB["@1700000000000000002"])
 }
 
-// ---- named consumers over HTTP (SPEC §6 consumer=NAME) ----
+// ---- named consumers over HTTP (docs/contract.md#consumers) ----
 
 // feedConsumer is one entry of GET /api/v1/tables/{t}/consumers, without
 // its last_seen.
@@ -462,7 +462,7 @@ func TestDrainHTTPConsumers(t *testing.T) {
 	})
 }
 
-// ---- copy by time range over HTTP (SPEC §6 bootstrap) ----
+// ---- copy by time range over HTTP (docs/contract.md#bootstrap) ----
 
 func TestRowsHTTP(t *testing.T) {
 	d := startDaemon(t, testConfig(t.TempDir()))
@@ -582,7 +582,7 @@ func TestRowsHTTP(t *testing.T) {
 	})
 }
 
-// ---- shutdown ends a long-poll (SPEC §6 wait) ----
+// ---- shutdown ends a long-poll (docs/contract.md#long-poll) ----
 
 func TestDrainHTTPShutdownEndsLongPoll(t *testing.T) {
 	d := startDaemon(t, testConfig(t.TempDir()))

@@ -65,7 +65,7 @@ func newAPIClient(t testing.TB, base string, hc *http.Client) *apiClient {
 }
 
 // influxHeaders checks that every response, of every route and status,
-// carries X-Influxdb-Version and X-Influxdb-Build (SPEC §3.1).
+// carries X-Influxdb-Version and X-Influxdb-Build (docs/reference.md#routes).
 type influxHeaders struct {
 	t  testing.TB
 	rt http.RoundTripper
@@ -311,7 +311,7 @@ type drainSummary struct {
 // page reports more=false and holds no row, and calls visit with every row
 // (the slice is not kept by drainAll). extra adds query parameters (e.g.
 // time_format); the columns must include x_seq. Every envelope is checked
-// against SPEC §6 on the way: the table name, a constant epoch and column
+// against docs/contract.md#drain on the way: the table name, a constant epoch and column
 // list, after echoing the cursor, at most limit rows in strictly ascending
 // x_seq above the cursor and at or below the watermark, next (last x_seq of
 // a full page, else the watermark) and more = next < watermark.
@@ -471,7 +471,7 @@ const baseTS int64 = 1767225600000000000
 
 // ---- tests ----
 
-// TestE2ETables walks a table through SPEC §5: create WITH SYNC
+// TestE2ETables walks a table through docs/reference.md#tables: create WITH SYNC
 // (idempotent), SHOW SYNC, SET SYNC OFF/ON, SHOW COLUMNS, TRUNCATE, the
 // table list, DROP and re-create.
 func TestE2ETables(t *testing.T) {
@@ -522,13 +522,13 @@ func TestE2ETables(t *testing.T) {
 			require.False(t, strings.HasPrefix(col.Name, "x_"), "engine-owned column %q listed: %s", col.Name, r.Body)
 			cols = append(cols, col.Name+":"+col.Type)
 		}
-		// SPEC §2: time, then tags, then fields, each in order of first
+		// docs/contract.md#columns: time, then tags, then fields, each in order of first
 		// appearance (a line's tags are sorted by key). zone first appears
 		// after the fields v…b, yet it is a tag, so it comes before them.
 		require.Equal(t, []string{
 			"time:time", "host:tag", "region:tag", "zone:tag",
 			"v:float", "n:integer", "u:unsigned", "s:string", "b:boolean", "extra:integer",
-		}, cols, "SPEC §2 column order: time, then every tag, then every field; a tag first seen "+
+		}, cols, "column order (docs/contract.md#columns): time, then every tag, then every field; a tag first seen "+
 			"after some fields must still be listed before all fields")
 	})
 	t.Run("list tables", func(t *testing.T) {
@@ -598,7 +598,7 @@ func TestE2ETables(t *testing.T) {
 	})
 }
 
-// TestE2EDrain writes through /write and reads the JSON feed (SPEC §6):
+// TestE2EDrain writes through /write and reads the JSON feed (docs/contract.md#drain):
 // paging, the envelope, column selection, time formats, exact integers and
 // nulls.
 func TestE2EDrain(t *testing.T) {
@@ -704,7 +704,7 @@ func mapKeys[V any](m map[string]V) []string {
 	return out
 }
 
-// TestE2EDrainRefusals checks every refusal's status and code (SPEC §6),
+// TestE2EDrainRefusals checks every refusal's status and code (docs/contract.md#refusals),
 // with the table's current epoch, seq and watermark for the 409s, and the
 // order in which they are checked.
 func TestE2EDrainRefusals(t *testing.T) {
@@ -763,7 +763,7 @@ func TestE2EDrainRefusals(t *testing.T) {
 	})
 }
 
-// TestE2EBadInput sends bad writes among good ones (SPEC §3.1): no valid
+// TestE2EBadInput sends bad writes among good ones (docs/contract.md#partial-writes): no valid
 // line is ever lost, a bad body stores nothing, and the server keeps
 // serving after each.
 func TestE2EBadInput(t *testing.T) {
@@ -924,7 +924,7 @@ func textBody(s string) func() io.Reader {
 	return func() io.Reader { return strings.NewReader(s) }
 }
 
-// TestE2ECompat covers the endpoints real InfluxDB clients call (SPEC §3.1).
+// TestE2ECompat covers the endpoints real InfluxDB clients call (docs/guide.md#influxdb-compatibility-routes).
 // c.do checks X-Influxdb-Version and X-Influxdb-Build on every response.
 func TestE2ECompat(t *testing.T) {
 	d := startDaemon(t, testConfig(t.TempDir()))
@@ -1026,7 +1026,7 @@ func TestE2ECompat(t *testing.T) {
 }
 
 // TestE2ETCP writes over TCP to a table created WITH SYNC and drains what
-// arrives (SPEC §3.2): a bad line is dropped without closing the
+// arrives (docs/contract.md#tcp-writes): a bad line is dropped without closing the
 // connection and a line split across writes is reassembled.
 func TestE2ETCP(t *testing.T) {
 	d := startDaemon(t, testConfig(t.TempDir()))
@@ -1055,7 +1055,7 @@ func TestE2ETCP(t *testing.T) {
 }
 
 // TestE2EGracefulStop checks that stopping the daemon commits every TCP line
-// it has read (SPEC §3.2, §7), and that a second daemon on a data directory
+// it has read (docs/contract.md#graceful-stop), and that a second daemon on a data directory
 // in use fails at once.
 func TestE2EGracefulStop(t *testing.T) {
 	t.Run("stop commits buffered TCP lines", func(t *testing.T) {

@@ -69,11 +69,11 @@ func TestJetStreamBackend(t *testing.T) {
 	require.Contains(t, string(c.getOK(t, "/metrics").Body), `ingestd_jetstream_beyond_checks_total{result="applied"} 1`)
 }
 
-// TestREADMEWalkthroughOnJetStream runs the README's Walkthrough and SQL
-// sections, each on a fresh daemon with --store=jetstream over one
-// embedded 3-server cluster (its own --jetstream-prefix per daemon), and
-// requires the outputs README.md prints for badger: the same feed,
-// refusals, TRUNCATE and DROP rules on both backends.
+// TestREADMEWalkthroughOnJetStream runs the README's Walkthrough and the
+// guide's SQL section, each on a fresh daemon with --store=jetstream over
+// one embedded 3-server cluster (its own --jetstream-prefix per daemon),
+// and requires the outputs they print for badger: the same feed, refusals,
+// TRUNCATE and DROP rules on both backends.
 func TestREADMEWalkthroughOnJetStream(t *testing.T) {
 	cluster := natstest.Start(t, 3)
 	cluster.WaitJetStream()

@@ -1,6 +1,6 @@
 // Command ingestd takes InfluxDB line protocol over HTTP and TCP, stores
 // every line durably in badger and serves each sync table's change feed at
-// GET /drain (see README.md). `ingestd mirror` keeps a replica of one table
+// GET /drain (see README.md and docs/). `ingestd mirror` keeps a replica of one table
 // in any InfluxDB-compatible server; `ingestd health` probes a running
 // ingestd (exit 0 when ready), for container health checks.
 //
@@ -89,7 +89,7 @@ type config struct {
 // and parsed batches in flight, bounded by
 // --http-max-inflight-write-bytes, are about 300 MiB live, the heap grew
 // to twice that), where 512 MiB held it at 500 MiB without slowing it.
-// What is live in the README's Memory table for the default flags and a
+// What is live in the memory table of docs/operations.md#memory for the default flags and a
 // load in flight stays below it; a store with millions of series (their
 // dictionaries live in memory) needs a higher limit.
 const DefaultMemoryLimitBytes = 512 << 20
@@ -239,7 +239,7 @@ func runCommand(ctx context.Context, name string, args []string, stdout, stderr 
 }
 
 // serve runs every component as one actor of a run group (oklog/run) and
-// shuts them down in order (STYLE R19) once the first returns: a signal
+// shuts them down in order (docs/design.md#engineering-rules) once the first returns: a signal
 // (ctx ends), or the HTTP server, the TCP listener or the sequencer
 // failing. The group interrupts the actors in the order they were added,
 // each interrupt returning only once its actor has finished what it must:
@@ -529,7 +529,7 @@ func wire(cfg config, db store.Backend, logger *slog.Logger, reg *prometheus.Reg
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("start feed: %w", err)
 	}
-	// One name limit for every way a name enters (SPEC §8).
+	// One name limit for every way a name enters (docs/contract.md#names).
 	cfg.ilp.Limits.MaxKeyBytes = cfg.feed.MaxNameBytes
 	in, err := ilp.New(cfg.ilp, seq, cfg.feed.SubmitTimeout, logger, reg)
 	if err != nil {

@@ -71,7 +71,7 @@ func postBody(t testing.TB, url, body string) int {
 	return resp.StatusCode
 }
 
-// TestMetricsAfterKnownActions checks the SPEC §7 families against what a
+// TestMetricsAfterKnownActions checks the docs/reference.md#metrics families against what a
 // test did: lines and rejections by transport and reason, HTTP requests by
 // route and code, commits, per-table feed state, consumer lag, drains by
 // outcome, TCP connections, store sizes, Go and process collectors.

@@ -242,7 +242,7 @@ func (w *mirrorWriter) run(batches, size int) error {
 	return nil
 }
 
-// ---- the end-to-end test (issue point 4) ----
+// ---- the end-to-end test ----
 
 // TestMirrorEndToEnd runs `ingestd mirror` from daemon A to daemon B while
 // writers keep writing to A (late timestamps and overwrites included); the
@@ -412,7 +412,7 @@ func TestMirrorEndToEnd(t *testing.T) {
 	require.NoError(t, m3.err, "exit code 0 after SIGTERM")
 }
 
-// ---- a target that rejects a page (issue point 3) ----
+// ---- a target that rejects a page ----
 
 // mirrorLogBuffer is a bytes.Buffer safe for concurrent use.
 type mirrorLogBuffer struct {

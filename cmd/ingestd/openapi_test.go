@@ -18,7 +18,7 @@ import (
 
 // TestResponsesMatchAPISpec sends requests covering every route and its
 // error codes to a running daemon and validates each real request and
-// response against api.yaml (STYLE R23).
+// response against api.yaml (docs/design.md#engineering-rules).
 func TestResponsesMatchAPISpec(t *testing.T) {
 	openapi3filter.RegisterBodyDecoder("application/x-ndjson", openapi3filter.FileBodyDecoder)
 	defer openapi3filter.UnregisterBodyDecoder("application/x-ndjson")

@@ -180,13 +180,13 @@ func overlapPost(ctx context.Context, hc *http.Client, base, body string) error 
 // TestE2EOverlappingWriters has 4 concurrent HTTP writers write the same
 // points of two sync tables, with different values and partly different
 // field sets, in interleaved orders, then all of it again (a resend), and
-// checks the drain of both tables row by row against SPEC §6: each
+// checks the drain of both tables row by row against docs/contract.md#coalescing: each
 // fragment delivered once, under its own x_seq, as the coalesced row at
 // its point, where the later write (in x_seq order) wins per column.
 //
 // Which write is later is the server's x_seq order, not the clients': the
-// markers recover it. A request is one batch stamped in line order (SPEC
-// §4: x_seq in arrival order), so its begin and end markers bound the
+// markers recover it. A request is one batch stamped in line order
+// (docs/contract.md#arrival-order), so its begin and end markers bound the
 // x_seqs of its fragments in each table; every drained fragment is thus
 // traced to the one request that sent it, the fragments must be exactly
 // the lines the writers sent, and each point's expected row is the

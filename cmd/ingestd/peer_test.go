@@ -116,18 +116,18 @@ var peerPrecisions = map[string]int64{
 	"": 1, "n": 1, "ns": 1, "u": 1e3, "us": 1e3, "ms": 1e6, "s": 1e9, "m": 60e9, "h": 3600e9,
 }
 
-// Why ingestd answers a peer case differently (the README lists them).
+// Why ingestd answers a peer case differently (docs/guide.md#conformance-with-the-peers-parser-tests lists them).
 const (
-	peerReasonHugeName = "a name is at most --max-name-bytes (default 4096) long, so that every key fits the store (SPEC §8): " +
+	peerReasonHugeName = "a name is at most --max-name-bytes (default 4096) long, so that every key fits the store: " +
 		"the 65,526-byte measurement InfluxDB accepts is refused with 400"
-	peerReasonNUL       = "NUL is not white space: line-protocol v2 rejects it and no name holds a control character (SPEC §8); InfluxDB 1.x skips NUL bytes"
+	peerReasonNUL       = "NUL is not white space: line-protocol v2 rejects it and no name holds a control character; InfluxDB 1.x skips NUL bytes"
 	peerReasonNegZero   = "-0 is stored as -0 (strconv.ParseFloat, which every peer parses with, keeps the sign); the case's JSON holds 0"
-	peerReasonTimeKey   = "`time` is a reserved key (SPEC §2): it names the time column"
+	peerReasonTimeKey   = "`time` is a reserved key: it names the time column"
 	peerReasonBlankTabs = "a line of only spaces and tabs is blank, as InfluxDB 1.x skips it; line-protocol v2 rejects the tab"
 	peerReasonComment   = "a `#` line is skipped up to its newline whatever it holds, as InfluxDB 1.x skips it; " +
 		"line-protocol v2 rejects control characters and a lone \\r in a comment"
-	peerReasonMinTime   = "timestamps are bounded to ±9223372036854775806 ns (SPEC §3.1, InfluxDB 1.x's range); line-protocol v2 accepts math.MinInt64"
-	peerReasonBackslash = "ingestd follows line-protocol v2 (SPEC §1's decoder), where `\\\\` is no escape in a measurement, so `cpu\\\\ value=42` " +
+	peerReasonMinTime   = "timestamps are bounded to ±9223372036854775806 ns (InfluxDB 1.x's range); line-protocol v2 accepts math.MinInt64"
+	peerReasonBackslash = "ingestd decodes with line-protocol v2, where `\\\\` is no escape in a measurement, so `cpu\\\\ value=42` " +
 		"is the measurement `cpu\\ value=42` without fields; Telegraf's parser ends the name at the space"
 )
 
@@ -241,7 +241,7 @@ func TestPeerCases(t *testing.T) {
 	}
 	for _, id := range slices.Sorted(maps.Keys(peerDisagreements)) {
 		if _, ok := got[id]; !ok {
-			t.Errorf("case %s now agrees with the peer: remove it from peerDisagreements and the README (%s)", id, peerDisagreements[id])
+			t.Errorf("case %s now agrees with the peer: remove it from peerDisagreements and docs/guide.md (%s)", id, peerDisagreements[id])
 		}
 	}
 }

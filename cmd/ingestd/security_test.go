@@ -90,8 +90,8 @@ func authDaemon(t testing.TB, scopes map[string][]string, mod func(*config)) (*d
 }
 
 // TestAuthScopes checks every route against every scope and credential
-// form (SPEC §10): 401 without a valid token, 403 without the scope,
-// InfluxDB's codes in SPEC §3.1's body; the open routes stay open.
+// form (docs/operations.md#refusals): 401 without a valid token, 403 without the scope,
+// InfluxDB's codes in the error body of docs/contract.md#error-body; the open routes stay open.
 func TestAuthScopes(t *testing.T) {
 	d, _, tok := authDaemon(t, map[string][]string{
 		"admin":  {"admin:*"},
@@ -317,7 +317,7 @@ func TestRevokeEndsLongPolls(t *testing.T) {
 
 // TestCrossSite: a state-changing request a browser sends from another
 // site (Origin or Sec-Fetch-Site) is refused with 403 before anything
-// changes, including the cross-site truncate; control routes take
+// changes, including a cross-site truncate; control routes take
 // only application/json bodies (415); writers without those headers
 // (Telegraf, client libraries, curl) are unaffected.
 func TestCrossSite(t *testing.T) {
@@ -332,7 +332,7 @@ func TestCrossSite(t *testing.T) {
 		status                   int
 		code                     string
 	}{
-		{"the issue's truncate", "POST", "/api/v1/tables/sensor/truncate", "x", http.Header{"Origin": {"http://evil.example"}, "Content-Type": {"text/plain"}}, 403, "forbidden"},
+		{"a cross-site truncate", "POST", "/api/v1/tables/sensor/truncate", "x", http.Header{"Origin": {"http://evil.example"}, "Content-Type": {"text/plain"}}, 403, "forbidden"},
 		{"Sec-Fetch-Site cross-site", "POST", "/api/v1/tables/sensor/truncate", "", http.Header{"Sec-Fetch-Site": {"cross-site"}}, 403, "forbidden"},
 		{"Sec-Fetch-Site same-site", "DELETE", "/api/v1/tables/sensor", "", http.Header{"Sec-Fetch-Site": {"same-site"}}, 403, "forbidden"},
 		{"cross-site write", "POST", "/write", "sensor v=2 2\n", http.Header{"Origin": {"https://evil.example"}}, 403, "forbidden"},

@@ -25,7 +25,7 @@ import (
 const chromiumEnv = "INGESTD_CHROMIUM"
 
 // screenshotEnv, when set, is where TestStatusPageChromium copies its
-// screenshot (deploy/screenshots/status.png in the README is made so).
+// screenshot (deploy/screenshots/status.png in docs/operations.md#status-page is made so).
 const screenshotEnv = "INGESTD_STATUS_SCREENSHOT"
 
 // tableStats is the "stats" object of GET /api/v1/tables and

@@ -251,7 +251,7 @@ func fieldType(v string) string {
 }
 
 // loadTSBS decompresses the data file once and indexes it, checking what the
-// README promises: 194,400 lines, 9 measurements of 21,600 lines each,
+// guide promises (docs/guide.md#loading-a-tsbs-data-set): 194,400 lines, 9 measurements of 21,600 lines each,
 // nanosecond timestamps within the 6 hours, (series, ts) unique. It skips
 // the test when the file is absent, except on CI (CI=true) where it fails.
 func loadTSBS(t testing.TB) *tsbsData {
@@ -388,7 +388,7 @@ func checkTSBSSchema(t testing.TB, c *apiClient, name string, tb *tsbsTable) []s
 	}
 	decodeStrict(t, r.Body, &got)
 	require.Equal(t, got.Sync.Seq, got.Stats.Fragments, "every line of %s is one stored fragment", name)
-	// SPEC §2: time, then tags, then fields, each in order of first
+	// docs/contract.md#columns: time, then tags, then fields, each in order of first
 	// appearance (tags sorted within a line).
 	want := []string{"time:time"}
 	for _, k := range tb.tagKeys {

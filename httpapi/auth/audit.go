@@ -10,7 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promauto"
 )
 
-// Audit is the audit log (seed 001: control actions recorded without keys
+// Audit is the audit log (docs/operations.md#audit-log: control actions recorded without keys
 // or tokens): its own slog logger, one "audit" line per table or sync
 // change, truncate, drop, consumer deletion, consumer's first drain and
 // refused credential, with the token's name, the action, the table, the

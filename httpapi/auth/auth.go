@@ -1,4 +1,4 @@
-// Package auth is ingestd's access control (SPEC §10, seed 001): tokens
+// Package auth is ingestd's access control (docs/operations.md#access-control): tokens
 // with scopes read from an auth file, checked on every request (and again
 // when a long-poll ends) and reloaded on SIGHUP or when the file changes;
 // the TCP admission rule; TLS with reloadable certificates; the audit log.
@@ -8,7 +8,7 @@
 // token as password (the user is ignored), or the u/p query parameters
 // (p is the token). A missing, malformed, unknown or revoked token is 401
 // and a valid token without the scope is 403, with InfluxDB 2.x's codes
-// "unauthorized" and "forbidden" in SPEC §3.1's JSON error body.
+// "unauthorized" and "forbidden" in the JSON error body (docs/contract.md#error-body).
 package auth
 
 import (
@@ -520,7 +520,7 @@ func (a *Authenticator) Require(s Scope, action string, tableFrom func(*http.Req
 	}
 }
 
-// WriteError writes err's status and SPEC §3.1's JSON error body
+// WriteError writes err's status and the JSON error body (docs/contract.md#error-body)
 // ({"code","message","error"}): an *Error's own, else 401 unauthorized.
 // A 401 carries WWW-Authenticate (RFC 9110).
 func WriteError(w http.ResponseWriter, err error) {

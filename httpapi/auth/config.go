@@ -19,7 +19,7 @@ const (
 	ClientAuthVerifyIfSent = "verify-if-given"
 )
 
-// Config is the security configuration (SPEC §10): the auth file, TLS for
+// Config is the security configuration (docs/operations.md#access-control): the auth file, TLS for
 // the HTTP and TCP listeners, and the audit log.
 type Config struct {
 	// File is the auth file (--auth-file); empty serves without

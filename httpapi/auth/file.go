@@ -22,7 +22,7 @@ import (
 	"gopkg.in/yaml.v3"
 )
 
-// Scope is a set of rights a token may hold on tables (SPEC §10): Write
+// Scope is a set of rights a token may hold on tables (docs/operations.md#scopes): Write
 // (the ILP write routes), Drain (/drain, /rows, consumer lists) and Admin
 // (table and sync management, truncate, drop, consumer deletion). Scopes
 // combine as bits: Require(Drain|Admin, …) admits a token holding either.

@@ -1,4 +1,4 @@
-// Package client is the Go client of ingestd's HTTP API (SPEC §3 to §6,
+// Package client is the Go client of ingestd's HTTP API (docs/guide.md#from-go,
 // api.yaml): ILP writes (/write and /api/v2/write, with precision and
 // gzip), table management (create, SET SYNC, TRUNCATE, DROP, list, SHOW
 // COLUMNS, SHOW SYNC), the change feed (/drain, with long-poll and named
@@ -13,7 +13,7 @@
 // *Page or *RowsPage belongs to the caller that asked for it.
 //
 // Every refusal of the server is an *Error carrying the HTTP status and
-// the SPEC §3.1 code (stale_epoch, history_expired, table_not_found …);
+// the code of docs/reference.md#error-codes (stale_epoch, history_expired, table_not_found …);
 // drain refusals also carry the table's epoch, seq, watermark and, for
 // history_expired, its horizon. Compare with errors.Is against the
 // sentinels (ErrStaleEpoch …) or read the fields with errors.As:

@@ -26,7 +26,7 @@ const (
 	FormatLP = "lp"
 )
 
-// DrainRequest is one GET /drain (SPEC §6).
+// DrainRequest is one GET /drain (docs/contract.md#drain).
 type DrainRequest struct {
 	// Table is the sync table to drain.
 	Table string
@@ -53,7 +53,7 @@ type DrainRequest struct {
 	// fragment above After; 0 answers at once.
 	Wait time.Duration
 	// Consumer, when set, records that this named consumer has applied
-	// everything up to After (feeds the lag metrics; SPEC §6).
+	// everything up to After (feeds the lag metrics; docs/contract.md#consumers).
 	Consumer string
 }
 
@@ -84,7 +84,7 @@ func (r DrainRequest) query() string {
 	return q.Encode()
 }
 
-// Page is one page of a table's feed (SPEC §6, api.yaml Page).
+// Page is one page of a table's feed (docs/contract.md#paging, api.yaml Page).
 type Page struct {
 	// Table is the drained table.
 	Table string

@@ -33,7 +33,7 @@ var (
 	// the table's seq (409), e.g. a table restored from an older backup.
 	ErrCursorBeyondSequence = &Error{Code: wire.CodeCursorBeyondSequence}
 	// ErrHistoryExpired is returned by a drain whose after is below the
-	// table's horizon - 1 (409; SPEC §9): resync with the copy by time
+	// table's horizon - 1 (409; docs/contract.md#history-expired): resync with the copy by time
 	// range, then drain from the watermark it reports.
 	ErrHistoryExpired = &Error{Code: wire.CodeHistoryExpired}
 	// ErrTooManyConsumers is returned when a drain names a consumer beyond
@@ -59,7 +59,7 @@ var (
 const maxErrorBodyBytes = 64 << 10
 
 // Error is an answer of the server other than 2xx. Code, Message, Line
-// and the table state come from the JSON error object (SPEC §3.1, api.yaml
+// and the table state come from the JSON error object (docs/contract.md#error-body, api.yaml
 // Error and Refusal); an answer that is not one (a proxy's HTML page, a
 // non-ingestd target) leaves Code empty and keeps the start of the body in
 // Message.
@@ -118,7 +118,7 @@ func (e *Error) Is(target error) bool {
 
 // IsResync reports whether err asks a consumer to resync in full: a
 // stale epoch, a cursor beyond the table's sequence or expired history
-// (SPEC §6, §9).
+// (docs/contract.md#refusals).
 func IsResync(err error) bool {
 	return errors.Is(err, ErrStaleEpoch) || errors.Is(err, ErrCursorBeyondSequence) || errors.Is(err, ErrHistoryExpired)
 }

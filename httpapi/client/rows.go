@@ -10,7 +10,7 @@ import (
 )
 
 // RowsRequest is one page of the copy by time range (GET
-// /api/v1/tables/{t}/rows, SPEC §5): the bootstrap of a mirror.
+// /api/v1/tables/{t}/rows, docs/contract.md#bootstrap): the bootstrap of a mirror.
 type RowsRequest struct {
 	// Table is the table to copy.
 	Table string

@@ -10,7 +10,7 @@ import (
 	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
-// SyncStatus is SHOW SYNC (SPEC §5): the body of GET, PUT
+// SyncStatus is SHOW SYNC (docs/reference.md#tables): the body of GET, PUT
 // /api/v1/tables/{t}/sync and POST …/truncate (wire.SyncStatus, which the
 // server writes).
 type SyncStatus = wire.SyncStatus
@@ -100,7 +100,7 @@ func (c *Client) Sync(ctx context.Context, name string) (SyncStatus, error) {
 	return st, err
 }
 
-// Consumer is one named consumer of a table (SPEC §6 consumer=NAME).
+// Consumer is one named consumer of a table (docs/contract.md#consumers).
 type Consumer struct {
 	// Name is the consumer's name.
 	Name string `json:"name"`
@@ -143,7 +143,7 @@ func (c *Client) Position(ctx context.Context, table, name string) (Consumer, er
 }
 
 // Ack records that consumer name has applied table's feed up to after in
-// epoch (a one-row drain with consumer=name, as SPEC §6 records it); the
+// epoch (a one-row drain with consumer=name, as docs/contract.md#consumers records it); the
 // drain's refusals are returned as Drain returns them.
 func (c *Client) Ack(ctx context.Context, table, name string, epoch, after uint64) error {
 	_, err := c.Drain(ctx, DrainRequest{Table: table, Epoch: epoch, After: after, Limit: 1, Consumer: name})

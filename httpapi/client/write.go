@@ -27,7 +27,7 @@ type WriteOptions struct {
 }
 
 // Write POSTs body, lines of ILP, and returns nil once the server
-// acknowledged it (204: every line is durable, SPEC §3.1). A body with bad
+// acknowledged it (204: every line is durable, docs/contract.md#durable-writes). A body with bad
 // lines is an *Error with Code CodeWriteInvalid (400) or CodeWritePartial
 // (422, /api/v2/write with some lines stored) and Line the first bad line;
 // the good lines of such a body are stored. 503 (ErrUnavailable) asks for

@@ -1,5 +1,5 @@
-// Package sql parses the SQL statements of seed 000 that ingestd serves at
-// POST /api/v1/sql (SPEC §11): one statement per request, turned into a
+// Package sql parses the SQL statements that ingestd serves at
+// POST /api/v1/sql (docs/guide.md#sql): one statement per request, turned into a
 // Statement (the AST) that package httpapi executes through the feed.
 //
 // # Grammar

@@ -14,7 +14,7 @@ import (
 
 func n(name string, line, col int) Name { return Name{Name: name, Pos: Pos{line, col}} }
 
-// TestParse checks the statements of seed 000 and their variants parse to
+// TestParse checks the statements of docs/guide.md#sql and their variants parse to
 // the expected AST.
 func TestParse(t *testing.T) {
 	tests := []struct {

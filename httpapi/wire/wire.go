@@ -1,10 +1,10 @@
 // Package wire holds what ingestd's HTTP server (package httpapi) writes
 // and its Go client (package httpapi/client) reads, so that the two cannot
-// drift apart: the SPEC §3.1 error codes, the JSON error object and the
+// drift apart: the error codes (docs/reference.md#error-codes), the JSON error object and the
 // bodies of the table routes. It imports nothing but the standard library.
 package wire
 
-// The error codes of the JSON error object (SPEC §3.1; api.yaml's
+// The error codes of the JSON error object (docs/reference.md#error-codes; api.yaml's
 // ErrorCode lists each).
 const (
 	CodeTableNotFound        = "table_not_found"
@@ -41,7 +41,7 @@ const (
 	CodeInternal             = "internal"
 )
 
-// ErrorBody is the JSON error object (SPEC §3.1, api.yaml's Error and
+// ErrorBody is the JSON error object (docs/contract.md#error-body, api.yaml's Error and
 // Refusal): Code is one of the Code constants, Message the human-readable
 // reason and Error the same text (InfluxDB's clients read "error"). Epoch,
 // Seq and Watermark are set on drain refusals, Horizon on history_expired,
@@ -64,7 +64,7 @@ type ErrorBody struct {
 	Column int `json:"column,omitempty"`
 }
 
-// SyncStatus is SHOW SYNC (SPEC §5): the body of GET, PUT
+// SyncStatus is SHOW SYNC (docs/reference.md#tables): the body of GET, PUT
 // /api/v1/tables/{t}/sync and POST …/truncate.
 type SyncStatus struct {
 	// Enabled reports whether the table's sync is ON.
@@ -75,7 +75,7 @@ type SyncStatus struct {
 	Seq uint64 `json:"seq"`
 	// Watermark is the highest x_seq a drain may return now.
 	Watermark uint64 `json:"watermark"`
-	// Horizon is the lowest x_seq still drainable (SPEC §9; 1 while nothing
+	// Horizon is the lowest x_seq still drainable (docs/contract.md#horizon; 1 while nothing
 	// was trimmed).
 	Horizon uint64 `json:"horizon"`
 }
@@ -108,7 +108,7 @@ type Table struct {
 	Name string `json:"name"`
 	// Sync is the table's sync state.
 	Sync SyncStatus `json:"sync"`
-	// Retention is the retention in force ("0": forever; SPEC §9).
+	// Retention is the retention in force ("0": forever; docs/contract.md#retention).
 	Retention string `json:"retention"`
 	// Columns lists time, tags and fields in order of first appearance
 	// (GET of one table; nil in lists).

@@ -47,7 +47,7 @@ const (
 	// (a block per table per commit) 16 made a file every two commits:
 	// a quarter of the server's CPU in a soak, and Linux's mapping limit
 	// near 12 GB of value log. 256 holds about three rounds of `ingestd
-	// diskbench` (README "Disk given back").
+	// diskbench` (docs/performance.md#disk-given-back).
 	DefaultValueLogMaxEntries = 256
 )
 

@@ -22,7 +22,7 @@ func TestMain(m *testing.M) {
 }
 
 // configs are the store configurations every contract test runs against
-// (STYLE R22).
+// (docs/design.md#engineering-rules).
 func configs(t *testing.T) map[string]Config {
 	onDisk := DefaultConfig()
 	onDisk.Dir = t.TempDir()

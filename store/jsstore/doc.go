@@ -1,5 +1,5 @@
-// Package jsstore is the NATS JetStream backend of store.Backend (SPEC §1,
-// issue 14): the same feed contract as store/badgerstore, with every
+// Package jsstore is the NATS JetStream backend of store.Backend
+// (docs/design.md#scale-out): the same feed contract as store/badgerstore, with every
 // acknowledged block replicated on a JetStream cluster, so that a feed
 // survives losing a machine, and several ingestd nodes may write the same
 // tables at once (store.Shared; "Several ingestd nodes" below).
@@ -99,7 +99,7 @@
 //
 // # x_seq, watermark, durability
 //
-// x_seq derives from the stream order (SPEC §1, issue 14): the synced
+// x_seq derives from the stream order (docs/design.md#guarantees): the synced
 // fragments of a table's stream are numbered 1, 2, 3, … in stream order
 // (dense, across instances: TRUNCATE and DROP + re-create continue the
 // count), from the anchor the record holds: {Seq, XSeq} says that the
@@ -172,7 +172,7 @@
 //
 // A drain cursor above what this node numbered may be another node's (not
 // applied here yet: the drain waits) or beyond the table's sequence (409
-// cursor_beyond_sequence, SPEC §6). Beyond tells them apart with a check.
+// docs/contract.md#cursor-beyond-sequence). Beyond tells them apart with a check.
 // The stream leader's last sequence is not enough: JetStream has no
 // linearizable read, and a leader cut off its peers still answers as
 // leader, with a stale last sequence, counting its peers current for up

@@ -137,7 +137,7 @@ type Store struct {
 	m metrics
 }
 
-// metrics are the store's counters (README, Metrics).
+// metrics are the store's counters (docs/reference.md#metrics).
 type metrics struct {
 	publishes, retries, dedups, behind, catchup, purged, switches prometheus.Counter
 	// voided counts the lines of commits to instances another process

@@ -1,5 +1,5 @@
-// Package bench is `ingestd bench`, the load harness of README
-// "Performance": it sends TSBS-shaped data (generated, or an ILP file) to
+// Package bench is `ingestd bench`, the load harness of
+// docs/performance.md#the-harness: it sends TSBS-shaped data (generated, or an ILP file) to
 // ingestd, InfluxDB or VictoriaMetrics over HTTP or TCP, verifies what the
 // server stored, drains every ingestd table through package
 // httpapi/client, and prints a report and one RESULT line. Decode mode
@@ -196,7 +196,7 @@ func (c *benchConfig) validate() error {
 	return nil
 }
 
-// Run is `ingestd bench`: the load harness (see README "Performance").
+// Run is `ingestd bench`: the load harness (see docs/performance.md#the-harness).
 // It prints a readable report and one "RESULT key=value …" line to stdout.
 // Exit codes: 0 when the load was stored and verified, 1 otherwise, 2 on
 // bad flags.
@@ -206,7 +206,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cfg.registerFlags(fs)
 	cmd := &cli.Command{Name: "ingestd bench", Usage: `Usage:
   ingestd bench [flags]
-Load harness: sends TSBS data over HTTP or TCP, waits, drains, reports (README, "Performance").
+Load harness: sends TSBS data over HTTP or TCP, waits, drains, reports (docs/performance.md).
 `}
 	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
 		return code

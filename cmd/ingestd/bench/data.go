@@ -356,7 +356,7 @@ func generateDevops(hosts int, start time.Time, duration, interval time.Duration
 // writeBenchData is `ingestd bench --write-data FILE`: it writes the load
 // (--file, or the generated TSBS-devops data) to FILE, which must not
 // exist, as line protocol, gzip-compressed when FILE ends in .gz, so that
-// README's walkthrough and other clients (curl, Telegraf, /dev/tcp) can
+// the guide's TSBS steps and other clients (curl, Telegraf, /dev/tcp) can
 // send the same data the harness does.
 func writeBenchData(cfg *benchConfig, out io.Writer) (err error) {
 	d, err := benchLoad(cfg)

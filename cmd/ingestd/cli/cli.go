@@ -17,7 +17,8 @@ import (
 	"github.com/peterbourgon/ff/v3"
 )
 
-// Exit codes of every command (issue 17: the same for each subcommand):
+// Exit codes of every command, the same for each subcommand
+// (docs/reference.md#exit-codes):
 // 0 success (and --help, --version), 1 a runtime failure, 2 bad flags or
 // arguments.
 const (

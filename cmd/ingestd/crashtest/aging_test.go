@@ -20,7 +20,7 @@ import (
 	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
-// TestCrashCycles' aging tables (issue 15): crash_r keeps its rows for
+// TestCrashCycles' aging tables (docs/contract.md#retention): crash_r keeps its rows for
 // agingRetention, and its lines carry the current time, so that the
 // sweeper removes rows (and raises the feed's horizon) all the time, in
 // batches of 50; crash_t is truncated every truncateEvery. The daemon's

@@ -23,8 +23,8 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// The flags and load of TestBackPressure, and the memory bound README.md
-// ("Memory") derives from them.
+// The flags and load of TestBackPressure, and the memory bound
+// docs/operations.md#memory derives from them.
 const (
 	mib             = 1 << 20
 	bpMemtable      = 16 * mib // --store-memtable-bytes
@@ -41,7 +41,7 @@ const (
 	bpGroupPoints     = 100_000 // --feed-max-group-points (the default)
 )
 
-// memoryBound is README.md's bound on ingestd's memory: twice (Go's heap
+// memoryBound is docs/operations.md#memory's bound on ingestd's memory: twice (Go's heap
 // may grow to twice what is live) the sum of badger's memtables and caches,
 // every write in flight (its text and about 5 times that once parsed), two
 // batches per TCP connection and one group commit (about 300 bytes a
@@ -102,7 +102,7 @@ func (m *procMemory) sample() error {
 // with a whole-second Retry-After after waiting that long; TCP connections
 // stop being read, so their writers block (flow control); nothing
 // acknowledged or written over TCP is lost, nothing answered 503 is
-// stored, and the daemon's memory stays below README.md's bound.
+// stored, and the daemon's memory stays below docs/operations.md#memory's bound.
 func TestBackPressure(t *testing.T) {
 	dir := t.TempDir()
 	args := daemonArgs(filepath.Join(dir, "data"), "--sync-tables", "bp_*",
@@ -321,11 +321,11 @@ func TestBackPressure(t *testing.T) {
 	require.Equal(t, wantTCP, storedTCP, "every TCP line written is stored")
 
 	bound := memoryBound()
-	require.LessOrEqual(t, bound, int64(1<<30), "README's bound for this test's flags")
-	require.Less(t, mem.peakAnon.Load(), bound, "peak anonymous RSS above README's bound")
+	require.LessOrEqual(t, bound, int64(1<<30), "the documented bound for this test's flags")
+	require.Less(t, mem.peakAnon.Load(), bound, "peak anonymous RSS above the documented bound")
 	t.Logf("%d HTTP writes answered 503 (Retry-After 1) after waiting %s; TCP writes blocked %d times; of %d bodies of 1 MiB, %d acknowledged, %d only ever refused; %d TCP lines, %d MiB",
 		len(busies), bpSubmitTimeout, paused.Load(), bpHTTPWriters*bpBodiesPerWriter, acked, refused, len(wantTCP), tcpBytes>>20)
-	t.Logf("memory: peak anonymous RSS %d MiB, VmHWM %d MiB (peak file-backed %d MiB: badger's mapped files); README's bound for these flags %d MiB",
+	t.Logf("memory: peak anonymous RSS %d MiB, VmHWM %d MiB (peak file-backed %d MiB: badger's mapped files); documented bound for these flags %d MiB",
 		mem.peakAnon.Load()>>20, mem.hwm.Load()>>20, mem.file.Load()>>20, bound>>20)
 }
 

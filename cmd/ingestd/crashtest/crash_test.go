@@ -308,7 +308,7 @@ type seqKey struct {
 }
 
 // consumer drains every table continuously into a replica, storing (epoch,
-// next) after applying each page, as SPEC §6 tells a client to.
+// next) after applying each page, as docs/contract.md#client-loop tells a client to.
 type consumer struct {
 	m      *crashModel
 	hc     *http.Client

@@ -16,9 +16,9 @@
 //   - TestShutdownUnderLoad, TestSecondProcess, TestUnwritableDataDir and
 //     TestDiskFull cover SIGTERM, the directory lock and storage failures.
 //   - TestBackPressure saturates the sequencer: 503 with Retry-After, TCP
-//     flow control, nothing acknowledged lost, memory within the README's
-//     bound.
-//   - TestJetStreamFaults and TestJetStreamLeaderKills (issue 14) run the
+//     flow control, nothing acknowledged lost, memory within the bound of
+//     docs/operations.md#memory.
+//   - TestJetStreamFaults and TestJetStreamLeaderKills (docs/design.md#fault-tests) run the
 //     binary on --store=jetstream against an embedded 3-server cluster
 //     (store/jsstore/natstest, in the test process) and kill, stop or cut
 //     off the table stream's leader, stop a follower and SIGKILL ingestd

@@ -23,7 +23,7 @@ import (
 	"github.com/ingestd/ingestd/httpapi/client"
 )
 
-// The hostile-client suite (issue 11): one test per finding, each against
+// The hostile-client suite (docs/design.md#hostile-clients): one test per finding, each against
 // the real binary, asserting the documented refusal, that the process is
 // alive and answers /ping afterwards, and that what it holds (from
 // /proc/PID: VmRSS, Threads, open descriptors; from /metrics:
@@ -227,7 +227,7 @@ func requireRefused(t testing.TB, r response, status int, code string) errorBody
 // fills them with idle HTTP connections and checks that both accept loops
 // back off instead of failing: the TCP connection opened while no
 // descriptor is free is served once some are, its line is stored, and the
-// process goes on serving and stops cleanly (issue 11: it exited 1).
+// process goes on serving and stops cleanly (it once exited 1).
 func TestAcceptLoopsSurviveEMFILE(t *testing.T) {
 	prlimit, err := exec.LookPath("prlimit")
 	if err != nil {
@@ -761,7 +761,7 @@ func TestHostileReceiveTimeTruncated(t *testing.T) {
 // the baseline (about 115 MiB measured: badger's memtable filling with
 // the names' keys, which it keeps until a flush, so after the churn RSS is
 // held to the peak rather than the baseline). Longer churn and longer
-// names grow RSS much further: see README, Known limits.
+// names grow RSS much further: see docs/operations.md#known-limits.
 func TestHostileTableChurn(t *testing.T) {
 	h := startHostile(t, "--feed-max-tombstones", "1000")
 	stop := h.watch()

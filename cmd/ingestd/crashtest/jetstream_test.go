@@ -24,7 +24,7 @@ import (
 	"github.com/ingestd/ingestd/store/jsstore/natstest"
 )
 
-var jsKills = flag.Int("jetstream.kills", 3, "TestJetStreamLeaderKills: stream-leader kills to run (issue 14's long run: 100)")
+var jsKills = flag.Int("jetstream.kills", 3, "TestJetStreamLeaderKills: stream-leader kills to run (a long run: 100)")
 
 // The JetStream fault tests' load: jsWriters writers each number their
 // lines 1, 2, 3, … and never send a line twice, so every line is its own
@@ -243,7 +243,7 @@ type jsRun struct {
 	elections []time.Duration
 }
 
-// jsNodes is how many ingestd nodes write the table at once (issue 14).
+// jsNodes is how many ingestd nodes write the table at once.
 const jsNodes = 2
 
 // startJSRun starts the cluster and the first ingestd node on it, creates
@@ -590,7 +590,7 @@ func (r *jsRun) summary(began time.Time, kills int) {
 // against an embedded 3-server cluster (route proxies in front of every
 // server) under continuous HTTP writers (each request to the other node)
 // and a consumer draining through either node, and
-// applies each fault of issue 14 in turn: the table stream's leader
+// applies each fault of docs/design.md#fault-tests in turn: the table stream's leader
 // stopped cleanly (it hands its leadership over), killed (natstest.Kill:
 // no handover, the others must notice), a follower stopped, the leader cut
 // off its peers while running (its clients, ingestd perhaps, stay
@@ -614,7 +614,7 @@ func TestJetStreamFaults(t *testing.T) {
 }
 
 // TestJetStreamLeaderKills kills the table stream's leader -jetstream.kills
-// times (3 by default; issue 14's long run is 100), with the checks of
+// times (3 by default; a long run is 100), with the checks of
 // TestJetStreamFaults after each kill.
 func TestJetStreamLeaderKills(t *testing.T) {
 	r := startJSRun(t)

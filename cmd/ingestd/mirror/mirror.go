@@ -131,7 +131,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Name: "ingestd mirror", EnvPrefix: "INGESTD_MIRROR",
 		Usage: `Usage:
   ingestd mirror --source URL --table T --target URL --cursor-file F [flags]
-Keeps a replica of one table in any InfluxDB-compatible server (README, "ingestd mirror").
+Keeps a replica of one table in any InfluxDB-compatible server (docs/guide.md#mirror).
 `,
 		Required: map[string]bool{"source": true, "table": true, "target": true, "cursor-file": true},
 	}

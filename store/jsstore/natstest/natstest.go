@@ -55,7 +55,7 @@ func RouteProxies() Option { return func(s *settings) { s.proxies = true } }
 
 // Start starts n servers (n >= 1) on loopback ports chosen now and kept
 // across Restart, with JetStream file storage fsynced after every write
-// (sync_interval: always, what README recommends), and stops them at the
+// (sync_interval: always, what docs/operations.md#running-on-nats-jetstream recommends), and stops them at the
 // end of the test. It returns once every server accepts connections; with
 // n > 1 the JetStream meta leader may still be being elected (clients
 // retry, or call WaitJetStream). Options: RouteProxies.
