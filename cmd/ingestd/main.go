@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -26,6 +27,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -139,6 +141,9 @@ func (c *config) validate() error {
 	if c.memoryLimitBytes < 0 {
 		return errors.New("--memory-limit-bytes must not be negative")
 	}
+	if err := validateAddrs(map[string]string{"http-addr": c.httpAddr, "tcp-addr": c.ilp.TCPAddr, "pprof-addr": c.pprofAddr}, "http-addr"); err != nil {
+		return err
+	}
 	var backendErr error
 	switch c.backend {
 	case "badger":
@@ -151,6 +156,30 @@ func (c *config) validate() error {
 		backendErr = fmt.Errorf("--store must be badger or jetstream, not %q", c.backend)
 	}
 	return errors.Join(backendErr, c.store.Validate(), c.feed.Validate(), c.ilp.Validate(), c.http.Validate(), c.auth.Validate())
+}
+
+// validateAddrs checks each listen address by its flag's name (without
+// the dashes): HOST:PORT with a port from 0 to 65535, so that a typo is a
+// usage error before the data directory is opened. An empty address
+// disables its listener, except for the flags named in required.
+func validateAddrs(addrs map[string]string, required ...string) error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(addrs)) {
+		addr := addrs[name]
+		if addr == "" && !slices.Contains(required, name) {
+			continue
+		}
+		if err := cli.ValidateAddr(addr); err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
+}
+
+// daemonPlaceholders are the help's placeholders of the daemon's flags
+// whose value is a type of its own.
+var daemonPlaceholders = map[string]string{
+	"sync-tables": "GLOBS", "default-retention": "DURATION", "feed-history": "DURATION", "nats-url": "URLS",
 }
 
 // openStore opens the backend --store names: badger in --data-dir, or
@@ -196,7 +225,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		memoryLimitBytes: DefaultMemoryLimitBytes,
 	}
 	fs := flag.NewFlagSet("ingestd", flag.ContinueOnError)
-	cmd := &cli.Command{Name: "ingestd", Usage: usage, EnvPrefix: "INGESTD", Groups: cfg.registerFlags(fs)}
+	cmd := &cli.Command{Name: "ingestd", Usage: usage, EnvPrefix: "INGESTD", Groups: cfg.registerFlags(fs), Placeholders: daemonPlaceholders}
 	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
 		return code
 	}
@@ -234,7 +263,7 @@ func runCommand(ctx context.Context, name string, args []string, stdout, stderr 
 			return runCommand(ctx, args[0], []string{"--help"}, stdout, stderr)
 		}
 	}
-	fmt.Fprintf(stderr, "ingestd: unknown command %q (commands: mirror, bench, diskbench, health, token, version, help; see ingestd --help)\n", name)
+	fmt.Fprintf(stderr, "ingestd: unknown command %q: mirror, bench, diskbench, health, token, version or help (see ingestd --help)\n", name)
 	return cli.ExitBadUsage
 }
 
