@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -97,6 +98,8 @@ type API struct {
 	logger *slog.Logger
 	ready  atomic.Bool
 	router chi.Router
+	// routes holds router's routes flattened, for 405's Allow.
+	routes chi.Router
 	m      *metrics
 	// stopCtx ends at BeginShutdown: every long-poll then answers.
 	stopCtx context.Context
@@ -181,6 +184,8 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	drainTable := func(r *http.Request) string { return r.URL.Query().Get("table") }
 	r := chi.NewRouter()
 	r.Use(a.influxHeaders, a.instrument, a.crossSite, strictQuery)
+	r.NotFound(a.notFound)
+	r.MethodNotAllowed(a.methodNotAllowed)
 	r.With(need(auth.Any, "status", nil)).Get("/", a.status)
 	r.Get("/ping", a.ping)
 	r.Head("/ping", a.ping)
@@ -217,7 +222,51 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	r.With(need(auth.Any, "sql", nil)).Get("/api/v1/sql", a.sql)
 	r.With(need(auth.Any, "sql", nil)).Post("/api/v1/sql", a.sql)
 	a.router = r
+	a.routes = flatRoutes(r)
 	return a
+}
+
+// notFound answers a path no route serves: 404 not_found, as JSON like
+// every other answer.
+func (a *API) notFound(w http.ResponseWriter, r *http.Request) {
+	writeJSONErr(w, http.StatusNotFound, wire.CodeNotFound,
+		"no route "+r.Method+" "+feed.QuoteInput(r.URL.Path)+": see GET /api.yaml for the routes")
+}
+
+// methodNotAllowed answers a routed path asked with a method it does not
+// serve: 405 method_not_allowed with Allow listing the methods it does.
+func (a *API) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		if a.routes.Match(chi.NewRouteContext(), m, path) {
+			allowed = append(allowed, m)
+		}
+	}
+	allow := strings.Join(allowed, ", ")
+	w.Header().Set("Allow", allow)
+	writeJSONErr(w, http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed,
+		"method "+feed.QuoteInput(r.Method)+" is not allowed on "+feed.QuoteInput(r.URL.Path)+" (allowed: "+allow+")")
+}
+
+// flatRoutes returns a router holding r's routes, subrouters flattened, with
+// no handler: chi's Find on a path where r mounts a subrouter reports the
+// mount for every method, this one only the methods routed.
+func flatRoutes(r chi.Router) chi.Router {
+	flat := chi.NewRouter()
+	noop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	_ = chi.Walk(r, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		route = strings.TrimSuffix(strings.ReplaceAll(route, "/*", ""), "/")
+		if route == "" {
+			route = "/"
+		}
+		flat.Method(method, route, noop)
+		return nil
+	})
+	return flat
 }
 
 // crossSite refuses a state-changing request (any method but GET, HEAD
