@@ -71,6 +71,10 @@ type Options struct {
 	// Auth checks each route's token and scope (New sets which; README
 	// "Access control"); nil (no --auth-file) admits every request.
 	Auth *auth.Authenticator
+	// Protected is protected mode, applied when Auth is nil to the routes
+	// that would need a token (README "Access control"): a request from a
+	// client not on loopback is 403; nil (or off) admits every request.
+	Protected *auth.Protected
 	// Audit records table and sync changes, truncates, drops, consumer
 	// deletions and each consumer's first drain; nil records nothing.
 	Audit *auth.Audit
@@ -180,6 +184,11 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	// Each route's scope (README "Access control"). Open: /ping, /health,
 	// /metrics, /api.yaml.
 	need := opts.Auth.Require
+	if opts.Auth == nil && opts.Protected.On() {
+		need = func(auth.Scope, string, func(*http.Request) string) func(http.Handler) http.Handler {
+			return opts.Protected.Require
+		}
+	}
 	table := func(r *http.Request) string { return pathParam(r, "table") }
 	drainTable := func(r *http.Request) string { return r.URL.Query().Get("table") }
 	r := chi.NewRouter()

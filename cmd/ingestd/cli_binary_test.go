@@ -135,7 +135,7 @@ func TestBinaryHelpPlaceholders(t *testing.T) {
 		require.Positive(t, n, "ingestd %s --help lists flags", cmd)
 	}
 	_, out, _ := runBinary(t, bin, t.TempDir(), "--help")
-	for _, want := range []string{"--auth-file FILE ", "--http-addr ADDR ", "--tcp-addr ADDR ", "--data-dir DIR ", "--feed-history DURATION "} {
+	for _, want := range []string{"--auth-file FILE ", "--http-addr ADDR ", "--tcp-addr ADDR ", "--data-dir DIR ", "--feed-history DURATION ", "--insecure-open  ("} {
 		require.Contains(t, out, want)
 	}
 }

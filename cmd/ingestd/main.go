@@ -576,7 +576,7 @@ func wire(cfg config, db store.Backend, logger *slog.Logger, reg *prometheus.Reg
 		StatusSamples: cfg.http.StatusSamples, StatusMaxTables: cfg.http.StatusMaxTables, MaxDatabases: cfg.http.MaxDatabases,
 	}
 	if sec != nil {
-		opts.Auth, opts.Audit = sec.authn, sec.audit
+		opts.Auth, opts.Audit, opts.Protected = sec.authn, sec.audit, sec.protected
 		in.SetAuth(sec.ilpAuth())
 	}
 	api := httpapi.New(opts, reg)

@@ -481,15 +481,19 @@ func TestTokenCommand(t *testing.T) {
 }
 
 // TestUnauthenticatedWarning: without --auth-file, a non-loopback listener
-// is warned about once at start; loopback ones are not.
+// is reported once at start: at WARN with --insecure-open, at INFO in
+// protected mode; loopback ones are not.
 func TestUnauthenticatedWarning(t *testing.T) {
 	for _, c := range []struct {
-		addr string
-		warn bool
-	}{{"127.0.0.1:0", false}, {"0.0.0.0:0", true}} {
-		t.Run(c.addr, func(t *testing.T) {
+		addr      string
+		open      bool
+		warn      bool
+		protected bool
+	}{{"127.0.0.1:0", true, false, false}, {"0.0.0.0:0", true, true, false}, {"0.0.0.0:0", false, false, true}, {"127.0.0.1:0", false, false, false}} {
+		t.Run(c.addr+" open="+strconv.FormatBool(c.open), func(t *testing.T) {
 			cfg := testConfig(t.TempDir())
 			cfg.httpAddr = c.addr
+			cfg.auth.InsecureOpen = c.open
 			var buf mirrorLogBuffer
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
@@ -506,6 +510,12 @@ func TestUnauthenticatedWarning(t *testing.T) {
 				require.Contains(t, buf.String(), `"level":"WARN"`)
 			} else {
 				require.Zero(t, n, buf.String())
+			}
+			p := strings.Count(buf.String(), `"level":"INFO","msg":"protected mode:`)
+			if c.protected {
+				require.Equal(t, 1, p, buf.String())
+			} else {
+				require.Zero(t, p, buf.String())
 			}
 		})
 	}
