@@ -85,6 +85,10 @@ type Options struct {
 	// Gatherer is read by the status page for the server's health (queue
 	// depth, commit latency, disk free, store size); nil shows n/a.
 	Gatherer prometheus.Gatherer
+	// TLS and Store describe the listeners' TLS ("off", "on", with the
+	// client-certificate policy) and the storage backend for the status
+	// page; empty shows n/a.
+	TLS, Store string
 	// StatusSampleInterval, StatusSamples and StatusMaxTables are
 	// Config's fields of the same names (0: the defaults).
 	StatusSampleInterval time.Duration
@@ -182,7 +186,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	a.m.refused.WithLabelValues(refusedCrossSite)
 	a.m.refused.WithLabelValues(refusedContentType)
 	// Each route's scope (README "Access control"). Open: /ping, /health,
-	// /metrics, /api.yaml.
+	// /metrics, /api.yaml, /favicon.ico.
 	need := opts.Auth.Require
 	if opts.Auth == nil && opts.Protected.On() {
 		need = func(auth.Scope, string, func(*http.Request) string) func(http.Handler) http.Handler {
@@ -196,6 +200,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	r.NotFound(a.notFound)
 	r.MethodNotAllowed(a.methodNotAllowed)
 	r.With(need(auth.Any, "status", nil)).Get("/", a.status)
+	r.Get("/favicon.ico", a.favicon)
 	r.Get("/ping", a.ping)
 	r.Head("/ping", a.ping)
 	r.Get("/health", a.health)

@@ -574,6 +574,7 @@ func wire(cfg config, db store.Backend, logger *slog.Logger, reg *prometheus.Reg
 		SQLMaxInsertRows: cfg.http.SQLMaxInsertRows, SQLMaxColumns: cfg.feed.MaxColumnsPerTable + 1,
 		Stats: drainer, Gatherer: reg, StatusSampleInterval: cfg.http.StatusSampleInterval,
 		StatusSamples: cfg.http.StatusSamples, StatusMaxTables: cfg.http.StatusMaxTables, MaxDatabases: cfg.http.MaxDatabases,
+		TLS: describeTLS(cfg.auth), Store: describeStore(cfg),
 	}
 	if sec != nil {
 		opts.Auth, opts.Audit, opts.Protected = sec.authn, sec.audit, sec.protected
@@ -581,6 +582,28 @@ func wire(cfg config, db store.Backend, logger *slog.Logger, reg *prometheus.Reg
 	}
 	api := httpapi.New(opts, reg)
 	return seq, in, api, nil
+}
+
+// describeTLS says, for the status page, whether the listeners use TLS
+// and what they ask of client certificates.
+func describeTLS(c auth.Config) string {
+	switch {
+	case c.TLSCert == "":
+		return "off"
+	case c.TLSClientCA == "":
+		return "on"
+	case c.TLSClientAuth == auth.ClientAuthRequire:
+		return "on, client certificates required"
+	}
+	return "on, client certificates verified if given"
+}
+
+// describeStore names the storage backend for the status page.
+func describeStore(cfg config) string {
+	if cfg.backend == "jetstream" {
+		return fmt.Sprintf("jetstream (%d replicas)", cfg.jetstream.Replicas)
+	}
+	return "badger"
 }
 
 // setMemoryLimit sets the runtime's soft memory limit to limit bytes unless
