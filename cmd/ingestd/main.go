@@ -202,6 +202,9 @@ const usage = `Usage:
   ingestd version        print the version, commit, build date and Go version (also --version)
   ingestd help [CMD]     this help, or a command's (also CMD --help)
 
+Without --auth-file only clients on loopback are served (protected mode; --insecure-open
+serves every client without authentication).
+
 Every flag can also be set as the environment variable shown beside it (INGESTD_ + the
 flag's name in upper case with - as _). Sizes take units: 32MiB, 1GB, 4096 (bytes).
 Durations: 100ms, 5s, 2m. Exit codes: 0 clean shutdown (SIGINT, SIGTERM) or help,
