@@ -104,6 +104,24 @@ func TestBinaryBadUsage(t *testing.T) {
 	}
 }
 
+// TestBinaryFilesBeforeStore: an auth file or a TLS file that cannot be
+// read is a runtime failure (exit 1, logged), found before the data
+// directory is created.
+func TestBinaryFilesBeforeStore(t *testing.T) {
+	bin := buildIngestd(t)
+	for _, args := range [][]string{
+		{"--auth-file", "missing.yaml"},
+		{"--tls-cert", "missing.pem", "--tls-key", "missing.key"},
+	} {
+		dir := t.TempDir()
+		code, _, errOut := runBinary(t, bin, dir, append([]string{"--data-dir", "data", "--http-addr", "127.0.0.1:0", "--tcp-addr", ""}, args...)...)
+		require.Equal(t, cli.ExitFailure, code, "%v: %s", args, errOut)
+		require.Contains(t, errOut, "missing", "%v", args)
+		_, err := os.Stat(filepath.Join(dir, "data"))
+		require.ErrorIs(t, err, os.ErrNotExist, "%v: the data directory was not created", args)
+	}
+}
+
 // TestBinaryHelpPlaceholders: in the help of the daemon and of every
 // subcommand, each flag's placeholder is a type (STRING, DURATION, ADDR…),
 // never a word of its usage; booleans have none.

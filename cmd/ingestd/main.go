@@ -278,9 +278,10 @@ func runCommand(ctx context.Context, name string, args []string, stdout, stderr 
 // readiness off and HTTP (in-flight requests get --shutdown-timeout), TCP
 // (each connection commits what it read), the sequencer (commits
 // everything queued); then the status sampler, the SIGHUP reloader and
-// pprof; the store is closed last. started, when non-nil, is called with
-// the bound addresses once everything is set up (tcpAddr is empty when TCP
-// is disabled). The error joins the first actor's failure with those of
+// pprof; the store is closed last (the audit log file after it). The
+// auth and TLS files are loaded before the store is opened. started, when
+// non-nil, is called with the bound addresses once everything is set up
+// (tcpAddr is empty when TCP is disabled). The error joins the first actor's failure with those of
 // TCP and the sequencer during the shutdown; nil after a clean shutdown.
 func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(httpAddr, tcpAddr string)) (err error) {
 	setMemoryLimit(cfg.memoryLimitBytes, logger)
@@ -288,6 +289,13 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newBuildInfoGauge(readBuildInfo()))
 
+	// The auth file and the TLS files first: one missing or malformed
+	// stops the start before the data directory is touched.
+	sec, err := newSecurity(cfg.auth, logger, reg)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, sec.close()) }()
 	db, err := openStore(cfg, logger, reg)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
@@ -297,11 +305,6 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
 		}
 	}()
-	sec, err := newSecurity(cfg.auth, logger, reg)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, sec.close()) }()
 	seq, in, api, err := wire(cfg, db, logger, reg, sec)
 	if err != nil {
 		return err
