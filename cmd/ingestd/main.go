@@ -176,12 +176,6 @@ func validateAddrs(addrs map[string]string, required ...string) error {
 	return errors.Join(errs...)
 }
 
-// daemonPlaceholders are the help's placeholders of the daemon's flags
-// whose value is a type of its own.
-var daemonPlaceholders = map[string]string{
-	"sync-tables": "GLOBS", "default-retention": "DURATION", "feed-history": "DURATION", "nats-url": "URLS",
-}
-
 // openStore opens the backend --store names: badger in --data-dir, or
 // JetStream with its row cache in --jetstream-cache-dir.
 func openStore(cfg config, logger *slog.Logger, reg prometheus.Registerer) (store.Backend, error) {
@@ -228,7 +222,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		memoryLimitBytes: DefaultMemoryLimitBytes,
 	}
 	fs := flag.NewFlagSet("ingestd", flag.ContinueOnError)
-	cmd := &cli.Command{Name: "ingestd", Usage: usage, EnvPrefix: "INGESTD", Groups: cfg.registerFlags(fs), Placeholders: daemonPlaceholders}
+	cmd := &cli.Command{Name: "ingestd", Usage: usage, EnvPrefix: "INGESTD", Groups: cfg.registerFlags(fs),
+		// The flags whose value is a type of the daemon's own.
+		Placeholders: map[string]string{"sync-tables": "GLOBS", "default-retention": "DURATION", "feed-history": "DURATION", "nats-url": "URLS"}}
 	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
 		return code
 	}
