@@ -254,6 +254,9 @@ func (a *API) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
 	if path == "" {
 		path = r.URL.Path
 	}
+	if path != "/" {
+		path = strings.TrimSuffix(path, "/") // as flatRoutes keeps the routes
+	}
 	var allowed []string
 	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete} {
 		if a.routes.Match(chi.NewRouteContext(), m, path) {

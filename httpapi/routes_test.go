@@ -78,6 +78,8 @@ func TestUnroutedAnswersJSON(t *testing.T) {
 		{http.MethodDelete, "/drain", http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "GET", `method "DELETE" is not allowed on "/drain"`},
 		{http.MethodPut, "/ping", http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "GET, HEAD", "allowed: GET, HEAD"},
 		{"PATCH", "/api/v1/tables/cpu", http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "GET, PUT, DELETE", "PATCH"},
+		{"PATCH", "/api/v1/tables/cpu/", http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "GET, PUT, DELETE", "PATCH"},
+		{http.MethodHead, "/", http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed, "GET", "HEAD"},
 		{http.MethodGet, "/query?q=SELECT+*+FROM+cpu", http.StatusBadRequest, wire.CodeInvalidParameter, "", "/api/v1/sql"},
 	} {
 		t.Run(c.method+" "+c.target, func(t *testing.T) {
