@@ -66,7 +66,7 @@ func (a *API) query(w http.ResponseWriter, r *http.Request) {
 		}}})
 		return
 	}
-	msg := "ingestd answers only CREATE DATABASE and SHOW DATABASES; read data with GET /drain"
+	msg := "InfluxQL: ingestd answers only CREATE DATABASE and SHOW DATABASES; read data with SQL at /api/v1/sql (SELECT … FROM table … LIMIT n) or the change feed at GET /drain"
 	writeJSON(w, http.StatusBadRequest, wire.ErrorBody{Code: wire.CodeInvalidParameter, Message: msg, Error: msg})
 }
 

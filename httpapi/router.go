@@ -7,6 +7,7 @@ import (
 	"net/http"
 	"net/url"
 	"strconv"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -70,6 +71,10 @@ type Options struct {
 	// Auth checks each route's token and scope (New sets which;
 	// docs/operations.md#scopes); nil (no --auth-file) admits every request.
 	Auth *auth.Authenticator
+	// Protected is protected mode, applied when Auth is nil to the routes
+	// that would need a token (docs/operations.md#access-control): a request from a
+	// client not on loopback is 403; nil (or off) admits every request.
+	Protected *auth.Protected
 	// Audit records table and sync changes, truncates, drops, consumer
 	// deletions and each consumer's first drain; nil records nothing.
 	Audit *auth.Audit
@@ -80,6 +85,10 @@ type Options struct {
 	// Gatherer is read by the status page for the server's health (queue
 	// depth, commit latency, disk free, store size); nil shows n/a.
 	Gatherer prometheus.Gatherer
+	// TLS and Store describe the listeners' TLS ("off", "on", with the
+	// client-certificate policy) and the storage backend for the status
+	// page; empty shows n/a.
+	TLS, Store string
 	// StatusSampleInterval, StatusSamples and StatusMaxTables are
 	// Config's fields of the same names (0: the defaults).
 	StatusSampleInterval time.Duration
@@ -97,6 +106,8 @@ type API struct {
 	logger *slog.Logger
 	ready  atomic.Bool
 	router chi.Router
+	// routes holds router's routes flattened, for 405's Allow.
+	routes chi.Router
 	m      *metrics
 	// stopCtx ends at BeginShutdown: every long-poll then answers.
 	stopCtx context.Context
@@ -175,13 +186,21 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	a.m.refused.WithLabelValues(refusedCrossSite)
 	a.m.refused.WithLabelValues(refusedContentType)
 	// Each route's scope (docs/operations.md#scopes). Open: /ping, /health,
-	// /metrics, /api.yaml.
+	// /metrics, /api.yaml, /favicon.ico.
 	need := opts.Auth.Require
+	if opts.Auth == nil && opts.Protected.On() {
+		need = func(auth.Scope, string, func(*http.Request) string) func(http.Handler) http.Handler {
+			return opts.Protected.Require
+		}
+	}
 	table := func(r *http.Request) string { return pathParam(r, "table") }
 	drainTable := func(r *http.Request) string { return r.URL.Query().Get("table") }
 	r := chi.NewRouter()
 	r.Use(a.influxHeaders, a.instrument, a.crossSite, strictQuery)
+	r.NotFound(a.notFound)
+	r.MethodNotAllowed(a.methodNotAllowed)
 	r.With(need(auth.Any, "status", nil)).Get("/", a.status)
+	r.Get("/favicon.ico", a.favicon)
 	r.Get("/ping", a.ping)
 	r.Head("/ping", a.ping)
 	r.Get("/health", a.health)
@@ -217,7 +236,54 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	r.With(need(auth.Any, "sql", nil)).Get("/api/v1/sql", a.sql)
 	r.With(need(auth.Any, "sql", nil)).Post("/api/v1/sql", a.sql)
 	a.router = r
+	a.routes = flatRoutes(r)
 	return a
+}
+
+// notFound answers a path no route serves: 404 not_found, as JSON like
+// every other answer.
+func (a *API) notFound(w http.ResponseWriter, r *http.Request) {
+	writeJSONErr(w, http.StatusNotFound, wire.CodeNotFound,
+		"no route "+r.Method+" "+feed.QuoteInput(r.URL.Path)+": see GET /api.yaml for the routes")
+}
+
+// methodNotAllowed answers a routed path asked with a method it does not
+// serve: 405 method_not_allowed with Allow listing the methods it does.
+func (a *API) methodNotAllowed(w http.ResponseWriter, r *http.Request) {
+	path := r.URL.RawPath
+	if path == "" {
+		path = r.URL.Path
+	}
+	if path != "/" {
+		path = strings.TrimSuffix(path, "/") // as flatRoutes keeps the routes
+	}
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodDelete} {
+		if a.routes.Match(chi.NewRouteContext(), m, path) {
+			allowed = append(allowed, m)
+		}
+	}
+	allow := strings.Join(allowed, ", ")
+	w.Header().Set("Allow", allow)
+	writeJSONErr(w, http.StatusMethodNotAllowed, wire.CodeMethodNotAllowed,
+		"method "+feed.QuoteInput(r.Method)+" is not allowed on "+feed.QuoteInput(r.URL.Path)+" (allowed: "+allow+")")
+}
+
+// flatRoutes returns a router holding r's routes, subrouters flattened, with
+// no handler: chi's Find on a path where r mounts a subrouter reports the
+// mount for every method, this one only the methods routed.
+func flatRoutes(r chi.Router) chi.Router {
+	flat := chi.NewRouter()
+	noop := http.HandlerFunc(func(http.ResponseWriter, *http.Request) {})
+	_ = chi.Walk(r, func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
+		route = strings.TrimSuffix(strings.ReplaceAll(route, "/*", ""), "/")
+		if route == "" {
+			route = "/"
+		}
+		flat.Method(method, route, noop)
+		return nil
+	})
+	return flat
 }
 
 // crossSite refuses a state-changing request (any method but GET, HEAD

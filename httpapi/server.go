@@ -69,9 +69,10 @@ type Config struct {
 	// each table's committed points and the commit latency, and how often
 	// the page refreshes itself.
 	StatusSampleInterval time.Duration
-	// StatusSamples is how many samples the status page keeps (its rates
-	// and sparklines cover StatusSamples × StatusSampleInterval); each
-	// sample holds one counter per table (at most --feed-max-tables).
+	// StatusSamples is how many samples the status page keeps (its charts
+	// cover StatusSamples × StatusSampleInterval, its rates the last
+	// StatusRateWindow of it); each sample holds one counter per table (at
+	// most --feed-max-tables).
 	StatusSamples int
 	// StatusMaxTables is how many tables (by name) the status page lists.
 	StatusMaxTables int
@@ -109,7 +110,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.IdleTimeout, "http-idle-timeout", c.IdleTimeout, "close a keep-alive HTTP connection idle this long")
 	fs.IntVar(&c.MaxHeaderBytes, "http-max-header-bytes", c.MaxHeaderBytes, "largest request line and headers in bytes (431 past it)")
 	fs.DurationVar(&c.StatusSampleInterval, "status-sample-interval", c.StatusSampleInterval, "how often the status page at / samples ingest rates and commit latency, and refreshes itself")
-	fs.IntVar(&c.StatusSamples, "status-samples", c.StatusSamples, "samples the status page keeps per table for its rates and charts (1..10000)")
+	fs.IntVar(&c.StatusSamples, "status-samples", c.StatusSamples, "samples the status page keeps per table for its charts (1..10000); its rates average the last minute of them")
 	fs.IntVar(&c.MaxDatabases, "query-max-databases", c.MaxDatabases, "databases CREATE DATABASE records for SHOW DATABASES (they do not namespace tables)")
 	fs.IntVar(&c.StatusMaxTables, "status-max-tables", c.StatusMaxTables, "tables the status page lists, by name (1..100000)")
 	fs.IntVar(&c.DrainMaxPageBytes, "drain-max-page-bytes", c.DrainMaxPageBytes, "a drain page ends before the row that would take its rows past this many bytes (a page holds at least one row)")

@@ -7,6 +7,7 @@ import (
 	"html/template"
 	"math"
 	"net/http"
+	"net/url"
 	"slices"
 	"strconv"
 	"strings"
@@ -25,6 +26,11 @@ const (
 	DefaultStatusSamples        = 30
 	DefaultStatusMaxTables      = 100
 )
+
+// StatusRateWindow is the span the status page averages its ingest rates
+// and commit latency over: the last minute, or all the samples kept when
+// they span less (StatusSamples × StatusSampleInterval).
+const StatusRateWindow = time.Minute
 
 // farBehindSeconds is the consumer lag, in seconds, past which the status
 // page shows a consumer in red: the threshold of the IngestdConsumerStalled
@@ -46,6 +52,24 @@ type StatusStats interface {
 	// fragments and seconds, ordered by name, from one snapshot of the
 	// table. Errors: feed.ErrTableNotFound, a *feed.NameError.
 	ConsumerLags(table string) ([]feed.ConsumerLag, error)
+}
+
+// faviconSVG is ingestd's icon: a rising line on blue, served at
+// /favicon.ico and inlined in the status page.
+const faviconSVG = `<svg xmlns="http://www.w3.org/2000/svg" viewBox="0 0 16 16">` +
+	`<rect width="16" height="16" rx="3" fill="#2f6fdb"/>` +
+	`<polyline points="2.5,12 6,7.5 9,9.5 13.5,3.5" fill="none" stroke="#fff" stroke-width="2" stroke-linecap="round" stroke-linejoin="round"/></svg>`
+
+// faviconDataURL is faviconSVG as a data: URL, for the status page's
+// link rel=icon (no request; no 404 in a browser's console).
+var faviconDataURL = template.URL("data:image/svg+xml," + url.PathEscape(faviconSVG))
+
+// favicon serves faviconSVG at GET /favicon.ico, for the clients that ask
+// for it by convention rather than by the page's link.
+func (a *API) favicon(w http.ResponseWriter, _ *http.Request) {
+	w.Header().Set("Content-Type", "image/svg+xml")
+	w.Header().Set("Cache-Control", "public, max-age=86400")
+	_, _ = w.Write([]byte(faviconSVG))
 }
 
 //go:embed status.html
@@ -144,13 +168,21 @@ func (m metricValues) histogram(name string) *dto.Histogram {
 	return nil
 }
 
-// Sparkline is an inline SVG polyline's points ("x,y x,y …") in a 100×20
-// view box, the last value at the right; empty below two values.
-type Sparkline string
+// Sparkline is an inline SVG chart of a series of values: Points, a
+// polyline's points ("x,y x,y …") in a 100×20 view box, the last value at
+// the right, scaled so that Max (the largest value, formatted with its
+// unit) is at the top and 0 at the bottom; empty below two values.
+type Sparkline struct {
+	// Points are the polyline's points; "" draws no chart.
+	Points string
+	// Max labels the top of the chart: the largest value with its unit.
+	Max string
+}
 
-func sparkline(vals []float64) Sparkline {
+// sparkline draws vals, labelling its top with format(the largest value).
+func sparkline(vals []float64, format func(float64) string) Sparkline {
 	if len(vals) < 2 {
-		return ""
+		return Sparkline{}
 	}
 	hi := 0.0
 	for _, v := range vals {
@@ -164,7 +196,16 @@ func sparkline(vals []float64) Sparkline {
 		}
 		fmt.Fprintf(&b, "%.1f,%.1f ", 100*float64(i)/float64(len(vals)-1), y)
 	}
-	return Sparkline(strings.TrimSpace(b.String()))
+	return Sparkline{Points: strings.TrimSpace(b.String()), Max: format(hi)}
+}
+
+// formatRate renders points per second with one decimal and a unit.
+func formatRate(v float64) string { return strconv.FormatFloat(v, 'f', 1, 64) + "/s" }
+
+// formatSeconds renders a duration in seconds as Go does, to the
+// microsecond.
+func formatSeconds(v float64) string {
+	return time.Duration(v * float64(time.Second)).Round(time.Microsecond).String()
 }
 
 type statusTable struct {
@@ -173,7 +214,7 @@ type statusTable struct {
 	Epoch, Seq, Watermark uint64
 	Stats                 feed.TableStats
 	StatsErr              string
-	Rate                  string // points/s over the last interval, "" before two samples
+	Rate                  string // points/s over the rate window, "" before the first sample
 	Spark                 Sparkline
 	Consumers             []statusConsumer
 }
@@ -188,7 +229,11 @@ type statusConsumer struct {
 }
 
 type statusPage struct {
+	Favicon       template.URL
 	Version       string
+	Auth          string
+	TLS           string
+	Store         string
 	Now           string
 	Refresh       int
 	Uptime        string
@@ -202,6 +247,7 @@ type statusPage struct {
 	Consumers     []statusConsumer
 	MoreTables    int
 	Window        string
+	RateWindow    string
 }
 
 // status serves the status page at GET / (docs/operations.md#status-page): server health, every
@@ -216,15 +262,25 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 
 	p := statusPage{
 		Version: Version, Now: time.Now().UTC().Format(time.RFC3339),
-		Refresh: int(math.Ceil(a.opts.StatusSampleInterval.Seconds())),
-		Uptime:  time.Since(a.started).Truncate(time.Second).String(),
-		Window:  (time.Duration(a.opts.StatusSamples) * a.opts.StatusSampleInterval).String(),
+		Refresh:    int(math.Ceil(a.opts.StatusSampleInterval.Seconds())),
+		Uptime:     time.Since(a.started).Truncate(time.Second).String(),
+		Window:     (time.Duration(a.opts.StatusSamples) * a.opts.StatusSampleInterval).String(),
+		RateWindow: a.rateWindow().String(),
+		Auth:       a.authMode(), TLS: orNA(a.opts.TLS), Store: orNA(a.opts.Store),
+		Favicon: faviconDataURL,
 	}
+	now := time.Now()
+	base := windowBase(samples, now, a.rateWindow())
 	p.QueueDepth = metricText(m, "ingestd_feed_queue_depth", strconv.FormatFloat)
 	p.QueueCapacity = metricText(m, "ingestd_feed_queue_capacity", strconv.FormatFloat)
 	p.DiskFree = metricText(m, "ingestd_store_free_bytes", func(v float64, _ byte, _, _ int) string { return formatBytes(uint64(v)) })
 	p.StoreSize = metricText(m, "ingestd_store_size_bytes", func(v float64, _ byte, _, _ int) string { return formatBytes(uint64(v)) })
-	p.CommitLatency, p.CommitSpark = commitLatency(samples)
+	var commits uint64
+	var commitSeconds float64
+	if h := m.histogram("ingestd_feed_commit_duration_seconds"); h != nil {
+		commits, commitSeconds = h.GetSampleCount(), h.GetSampleSum()
+	}
+	p.CommitLatency, p.CommitSpark = commitLatency(samples, base, commits, commitSeconds)
 
 	// With an auth file, the tables on which the token holds some scope
 	// (as GET /api/v1/tables lists them).
@@ -261,7 +317,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 				p.Consumers = append(p.Consumers, c)
 			}
 		}
-		st.Rate, st.Spark = tableRate(samples, t.Name)
+		st.Rate, st.Spark = tableRate(samples, base, now, t.Name, t.Points)
 		p.Tables = append(p.Tables, st)
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
@@ -279,9 +335,34 @@ func metricText(m metricValues, name string, format func(float64, byte, int, int
 	return format(v, 'f', -1, 64)
 }
 
-// tableRate returns a table's points per second between the last two
-// samples and the sparkline of its rate over every sample.
-func tableRate(samples []statusSample, name string) (string, Sparkline) {
+// rateWindow is StatusRateWindow, or the span of the samples kept when
+// shorter.
+func (a *API) rateWindow() time.Duration {
+	return min(StatusRateWindow, time.Duration(a.opts.StatusSamples)*a.opts.StatusSampleInterval)
+}
+
+// windowBase returns the sample the rates start from: the newest taken at
+// least window before now, else (the samples span less) the oldest; nil
+// without samples.
+func windowBase(samples []statusSample, now time.Time, window time.Duration) *statusSample {
+	if len(samples) == 0 {
+		return nil
+	}
+	base := &samples[0]
+	for i := range samples {
+		if now.Sub(samples[i].at) >= window {
+			base = &samples[i]
+		}
+	}
+	return base
+}
+
+// tableRate returns a table's points per second from base to now, when
+// it had points committed since the process started (a table created since
+// base counts from 0), and the sparkline of its rate in each interval
+// between samples. The rate is "" without a base, and 0 when the count
+// went down (the table was dropped and created again).
+func tableRate(samples []statusSample, base *statusSample, now time.Time, name string, points uint64) (string, Sparkline) {
 	var rates []float64
 	for i := 1; i < len(samples); i++ {
 		prev, ok1 := samples[i-1].points[name]
@@ -293,30 +374,56 @@ func tableRate(samples []statusSample, name string) (string, Sparkline) {
 		}
 		rates = append(rates, r)
 	}
-	if len(rates) == 0 {
-		return "", ""
+	spark := sparkline(rates, formatRate)
+	if base == nil {
+		return "", spark
 	}
-	return strconv.FormatFloat(rates[len(rates)-1], 'f', 1, 64), sparkline(rates)
+	dt := now.Sub(base.at).Seconds()
+	prev := base.points[name]
+	if dt <= 0 || points < prev {
+		return strconv.FormatFloat(0, 'f', 1, 64), spark
+	}
+	return strconv.FormatFloat(float64(points-prev)/dt, 'f', 1, 64), spark
 }
 
-// commitLatency returns the mean group-commit duration between the last two
-// samples that saw commits, and the sparkline of the mean per interval.
-func commitLatency(samples []statusSample) (string, Sparkline) {
+// commitLatency returns the mean group-commit duration from base to now
+// (commits and seconds: the commit histogram's count and sum now), "no
+// commits" when none was made meanwhile, and the sparkline of the mean in
+// each interval between samples.
+func commitLatency(samples []statusSample, base *statusSample, commits uint64, seconds float64) (string, Sparkline) {
 	var means []float64
-	last := ""
 	for i := 1; i < len(samples); i++ {
 		v := 0.0
-		if samples[i].commits > samples[i-1].commits {
-			n := samples[i].commits - samples[i-1].commits
+		if n := samples[i].commits - samples[i-1].commits; samples[i].commits > samples[i-1].commits {
 			v = (samples[i].commitSeconds - samples[i-1].commitSeconds) / float64(n)
-			last = time.Duration(v * float64(time.Second)).Round(time.Microsecond).String()
 		}
 		means = append(means, v)
 	}
-	if last == "" {
-		last = "no commits"
+	spark := sparkline(means, formatSeconds)
+	if base == nil || commits <= base.commits {
+		return "no commits", spark
 	}
-	return last, sparkline(means)
+	return formatSeconds((seconds - base.commitSeconds) / float64(commits-base.commits)), spark
+}
+
+// authMode says how clients are admitted: with tokens, loopback ones only
+// (protected mode), or every one.
+func (a *API) authMode() string {
+	switch {
+	case a.opts.Auth != nil:
+		return "tokens (--auth-file)"
+	case a.opts.Protected.On():
+		return "protected mode: loopback clients only"
+	}
+	return "open: no authentication (--insecure-open)"
+}
+
+// orNA is s, or "n/a" when empty.
+func orNA(s string) string {
+	if s == "" {
+		return "n/a"
+	}
+	return s
 }
 
 // formatBytes renders n in IEC units (KiB, MiB, …) with one decimal.

@@ -48,13 +48,16 @@ func TestHelp(t *testing.T) {
 		last = i
 	}
 	tcp := out[strings.Index(out, "\nTCP (line"):strings.Index(out, "\nSecurity (")]
-	require.Contains(t, tcp, "--tcp-addr STRING")
+	require.Contains(t, tcp, "--tcp-addr ADDR")
 	require.NotContains(t, tcp, "--max-body-bytes", "an HTTP write flag is not under TCP")
 	for _, want := range []string{
 		"--max-body-bytes SIZE  ($INGESTD_MAX_BODY_BYTES, default 32MiB)",
 		"--store-min-free-bytes SIZE  ($INGESTD_STORE_MIN_FREE_BYTES, default 256MiB)",
 		"--http-read-header-timeout DURATION  ($INGESTD_HTTP_READ_HEADER_TIMEOUT, default 10s)",
-		"--data-dir STRING  ($INGESTD_DATA_DIR, default \"./data\")",
+		"--data-dir DIR  ($INGESTD_DATA_DIR, default \"./data\")",
+		"--http-addr ADDR  ($INGESTD_HTTP_ADDR, default \":8086\")",
+		"--auth-file FILE  ($INGESTD_AUTH_FILE)",
+		"--sync-tables GLOBS  ($INGESTD_SYNC_TABLES)",
 		"--store-unsafe-no-sync  ($INGESTD_STORE_UNSAFE_NO_SYNC)",
 	} {
 		require.Contains(t, out, want)
@@ -76,8 +79,8 @@ func TestSubcommandHelp(t *testing.T) {
 		}
 	}
 	_, out, _ := runCLI(t, "mirror", "--help")
-	for _, f := range []string{"source", "table", "target", "cursor-file"} {
-		require.Contains(t, out, "--"+f+" STRING  (required, $INGESTD_MIRROR_"+strings.ToUpper(strings.ReplaceAll(f, "-", "_"))+")")
+	for f, typ := range map[string]string{"source": "URL", "table": "STRING", "target": "URL", "cursor-file": "FILE"} {
+		require.Contains(t, out, "--"+f+" "+typ+"  (required, $INGESTD_MIRROR_"+strings.ToUpper(strings.ReplaceAll(f, "-", "_"))+")")
 	}
 	require.Contains(t, out, "--limit INT  ($INGESTD_MIRROR_LIMIT, default 5000)")
 }

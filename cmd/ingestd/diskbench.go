@@ -51,16 +51,19 @@ Write+truncate rounds against a running ingestd: is disk space given back?
 	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
 		return code
 	}
-	if c.rounds < 1 || c.rows < 1 || c.batchLines < 1 || c.settle <= 0 {
-		return cmd.UsageError(stderr, "--rounds, --rows, --batch-lines and --settle must be positive")
+	if c.rounds < 1 || c.rows < 1 || c.batchLines < 1 || c.settle <= 0 || c.timeout <= 0 {
+		return cmd.UsageError(stderr, "--rounds, --rows, --batch-lines, --settle and --timeout must be positive")
+	}
+	if _, err := client.New(c.url); err != nil {
+		return cmd.UsageError(stderr, "--url: "+err.Error())
 	}
 	ctx, cancel := context.WithTimeout(ctx, c.timeout)
 	defer cancel()
 	if err := c.run(ctx, stdout); err != nil {
 		fmt.Fprintln(stderr, "ingestd diskbench:", err)
-		return 1
+		return cli.ExitFailure
 	}
-	return 0
+	return cli.ExitOK
 }
 
 func (c *diskBenchConfig) run(ctx context.Context, out io.Writer) error {

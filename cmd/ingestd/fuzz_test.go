@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"io"
 	"log/slog"
 	"net/http"
@@ -36,6 +37,7 @@ type fuzzSeed struct {
 // fuzzSeeds cover every route of api.yaml (FuzzRouter checks it).
 var fuzzSeeds = []fuzzSeed{
 	{"GET", "/", "", "", ""},
+	{"GET", "/favicon.ico", "", "", ""},
 	{"GET", "/ping", "", "", ""},
 	{"HEAD", "/ping", "", "", ""},
 	{"GET", "/health", "", "", ""},
@@ -66,13 +68,16 @@ var fuzzSeeds = []fuzzSeed{
 	{"POST", "/api/v1/sql", "Content-Type: application/json", `{"q":"INSERT INTO s (time, host, p00, n) VALUES (1, 'a', 1.5, -2), ('2025-11-29T10:00:00Z', 'b', NULL, 3)"}`, "GET /api/v1/sql?q=SELECT+*+FROM+s+WHERE+x_seq+>+0+LIMIT+5"},
 	{"GET", "/api/v1/sql?q=SELECT+*+FROM+cpu+WHERE+time+>%3D+0+AND+host+%3D+'a'+ORDER+BY+time+DESC+LIMIT+3&time_format=ms", "Accept: text/csv", "", ""},
 	{"POST", "/api/v1/sql?q=ALTER+TABLE+s+SET+SYNC+OFF", "", "", "POST /api/v1/sql?q=TRUNCATE+s"},
+	// Routed paths asked with another method (405) and, as the second
+	// request, a path no route serves (404).
+	{"PATCH", "/api/v1/tables/cpu", "", "", "GET /api/v1/nope"},
 }
 
 // FuzzRouter sends random requests (methods, paths, parameters, headers,
 // bodies) through the daemon's whole HTTP handler, wired as serve wires it
 // over a real store, and requires that none panics or answers 500 (503 is
-// back-pressure), that the sequencer keeps running and that /ping still
-// answers 204. Every route of api.yaml has a seed. One daemon serves every
+// back-pressure), that every error is the JSON error object, that the
+// sequencer keeps running and that /ping still answers 204. Every route of api.yaml has a seed. One daemon serves every
 // input of a fuzzing process, so a failure may depend on what earlier
 // inputs left behind; the second request of an input (then) lets one input
 // both change the state and read it. CI runs it bounded by
@@ -173,5 +178,12 @@ func fuzzRequest(t *testing.T, h http.Handler, method, target, header string, bo
 	h.ServeHTTP(rec, req)
 	if rec.Code >= 500 && rec.Code != http.StatusServiceUnavailable {
 		t.Fatalf("%s %q with headers %q and a body of %d bytes answered %d: %s", method, clip([]byte(target)), header, len(body), rec.Code, clip(rec.Body.Bytes()))
+	}
+	// Every error but 499 (no one reads it) is the JSON error object, 404
+	// and 405 of unrouted requests included.
+	var e struct{ Code, Message string }
+	if rec.Code >= 400 && rec.Code != 499 && (rec.Header().Get("Content-Type") != "application/json" ||
+		json.Unmarshal(rec.Body.Bytes(), &e) != nil || e.Code == "" || e.Message == "") {
+		t.Fatalf("%s %q answered %d as %q, not the JSON error object: %s", method, clip([]byte(target)), rec.Code, rec.Header().Get("Content-Type"), clip(rec.Body.Bytes()))
 	}
 }

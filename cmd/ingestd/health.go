@@ -25,11 +25,17 @@ func runHealth(ctx context.Context, args []string, stdout, stderr io.Writer) int
 	var ctls cli.ClientTLS
 	ctls.RegisterFlags(fs)
 	cmd := &cli.Command{Name: "ingestd health", Usage: `Usage:
-  ingestd health [--url URL] [--timeout D] [--ca-file F] [--client-cert F --client-key F]
+  ingestd health [--url URL] [--timeout DURATION] [--ca-file FILE] [--client-cert FILE --client-key FILE]
 Prints a running ingestd's state from its /health; exit 0 when ready, 1 otherwise.
 `}
 	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
 		return code
+	}
+	if err := cli.ValidateURL(*url); err != nil {
+		return cmd.UsageError(stderr, "--url: "+err.Error())
+	}
+	if *timeout <= 0 {
+		return cmd.UsageError(stderr, "--timeout must be positive")
 	}
 	ctx, cancel := context.WithTimeout(ctx, *timeout)
 	defer cancel()

@@ -19,6 +19,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"maps"
 	"net"
 	"net/http"
 	"net/http/pprof"
@@ -26,6 +27,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime/debug"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -139,6 +141,9 @@ func (c *config) validate() error {
 	if c.memoryLimitBytes < 0 {
 		return errors.New("--memory-limit-bytes must not be negative")
 	}
+	if err := validateAddrs(map[string]string{"http-addr": c.httpAddr, "tcp-addr": c.ilp.TCPAddr, "pprof-addr": c.pprofAddr}, "http-addr"); err != nil {
+		return err
+	}
 	var backendErr error
 	switch c.backend {
 	case "badger":
@@ -151,6 +156,24 @@ func (c *config) validate() error {
 		backendErr = fmt.Errorf("--store must be badger or jetstream, not %q", c.backend)
 	}
 	return errors.Join(backendErr, c.store.Validate(), c.feed.Validate(), c.ilp.Validate(), c.http.Validate(), c.auth.Validate())
+}
+
+// validateAddrs checks each listen address by its flag's name (without
+// the dashes): HOST:PORT with a port from 0 to 65535, so that a typo is a
+// usage error before the data directory is opened. An empty address
+// disables its listener, except for the flags named in required.
+func validateAddrs(addrs map[string]string, required ...string) error {
+	var errs []error
+	for _, name := range slices.Sorted(maps.Keys(addrs)) {
+		addr := addrs[name]
+		if addr == "" && !slices.Contains(required, name) {
+			continue
+		}
+		if err := cli.ValidateAddr(addr); err != nil {
+			errs = append(errs, fmt.Errorf("--%s: %w", name, err))
+		}
+	}
+	return errors.Join(errs...)
 }
 
 // openStore opens the backend --store names: badger in --data-dir, or
@@ -172,6 +195,9 @@ const usage = `Usage:
   ingestd token          create, list or revoke the tokens of an --auth-file
   ingestd version        print the version, commit, build date and Go version (also --version)
   ingestd help [CMD]     this help, or a command's (also CMD --help)
+
+Without --auth-file only clients on loopback are served (protected mode; --insecure-open
+serves every client without authentication).
 
 Every flag can also be set as the environment variable shown beside it (INGESTD_ + the
 flag's name in upper case with - as _). Sizes take units: 32MiB, 1GB, 4096 (bytes).
@@ -196,7 +222,9 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		memoryLimitBytes: DefaultMemoryLimitBytes,
 	}
 	fs := flag.NewFlagSet("ingestd", flag.ContinueOnError)
-	cmd := &cli.Command{Name: "ingestd", Usage: usage, EnvPrefix: "INGESTD", Groups: cfg.registerFlags(fs)}
+	cmd := &cli.Command{Name: "ingestd", Usage: usage, EnvPrefix: "INGESTD", Groups: cfg.registerFlags(fs),
+		// The flags whose value is a type of the daemon's own.
+		Placeholders: map[string]string{"sync-tables": "GLOBS", "default-retention": "DURATION", "feed-history": "DURATION", "nats-url": "URLS"}}
 	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
 		return code
 	}
@@ -234,7 +262,7 @@ func runCommand(ctx context.Context, name string, args []string, stdout, stderr 
 			return runCommand(ctx, args[0], []string{"--help"}, stdout, stderr)
 		}
 	}
-	fmt.Fprintf(stderr, "ingestd: unknown command %q (commands: mirror, bench, diskbench, health, token, version, help; see ingestd --help)\n", name)
+	fmt.Fprintf(stderr, "ingestd: unknown command %q: mirror, bench, diskbench, health, token, version or help (see ingestd --help)\n", name)
 	return cli.ExitBadUsage
 }
 
@@ -246,9 +274,10 @@ func runCommand(ctx context.Context, name string, args []string, stdout, stderr 
 // readiness off and HTTP (in-flight requests get --shutdown-timeout), TCP
 // (each connection commits what it read), the sequencer (commits
 // everything queued); then the status sampler, the SIGHUP reloader and
-// pprof; the store is closed last. started, when non-nil, is called with
-// the bound addresses once everything is set up (tcpAddr is empty when TCP
-// is disabled). The error joins the first actor's failure with those of
+// pprof; the store is closed last (the audit log file after it). The
+// auth and TLS files are loaded before the store is opened. started, when
+// non-nil, is called with the bound addresses once everything is set up
+// (tcpAddr is empty when TCP is disabled). The error joins the first actor's failure with those of
 // TCP and the sequencer during the shutdown; nil after a clean shutdown.
 func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(httpAddr, tcpAddr string)) (err error) {
 	setMemoryLimit(cfg.memoryLimitBytes, logger)
@@ -256,6 +285,13 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}),
 		newBuildInfoGauge(readBuildInfo()))
 
+	// The auth file and the TLS files first: one missing or malformed
+	// stops the start before the data directory is touched.
+	sec, err := newSecurity(cfg.auth, logger, reg)
+	if err != nil {
+		return err
+	}
+	defer func() { err = errors.Join(err, sec.close()) }()
 	db, err := openStore(cfg, logger, reg)
 	if err != nil {
 		return fmt.Errorf("open store: %w", err)
@@ -265,11 +301,6 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 			err = errors.Join(err, fmt.Errorf("close store: %w", cerr))
 		}
 	}()
-	sec, err := newSecurity(cfg.auth, logger, reg)
-	if err != nil {
-		return err
-	}
-	defer func() { err = errors.Join(err, sec.close()) }()
 	seq, in, api, err := wire(cfg, db, logger, reg, sec)
 	if err != nil {
 		return err
@@ -545,13 +576,36 @@ func wire(cfg config, db store.Backend, logger *slog.Logger, reg *prometheus.Reg
 		SQLMaxInsertRows: cfg.http.SQLMaxInsertRows, SQLMaxColumns: cfg.feed.MaxColumnsPerTable + 1,
 		Stats: drainer, Gatherer: reg, StatusSampleInterval: cfg.http.StatusSampleInterval,
 		StatusSamples: cfg.http.StatusSamples, StatusMaxTables: cfg.http.StatusMaxTables, MaxDatabases: cfg.http.MaxDatabases,
+		TLS: describeTLS(cfg.auth), Store: describeStore(cfg),
 	}
 	if sec != nil {
-		opts.Auth, opts.Audit = sec.authn, sec.audit
+		opts.Auth, opts.Audit, opts.Protected = sec.authn, sec.audit, sec.protected
 		in.SetAuth(sec.ilpAuth())
 	}
 	api := httpapi.New(opts, reg)
 	return seq, in, api, nil
+}
+
+// describeTLS says, for the status page, whether the listeners use TLS
+// and what they ask of client certificates.
+func describeTLS(c auth.Config) string {
+	switch {
+	case c.TLSCert == "":
+		return "off"
+	case c.TLSClientCA == "":
+		return "on"
+	case c.TLSClientAuth == auth.ClientAuthRequire:
+		return "on, client certificates required"
+	}
+	return "on, client certificates verified if given"
+}
+
+// describeStore names the storage backend for the status page.
+func describeStore(cfg config) string {
+	if cfg.backend == "jetstream" {
+		return fmt.Sprintf("jetstream (%d replicas)", cfg.jetstream.Replicas)
+	}
+	return "badger"
 }
 
 // setMemoryLimit sets the runtime's soft memory limit to limit bytes unless

@@ -23,6 +23,7 @@ import (
 type security struct {
 	cfg       auth.Config
 	authn     *auth.Authenticator // nil without --auth-file
+	protected *auth.Protected     // on without --auth-file and --insecure-open
 	tls       *auth.TLS           // nil without --tls-cert
 	audit     *auth.Audit
 	auditFile *os.File // nil: the audit log goes to the main log
@@ -42,6 +43,7 @@ func newSecurity(cfg auth.Config, logger *slog.Logger, reg prometheus.Registerer
 		auditLogger = slog.New(slog.NewJSONHandler(f, nil))
 	}
 	s.audit = auth.NewAudit(auditLogger, cfg.AuditMaxFailuresPerSecond, reg)
+	s.protected = auth.NewProtected(cfg.File == "" && !cfg.InsecureOpen, reg)
 	var err error
 	if s.authn, err = auth.New(cfg, logger, s.audit, reg); err != nil {
 		return nil, errors.Join(err, s.close())
@@ -103,8 +105,11 @@ func (s *security) ilpAuth() ilp.Auth {
 			return nil
 		}
 	}
-	if s.authn != nil || s.tls != nil {
+	if s.authn != nil || s.tls != nil || s.protected.On() {
 		a.Conn = func(ctx context.Context, c net.Conn) (ilp.Grant, error) {
+			if err := s.protected.Conn(c); err != nil {
+				return nil, err
+			}
 			g, err := s.authn.Conn(ctx, c, s.cfg.TLSHandshakeTimeout)
 			if g == nil {
 				return nil, err
@@ -115,9 +120,11 @@ func (s *security) ilpAuth() ilp.Auth {
 	return a
 }
 
-// warnAtStart warns once when ingestd serves without authentication on an
-// address other hosts can reach, and when an auth file admits no TCP
-// connection at all.
+// warnAtStart says once, at start, how clients not on loopback are
+// served when a listener can be reached by them: without --auth-file,
+// refused by protected mode (info) or, with --insecure-open, served
+// without authentication (warn); and it warns when an auth file admits no
+// TCP connection at all.
 func (s *security) warnAtStart(logger *slog.Logger, httpAddr net.Addr, tcpLn net.Listener) {
 	addrs := []net.Addr{httpAddr}
 	if tcpLn != nil {
@@ -130,8 +137,13 @@ func (s *security) warnAtStart(logger *slog.Logger, httpAddr net.Addr, tcpLn net
 				open = append(open, a.String())
 			}
 		}
-		if len(open) > 0 {
-			logger.Warn("serving without authentication on a non-loopback address: anyone who reaches it can write, drain, truncate and drop; set --auth-file",
+		switch {
+		case len(open) == 0:
+		case s.protected.On():
+			logger.Info("protected mode: without --auth-file only loopback clients are served; set --auth-file, or --insecure-open to serve every client without authentication",
+				"addrs", strings.Join(open, ","))
+		default:
+			logger.Warn("serving without authentication on a non-loopback address (--insecure-open): anyone who reaches it can write, drain, truncate and drop; set --auth-file",
 				"addrs", strings.Join(open, ","))
 		}
 		return

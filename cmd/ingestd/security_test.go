@@ -443,11 +443,13 @@ func TestTokenCommand(t *testing.T) {
 			require.NotContains(t, string(raw), tk, "the file holds only the hash")
 			require.Contains(t, string(raw), "sha256:")
 
+			// Argument errors are usage errors (exit 2); the file's
+			// content decides some of them.
 			code, _, errs := run("create", "--auth-file", file, "--name", "tg", "--scope", "write")
-			require.Equal(t, 1, code)
+			require.Equal(t, 2, code)
 			require.Contains(t, errs, "already")
 			code, _, _ = run("create", "--auth-file", file, "--name", "x", "--scope", "root")
-			require.Equal(t, 1, code)
+			require.Equal(t, 2, code)
 			code, _, _ = run("create", "--auth-file", file, "--name", "x")
 			require.Equal(t, 2, code)
 			code, _, _ = run("create", "--name", "x", "--scope", "write")
@@ -464,11 +466,14 @@ func TestTokenCommand(t *testing.T) {
 			require.Equal(t, 0, code)
 			require.Regexp(t, `tg +revoked`, out)
 			code, _, errs = run("revoke", "--auth-file", file, "--name", "tg")
-			require.Equal(t, 1, code)
+			require.Equal(t, 2, code)
 			require.Contains(t, errs, "already revoked")
 			code, _, errs = run("revoke", "--auth-file", file, "--name", "nobody")
-			require.Equal(t, 1, code)
+			require.Equal(t, 2, code)
 			require.Contains(t, errs, "no token named")
+			code, _, errs = run("list", "--auth-file", filepath.Join(t.TempDir(), "missing.yaml"))
+			require.Equal(t, 1, code, "a file that cannot be read is a runtime error")
+			require.Contains(t, errs, "no such file")
 			code, _, _ = run("bogus", "--auth-file", file)
 			require.Equal(t, 2, code)
 		})
@@ -476,15 +481,19 @@ func TestTokenCommand(t *testing.T) {
 }
 
 // TestUnauthenticatedWarning: without --auth-file, a non-loopback listener
-// is warned about once at start; loopback ones are not.
+// is reported once at start: at WARN with --insecure-open, at INFO in
+// protected mode; loopback ones are not.
 func TestUnauthenticatedWarning(t *testing.T) {
 	for _, c := range []struct {
-		addr string
-		warn bool
-	}{{"127.0.0.1:0", false}, {"0.0.0.0:0", true}} {
-		t.Run(c.addr, func(t *testing.T) {
+		addr      string
+		open      bool
+		warn      bool
+		protected bool
+	}{{"127.0.0.1:0", true, false, false}, {"0.0.0.0:0", true, true, false}, {"0.0.0.0:0", false, false, true}, {"127.0.0.1:0", false, false, false}} {
+		t.Run(c.addr+" open="+strconv.FormatBool(c.open), func(t *testing.T) {
 			cfg := testConfig(t.TempDir())
 			cfg.httpAddr = c.addr
+			cfg.auth.InsecureOpen = c.open
 			var buf mirrorLogBuffer
 			ctx, cancel := context.WithCancel(context.Background())
 			done := make(chan error, 1)
@@ -501,6 +510,12 @@ func TestUnauthenticatedWarning(t *testing.T) {
 				require.Contains(t, buf.String(), `"level":"WARN"`)
 			} else {
 				require.Zero(t, n, buf.String())
+			}
+			p := strings.Count(buf.String(), `"level":"INFO","msg":"protected mode:`)
+			if c.protected {
+				require.Equal(t, 1, p, buf.String())
+			} else {
+				require.Zero(t, p, buf.String())
 			}
 		})
 	}

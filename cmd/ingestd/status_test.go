@@ -13,11 +13,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
 	"golang.org/x/net/html"
+
+	"github.com/ingestd/ingestd/httpapi"
 )
 
 // chromiumEnv names the Chromium binary TestStatusPageChromium drives
@@ -42,13 +45,13 @@ type tableStats struct {
 // sensor WITH SYNC holding 100 lines (one point written twice), room
 // auto-created with sync OFF, a table whose name is markup, and two named
 // consumers of sensor: audit at 40 (lagging 61) and live caught up, while
-// a writer keeps cpu busy. It returns once the page shows cpu's ingest rate
-// and a commit latency.
-func startStatusDaemon(t *testing.T) *daemon {
+// a writer keeps cpu busy until stopWriter is called (or the test ends).
+// It returns once the page shows cpu's ingest rate and a commit latency.
+func startStatusDaemon(t *testing.T) (d *daemon, stopWriter func()) {
 	t.Helper()
 	cfg := testConfig(t.TempDir())
 	cfg.http.StatusSampleInterval = 200 * time.Millisecond
-	d := startDaemon(t, cfg)
+	d = startDaemon(t, cfg)
 	put := func(path, body string) {
 		req, err := http.NewRequest(http.MethodPut, d.URL+path, strings.NewReader(body))
 		require.NoError(t, err)
@@ -88,13 +91,16 @@ func startStatusDaemon(t *testing.T) *daemon {
 			}
 		}
 	}()
-	t.Cleanup(func() { close(stop); <-stopped })
+	var once sync.Once
+	stopWriter = func() { once.Do(func() { close(stop); <-stopped }) }
+	t.Cleanup(stopWriter)
 	pollUntil(t, 20*time.Second, func() bool {
 		doc := parseHTML(t, getBody(t, d.URL+"/"))
 		rate := cell(doc, "tr", "data-table", "cpu", "rate")
-		return rate != "" && rate != "0.0" && !strings.Contains(text(find(doc, "dd", "id", "commit-latency")), "no commits")
-	}, "the status page shows a rate")
-	return d
+		return rate != "" && rate != "0.0" && !strings.Contains(text(find(doc, "dd", "id", "commit-latency")), "no commits") &&
+			findAttr(find(doc, "tr", "data-table", "cpu"), "polyline", "points") != "" && findAttr(find(doc, "dd", "id", "commit-latency"), "polyline", "points") != ""
+	}, "the status page shows a rate and the charts")
+	return d, stopWriter
 }
 
 // checkStatusDOM checks the page's content, whichever client rendered it.
@@ -124,13 +130,23 @@ func checkStatusDOM(t *testing.T, doc *html.Node) {
 	require.Equal(t, "ok", attr(find(doc, "tr", "data-consumer", "live"), "class"))
 	require.Equal(t, "0", cell(doc, "tr", "data-consumer", "live", "lag-fragments"))
 
-	for _, id := range []string{"uptime", "queue-depth", "commit-latency", "disk-free", "store-size"} {
+	for _, id := range []string{"version", "auth", "tls", "store", "uptime", "queue-depth", "commit-latency", "disk-free", "store-size"} {
 		n := find(doc, "dd", "id", id)
 		require.NotNil(t, n, id)
 		require.NotEmpty(t, strings.TrimSpace(text(n)), id)
 		require.NotContains(t, text(n), "n/a", id)
 	}
 	require.Contains(t, text(find(doc, "dd", "id", "queue-depth")), "/ 256")
+	require.Equal(t, httpapi.Version, text(find(doc, "dd", "id", "version")))
+	require.Equal(t, "protected mode: loopback clients only", text(find(doc, "dd", "id", "auth")))
+	require.Equal(t, "off", text(find(doc, "dd", "id", "tls")))
+	require.Equal(t, "badger", text(find(doc, "dd", "id", "store")))
+	icon := find(doc, "link", "rel", "icon")
+	require.NotNil(t, icon, "a favicon")
+	require.True(t, strings.HasPrefix(attr(icon, "href"), "data:image/svg+xml,"), attr(icon, "href"))
+	// Each chart is labelled with its scale: 0 at the bottom, the max.
+	require.Equal(t, findAll(doc, "polyline"), countClass(doc, "spark-max"), "a scale label per chart")
+	require.Regexp(t, `^max [0-9.]+/s$`, strings.TrimSpace(text(findClass(find(doc, "tr", "data-table", "cpu"), "spark-max"))))
 	refresh := find(doc, "meta", "http-equiv", "refresh")
 	require.NotNil(t, refresh, "the page refreshes itself")
 	require.Equal(t, "1", attr(refresh, "content"))
@@ -139,9 +155,11 @@ func checkStatusDOM(t *testing.T, doc *html.Node) {
 	require.GreaterOrEqual(t, findAll(doc, "polyline"), 5, "a sparkline per table and one for the commit latency")
 }
 
-// TestStatusPage checks the server-rendered page as any HTTP client sees it.
+// TestStatusPage checks the server-rendered page as any HTTP client sees it,
+// /favicon.ico, and that cpu's rate, averaged over a window, is still
+// shown once a whole sample interval passed without writes.
 func TestStatusPage(t *testing.T) {
-	d := startStatusDaemon(t)
+	d, stopWriter := startStatusDaemon(t)
 	resp, err := http.Get(d.URL + "/")
 	require.NoError(t, err)
 	body, err := io.ReadAll(resp.Body)
@@ -150,6 +168,25 @@ func TestStatusPage(t *testing.T) {
 	require.Equal(t, http.StatusOK, resp.StatusCode)
 	require.Equal(t, "text/html; charset=utf-8", resp.Header.Get("Content-Type"))
 	checkStatusDOM(t, parseHTML(t, body))
+
+	icon, err := http.Get(d.URL + "/favicon.ico")
+	require.NoError(t, err)
+	iconBody, err := io.ReadAll(icon.Body)
+	require.NoError(t, icon.Body.Close())
+	require.NoError(t, err)
+	require.Equal(t, http.StatusOK, icon.StatusCode)
+	require.Equal(t, "image/svg+xml", icon.Header.Get("Content-Type"))
+	require.True(t, strings.HasPrefix(string(iconBody), "<svg"))
+
+	// Writes stop: once the chart's last interval is at 0 (its last point
+	// at the bottom), the rate over the window still counts the writes.
+	stopWriter()
+	pollUntil(t, 20*time.Second, func() bool {
+		line := findAttr(find(parseHTML(t, getBody(t, d.URL+"/")), "tr", "data-table", "cpu"), "polyline", "points")
+		return strings.HasSuffix(line, " 100.0,19.0")
+	}, "a sample interval without writes")
+	rate := cell(parseHTML(t, getBody(t, d.URL+"/")), "tr", "data-table", "cpu", "rate")
+	require.NotEqual(t, "0.0", rate, "the rate is over the window, not the last interval")
 
 	// The same counts in the table routes' JSON.
 	var one struct {
@@ -185,7 +222,7 @@ func TestStatusPageChromium(t *testing.T) {
 	if bin == "" {
 		t.Skip(chromiumEnv + " is not set: .ci/chromium-e2e.sh installs Chromium and runs this test")
 	}
-	d := startStatusDaemon(t)
+	d, _ := startStatusDaemon(t)
 	profile := t.TempDir()
 	chromium := func(args ...string) []byte {
 		ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
@@ -218,6 +255,10 @@ func TestStatusPageChromium(t *testing.T) {
 		}
 	}
 	require.True(t, amber, "the screenshot shows the lagging consumer's row")
+	// Chromium asked for nothing the server does not have (the favicon is
+	// inline).
+	notFound, _ := sampleValue(scrapeMetrics(t, d), "ingestd_http_requests_total", map[string]string{"code": "404"})
+	require.Zero(t, notFound, "no request of the browser's was answered 404")
 	if dst := os.Getenv(screenshotEnv); dst != "" {
 		require.NoError(t, os.WriteFile(dst, raw, 0o644))
 	}
@@ -303,6 +344,51 @@ func cell(doc *html.Node, tag, key, val, class string) string {
 		return ""
 	}
 	return strings.TrimSpace(text(td))
+}
+
+// findClass returns the first element under n with class class.
+func findClass(n *html.Node, class string) *html.Node {
+	if n == nil {
+		return nil
+	}
+	if n.Type == html.ElementNode && hasClass(n, class) {
+		return n
+	}
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		if f := findClass(c, class); f != nil {
+			return f
+		}
+	}
+	return nil
+}
+
+// countClass counts the elements under n with class class.
+func countClass(n *html.Node, class string) int {
+	count := 0
+	if n.Type == html.ElementNode && hasClass(n, class) {
+		count++
+	}
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		count += countClass(c, class)
+	}
+	return count
+}
+
+// findAttr returns attribute key of the first element tag under n; "" when
+// there is none.
+func findAttr(n *html.Node, tag, key string) string {
+	if n == nil {
+		return ""
+	}
+	if n.Type == html.ElementNode && n.Data == tag {
+		return attr(n, key)
+	}
+	for c := n.FirstChild; c != nil; c = c.NextSibling {
+		if v := findAttr(c, tag, key); v != "" {
+			return v
+		}
+	}
+	return ""
 }
 
 func hasClass(n *html.Node, class string) bool {

@@ -16,11 +16,11 @@ import (
 
 // tokenUsage heads `ingestd token --help`.
 const tokenUsage = `Usage:
-  ingestd token create --auth-file F --name N --scope S [--scope S ...]
-      print a new random token once and add its hashed entry to F (created if absent)
-  ingestd token list --auth-file F      list the tokens of F (names, scopes, state; never hashes)
-  ingestd token revoke --auth-file F --name N
-      mark token N revoked (kept in F so its use is logged as revoked)
+  ingestd token create --auth-file FILE --name NAME --scope SCOPE [--scope SCOPE ...]
+      print a new random token once and add its hashed entry to FILE (created if absent)
+  ingestd token list --auth-file FILE   list the tokens of FILE (names, scopes, state; never hashes)
+  ingestd token revoke --auth-file FILE --name NAME
+      mark token NAME revoked (kept in FILE so its use is logged as revoked)
 Scopes: write, drain or admin, optionally :glob of tables (path.Match syntax, * = all):
   --scope 'write:*' --scope 'drain:sensor*' --scope admin:room
 A running ingestd picks the change up within --auth-reload-interval, or at once on SIGHUP.
@@ -33,7 +33,8 @@ func (l *stringList) String() string     { return strings.Join(*l, ",") }
 func (l *stringList) Set(s string) error { *l = append(*l, s); return nil }
 
 // runToken runs `ingestd token create|list|revoke`. Exit codes: 0 done, 1
-// the file could not be read or written or the name is wrong, 2 bad flags.
+// the file could not be read or written, 2 bad flags or arguments (a
+// malformed scope, a name already taken or not in the file).
 func runToken(args []string, stdout, stderr io.Writer) int {
 	var (
 		file, name string
@@ -43,7 +44,8 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 	fset.StringVar(&file, "auth-file", "", "the auth file (YAML, or TOML when it ends in .toml)")
 	fset.StringVar(&name, "name", "", "the token's name (create, revoke)")
 	fset.Var(&scopes, "scope", "a scope of the new token, repeatable (create)")
-	c := &cli.Command{Name: "ingestd token", Usage: tokenUsage, EnvPrefix: "INGESTD", Required: map[string]bool{"auth-file": true}}
+	c := &cli.Command{Name: "ingestd token", Usage: tokenUsage, EnvPrefix: "INGESTD", Required: map[string]bool{"auth-file": true},
+		Placeholders: map[string]string{"scope": "SCOPE"}}
 	switch {
 	case len(args) == 0:
 		return c.UsageError(stderr, "a command is required: create, list or revoke")
@@ -66,6 +68,11 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 		if name == "" || len(scopes) == 0 {
 			return c.UsageError(stderr, "create: --name and at least one --scope are required")
 		}
+		for _, s := range scopes {
+			if _, _, err := auth.ParseScope(s); err != nil {
+				return c.UsageError(stderr, "--scope: "+err.Error())
+			}
+		}
 		err = tokenCreate(file, name, scopes, stdout, stderr)
 	case "list":
 		err = tokenList(file, stdout)
@@ -77,12 +84,23 @@ func runToken(args []string, stdout, stderr io.Writer) int {
 	default:
 		return c.UsageError(stderr, fmt.Sprintf("unknown command %q (create, list, revoke)", cmd))
 	}
-	if err != nil {
+	var bad badNameError
+	switch {
+	case errors.As(err, &bad):
+		return c.UsageError(stderr, bad.Error())
+	case err != nil:
 		fmt.Fprintln(stderr, "ingestd token:", err)
 		return cli.ExitFailure
 	}
 	return cli.ExitOK
 }
+
+// badNameError is a --name the auth file refuses (already taken, or no
+// such token): a usage error (exit 2), unlike a file that cannot be read
+// or written (exit 1).
+type badNameError struct{ msg string }
+
+func (e badNameError) Error() string { return e.msg }
 
 // readOrEmpty reads the auth file, or returns an empty one when absent.
 func readOrEmpty(file string) (auth.File, error) {
@@ -100,7 +118,7 @@ func tokenCreate(file, name string, scopes []string, stdout, stderr io.Writer) e
 	}
 	for _, e := range f.Tokens {
 		if e.Name == name {
-			return fmt.Errorf("a token named %q is already in %s (revoked or not): choose another name", name, file)
+			return badNameError{fmt.Sprintf("--name: a token named %q is already in %s (revoked or not): choose another name", name, file)}
 		}
 	}
 	tok, hash, err := auth.NewToken()
@@ -151,7 +169,7 @@ func tokenRevoke(file, name string, stderr io.Writer) error {
 			continue
 		}
 		if e.Revoked != "" {
-			return fmt.Errorf("token %q was already revoked at %s", name, e.Revoked)
+			return badNameError{fmt.Sprintf("--name: token %q was already revoked at %s", name, e.Revoked)}
 		}
 		e.Revoked = time.Now().UTC().Format(time.RFC3339)
 		if err := auth.WriteFile(file, f); err != nil {
@@ -160,5 +178,5 @@ func tokenRevoke(file, name string, stderr io.Writer) error {
 		fmt.Fprintf(stderr, "token %q revoked in %s\n", name, file)
 		return nil
 	}
-	return fmt.Errorf("no token named %q in %s", name, file)
+	return badNameError{fmt.Sprintf("--name: no token named %q in %s", name, file)}
 }

@@ -23,8 +23,13 @@ const (
 // the HTTP and TCP listeners, and the audit log.
 type Config struct {
 	// File is the auth file (--auth-file); empty serves without
-	// authentication, as before it existed.
+	// authentication: in protected mode (loopback clients only) unless
+	// InsecureOpen.
 	File string
+	// InsecureOpen (--insecure-open), without File, serves every client
+	// without authentication instead of loopback ones only
+	// (docs/cli-and-errors.md#protected-mode). It excludes File.
+	InsecureOpen bool
 	// ReloadInterval is how often the auth file is checked for changes
 	// (its content, so editors' atomic renames and Kubernetes' secret
 	// symlink swaps are seen too); a change is applied once two checks in
@@ -60,7 +65,8 @@ func DefaultConfig() Config {
 
 // RegisterFlags registers the security flags on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.StringVar(&c.File, "auth-file", c.File, "token file (YAML, or TOML when it ends in .toml) made by `ingestd token create`; empty: no authentication")
+	fs.StringVar(&c.File, "auth-file", c.File, "token file (YAML, or TOML when it ends in .toml) made by `ingestd token create`; empty: no authentication, and protected mode (only loopback clients are served) unless --insecure-open")
+	fs.BoolVar(&c.InsecureOpen, "insecure-open", c.InsecureOpen, "without --auth-file, serve clients on every address without authentication (default: protected mode, HTTP requests and TCP connections from non-loopback addresses are refused)")
 	fs.DurationVar(&c.ReloadInterval, "auth-reload-interval", c.ReloadInterval, "how often the auth file is checked for changes, applied once two checks read the same (0: only on SIGHUP)")
 	fs.StringVar(&c.TLSCert, "tls-cert", c.TLSCert, "PEM certificate (chain) for TLS on the HTTP and TCP listeners; read again on SIGHUP (empty: no TLS)")
 	fs.StringVar(&c.TLSKey, "tls-key", c.TLSKey, "PEM private key of --tls-cert; read again on SIGHUP")
@@ -74,6 +80,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 // Validate reports the first invalid setting.
 func (c *Config) Validate() error {
 	switch {
+	case c.InsecureOpen && c.File != "":
+		return errors.New("auth: --insecure-open and --auth-file exclude each other (with an auth file every client needs a token)")
 	case c.ReloadInterval < 0:
 		return errors.New("auth: --auth-reload-interval must not be negative")
 	case (c.TLSCert == "") != (c.TLSKey == ""):

@@ -31,7 +31,10 @@ const (
 	CodeScanLimit            = "scan_limit"
 	CodeTooLarge             = "request_too_large"
 	CodeMethodNotAllowed     = "method_not_allowed"
-	CodeUnavailable          = "unavailable"
+	// CodeNotFound is a path no route serves (404); a table or consumer
+	// that does not exist has its own code.
+	CodeNotFound    = "not_found"
+	CodeUnavailable = "unavailable"
 	// CodeUnauthorized and CodeForbidden are InfluxDB 2.x's codes of 401
 	// and 403 (package auth writes them for tokens; CodeForbidden also
 	// refuses cross-site requests).

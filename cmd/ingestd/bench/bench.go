@@ -187,6 +187,22 @@ func (c *benchConfig) validate() error {
 	if c.writeURLs != "" && (c.target != benchIngestd || c.mode != benchModeHTTP) {
 		return errors.New("--write-urls needs --target ingestd and --mode http")
 	}
+	if err := cli.ValidateURL(c.url); err != nil {
+		return fmt.Errorf("--url: %w", err)
+	}
+	if c.writeURLs != "" {
+		for u := range strings.SplitSeq(c.writeURLs, ",") {
+			if u = strings.TrimSpace(u); u == "" {
+				continue
+			}
+			if err := cli.ValidateURL(u); err != nil {
+				return fmt.Errorf("--write-urls: %w", err)
+			}
+		}
+	}
+	if err := cli.ValidateAddr(c.tcpAddr); err != nil {
+		return fmt.Errorf("--tcp-addr: %w", err)
+	}
 	if _, err := parsePIDs(c.otherPIDs); err != nil {
 		return fmt.Errorf("--other-pids: %w", err)
 	}
@@ -207,7 +223,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	cmd := &cli.Command{Name: "ingestd bench", Usage: `Usage:
   ingestd bench [flags]
 Load harness: sends TSBS data over HTTP or TCP, waits, drains, reports (docs/performance.md).
-`}
+`, Placeholders: map[string]string{"write-data": "FILE", "start": "TIME", "other-pids": "PIDS"}}
 	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
 		return code
 	}

@@ -9,6 +9,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"regexp"
 	"sort"
 	"strconv"
 	"strings"
@@ -133,6 +134,50 @@ type Command struct {
 	Required map[string]bool
 	// Groups files the flags into help sections; nil: one "Flags" section.
 	Groups *FlagGroups
+	// Placeholders names the type of the value of the flags whose own
+	// type or name does not say it (a flag.Value of the command's own, such
+	// as a list of globs): flag name -> placeholder (GLOBS, SCOPE…). The
+	// others are placeholderOf's.
+	Placeholders map[string]string
+}
+
+// placeholderOf returns the help's placeholder of flag f, a type in upper
+// case: none for a boolean, SIZE for a byte count, ADDR, FILE, DIR or URL
+// by the flag's name (--http-addr, --auth-file, --data-dir, --nats-url…),
+// else the Go type of its value (STRING, INT, DURATION…). Unlike
+// flag.UnquoteUsage, a `quoted` word in the usage never becomes it: the
+// usage is prose, the placeholder a type.
+func placeholderOf(f *flag.Flag) string {
+	if isBool(f) {
+		return ""
+	}
+	name := f.Name
+	switch {
+	case isSizeFlag(name):
+		return "SIZE"
+	case strings.HasSuffix(name, "-addr"):
+		return "ADDR"
+	case strings.HasSuffix(name, "-dir"):
+		return "DIR"
+	case strings.HasSuffix(name, "-urls"):
+		return "URLS"
+	case name == "url" || strings.HasSuffix(name, "-url"):
+		return "URL"
+	}
+	for _, suffix := range []string{"-file", "-cert", "-key", "-ca", "-creds"} {
+		if strings.HasSuffix(name, suffix) {
+			return "FILE"
+		}
+	}
+	return strings.ToUpper(valueType(f))
+}
+
+// valueType is the name flag gives the type of f's value ("string",
+// "int", "duration", "value" for one of the program's own…), whatever f's
+// usage says.
+func valueType(f *flag.Flag) string {
+	typ, _ := flag.UnquoteUsage(&flag.Flag{Value: f.Value})
+	return typ
 }
 
 // PrintHelp writes the command's help: its usage, then each section's
@@ -154,15 +199,13 @@ func (c *Command) PrintHelp(w io.Writer, fs *flag.FlagSet) {
 			if f == nil {
 				continue
 			}
-			placeholder, usage := flag.UnquoteUsage(f)
-			isString := placeholder == "string"
-			if isSizeFlag(name) {
-				placeholder = "SIZE"
-			} else if placeholder != "" {
-				placeholder = strings.ToUpper(placeholder)
+			placeholder := placeholderOf(f)
+			if p, ok := c.Placeholders[name]; ok {
+				placeholder = p
 			}
+			isString := valueType(f) == "string"
 			line := "  --" + name
-			if placeholder != "" && !isBool(f) {
+			if placeholder != "" {
 				line += " " + placeholder
 			}
 			var notes []string
@@ -183,7 +226,7 @@ func (c *Command) PrintHelp(w io.Writer, fs *flag.FlagSet) {
 			if len(notes) > 0 {
 				line += "  (" + strings.Join(notes, ", ") + ")"
 			}
-			fmt.Fprintf(w, "%s\n      %s\n", line, usage)
+			fmt.Fprintf(w, "%s\n      %s\n", line, f.Usage)
 		}
 	}
 }
@@ -212,12 +255,19 @@ func (c *Command) Parse(fs *flag.FlagSet, args []string, stdout, stderr io.Write
 		return ExitOK, true
 	case err != nil:
 		msg := strings.TrimPrefix(err.Error(), "error parsing commandline arguments: ") // ff's wrapping
+		// The package flag names flags -name, the help --name.
+		msg = flagDash.ReplaceAllString(msg, "${1}--")
 		return c.UsageError(stderr, strings.ReplaceAll(msg, "\n", " ")), true
 	case fs.NArg() > 0:
 		return c.UsageError(stderr, fmt.Sprintf("unexpected argument %q", fs.Arg(0))), true
 	}
 	return ExitOK, false
 }
+
+// flagDash finds the single dash before a flag's name in package flag's
+// errors ("flag provided but not defined: -x", "invalid value … for flag
+// -x: …").
+var flagDash = regexp.MustCompile(`(not defined: |for flag )-\b`)
 
 // UsageError writes msg as one line with a pointer to --help; it returns
 // ExitBadUsage.

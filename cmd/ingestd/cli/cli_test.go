@@ -63,5 +63,5 @@ func TestParse(t *testing.T) {
 	code, done = cmd.Parse(newFS(), []string{"--nope"}, &stdout, &stderr)
 	require.True(t, done)
 	require.Equal(t, ExitBadUsage, code)
-	require.Equal(t, "x: flag provided but not defined: -nope (see x --help)\n", stderr.String())
+	require.Equal(t, "x: flag provided but not defined: --nope (see x --help)\n", stderr.String())
 }

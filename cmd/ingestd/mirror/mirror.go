@@ -115,6 +115,11 @@ func (c *Config) Validate() error {
 	if c.MaxBackoff < 10*time.Millisecond {
 		errs = append(errs, errors.New("--max-backoff must be at least 10ms"))
 	}
+	if c.MetricsAddr != "" {
+		if err := cli.ValidateAddr(c.MetricsAddr); err != nil {
+			errs = append(errs, fmt.Errorf("--metrics-addr: %w", err))
+		}
+	}
 	if err := cli.ValidateLog(c.LogLevel, c.LogFormat); err != nil {
 		errs = append(errs, err)
 	}
@@ -133,7 +138,8 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
   ingestd mirror --source URL --table T --target URL --cursor-file F [flags]
 Keeps a replica of one table in any InfluxDB-compatible server (docs/guide.md#mirror).
 `,
-		Required: map[string]bool{"source": true, "table": true, "target": true, "cursor-file": true},
+		Required:     map[string]bool{"source": true, "table": true, "target": true, "cursor-file": true},
+		Placeholders: map[string]string{"source": "URL", "target": "URL"},
 	}
 	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
 		return code
