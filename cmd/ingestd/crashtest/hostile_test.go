@@ -15,6 +15,7 @@ import (
 	"strconv"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -33,6 +34,7 @@ import (
 // procUse is what a process holds at one moment.
 type procUse struct {
 	rss        int64 // VmRSS, bytes
+	anon       int64 // RssAnon, bytes: the heap and stacks, not badger's mapped files
 	threads    int   // Threads of /proc/PID/status
 	fds        int   // entries of /proc/PID/fd
 	sockets    int   // of them, sockets (connections and listeners)
@@ -63,12 +65,16 @@ func procFigures(pid int) (procUse, error) {
 		k, v, _ := strings.Cut(line, ":")
 		v = strings.TrimSpace(strings.TrimSuffix(strings.TrimSpace(v), "kB"))
 		switch k {
-		case "VmRSS":
+		case "VmRSS", "RssAnon":
 			kb, err := strconv.ParseInt(v, 10, 64)
 			if err != nil {
 				return u, err
 			}
-			u.rss = kb << 10
+			if k == "VmRSS" {
+				u.rss = kb << 10
+			} else {
+				u.anon = kb << 10
+			}
 		case "Threads":
 			if u.threads, err = strconv.Atoi(v); err != nil {
 				return u, err
@@ -142,6 +148,7 @@ func (h *hostile) record(u procUse) {
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.peak.rss = max(h.peak.rss, u.rss)
+	h.peak.anon = max(h.peak.anon, u.anon)
 	h.peak.threads = max(h.peak.threads, u.threads)
 	h.peak.fds = max(h.peak.fds, u.fds)
 	h.peak.sockets = max(h.peak.sockets, u.sockets)
@@ -799,4 +806,130 @@ func TestHostileTableChurn(t *testing.T) {
 	h.requirePeak(t, 256<<20, 8)
 	h.base.rss = h.peak.rss // the memtable keeps the names' keys until it is flushed
 	h.requireRecovered(t)
+}
+
+// TestHostileSlowReaders: 150 connections asking for drain pages of about
+// 16 MB (rows of 1 MB strings) and never reading took RSS from 176 MB to
+// 3.5 GB in 4 s, whatever --memory-limit-bytes said: nothing bounded the
+// pages in flight, nor how long one could take to be written. A page now
+// reserves --drain-max-page-bytes of --http-max-response-bytes-inflight
+// before it is read and built, or is answered 503 with Retry-After after
+// waiting 1 s for room, and --http-write-timeout cuts off a peer that does
+// not read its page: anonymous memory stays within a bound derived from the
+// budget whatever the number of slow readers, and the process serves on.
+func TestHostileSlowReaders(t *testing.T) {
+	// The finding's pages at half the size, and a budget of four of them:
+	// what the collector has not given back to the system after the attack
+	// stays within requireRecovered's bound. A page is still more than the
+	// socket buffers between the two ends hold (the server's send buffer
+	// grows to 4 MiB; the readers' receive buffers are kept small), so
+	// nothing but the write timeout ends it.
+	const (
+		budget   = 32 << 20
+		pageSize = 8 << 20
+		readers  = 150
+	)
+	h := startHostile(t, "--http-max-response-bytes-inflight", strconv.Itoa(budget), "--http-write-timeout", "2s",
+		"--drain-max-page-bytes", strconv.Itoa(pageSize))
+	createSyncTable(t, h.hc, h.p.URL, "big")
+	s := strings.Repeat("x", 1_000_000)
+	for i := range 8 { // 32 rows of 1 MB: a drain of them fills a page
+		var body strings.Builder
+		for j := range 4 {
+			fmt.Fprintf(&body, "big,k=%d s=\"%s\" %d\n", 4*i+j, s, 4*i+j+1)
+		}
+		require.Equal(t, http.StatusNoContent, mustDo(t, h.hc, http.MethodPost, h.p.URL+"/write", []byte(body.String())).Status)
+	}
+	// The baseline is the process holding the data and having served the
+	// budget's worth of pages to clients that read them (its recycled page
+	// buffers grown, its heap at its working size).
+	warm := make(chan error, budget/pageSize)
+	for range budget / pageSize {
+		go func() {
+			pg, err := apiClient(t, h.hc, h.p.URL).Drain(t.Context(), client.DrainRequest{Table: "big", Limit: 1000})
+			if err == nil && !pg.More {
+				err = fmt.Errorf("a page of %d rows is not full", len(pg.Rows))
+			}
+			warm <- err
+		}()
+	}
+	for range budget / pageSize {
+		require.NoError(t, <-warm)
+	}
+	count := func(sample string) float64 {
+		v, _ := metric(t, h.hc, h.p.URL, sample)
+		return v
+	}
+	const (
+		pagesSample   = `ingestd_http_requests_total{code="200",route="/drain"}`
+		refusedSample = `ingestd_http_requests_total{code="503",route="/drain"}`
+	)
+	pagesBefore := count(pagesSample)
+	h.base = h.use(t)
+	h.peak = h.base
+	stop := h.watch()
+	var conns []net.Conn
+	defer func() {
+		for _, c := range conns {
+			_ = c.Close()
+		}
+	}()
+	for range readers {
+		conns = append(conns, slowReader(t, hostAddr(h.p.URL), "GET /drain?table=big&limit=1000 HTTP/1.1\r\nHost: x\r\n\r\n"))
+	}
+	// Every request ends: a page written (cut off at the write timeout, as
+	// nobody reads) or refused.
+	var pages, refused float64
+	poll(t, 2*time.Minute, func() bool {
+		pages = count(pagesSample) - pagesBefore
+		refused = count(refusedSample)
+		return pages+refused == readers
+	}, "every drain answered or cut off")
+	stop()
+	cut := count(`ingestd_http_connections_closed_total{reason="write_timeout"}`)
+	t.Logf("%v pages (%v cut off at the write timeout), %v refused", pages, cut, refused)
+	require.Positive(t, cut, "a page nobody reads is cut off")
+	require.Equal(t, refused, count(`ingestd_http_requests_refused_total{reason="response_bytes"}`))
+	require.Positive(t, refused)
+	poll(t, 10*time.Second, func() bool { return count("ingestd_http_response_inflight_bytes") == 0 },
+		"the pages' bytes given back")
+	// The budget's pages, each read from the store (its rows) and built
+	// (an append-grown buffer copies about its size again), and as much
+	// garbage again before the collector runs.
+	const bound = 4 * budget
+	h.mu.Lock()
+	pk := h.peak
+	h.mu.Unlock()
+	t.Logf("RssAnon %d MiB before, peak %d MiB (+%d MiB, bound %d MiB); %d unbounded pages would be %d MiB",
+		h.base.anon>>20, pk.anon>>20, (pk.anon-h.base.anon)>>20, bound>>20, readers, readers*pageSize>>20)
+	require.LessOrEqual(t, pk.anon-h.base.anon, int64(bound))
+	for _, c := range conns {
+		require.NoError(t, c.Close())
+	}
+	conns = nil
+	pg, err := apiClient(t, h.hc, h.p.URL).Drain(t.Context(), client.DrainRequest{Table: "big", Limit: 1})
+	require.NoError(t, err, "a reader that reads is served")
+	require.Len(t, pg.Rows, 1)
+	h.requireRecovered(t)
+}
+
+// slowReader is rawRequest over a connection whose receive buffer is set
+// small before it connects (Linux grows it to 32 MiB otherwise), for a
+// client that sends text and then never reads.
+func slowReader(t testing.TB, addr, text string) net.Conn {
+	t.Helper()
+	d := net.Dialer{Timeout: 5 * time.Second, Control: func(_, _ string, rc syscall.RawConn) error {
+		var serr error
+		if err := rc.Control(func(fd uintptr) {
+			serr = syscall.SetsockoptInt(int(fd), syscall.SOL_SOCKET, syscall.SO_RCVBUF, 4096)
+		}); err != nil {
+			return err
+		}
+		return serr
+	}}
+	c, err := d.Dial("tcp", addr)
+	require.NoError(t, err)
+	_, err = io.WriteString(c, text)
+	require.NoError(t, err)
+	return c
 }
