@@ -102,9 +102,13 @@ type Options struct {
 type API struct {
 	opts   Options
 	logger *slog.Logger
-	ready  atomic.Bool
-	router chi.Router
-	m      *metrics
+	// clientLog is logger passing at most one record a second (the rest
+	// counted as suppressed), for the lines a request can cause: any
+	// client can send requests as fast as it likes.
+	clientLog *slog.Logger
+	ready     atomic.Bool
+	router    chi.Router
+	m         *metrics
 	// stopCtx ends at BeginShutdown: every long-poll then answers.
 	stopCtx context.Context
 	stopAll context.CancelFunc
@@ -187,6 +191,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 		Name: "ingestd_http_response_inflight_bytes",
 		Help: "Bytes of drain, rows and SQL pages being built or written, reserved under --http-max-response-bytes-inflight.",
 	}), a.m.refused.WithLabelValues(refusedResponseBytes))
+	a.clientLog = slog.New(&limitedHandler{Handler: a.logger.Handler(), every: time.Second})
 	a.stopCtx, a.stopAll = context.WithCancel(context.Background())
 	a.m.refused.WithLabelValues(refusedCrossSite)
 	a.m.refused.WithLabelValues(refusedContentType)

@@ -895,7 +895,7 @@ func TestHostileSlowReaders(t *testing.T) {
 	h.mu.Lock()
 	pk := h.peak
 	h.mu.Unlock()
-	t.Logf("RssAnon %d MiB before, peak %d MiB (+%d MiB, bound %d MiB); %d unbounded pages would be %d MiB",
+	t.Logf("RssAnon %d MiB before, peak %d MiB (+%d MiB, bound %d MiB); %d pages in flight at once would hold %d MiB",
 		h.base.anon>>20, pk.anon>>20, (pk.anon-h.base.anon)>>20, bound>>20, readers, readers*pageSize>>20)
 	require.LessOrEqual(t, pk.anon-h.base.anon, int64(bound))
 	require.Positive(t, cut, "a page nobody reads is cut off")
