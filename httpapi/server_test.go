@@ -32,12 +32,22 @@ type testServer struct {
 
 func startServer(t *testing.T, cfg Config, h http.Handler) *testServer {
 	t.Helper()
+	return startServerTLS(t, cfg, h, nil)
+}
+
+// startServerTLS is startServer over TLS with tc (plain HTTP when nil).
+func startServerTLS(t *testing.T, cfg Config, h http.Handler, tc *tls.Config) *testServer {
+	t.Helper()
 	s, err := NewServer(cfg, h, nil, prometheus.NewRegistry())
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
+	if tc != nil {
+		go func() { done <- s.ServeTLS(ln, tc) }()
+	} else {
+		go func() { done <- s.Serve(ln) }()
+	}
 	t.Cleanup(func() {
 		require.NoError(t, s.Close())
 		require.ErrorIs(t, <-done, http.ErrServerClosed)
@@ -406,19 +416,27 @@ func TestLimitedHandler(t *testing.T) {
 func TestServerEvictsWaiting(t *testing.T) {
 	tests := []struct {
 		name   string
+		tls    bool
 		mod    func(*Config)
 		sent   string
 		reason string
 	}{
-		{"silent at max conns", func(c *Config) { c.MaxConns = 2 }, "", closedEvicted},
-		{"half headers at max conns", func(c *Config) { c.MaxConns = 2 }, "GET /ping HTTP/1.1\r\nHost: x\r\n", closedEvicted},
-		{"silent per client", func(c *Config) { c.MaxConnsPerClient = 2 }, "", closedEvictedPerClient},
+		{"silent at max conns", false, func(c *Config) { c.MaxConns = 2 }, "", closedEvicted},
+		{"half headers at max conns", false, func(c *Config) { c.MaxConns = 2 }, "GET /ping HTTP/1.1\r\nHost: x\r\n", closedEvicted},
+		{"silent per client", false, func(c *Config) { c.MaxConnsPerClient = 2 }, "", closedEvictedPerClient},
+		// A TLS record header announcing a ClientHello, and no more.
+		{"half a ClientHello at max conns", true, func(c *Config) { c.MaxConns = 2 }, "\x16\x03\x01\x02\x00\x01", closedEvicted},
+		{"half a ClientHello per client", true, func(c *Config) { c.MaxConnsPerClient = 2 }, "\x16\x03\x01\x02\x00\x01", closedEvictedPerClient},
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			tt.mod(&cfg)
-			ts := startServer(t, cfg, readBody)
+			var stc *tls.Config
+			if tt.tls {
+				stc = selfSignedTLS(t)
+			}
+			ts := startServerTLS(t, cfg, readBody, stc)
 			var waiting []net.Conn
 			for i := range 2 {
 				c := ts.dial(t)
@@ -427,7 +445,11 @@ func TestServerEvictsWaiting(t *testing.T) {
 				waiting = append(waiting, c)
 				eventually(t, 10*time.Second, func() bool { return ts.conns(t, "new") == i+1 }, "the connection accepted")
 			}
-			require.Equal(t, http.StatusNoContent, get(t, ts.dial(t), "/ping").StatusCode, "the new connection is served")
+			c := ts.dial(t)
+			if tt.tls {
+				c = tls.Client(c, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the test's own self-signed server
+			}
+			require.Equal(t, http.StatusNoContent, get(t, c, "/ping").StatusCode, "the new connection is served")
 			require.Empty(t, waitClosed(t, waiting[0]), "the longest-waiting connection is closed without an answer")
 			require.Equal(t, 1, ts.closed(t, tt.reason))
 			require.Zero(t, gaugeOrCounter(t, ts.s.m.refused.WithLabelValues(refusedMaxConns))+
