@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -99,6 +100,9 @@ type hostile struct {
 	pid  int
 	hc   *http.Client // the test's own requests and /metrics
 	base procUse
+	// settleRSS is how far above the baseline RSS may stay after the
+	// attack (the settleRSS constant unless a test widens it).
+	settleRSS int64
 	// peak is the largest of each measure sampled by watch.
 	mu   sync.Mutex
 	peak procUse
@@ -120,7 +124,7 @@ func startHostile(t *testing.T, extra ...string) *hostile {
 	t.Helper()
 	dir := t.TempDir()
 	p := startIngestd(t, filepath.Join(dir, "ingestd.log"), daemonArgs(filepath.Join(dir, "data"), extra...)...)
-	h := &hostile{p: p, pid: p.cmd.Process.Pid, hc: newHTTPClient(t, 4)}
+	h := &hostile{p: p, pid: p.cmd.Process.Pid, hc: newHTTPClient(t, 4), settleRSS: settleRSS}
 	h.base = h.use(t)
 	h.peak = h.base
 	t.Logf("baseline: %s", h.base)
@@ -205,10 +209,10 @@ func (h *hostile) requireRecovered(t testing.TB) {
 	var last procUse
 	poll(t, settleTimeout, func() bool {
 		last = h.use(t)
-		return last.rss-h.base.rss <= settleRSS && last.fds-h.base.fds <= settleFDs &&
+		return last.rss-h.base.rss <= h.settleRSS && last.fds-h.base.fds <= settleFDs &&
 			last.goroutines-h.base.goroutines <= settleGoroutines && last.threads <= maxThreads
 	}, "ingestd back near its baseline (%s) within RSS +%d MiB, fds +%d, goroutines +%d, threads ≤ %d; last %s",
-		h.base, settleRSS>>20, settleFDs, settleGoroutines, maxThreads, &last)
+		h.base, h.settleRSS>>20, settleFDs, settleGoroutines, maxThreads, &last)
 	t.Logf("after: %s", last)
 	requireCleanLog(t, h.p.log(t))
 }
@@ -549,13 +553,12 @@ func TestHostileIdleHTTPConns(t *testing.T) {
 		idle = append(idle, br)
 	}
 	// As many new silent connections: each closes the longest-idle one.
+	// (The last idle one may become idle on the server after the first
+	// silent one arrives, which then waited longer and is closed first:
+	// the closed connections are checked after the next step, where that
+	// order no longer matters.)
 	for range maxConns {
 		conns = append(conns, rawRequest(t, hostAddr(h.p.URL), ""))
-	}
-	for i, br := range idle {
-		require.NoError(t, conns[i].SetReadDeadline(time.Now().Add(10*time.Second)))
-		_, err := br.ReadByte()
-		require.ErrorIs(t, err, io.EOF, "idle connection %d not closed", i)
 	}
 	// Four times as many more, silent or with half a request: each closes
 	// the silent one that has waited the longest, without an answer.
@@ -567,10 +570,17 @@ func TestHostileIdleHTTPConns(t *testing.T) {
 		conns = append(conns, rawRequest(t, hostAddr(h.p.URL), text))
 		h.sample(t)
 	}
+	for i, br := range idle {
+		require.NoError(t, conns[i].SetReadDeadline(time.Now().Add(10*time.Second)))
+		_, err := br.ReadByte()
+		require.ErrorIs(t, err, io.EOF, "idle connection %d not closed", i)
+	}
 	for i, c := range conns[maxConns : len(conns)-maxConns] {
 		require.NoError(t, c.SetReadDeadline(time.Now().Add(10*time.Second)))
 		b, err := io.ReadAll(c)
-		require.NoError(t, err, "waiting connection %d not closed", i)
+		if !errors.Is(err, syscall.ECONNRESET) { // closed with half a request unread: a reset
+			require.NoError(t, err, "waiting connection %d not closed", i)
+		}
 		require.Empty(t, b, "waiting connection %d answered", i)
 	}
 	// A client sending its request is served while the cap is full of
@@ -866,6 +876,10 @@ func TestHostileSlowReaders(t *testing.T) {
 	)
 	pagesBefore := count(pagesSample)
 	h.base = h.use(t)
+	// The rows the attack's pages read from the store are garbage the
+	// collector may not have returned to the system yet: up to a budget's
+	// worth more than the usual allowance.
+	h.settleRSS += budget
 	h.peak = h.base
 	stop := h.watch()
 	var conns []net.Conn
