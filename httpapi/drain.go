@@ -125,8 +125,22 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 	}
 	enc := encoder{timeFormat: tf, buf: a.pageBuf()}
 	defer func() { a.releasePageBuf(enc.buf) }()
+	// The page's bytes are reserved before anything is read, or for a
+	// long-poll at its first row, once its wait is over: a long-poll holds
+	// none of the budget while it waits.
+	res := pageBytes{b: a.budget}
+	defer res.release()
+	if req.Wait == 0 {
+		if err := res.reserve(r.Context(), int64(a.maxPageBytes)); err != nil {
+			writeErr(w, err)
+			return
+		}
+	}
 	rows := 0
 	pg, err := a.opts.Drains.Drain(r.Context(), req, func(cols []feed.Column, vals []feed.Value) error {
+		if err := res.reserve(r.Context(), int64(a.maxPageBytes)); err != nil {
+			return err
+		}
 		mark := len(enc.buf)
 		switch format {
 		case formatJSON:
@@ -165,6 +179,7 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 		writeErr(w, err)
 		return
 	}
+	res.fit(int64(len(enc.buf)))
 	if pg.NewConsumer {
 		a.audit(r, "consumer.first_drain", req.Table, nil, "consumer", req.Consumer)
 	}

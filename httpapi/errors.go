@@ -11,6 +11,10 @@ import (
 	"github.com/ingestd/ingestd/httpapi/wire"
 )
 
+// errResponseBudget is returned when a page found no room in the response
+// budget (--http-max-response-bytes-inflight) within responseBudgetWait.
+var errResponseBudget = errors.New("httpapi: too many response bytes in flight (--http-max-response-bytes-inflight); retry later")
+
 // statusClientClosed is the status of a request whose client went away
 // before the answer (nginx's 499 "client closed request"): nobody reads it,
 // and it must not count among the 5xx that a bug or a storage failure
@@ -58,7 +62,8 @@ func errorStatus(err error) (int, string) {
 		return http.StatusConflict, wire.CodeTooManyConsumers
 	case errors.Is(err, feed.ErrConsumerNotFound):
 		return http.StatusNotFound, wire.CodeConsumerNotFound
-	case errors.Is(err, feed.ErrClosed), errors.Is(err, feed.ErrBusy), errors.Is(err, feed.ErrTableChanged):
+	case errors.Is(err, feed.ErrClosed), errors.Is(err, feed.ErrBusy), errors.Is(err, feed.ErrTableChanged),
+		errors.Is(err, errResponseBudget):
 		return http.StatusServiceUnavailable, wire.CodeUnavailable
 	case errors.Is(err, context.Canceled):
 		return statusClientClosed, ""

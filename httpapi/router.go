@@ -49,6 +49,13 @@ type Options struct {
 	// its size); 0 means DefaultDrainMaxPageBytes. SQL results are bounded
 	// alike.
 	MaxPageBytes int
+	// MaxResponseBytesInflight bounds the bytes of drain, rows and SQL
+	// pages being built or written at once: a page reserves MaxPageBytes
+	// (at most the whole budget) before its first row is encoded, keeps
+	// its size once built and gives it back once written; a page finding
+	// no room within a second is answered 503 with Retry-After. 0 means
+	// DefaultMaxResponseBytesInflight.
+	MaxResponseBytesInflight int64
 	// MaxDrainLimit is the feed's --max-drain-limit, the largest LIMIT of
 	// a SQL read; 0 means feed.DefaultMaxDrainLimit.
 	MaxDrainLimit int
@@ -104,8 +111,12 @@ type Options struct {
 type API struct {
 	opts   Options
 	logger *slog.Logger
-	ready  atomic.Bool
-	router chi.Router
+	// clientLog is logger passing at most one record a second (the rest
+	// counted as suppressed), for the lines a request can cause: any
+	// client can send requests as fast as it likes.
+	clientLog *slog.Logger
+	ready     atomic.Bool
+	router    chi.Router
 	// routes holds router's routes flattened, for 405's Allow.
 	routes chi.Router
 	m      *metrics
@@ -119,6 +130,8 @@ type API struct {
 	// 10,000 rows is a few MB, which growing anew for every request would
 	// copy about twice.
 	pageBufs pageBufList
+	// budget is the response budget (Options.MaxResponseBytesInflight).
+	budget *responseBudget
 	// started is when New ran: the status page's uptime.
 	started   time.Time
 	sampler   statusSampler
@@ -136,11 +149,13 @@ type metrics struct {
 	refused       *prometheus.CounterVec
 }
 
-// Reasons a request is refused before its route's handler, the closed
-// label set of ingestd_http_requests_refused_total.
+// Reasons a request is refused before its route's handler serves it (or,
+// for response_bytes, before it builds its page), the closed label set of
+// ingestd_http_requests_refused_total.
 const (
-	refusedCrossSite   = "cross_site"
-	refusedContentType = "content_type"
+	refusedCrossSite     = "cross_site"
+	refusedContentType   = "content_type"
+	refusedResponseBytes = "response_bytes"
 )
 
 // New builds the router. reg may be nil (no metrics).
@@ -150,6 +165,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	}
 	orDefault(&opts.MaxPageBytes, DefaultDrainMaxPageBytes)
 	orDefault(&opts.MaxDrainLimit, feed.DefaultMaxDrainLimit)
+	orDefault(&opts.MaxResponseBytesInflight, DefaultMaxResponseBytesInflight)
 	orDefault(&opts.SQLMaxStatementBytes, DefaultSQLMaxStatementBytes)
 	orDefault(&opts.SQLMaxScanRows, DefaultSQLMaxScanRows)
 	orDefault(&opts.SQLMaxInsertRows, DefaultSQLMaxInsertRows)
@@ -179,9 +195,14 @@ func New(opts Options, reg prometheus.Registerer) *API {
 		}, []string{"limit"}),
 		refused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_http_requests_refused_total",
-			Help: "Requests refused before their route's handler, by reason: cross_site (403: a state-changing request whose Origin or Sec-Fetch-Site names another site), content_type (415: a control route's body declared as other than application/json).",
+			Help: "Requests refused before their route's handler, by reason: cross_site (403: a state-changing request whose Origin or Sec-Fetch-Site names another site), content_type (415: a control route's body declared as other than application/json), response_bytes (503: a drain, rows or SQL page that found no room under --http-max-response-bytes-inflight within 1s, before it was built).",
 		}, []string{"reason"}),
 	}}
+	a.budget = newResponseBudget(opts.MaxResponseBytesInflight, responseBudgetWait, f.NewGauge(prometheus.GaugeOpts{
+		Name: "ingestd_http_response_inflight_bytes",
+		Help: "Bytes of drain, rows and SQL pages being built or written, reserved under --http-max-response-bytes-inflight.",
+	}), a.m.refused.WithLabelValues(refusedResponseBytes))
+	a.clientLog = slog.New(&limitedHandler{Handler: a.logger.Handler(), every: time.Second})
 	a.stopCtx, a.stopAll = context.WithCancel(context.Background())
 	a.m.refused.WithLabelValues(refusedCrossSite)
 	a.m.refused.WithLabelValues(refusedContentType)
@@ -448,7 +469,7 @@ func (a *API) spec(w http.ResponseWriter, _ *http.Request) {
 
 // orDefault sets *v to def when it is zero or negative (an Options field
 // left unset).
-func orDefault[T int | time.Duration](v *T, def T) {
+func orDefault[T int | int64 | time.Duration](v *T, def T) {
 	if *v <= 0 {
 		*v = def
 	}

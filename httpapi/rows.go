@@ -53,6 +53,12 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 	}
 	enc := encoder{timeFormat: tf, buf: a.pageBuf()}
 	defer func() { a.releasePageBuf(enc.buf) }()
+	res := pageBytes{b: a.budget}
+	defer res.release()
+	if err := res.reserve(r.Context(), int64(a.maxPageBytes)); err != nil {
+		writeErr(w, err)
+		return
+	}
 	n := 0
 	pg, err := a.opts.Rows.Rows(r.Context(), req, func(cols []feed.Column, vals []feed.Value) error {
 		mark := len(enc.buf)
@@ -76,6 +82,7 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
+	res.fit(int64(len(enc.buf)))
 	h := w.Header()
 	if format == formatLP {
 		h.Set("Ingestd-Epoch", strconv.FormatUint(pg.Epoch, 10))

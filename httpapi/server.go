@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"net/netip"
 	"os"
 	"sync"
 	"sync/atomic"
@@ -20,25 +21,44 @@ import (
 
 // Default values of Config.
 const (
-	DefaultMaxConns              = 4096
-	DefaultReadHeaderTimeout     = 10 * time.Second
-	DefaultBodyTimeout           = 10 * time.Second
-	DefaultBodyMinBytesPerSecond = 16 << 10
-	DefaultIdleTimeout           = 2 * time.Minute
-	DefaultMaxHeaderBytes        = 64 << 10
-	DefaultDrainMaxPageBytes     = 16 << 20
-	DefaultSQLMaxStatementBytes  = 1 << 20
-	DefaultSQLMaxScanRows        = 1_000_000
-	DefaultSQLMaxInsertRows      = 10_000
+	DefaultMaxConns                 = 4096
+	DefaultMaxConnsPerClient        = 256
+	DefaultWriteTimeout             = 60 * time.Second
+	DefaultMaxResponseBytesInflight = 128 << 20
+	DefaultReadHeaderTimeout        = 10 * time.Second
+	DefaultBodyTimeout              = 10 * time.Second
+	DefaultBodyMinBytesPerSecond    = 16 << 10
+	DefaultIdleTimeout              = 2 * time.Minute
+	DefaultMaxHeaderBytes           = 64 << 10
+	DefaultDrainMaxPageBytes        = 16 << 20
+	DefaultSQLMaxStatementBytes     = 1 << 20
+	DefaultSQLMaxScanRows           = 1_000_000
+	DefaultSQLMaxInsertRows         = 10_000
 )
 
 // Config bounds what HTTP clients can hold: connections, time per request
-// phase, header bytes and the bytes of a drain page.
+// phase, header bytes, the bytes of a drain page and of the pages being
+// written (docs/security.md#connections).
 type Config struct {
 	// MaxConns caps open HTTP connections. A connection accepted at the
-	// cap closes the longest-idle keep-alive connection to make room; when
-	// none is idle it is answered 503 with Retry-After and closed.
+	// cap closes the evictable connection (one kept alive between
+	// requests, or one whose request or TLS handshake has not arrived
+	// whole) that has waited the longest to make room; when none is
+	// evictable it is refused: answered 503 with Retry-After and closed,
+	// or over TLS closed without an answer.
 	MaxConns int
+	// MaxConnsPerClient caps the open connections of one client IP
+	// address the same way: past it, a new connection of that address
+	// closes that address's longest-waiting evictable connection, or is
+	// refused.
+	MaxConnsPerClient int
+	// WriteTimeout is how long a response may take to be written, counted
+	// from its first byte (not from the request: a long-poll's wait is
+	// not counted). A client that does not read it in time is cut off.
+	WriteTimeout time.Duration
+	// MaxResponseBytesInflight bounds the bytes of the drain, rows and SQL
+	// pages being built or written at once (Options.MaxResponseBytesInflight).
+	MaxResponseBytesInflight int64
 	// ReadHeaderTimeout is how long a request's line and headers may take
 	// to arrive (counted from the connection's first byte wait).
 	ReadHeaderTimeout time.Duration
@@ -84,26 +104,32 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxConns:              DefaultMaxConns,
-		ReadHeaderTimeout:     DefaultReadHeaderTimeout,
-		BodyTimeout:           DefaultBodyTimeout,
-		BodyMinBytesPerSecond: DefaultBodyMinBytesPerSecond,
-		IdleTimeout:           DefaultIdleTimeout,
-		MaxHeaderBytes:        DefaultMaxHeaderBytes,
-		DrainMaxPageBytes:     DefaultDrainMaxPageBytes,
-		SQLMaxStatementBytes:  DefaultSQLMaxStatementBytes,
-		SQLMaxScanRows:        DefaultSQLMaxScanRows,
-		SQLMaxInsertRows:      DefaultSQLMaxInsertRows,
-		StatusSampleInterval:  DefaultStatusSampleInterval,
-		StatusSamples:         DefaultStatusSamples,
-		StatusMaxTables:       DefaultStatusMaxTables,
-		MaxDatabases:          DefaultMaxDatabases,
+		MaxConns:                 DefaultMaxConns,
+		MaxConnsPerClient:        DefaultMaxConnsPerClient,
+		WriteTimeout:             DefaultWriteTimeout,
+		MaxResponseBytesInflight: DefaultMaxResponseBytesInflight,
+		ReadHeaderTimeout:        DefaultReadHeaderTimeout,
+		BodyTimeout:              DefaultBodyTimeout,
+		BodyMinBytesPerSecond:    DefaultBodyMinBytesPerSecond,
+		IdleTimeout:              DefaultIdleTimeout,
+		MaxHeaderBytes:           DefaultMaxHeaderBytes,
+		DrainMaxPageBytes:        DefaultDrainMaxPageBytes,
+		SQLMaxStatementBytes:     DefaultSQLMaxStatementBytes,
+		SQLMaxScanRows:           DefaultSQLMaxScanRows,
+		SQLMaxInsertRows:         DefaultSQLMaxInsertRows,
+		StatusSampleInterval:     DefaultStatusSampleInterval,
+		StatusSamples:            DefaultStatusSamples,
+		StatusMaxTables:          DefaultStatusMaxTables,
+		MaxDatabases:             DefaultMaxDatabases,
 	}
 }
 
 // RegisterFlags registers the HTTP server's flags on fs.
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
-	fs.IntVar(&c.MaxConns, "http-max-conns", c.MaxConns, "most open HTTP connections; at the cap a new one closes the longest-idle keep-alive one, or gets 503 when none is idle")
+	fs.IntVar(&c.MaxConns, "http-max-conns", c.MaxConns, "most open HTTP connections; at the cap a new one closes the longest-waiting idle or not-yet-requesting one, or is refused (503, or closed over TLS) when none is")
+	fs.IntVar(&c.MaxConnsPerClient, "http-max-conns-per-client", c.MaxConnsPerClient, "most open HTTP connections of one client IP address; past it as at --http-max-conns, among that address's connections")
+	fs.DurationVar(&c.WriteTimeout, "http-write-timeout", c.WriteTimeout, "how long a response may take to be written from its first byte (a long-poll's wait is not counted); a client reading slower is cut off")
+	fs.Int64Var(&c.MaxResponseBytesInflight, "http-max-response-bytes-inflight", c.MaxResponseBytesInflight, "bytes of drain, rows and SQL pages being built or written at once; a page reserves --drain-max-page-bytes before it is built and waits up to 1s for room, then gets 503")
 	fs.DurationVar(&c.ReadHeaderTimeout, "http-read-header-timeout", c.ReadHeaderTimeout, "how long a request's line and headers may take to arrive")
 	fs.DurationVar(&c.BodyTimeout, "http-body-timeout", c.BodyTimeout, "how long a request body may take, plus 1s per --http-body-min-bytes-per-second bytes received")
 	fs.Int64Var(&c.BodyMinBytesPerSecond, "http-body-min-bytes-per-second", c.BodyMinBytesPerSecond, "slowest average rate in bytes per second a request body may arrive at past --http-body-timeout")
@@ -124,6 +150,12 @@ func (c *Config) Validate() error {
 	switch {
 	case c.MaxConns < 1:
 		return errors.New("httpapi: --http-max-conns must be positive")
+	case c.MaxConnsPerClient < 1:
+		return errors.New("httpapi: --http-max-conns-per-client must be positive")
+	case c.WriteTimeout <= 0:
+		return errors.New("httpapi: --http-write-timeout must be positive")
+	case c.MaxResponseBytesInflight < 1:
+		return errors.New("httpapi: --http-max-response-bytes-inflight must be positive")
 	case c.ReadHeaderTimeout <= 0:
 		return errors.New("httpapi: --http-read-header-timeout must be positive")
 	case c.BodyTimeout <= 0:
@@ -157,10 +189,19 @@ func (c *Config) Validate() error {
 // Reasons the server closes a connection itself, the closed label set of
 // ingestd_http_connections_closed_total.
 const (
-	closedEvicted       = "evicted"
-	closedIdleTimeout   = "idle_timeout"
-	closedHeaderTimeout = "header_timeout"
-	closedBodyTimeout   = "body_timeout"
+	closedEvicted          = "evicted"
+	closedEvictedPerClient = "evicted_per_client"
+	closedIdleTimeout      = "idle_timeout"
+	closedHeaderTimeout    = "header_timeout"
+	closedBodyTimeout      = "body_timeout"
+	closedWriteTimeout     = "write_timeout"
+)
+
+// Reasons a connection is refused, the closed label set of
+// ingestd_http_connections_refused_total.
+const (
+	refusedMaxConns  = "max_conns"
+	refusedPerClient = "per_client"
 )
 
 type serverMetrics struct {
@@ -168,7 +209,7 @@ type serverMetrics struct {
 	// active (reading or serving a request), idle (kept alive between
 	// requests).
 	conns        *prometheus.GaugeVec
-	refused      prometheus.Counter
+	refused      *prometheus.CounterVec
 	closed       *prometheus.CounterVec
 	acceptErrors prometheus.Counter
 }
@@ -196,31 +237,39 @@ func NewServer(cfg Config, h http.Handler, logger *slog.Logger, reg prometheus.R
 		conns: f.NewGaugeVec(prometheus.GaugeOpts{
 			Name: "ingestd_http_connections", Help: "Open HTTP connections by state: new (no request yet), active (reading or serving a request), idle (kept alive between requests).",
 		}, []string{"state"}),
-		refused: f.NewCounter(prometheus.CounterOpts{
+		refused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_http_connections_refused_total",
-			Help: "HTTP connections answered 503 and closed at --http-max-conns because no other connection was idle.",
-		}),
+			Help: "HTTP connections refused (503 and closed; over TLS closed) because no connection was evictable, by reason: max_conns (--http-max-conns), per_client (--http-max-conns-per-client).",
+		}, []string{"reason"}),
 		closed: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_http_connections_closed_total",
-			Help: "HTTP connections the server closed, by reason: evicted (the longest-idle one, to make room at --http-max-conns), idle_timeout, header_timeout, body_timeout.",
+			Help: "HTTP connections the server closed, by reason: evicted (the longest-waiting idle or not-yet-requesting one, to make room at --http-max-conns), evicted_per_client (the same at --http-max-conns-per-client), idle_timeout, header_timeout, body_timeout, write_timeout (--http-write-timeout).",
 		}, []string{"reason"}),
 		acceptErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_http_accept_errors_total",
 			Help: "Failed accepts on the HTTP listener (e.g. out of file descriptors), each retried after a backoff.",
 		}),
 	}}
-	for _, r := range []string{closedEvicted, closedIdleTimeout, closedHeaderTimeout, closedBodyTimeout} {
+	for _, r := range []string{closedEvicted, closedEvictedPerClient, closedIdleTimeout, closedHeaderTimeout, closedBodyTimeout, closedWriteTimeout} {
 		s.m.closed.WithLabelValues(r)
+	}
+	for _, r := range []string{refusedMaxConns, refusedPerClient} {
+		s.m.refused.WithLabelValues(r)
 	}
 	for _, st := range []http.ConnState{http.StateNew, http.StateActive, http.StateIdle} {
 		s.m.conns.WithLabelValues(stateLabel(st))
 	}
 	s.srv = &http.Server{
-		Handler:           s.bodyDeadline(h),
+		Handler:           s.bodyDeadline(s.writeDeadline(h)),
 		ReadHeaderTimeout: cfg.ReadHeaderTimeout,
 		IdleTimeout:       cfg.IdleTimeout,
 		MaxHeaderBytes:    cfg.MaxHeaderBytes,
 		ConnState: func(c net.Conn, st http.ConnState) {
+			if st == http.StateIdle {
+				// The response is written whole: the next one's
+				// deadline starts at its own first byte.
+				_ = c.SetWriteDeadline(time.Time{})
+			}
 			if tc, ok := c.(*tls.Conn); ok {
 				c = tc.NetConn()
 			}
@@ -239,15 +288,22 @@ func NewServer(cfg Config, h http.Handler, logger *slog.Logger, reg prometheus.R
 // http.ErrServerClosed then. Failed accepts that may succeed later
 // (EMFILE, ENFILE) are retried after a backoff (net/http's), counted.
 func (s *Server) Serve(ln net.Listener) error {
-	return s.srv.Serve(&limitListener{Listener: ln, s: s, conns: map[*trackedConn]struct{}{}})
+	return s.srv.Serve(s.newLimitListener(ln, false))
 }
 
 // ServeTLS is Serve over TLS with cfg (HTTP/1.1 only: cfg's NextProtos
 // should not offer h2). The connection limits and timeouts count the
 // connections under TLS, handshake included: a handshake must end within
-// --http-read-header-timeout like a request's headers.
+// --http-read-header-timeout like a request's headers, and a connection
+// mid-handshake is evictable like one whose headers have not arrived. A
+// connection refused at a cap is closed without an answer: a TLS client
+// could not read a plaintext 503.
 func (s *Server) ServeTLS(ln net.Listener, cfg *tls.Config) error {
-	return s.srv.Serve(tls.NewListener(&limitListener{Listener: ln, s: s, conns: map[*trackedConn]struct{}{}}, cfg))
+	return s.srv.Serve(tls.NewListener(s.newLimitListener(ln, true), cfg))
+}
+
+func (s *Server) newLimitListener(ln net.Listener, isTLS bool) *limitListener {
+	return &limitListener{Listener: ln, s: s, tls: isTLS, conns: map[*trackedConn]struct{}{}, perClient: map[netip.Addr]int{}}
 }
 
 // Shutdown stops accepting, closes idle connections and waits for active
@@ -257,20 +313,39 @@ func (s *Server) Shutdown(ctx context.Context) error { return s.srv.Shutdown(ctx
 // Close closes the listener and every connection at once.
 func (s *Server) Close() error { return s.srv.Close() }
 
-// limitListener enforces Config.MaxConns and tracks each connection's
-// state for eviction and for counting timeouts.
+// limitListener enforces Config.MaxConns and Config.MaxConnsPerClient
+// and tracks each connection's state for eviction and for counting
+// timeouts.
+//
+// At a cap the connection evicted is the one that has waited the longest
+// among those kept alive between requests and those whose first request
+// (or TLS handshake) has not arrived whole, as nginx reuses its "reusable"
+// connections (keep-alive ones and those waiting for a request) when
+// worker_connections run out: sockets opened and left silent, or fed half
+// a request, cannot hold the cap against clients that send theirs, whose
+// connections are the newest. Only connections serving a request are
+// never evicted.
 type limitListener struct {
 	net.Listener
-	s     *Server
-	mu    sync.Mutex // guards conns and live
+	s *Server
+	// tls is set under a TLS listener: refusals close without an answer.
+	tls   bool
+	mu    sync.Mutex // guards conns, live, perClient and each conn's evicted
 	conns map[*trackedConn]struct{}
 	live  int // connections in conns not evicted
+	// perClient counts the connections in conns not evicted by client
+	// address; an address with none has no entry.
+	perClient map[netip.Addr]int
 }
 
-// refusal answers a connection refused at the cap; its body ends where the
-// connection does.
-const refusal = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" +
-	`{"code":"unavailable","message":"too many open connections (--http-max-conns); retry later"}` + "\n"
+// refusalMaxConns and refusalPerClient answer a plaintext connection
+// refused at a cap; the body ends where the connection does.
+const (
+	refusalMaxConns = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" +
+		`{"code":"unavailable","message":"too many open connections (--http-max-conns); retry later"}` + "\n"
+	refusalPerClient = "HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\nRetry-After: 1\r\nConnection: close\r\n\r\n" +
+		`{"code":"unavailable","message":"too many open connections from this address (--http-max-conns-per-client); retry later"}` + "\n"
+)
 
 func (l *limitListener) Accept() (net.Conn, error) {
 	for {
@@ -281,39 +356,70 @@ func (l *limitListener) Accept() (net.Conn, error) {
 			}
 			return nil, err
 		}
-		tc := &trackedConn{Conn: c, l: l}
+		tc := &trackedConn{Conn: c, l: l, client: clientAddr(c)}
 		tc.idleSince.Store(time.Now().UnixNano())
 		tc.state.Store(int64(http.StateNew))
-		l.mu.Lock()
-		var victim *trackedConn
-		if l.live >= l.s.cfg.MaxConns {
-			victim = l.idlestLocked()
-			if victim == nil {
-				l.mu.Unlock()
-				l.refuse(c)
-				continue
-			}
-			victim.evicted = true
-			l.live--
+		victim, evicted, refused := l.admit(tc)
+		if refused != "" {
+			l.refuse(c, refused)
+			continue
 		}
-		l.conns[tc] = struct{}{}
-		l.live++
-		l.mu.Unlock()
 		l.s.m.conns.WithLabelValues(stateLabel(http.StateNew)).Inc()
 		if victim != nil {
-			l.s.m.closed.WithLabelValues(closedEvicted).Inc()
+			l.s.m.closed.WithLabelValues(evicted).Inc()
 			_ = victim.Conn.Close() // net/http's read fails; it then closes tc
 		}
 		return tc, nil
 	}
 }
 
-// idlestLocked returns the connection idle the longest between requests,
-// nil when none is. l.mu must be held.
-func (l *limitListener) idlestLocked() *trackedConn {
+// admit takes tc in under the caps: first its address's, then the
+// server's. At a cap it returns the connection to close to make room and
+// the reason to count it under, or, none being evictable, the refusal
+// reason (tc is then not taken in).
+func (l *limitListener) admit(tc *trackedConn) (victim *trackedConn, evicted, refused string) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	switch {
+	case l.perClient[tc.client] >= l.s.cfg.MaxConnsPerClient:
+		victim = l.longestWaitingLocked(tc.client, true)
+		evicted, refused = closedEvictedPerClient, refusedPerClient
+	case l.live >= l.s.cfg.MaxConns:
+		victim = l.longestWaitingLocked(netip.Addr{}, false)
+		evicted, refused = closedEvicted, refusedMaxConns
+	}
+	if evicted != "" && victim == nil {
+		return nil, "", refused
+	}
+	if victim != nil {
+		victim.evicted = true
+		l.uncountLocked(victim)
+	}
+	l.conns[tc] = struct{}{}
+	l.live++
+	l.perClient[tc.client]++
+	return victim, evicted, ""
+}
+
+// uncountLocked takes tc out of the live counts. l.mu must be held.
+func (l *limitListener) uncountLocked(tc *trackedConn) {
+	l.live--
+	if l.perClient[tc.client]--; l.perClient[tc.client] <= 0 {
+		delete(l.perClient, tc.client)
+	}
+}
+
+// longestWaitingLocked returns the evictable connection (idle between
+// requests, or not past its first request's headers) that has waited the
+// longest, of client only when ofClient; nil when none is. l.mu must be
+// held.
+func (l *limitListener) longestWaitingLocked(client netip.Addr, ofClient bool) *trackedConn {
 	var victim *trackedConn
 	for tc := range l.conns {
-		if tc.evicted || http.ConnState(tc.state.Load()) != http.StateIdle {
+		if tc.evicted || ofClient && tc.client != client {
+			continue
+		}
+		if st := http.ConnState(tc.state.Load()); st != http.StateIdle && st != http.StateNew {
 			continue
 		}
 		if victim == nil || tc.idleSince.Load() < victim.idleSince.Load() {
@@ -323,19 +429,36 @@ func (l *limitListener) idlestLocked() *trackedConn {
 	return victim
 }
 
-// refuse answers 503 on a connection past the cap and closes it.
-func (l *limitListener) refuse(c net.Conn) {
-	l.s.m.refused.Inc()
-	_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
-	_, _ = io.WriteString(c, refusal)
+// refuse counts a connection refused at a cap (reason) and closes it,
+// answering 503 first unless it is to be TLS.
+func (l *limitListener) refuse(c net.Conn, reason string) {
+	l.s.m.refused.WithLabelValues(reason).Inc()
+	if !l.tls {
+		_ = c.SetWriteDeadline(time.Now().Add(100 * time.Millisecond))
+		msg := refusalMaxConns
+		if reason == refusedPerClient {
+			msg = refusalPerClient
+		}
+		_, _ = io.WriteString(c, msg)
+	}
 	_ = c.Close()
+}
+
+// clientAddr is the IP address of c's peer (an IPv4-mapped IPv6 address
+// as IPv4); the zero Addr for a peer without one.
+func clientAddr(c net.Conn) netip.Addr {
+	if a, ok := c.RemoteAddr().(*net.TCPAddr); ok {
+		return a.AddrPort().Addr().Unmap()
+	}
+	return netip.Addr{}
 }
 
 // trackedConn is a connection the limitListener counts. net/http reports
 // its state (ConnState); Read classifies the timeout that ends it.
 type trackedConn struct {
 	net.Conn
-	l *limitListener
+	l      *limitListener
+	client netip.Addr // the peer's IP address (clientAddr)
 	// state is its http.ConnState among new, active and idle, stateGone
 	// once closed; idleSince (Unix nanoseconds) is when it last became
 	// idle (or was accepted).
@@ -343,7 +466,7 @@ type trackedConn struct {
 	idleSince atomic.Int64
 	// readSinceIdle counts the bytes read since it last became idle.
 	readSinceIdle atomic.Int64
-	// timedOut is set at the idle or header timeout counted.
+	// timedOut is set at the idle, header or write timeout counted.
 	timedOut  atomic.Bool
 	closeOnce sync.Once
 	// evicted is guarded by l.mu.
@@ -423,6 +546,16 @@ func (tc *trackedConn) Read(p []byte) (int, error) {
 	return n, err
 }
 
+// Write counts the write timeout (Config.WriteTimeout) that cuts off a
+// client not reading its response.
+func (tc *trackedConn) Write(p []byte) (int, error) {
+	n, err := tc.Conn.Write(p)
+	if err != nil && errors.Is(err, os.ErrDeadlineExceeded) && tc.timedOut.CompareAndSwap(false, true) {
+		tc.l.s.m.closed.WithLabelValues(closedWriteTimeout).Inc()
+	}
+	return n, err
+}
+
 // Close closes the connection and frees its place under the cap.
 func (tc *trackedConn) Close() error {
 	err := tc.Conn.Close()
@@ -431,7 +564,7 @@ func (tc *trackedConn) Close() error {
 		l.mu.Lock()
 		delete(l.conns, tc)
 		if !tc.evicted {
-			l.live--
+			l.uncountLocked(tc)
 		}
 		l.mu.Unlock()
 		tc.gone()
@@ -506,6 +639,49 @@ func (b *deadlineBody) Read(p []byte) (int, error) {
 	}
 	return n, err
 }
+
+// writeDeadline sets the connection's write deadline, WriteTimeout, when
+// the response's first byte is written (or, for a response without a
+// body, when the handler returns and net/http writes its headers), not
+// when the request arrives: a long-poll waits as long as it asks for, and
+// then its page has WriteTimeout to be read. ConnState clears the deadline
+// once the connection is idle again.
+func (s *Server) writeDeadline(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		dw := &deadlineWriter{ResponseWriter: w, rc: http.NewResponseController(w), timeout: s.cfg.WriteTimeout}
+		next.ServeHTTP(dw, r)
+		dw.start()
+	})
+}
+
+// deadlineWriter starts the write deadline at the first Write or Flush.
+type deadlineWriter struct {
+	http.ResponseWriter
+	rc      *http.ResponseController
+	timeout time.Duration
+	started bool
+}
+
+func (d *deadlineWriter) start() {
+	if !d.started {
+		d.started = true
+		_ = d.rc.SetWriteDeadline(time.Now().Add(d.timeout))
+	}
+}
+
+func (d *deadlineWriter) Write(p []byte) (int, error) {
+	d.start()
+	return d.ResponseWriter.Write(p)
+}
+
+// FlushError flushes what is buffered (http.ResponseController.Flush).
+func (d *deadlineWriter) FlushError() error {
+	d.start()
+	return d.rc.Flush()
+}
+
+// Unwrap returns the ResponseWriter for http.ResponseController.
+func (d *deadlineWriter) Unwrap() http.ResponseWriter { return d.ResponseWriter }
 
 // limitedHandler passes at most one record per interval (every) to
 // Handler, by the records' times, and drops the rest: the next record

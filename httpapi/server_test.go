@@ -4,9 +4,15 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
 	"errors"
 	"io"
 	"log/slog"
+	"math/big"
 	"net"
 	"net/http"
 	"strings"
@@ -26,12 +32,22 @@ type testServer struct {
 
 func startServer(t *testing.T, cfg Config, h http.Handler) *testServer {
 	t.Helper()
+	return startServerTLS(t, cfg, h, nil)
+}
+
+// startServerTLS is startServer over TLS with tc (plain HTTP when nil).
+func startServerTLS(t *testing.T, cfg Config, h http.Handler, tc *tls.Config) *testServer {
+	t.Helper()
 	s, err := NewServer(cfg, h, nil, prometheus.NewRegistry())
 	require.NoError(t, err)
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	require.NoError(t, err)
 	done := make(chan error, 1)
-	go func() { done <- s.Serve(ln) }()
+	if tc != nil {
+		go func() { done <- s.ServeTLS(ln, tc) }()
+	} else {
+		go func() { done <- s.Serve(ln) }()
+	}
 	t.Cleanup(func() {
 		require.NoError(t, s.Close())
 		require.ErrorIs(t, <-done, http.ErrServerClosed)
@@ -51,6 +67,22 @@ func (ts *testServer) dial(t *testing.T) net.Conn {
 // closed is ingestd_http_connections_closed_total{reason}.
 func (ts *testServer) closed(t *testing.T, reason string) int {
 	return gaugeOrCounter(t, ts.s.m.closed.WithLabelValues(reason))
+}
+
+// conns is ingestd_http_connections{state}.
+func (ts *testServer) conns(t *testing.T, state string) int {
+	return gaugeOrCounter(t, ts.s.m.conns.WithLabelValues(state))
+}
+
+// get sends GET path on c and reads the response.
+func get(t *testing.T, c net.Conn, path string) *http.Response {
+	t.Helper()
+	_, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+	require.NoError(t, err)
+	resp, err := http.ReadResponse(bufio.NewReader(c), nil)
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	return resp
 }
 
 func gaugeOrCounter(t *testing.T, m prometheus.Metric) int {
@@ -223,16 +255,8 @@ func TestServerMaxConns(t *testing.T) {
 		}
 		w.WriteHeader(http.StatusNoContent)
 	}))
-	get := func(c net.Conn, path string) *http.Response {
-		t.Helper()
-		_, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
-		require.NoError(t, err)
-		resp, err := http.ReadResponse(bufio.NewReader(c), nil)
-		require.NoError(t, err)
-		require.NoError(t, resp.Body.Close())
-		return resp
-	}
-	conns := func(state string) int { return gaugeOrCounter(t, ts.s.m.conns.WithLabelValues(state)) }
+	get := func(c net.Conn, path string) *http.Response { return get(t, c, path) }
+	conns := func(state string) int { return ts.conns(t, state) }
 	open := func() int { return conns("new") + conns("active") + conns("idle") }
 
 	// Two idle keep-alive connections, the first idle the longest.
@@ -262,7 +286,7 @@ func TestServerMaxConns(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode)
 	require.Equal(t, "1", resp.Header.Get("Retry-After"))
 	require.Contains(t, string(body), "--http-max-conns")
-	require.Equal(t, 1, gaugeOrCounter(t, ts.s.m.refused))
+	require.Equal(t, 1, gaugeOrCounter(t, ts.s.m.refused.WithLabelValues(refusedMaxConns)))
 	require.Equal(t, 2, open())
 	require.Equal(t, 2, conns("active"))
 	close(hold)
@@ -276,6 +300,9 @@ func TestServerConfigValidate(t *testing.T) {
 		flag string
 	}{
 		{"max conns", func(c *Config) { c.MaxConns = 0 }, "--http-max-conns"},
+		{"max conns per client", func(c *Config) { c.MaxConnsPerClient = 0 }, "--http-max-conns-per-client"},
+		{"write timeout", func(c *Config) { c.WriteTimeout = 0 }, "--http-write-timeout"},
+		{"response bytes in flight", func(c *Config) { c.MaxResponseBytesInflight = 0 }, "--http-max-response-bytes-inflight"},
 		{"header timeout", func(c *Config) { c.ReadHeaderTimeout = 0 }, "--http-read-header-timeout"},
 		{"body timeout", func(c *Config) { c.BodyTimeout = -time.Second }, "--http-body-timeout"},
 		{"body rate", func(c *Config) { c.BodyMinBytesPerSecond = 0 }, "--http-body-min-bytes-per-second"},
@@ -380,4 +407,192 @@ func TestLimitedHandler(t *testing.T) {
 	require.NoError(t, h.Handle(context.Background(), r))
 	require.Equal(t, 2, strings.Count(buf.String(), "\n"))
 	require.Contains(t, buf.String(), "suppressed=999")
+}
+
+// TestServerEvictsWaiting checks that connections without a whole request
+// (nothing sent, or half the headers) do not hold a cap: at --http-max-conns
+// or --http-max-conns-per-client a new connection closes the one that has
+// waited the longest, counted, and is served; the other waiting one stays.
+func TestServerEvictsWaiting(t *testing.T) {
+	tests := []struct {
+		name   string
+		tls    bool
+		mod    func(*Config)
+		sent   string
+		reason string
+	}{
+		{"silent at max conns", false, func(c *Config) { c.MaxConns = 2 }, "", closedEvicted},
+		{"half headers at max conns", false, func(c *Config) { c.MaxConns = 2 }, "GET /ping HTTP/1.1\r\nHost: x\r\n", closedEvicted},
+		{"silent per client", false, func(c *Config) { c.MaxConnsPerClient = 2 }, "", closedEvictedPerClient},
+		// A TLS record header announcing a ClientHello, and no more.
+		{"half a ClientHello at max conns", true, func(c *Config) { c.MaxConns = 2 }, "\x16\x03\x01\x02\x00\x01", closedEvicted},
+		{"half a ClientHello per client", true, func(c *Config) { c.MaxConnsPerClient = 2 }, "\x16\x03\x01\x02\x00\x01", closedEvictedPerClient},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tt.mod(&cfg)
+			var stc *tls.Config
+			if tt.tls {
+				stc = selfSignedTLS(t)
+			}
+			ts := startServerTLS(t, cfg, readBody, stc)
+			var waiting []net.Conn
+			for i := range 2 {
+				c := ts.dial(t)
+				_, err := io.WriteString(c, tt.sent)
+				require.NoError(t, err)
+				waiting = append(waiting, c)
+				eventually(t, 10*time.Second, func() bool { return ts.conns(t, "new") == i+1 }, "the connection accepted")
+			}
+			c := ts.dial(t)
+			if tt.tls {
+				c = tls.Client(c, &tls.Config{InsecureSkipVerify: true}) //nolint:gosec // the test's own self-signed server
+			}
+			require.Equal(t, http.StatusNoContent, get(t, c, "/ping").StatusCode, "the new connection is served")
+			require.Empty(t, waitClosed(t, waiting[0]), "the longest-waiting connection is closed without an answer")
+			require.Equal(t, 1, ts.closed(t, tt.reason))
+			require.Zero(t, gaugeOrCounter(t, ts.s.m.refused.WithLabelValues(refusedMaxConns))+
+				gaugeOrCounter(t, ts.s.m.refused.WithLabelValues(refusedPerClient)))
+			eventually(t, 10*time.Second, func() bool { return ts.conns(t, "new") == 1 && ts.conns(t, "idle") == 1 },
+				"the other waiting connection and the served one open")
+		})
+	}
+}
+
+// TestServerRefusals checks a connection refused at a cap because every
+// other is serving a request: over plaintext it is answered 503 naming the
+// cap, over TLS it is closed without a byte (a TLS client cannot read a
+// plaintext answer); either way it is counted by reason.
+func TestServerRefusals(t *testing.T) {
+	tests := []struct {
+		name   string
+		tls    bool
+		mod    func(*Config)
+		reason string
+		flag   string
+	}{
+		{"per client", false, func(c *Config) { c.MaxConnsPerClient = 1 }, refusedPerClient, "--http-max-conns-per-client"},
+		{"max conns over TLS", true, func(c *Config) { c.MaxConns = 1 }, refusedMaxConns, ""},
+		{"per client over TLS", true, func(c *Config) { c.MaxConnsPerClient = 1 }, refusedPerClient, ""},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			cfg := DefaultConfig()
+			tt.mod(&cfg)
+			hold, entered := make(chan struct{}), make(chan struct{}, 1)
+			defer close(hold)
+			h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				entered <- struct{}{}
+				<-hold
+				w.WriteHeader(http.StatusNoContent)
+			})
+			s, err := NewServer(cfg, h, nil, prometheus.NewRegistry())
+			require.NoError(t, err)
+			ln, err := net.Listen("tcp", "127.0.0.1:0")
+			require.NoError(t, err)
+			done := make(chan error, 1)
+			scheme, tc := "http", &tls.Config{InsecureSkipVerify: true} //nolint:gosec // the test's own self-signed server
+			if tt.tls {
+				scheme = "https"
+				go func() { done <- s.ServeTLS(ln, selfSignedTLS(t)) }()
+			} else {
+				go func() { done <- s.Serve(ln) }()
+			}
+			defer func() {
+				require.NoError(t, s.Close())
+				require.ErrorIs(t, <-done, http.ErrServerClosed)
+			}()
+			hc := &http.Client{Transport: &http.Transport{TLSClientConfig: tc}}
+			defer hc.CloseIdleConnections()
+			held := make(chan error, 1)
+			go func() {
+				resp, err := hc.Get(scheme + "://" + ln.Addr().String() + "/hold")
+				if err == nil {
+					err = resp.Body.Close()
+				}
+				held <- err
+			}()
+			<-entered
+			c, err := net.Dial("tcp", ln.Addr().String())
+			require.NoError(t, err)
+			defer c.Close()
+			got := waitClosed(t, c)
+			if tt.tls {
+				require.Empty(t, got)
+			} else {
+				require.True(t, strings.HasPrefix(got, "HTTP/1.1 503 "), "%q", got)
+				require.Contains(t, got, "Retry-After: 1\r\n")
+				require.Contains(t, got, tt.flag)
+			}
+			require.Equal(t, 1, gaugeOrCounter(t, s.m.refused.WithLabelValues(tt.reason)))
+			hold <- struct{}{}
+			require.NoError(t, <-held)
+		})
+	}
+}
+
+// selfSignedTLS is a server TLS config with a fresh self-signed
+// certificate for 127.0.0.1.
+func selfSignedTLS(t *testing.T) *tls.Config {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	require.NoError(t, err)
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IPAddresses: []net.IP{net.IPv4(127, 0, 0, 1)},
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	require.NoError(t, err)
+	return &tls.Config{Certificates: []tls.Certificate{{Certificate: [][]byte{der}, PrivateKey: key}}, MinVersion: tls.VersionTLS12}
+}
+
+// TestServerWriteTimeout checks the write deadline: a client that does not
+// read a large response is cut off WriteTimeout after its first byte and
+// counted, while a response that starts after a wait longer than
+// WriteTimeout (a long-poll) is written whole, and so is the next response
+// on that connection.
+func TestServerWriteTimeout(t *testing.T) {
+	const timeout = 300 * time.Millisecond
+	cfg := DefaultConfig()
+	cfg.WriteTimeout = timeout
+	big := make([]byte, 64<<20) // more than the socket buffers hold
+	ts := startServer(t, cfg, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		switch r.URL.Path {
+		case "/big":
+			_, _ = w.Write(big)
+		case "/poll":
+			select {
+			case <-r.Context().Done():
+				return
+			case <-time.After(3 * timeout):
+			}
+			_, _ = io.WriteString(w, "page")
+		default:
+			w.WriteHeader(http.StatusNoContent)
+		}
+	}))
+
+	c := ts.dial(t)
+	start := time.Now()
+	_, err := io.WriteString(c, "GET /big HTTP/1.1\r\nHost: x\r\n\r\n")
+	require.NoError(t, err)
+	eventually(t, 10*time.Second, func() bool { return ts.closed(t, closedWriteTimeout) == 1 }, "the write timeout counted")
+	require.GreaterOrEqual(t, time.Since(start), timeout)
+	got := waitClosed(t, c)
+	require.Less(t, len(got), len(big), "the response was cut off")
+
+	c = ts.dial(t)
+	br := bufio.NewReader(c)
+	for _, path := range []string{"/poll", "/ping"} {
+		_, err := io.WriteString(c, "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
+		require.NoError(t, err)
+		resp, err := http.ReadResponse(br, nil)
+		require.NoError(t, err)
+		_, err = io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		require.Less(t, resp.StatusCode, 300, path)
+	}
+	require.Equal(t, 1, ts.closed(t, closedWriteTimeout))
 }

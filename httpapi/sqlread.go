@@ -80,6 +80,12 @@ func (a *API) sqlRead(w http.ResponseWriter, r *http.Request, st *sqlp.Select, c
 		enc: encoder{timeFormat: tf, buf: a.pageBuf()},
 	}
 	defer func() { a.releasePageBuf(rd.enc.buf) }()
+	res := pageBytes{b: a.budget}
+	defer res.release()
+	if err := res.reserve(r.Context(), int64(a.opts.MaxPageBytes)); err != nil {
+		writeErr(w, err)
+		return
+	}
 	rd.vals = make([]feed.Value, len(out))
 	req := feed.RowsRequest{Table: t.Name, Start: st.Start, End: st.End, HasStart: st.HasStart, HasEnd: st.HasEnd, Limit: st.Limit}
 	if st.Order != sqlp.OrderNone || len(st.Tags) > 0 {
@@ -107,6 +113,7 @@ func (a *API) sqlRead(w http.ResponseWriter, r *http.Request, st *sqlp.Select, c
 		}
 		req.Cursor = pg.Cursor
 	}
+	res.fit(int64(len(rd.enc.buf) + rd.bytes))
 	rd.finish(w)
 }
 

@@ -140,7 +140,7 @@ func (a *API) gather() metricValues {
 	}
 	fams, err := a.opts.Gatherer.Gather()
 	if err != nil {
-		a.logger.Warn("status page: gather metrics", "err", err)
+		a.clientLog.Warn("status page: gather metrics", "err", err)
 	}
 	for _, f := range fams {
 		out[f.GetName()] = f
@@ -298,7 +298,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 			stats, err := a.opts.Stats.TableStats(t.Name)
 			if err != nil {
 				st.StatsErr = "unavailable"
-				a.logger.Warn("status page: table stats", "table", t.Name, "err", err)
+				a.clientLog.Warn("status page: table stats", "table", t.Name, "err", err)
 			}
 			st.Stats = stats
 			lags, _ := a.opts.Stats.ConsumerLags(t.Name) // a table dropped meanwhile has none
@@ -323,7 +323,7 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	if err := statusTmpl.Execute(w, p); err != nil {
-		a.logger.Warn("status page", "err", err)
+		a.clientLog.Warn("status page", "err", err)
 	}
 }
 

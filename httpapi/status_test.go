@@ -1,12 +1,16 @@
 package httpapi
 
 import (
+	"bytes"
+	"errors"
+	"log/slog"
 	"net/http"
 	"net/http/httptest"
 	"strings"
 	"testing"
 	"time"
 
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 )
 
@@ -78,4 +82,20 @@ func TestFavicon(t *testing.T) {
 func TestMethodLabel(t *testing.T) {
 	require.Equal(t, "GET", methodLabel("GET"))
 	require.Equal(t, "other", methodLabel("BREW"), "a client cannot mint label values")
+}
+
+// failingGatherer fails every Gather.
+type failingGatherer struct{}
+
+func (failingGatherer) Gather() ([]*dto.MetricFamily, error) { return nil, errors.New("gather failed") }
+
+// TestStatusLogLimited checks that the status page's log lines, which any
+// client can cause by requesting it, pass at most one a second.
+func TestStatusLogLimited(t *testing.T) {
+	var buf bytes.Buffer
+	a := New(Options{Gatherer: failingGatherer{}, Logger: slog.New(slog.NewTextHandler(&buf, nil))}, nil)
+	for range 100 {
+		a.gather()
+	}
+	require.Equal(t, 1, strings.Count(buf.String(), "status page: gather metrics"), "%s", buf.String())
 }

@@ -618,6 +618,29 @@ func TestDrainHTTPShutdownEndsLongPoll(t *testing.T) {
 	require.False(t, p.More)
 }
 
+// TestDrainHTTPLongPollOutlivesWriteTimeout checks that --http-write-timeout
+// counts from a page's first byte, not from the request: a long-poll
+// waiting five times as long as the timeout is answered, then the next
+// request on its connection too.
+func TestDrainHTTPLongPollOutlivesWriteTimeout(t *testing.T) {
+	const timeout = 200 * time.Millisecond
+	cfg := testConfig(t.TempDir())
+	cfg.http.WriteTimeout = timeout
+	d := startDaemon(t, cfg)
+	c := newClientURL(t, d.URL)
+	c.createSyncTable(t, "t")
+	c.mustWrite(t, "t v=1i 1")
+	start := time.Now()
+	p, err := c.api.Drain(context.Background(), client.DrainRequest{Table: "t", After: 1, Limit: 10, Wait: 5 * timeout})
+	require.NoError(t, err)
+	require.GreaterOrEqual(t, time.Since(start), 5*timeout, "the poll waited")
+	require.Empty(t, p.Rows)
+	require.Equal(t, uint64(1), p.Next)
+	p, err = c.api.Drain(context.Background(), client.DrainRequest{Table: "t", Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, p.Rows, 1)
+}
+
 // TestTableAPIEscapedNames reaches tables and consumers whose names need
 // escaping in a path segment, escaped as url.PathEscape does (as `ingestd
 // mirror` does).

@@ -570,7 +570,7 @@ func wire(cfg config, db store.Backend, logger *slog.Logger, reg *prometheus.Reg
 		Tables: drainer, Drains: drainer, Rows: drainer, Consumers: drainer,
 		Creator: seq, Admin: seq, Writer: seq, WriteV1: in.HandlerV1(), WriteV2: in.HandlerV2(),
 		Metrics: promhttp.HandlerFor(reg, promhttp.HandlerOpts{Registry: reg}),
-		APISpec: ingestd.APISpec(), Logger: logger, MaxPageBytes: cfg.http.DrainMaxPageBytes,
+		APISpec: ingestd.APISpec(), Logger: logger, MaxPageBytes: cfg.http.DrainMaxPageBytes, MaxResponseBytesInflight: cfg.http.MaxResponseBytesInflight,
 		MaxDrainLimit: cfg.feed.MaxDrainLimit, SubmitTimeout: cfg.feed.SubmitTimeout,
 		SQLMaxStatementBytes: cfg.http.SQLMaxStatementBytes, SQLMaxScanRows: cfg.http.SQLMaxScanRows,
 		SQLMaxInsertRows: cfg.http.SQLMaxInsertRows, SQLMaxColumns: cfg.feed.MaxColumnsPerTable + 1,

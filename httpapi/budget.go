@@ -1,0 +1,121 @@
+package httpapi
+
+import (
+	"context"
+	"sync"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// responseBudgetWait is how long a page waits for room in the response
+// budget before it is refused with 503.
+const responseBudgetWait = time.Second
+
+// responseBudget bounds the bytes of the drain, rows and SQL pages being
+// built or written at once (Options.MaxResponseBytesInflight): a client
+// that does not read holds its page until --http-write-timeout cuts it
+// off, so without a bound the pages of many such clients grow the heap
+// without limit (docs/security.md#response-budget). Safe for concurrent
+// use.
+type responseBudget struct {
+	limit    int64
+	wait     time.Duration
+	inflight prometheus.Gauge
+	refused  prometheus.Counter
+
+	mu    sync.Mutex // guards used and freed
+	used  int64
+	freed chan struct{} // closed, and replaced, whenever bytes are given back
+}
+
+func newResponseBudget(limit int64, wait time.Duration, inflight prometheus.Gauge, refused prometheus.Counter) *responseBudget {
+	return &responseBudget{limit: limit, wait: wait, inflight: inflight, refused: refused, freed: make(chan struct{})}
+}
+
+// acquire takes n bytes, n at most the limit, waiting up to b.wait for
+// them to be free. It returns errResponseBudget when they did not become
+// free in time (counted), ctx's error when ctx ended first.
+func (b *responseBudget) acquire(ctx context.Context, n int64) error {
+	var timeout <-chan time.Time
+	for {
+		b.mu.Lock()
+		if b.used+n <= b.limit {
+			b.used += n
+			b.mu.Unlock()
+			b.inflight.Add(float64(n))
+			return nil
+		}
+		freed := b.freed
+		b.mu.Unlock()
+		if timeout == nil {
+			tm := time.NewTimer(b.wait)
+			defer tm.Stop()
+			timeout = tm.C
+		}
+		select {
+		case <-freed:
+		case <-timeout:
+			b.refused.Inc()
+			return errResponseBudget
+		case <-ctx.Done():
+			return ctx.Err()
+		}
+	}
+}
+
+// add changes the bytes held by delta without waiting: a negative delta
+// gives bytes back and wakes the pages waiting for them.
+func (b *responseBudget) add(delta int64) {
+	if delta == 0 {
+		return
+	}
+	b.mu.Lock()
+	b.used += delta
+	if delta < 0 {
+		close(b.freed)
+		b.freed = make(chan struct{})
+	}
+	b.mu.Unlock()
+	b.inflight.Add(float64(delta))
+}
+
+// pageBytes is one page's share of a responseBudget: reserve before the
+// page is built, fit once it is, release after it is written. Not safe for
+// concurrent use.
+type pageBytes struct {
+	b    *responseBudget
+	held int64
+}
+
+// reserve takes n bytes of the budget (at most all of it) unless the page
+// already holds its share, waiting for room as acquire does.
+func (p *pageBytes) reserve(ctx context.Context, n int64) error {
+	if p.held > 0 {
+		return nil
+	}
+	n = max(min(n, p.b.limit), 1)
+	if err := p.b.acquire(ctx, n); err != nil {
+		return err
+	}
+	p.held = n
+	return nil
+}
+
+// fit sets the page's share to n bytes, its size once built: it gives the
+// surplus back, or takes what is missing without waiting (a page holds at
+// least one row, which may be larger than the page's reservation).
+func (p *pageBytes) fit(n int64) {
+	if p.held == 0 {
+		return
+	}
+	n = max(n, 1)
+	p.b.add(n - p.held)
+	p.held = n
+}
+
+// release gives the page's share back.
+func (p *pageBytes) release() {
+	p.b.add(-p.held)
+	p.held = 0
+}
