@@ -84,21 +84,24 @@ func checkSeqs(op string, pg *Page, after uint64) error {
 
 // checkMeasurement checks that every line of an lp page is of table: it
 // starts with the table's name escaped as a measurement (a backslash
-// before each comma and space) and then a comma or a space.
+// before each comma and space) and then a comma or a space. Lines end as
+// line protocol ends them (lpLines).
 func checkMeasurement(op string, body []byte, table string) error {
 	m := appendMeasurement(nil, table)
-	for n := 1; len(body) > 0; n++ {
-		line := body
-		if i := bytes.IndexByte(body, '\n'); i >= 0 {
-			line, body = body[:i], body[i+1:]
-		} else {
-			return badPage(op, "line %d does not end with a newline", n)
-		}
+	var err error
+	n := 0
+	complete := lpLines(body, func(line []byte) bool {
+		n++
 		if !bytes.HasPrefix(line, m) || len(line) == len(m) || (line[len(m)] != ',' && line[len(m)] != ' ') {
-			return badPage(op, "line %d is not of table %q: %s", n, table, clip(line))
+			err = badPage(op, "line %d is not of table %q: %s", n, table, clip(line))
+			return false
 		}
+		return true
+	})
+	if err == nil && !complete {
+		err = badPage(op, "the last line does not end with a newline")
 	}
-	return nil
+	return err
 }
 
 // appendMeasurement appends name escaped as an ILP measurement.
@@ -117,7 +120,7 @@ func appendMeasurement(dst []byte, name string) []byte {
 func checkRowsPage(op string, r RowsRequest, pg *RowsPage) error {
 	rows := len(pg.Rows)
 	if pg.Format != FormatJSON {
-		rows = bytes.Count(pg.Body, []byte{'\n'})
+		rows = countLines(pg.Body)
 	}
 	switch {
 	case pg.Table != r.Table:

@@ -121,11 +121,14 @@ type Page struct {
 	cells []json.RawMessage
 }
 
-// Lines counts the rows of an ndjson or lp page (its lines), or of a JSON
-// page.
+// Lines counts the rows of an ndjson or lp page (its lines, a newline
+// inside a string field of an lp line not ending it), or of a JSON page.
 func (p *Page) Lines() int {
-	if p.Format == FormatJSON {
+	switch p.Format {
+	case FormatJSON:
 		return len(p.Rows)
+	case FormatLP:
+		return countLines(p.Body)
 	}
 	return bytes.Count(p.Body, []byte{'\n'})
 }

@@ -135,6 +135,12 @@ func TestHostilePages(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 2, pg.Lines())
 	require.Equal(t, "t", pg.Table)
+	// A string field holds raw newlines and escaped quotes, a tag value a
+	// quote: one line each, as line protocol reads them.
+	body := "t,q=\"a s=\"x\nt y\\\"\nz\" 1\nt v=2 2\n"
+	pg, err = newClient(t, lpPage(t, env(2, 10, 12, 13, 13), true, body).URL).Drain(context.Background(), req)
+	require.NoError(t, err)
+	require.Equal(t, 2, pg.Lines())
 }
 
 func jsonPage(t *testing.T, page string) *httptest.Server {
