@@ -82,6 +82,11 @@ type Config struct {
 	// consumer name in bytes (docs/contract.md#names), 1..MaxNameBytesCeiling; a longer
 	// name is refused (CheckName).
 	MaxNameBytes int
+	// MaxStringBytes is the longest tag value or string field in bytes
+	// (CheckTagValue, CheckFieldValue): cmd/ingestd sets it to
+	// --ilp-max-string-bytes, so that every write path refuses what ILP
+	// refuses. 0: DefaultMaxStringBytes.
+	MaxStringBytes int
 	// ConsumerFlushInterval is how often changed consumer positions are
 	// written durably (and at shutdown). A crash may lose at most this much
 	// of their progress; positions only feed lag metrics and listings.
@@ -130,6 +135,7 @@ func DefaultConfig() Config {
 		MaxDrainLimit:      DefaultMaxDrainLimit,
 		SubmitTimeout:      DefaultSubmitTimeout,
 		MaxNameBytes:       DefaultMaxNameBytes,
+		MaxStringBytes:     DefaultMaxStringBytes,
 		MaxTombstones:      DefaultMaxTombstones,
 
 		MaxConsumersPerTable:  DefaultMaxConsumers,

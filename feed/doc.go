@@ -73,6 +73,12 @@
 //     below the horizon stay the table's rows, which the copy by time
 //     range (the resync the refusal asks for) returns, until retention
 //     removes them.
+//   - Every point stored passes CheckPoint (docs/security.md#write-validation),
+//     whoever built it: the sequencer applies its rules to the time and
+//     field values of each point and to the keys and tag values of each
+//     series and column the first time a table sees it. That is sound
+//     because Point.Series is injective (AppendEscapedTag): a known series
+//     key has the tags that passed then.
 //
 // # Retention
 //

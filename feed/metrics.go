@@ -16,6 +16,11 @@ const (
 	reasonInvalidName = "invalid_name"
 	// reasonBeyondRetention: older than the table's retention.
 	reasonBeyondRetention = "beyond_retention"
+	// reasonTimeRange: a time outside MinTime..MaxTime (CheckTime).
+	reasonTimeRange = "timestamp_range"
+	// reasonInvalidValue: a tag or field value CheckTagValue or
+	// CheckFieldValue refuses.
+	reasonInvalidValue = "invalid_value"
 )
 
 type metrics struct {
@@ -98,7 +103,7 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ingestd_feed_queue_capacity", Help: "Batches the sequencer queue holds (--feed-queue-length).",
 	}, func() float64 { return float64(cap(s.queue)) })
-	for _, r := range []string{reasonFieldType, reasonTagField, reasonColumnLimit, reasonSeriesLimit, reasonInvalidName, reasonBeyondRetention} {
+	for _, r := range []string{reasonFieldType, reasonTagField, reasonColumnLimit, reasonSeriesLimit, reasonInvalidName, reasonBeyondRetention, reasonTimeRange, reasonInvalidValue} {
 		m.rejected.WithLabelValues(r)
 	}
 	if reg != nil {

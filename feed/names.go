@@ -42,7 +42,7 @@ const (
 type NameError struct {
 	What  string // what the name names: "table", "tag key", "field key", "consumer", "column"
 	Name  string // the refused name as given (error messages quote at most MaxEchoBytes of it)
-	Rule  string // the rule it breaks: RuleEmpty, RuleUTF8, RuleControl or RuleLength
+	Rule  string // the rule it breaks: RuleEmpty, RuleUTF8, RuleControl, RuleLength, or (CheckKey) RuleBackslash or RuleReserved
 	Limit int    // for RuleLength, the limit in bytes (--max-name-bytes); else 0
 }
 
@@ -55,6 +55,10 @@ func (e *NameError) Error() string {
 		return fmt.Sprintf("%v: %s %s is not valid UTF-8", ErrInvalidName, e.What, QuoteInput(e.Name))
 	case RuleControl:
 		return fmt.Sprintf("%v: %s %s contains a control character (NUL, C0, DEL or C1)", ErrInvalidName, e.What, QuoteInput(e.Name))
+	case RuleBackslash:
+		return fmt.Sprintf("%v: %s %s ends with a backslash", ErrInvalidName, e.What, QuoteInput(e.Name))
+	case RuleReserved:
+		return fmt.Sprintf("%v: %s %s is reserved (the x_ prefix and \"time\" are engine-owned)", ErrInvalidName, e.What, QuoteInput(e.Name))
 	}
 	return fmt.Sprintf("%v: %s %s is %d bytes, longer than the limit of %d (--max-name-bytes)",
 		ErrInvalidName, e.What, QuoteInput(e.Name), len(e.Name), e.Limit)

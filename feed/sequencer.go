@@ -693,6 +693,12 @@ func (s *Sequencer) applyBatch(o *op) error {
 		p := &o.batch.Points[i]
 		if t == nil || t.name != p.Table {
 			var err error
+			if err = CheckKey("measurement", p.Table, s.cfg.MaxNameBytes); err != nil {
+				s.m.rejected.WithLabelValues(reasonInvalidName).Inc()
+				o.res.Rejected = append(o.res.Rejected, &RejectError{Line: p.Line, Key: p.Table, Err: err, Msg: err.Error()})
+				t = nil
+				continue
+			}
 			if _, ok := s.tables[p.Table]; !ok && o.batch.NoCreate {
 				t, err = nil, fmt.Errorf("%w: %s", ErrTableNotFound, QuoteInput(p.Table))
 			} else {
@@ -920,6 +926,18 @@ func (s *Sequencer) checkPoint(t *table, p *Point) *RejectError {
 		return &RejectError{Line: p.Line, Key: key, Err: err, Msg: msg}
 	}
 	s.newCols = s.newCols[:0]
+	// The rules of CheckPoint: the time and the field values of every
+	// point, the keys and tag values of a series or column the first time
+	// the table sees it (the series key is injective: a known one has the
+	// tags that passed then).
+	if err := CheckTime(p.Time); err != nil {
+		return reject(err, "", reasonTimeRange, err.Error())
+	}
+	for _, f := range p.Fields {
+		if err := CheckFieldValue(f.Key, f.Value, s.maxStringBytes()); err != nil {
+			return reject(err, f.Key, reasonInvalidValue, err.Error())
+		}
+	}
 	if p.Time < t.group.cutoff {
 		return reject(ErrBeyondRetention, "", reasonBeyondRetention,
 			fmt.Sprintf("time %s is older than the retention of table %s (%s)",
@@ -933,6 +951,9 @@ func (s *Sequencer) checkPoint(t *table, p *Point) *RejectError {
 				fmt.Sprintf("table %s already has %d series (--feed-max-series-per-table)", QuoteInput(t.name), s.cfg.MaxSeriesPerTable))
 		}
 		for _, tag := range p.Tags {
+			if err := CheckTagValue(tag.Key, tag.Value, s.maxStringBytes()); err != nil {
+				return reject(err, tag.Key, reasonInvalidValue, err.Error())
+			}
 			if c, ok := t.colByName[tag.Key]; ok {
 				if t.meta.Columns[c].Kind != KindTag {
 					return reject(ErrTagFieldConflict, tag.Key, reasonTagField,
@@ -940,7 +961,7 @@ func (s *Sequencer) checkPoint(t *table, p *Point) *RejectError {
 				}
 				continue
 			}
-			if err := CheckName("tag key", tag.Key, s.cfg.MaxNameBytes); err != nil {
+			if err := CheckKey("tag key", tag.Key, s.cfg.MaxNameBytes); err != nil {
 				return reject(err, tag.Key, reasonInvalidName, err.Error())
 			}
 			s.newCols = append(s.newCols, store.Column{Name: tag.Key, Kind: KindTag})
@@ -964,7 +985,7 @@ func (s *Sequencer) checkPoint(t *table, p *Point) *RejectError {
 				return reject(ErrTagFieldConflict, f.Key, reasonTagField,
 					fmt.Sprintf("%s is used as a tag and a field", QuoteInput(f.Key)))
 			}
-			if err := CheckName("field key", f.Key, s.cfg.MaxNameBytes); err != nil {
+			if err := CheckKey("field key", f.Key, s.cfg.MaxNameBytes); err != nil {
 				s.fieldSlab = s.fieldSlab[:slab]
 				return reject(err, f.Key, reasonInvalidName, err.Error())
 			}
@@ -993,6 +1014,14 @@ func (s *Sequencer) checkPoint(t *table, p *Point) *RejectError {
 		t.setShape(s.fieldSlab[slab:], p.Fields)
 	}
 	return nil
+}
+
+// maxStringBytes is Config.MaxStringBytes, DefaultMaxStringBytes for 0.
+func (s *Sequencer) maxStringBytes() int {
+	if s.cfg.MaxStringBytes > 0 {
+		return s.cfg.MaxStringBytes
+	}
+	return DefaultMaxStringBytes
 }
 
 // addPoint adds p, checked by checkPoint (rej: refused, nothing to add),

@@ -188,15 +188,31 @@ func AppendSeries(dst []byte, tags []Tag) []byte {
 
 // AppendEscapedTag appends s escaped as an ILP tag key or value (commas,
 // equals signs and spaces get a backslash) and returns the extended buffer.
-// Point.Series uses this rendering.
+// Point.Series uses this rendering. A backslash that precedes one of those
+// bytes, another backslash or the end of s is doubled too, so that the
+// rendering of a tag set is injective: two tag sets never share a series
+// key (without it, key `a=\` value `v` and key `a\` value `=v` were both
+// `a\=\=v`). Read from the left, a backslash followed by a comma, an
+// equals sign, a space or a backslash stands for that byte, any other
+// backslash for itself, and an unescaped comma or equals sign ends the
+// key or value. A backslash elsewhere is kept as it is, as ILP writes it
+// (C:\Windows).
 func AppendEscapedTag(dst []byte, s string) []byte {
 	for i := 0; i < len(s); i++ {
 		switch c := s[i]; c {
 		case ',', '=', ' ':
 			dst = append(dst, '\\', c)
+		case '\\':
+			if i+1 == len(s) || tagEscaped[s[i+1]] {
+				dst = append(dst, '\\')
+			}
+			dst = append(dst, c)
 		default:
 			dst = append(dst, c)
 		}
 	}
 	return dst
 }
+
+// tagEscaped holds the bytes a backslash escapes in a series key.
+var tagEscaped = [256]bool{',': true, '=': true, ' ': true, '\\': true}

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"sort"
-	"strings"
 	"time"
 
 	"github.com/ingestd/ingestd/store"
@@ -261,7 +260,8 @@ func (s *Sequencer) dropTable(t *table, tomb *store.TableMeta) {
 // resumes above its old epoch and sequence, as with CreateTable. Unlike
 // CreateTable it changes nothing of an existing table: it returns
 // ErrTableExists. Other errors: ErrInvalidTableName and ErrInvalidName (a
-// *NameError, or a column named "time" or with the reserved x_ prefix),
+// *NameError of CheckKey: a column named "time", with the reserved x_
+// prefix or ending with a backslash among them),
 // ErrDuplicateColumn, ErrColumnLimit (more than
 // Config.MaxColumnsPerTable), ErrTableLimit, ErrClosed. Safe for
 // concurrent use.
@@ -271,11 +271,10 @@ func (s *Sequencer) DefineTable(ctx context.Context, name string, sync bool, col
 	}
 	seen := make(map[string]struct{}, len(cols))
 	for _, c := range cols {
-		if err := CheckName("column", c.Name, s.cfg.MaxNameBytes); err != nil {
+		// The key rules of every write path (CheckKey): a column no line
+		// could write is not declared either.
+		if err := CheckKey("column", c.Name, s.cfg.MaxNameBytes); err != nil {
 			return SyncStatus{}, err
-		}
-		if strings.HasPrefix(c.Name, "x_") || c.Name == "time" {
-			return SyncStatus{}, fmt.Errorf("%w: column %s is reserved (the x_ prefix and \"time\" are engine-owned)", ErrInvalidName, QuoteInput(c.Name))
 		}
 		switch c.Kind {
 		case KindTag, KindFloat, KindInt, KindUint, KindString, KindBool:

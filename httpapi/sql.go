@@ -404,7 +404,10 @@ func (a *API) runTableStatement(ctx context.Context, st sqlp.Statement) (result,
 // columns its fields (NULL leaves a column out), time its timestamp (the
 // request's receive time when not given, as for a line without one). The
 // table and every column must exist; each value must fit its column's
-// type. It answers once every accepted row is durable.
+// type. The sequencer applies to each row the rules every write path
+// applies (feed.CheckPoint, docs/security.md#write-validation): a row
+// they refuse is answered as a partial insert (row_rejected). It answers
+// once every accepted row is durable.
 func (a *API) sqlInsert(w http.ResponseWriter, r *http.Request, st *sqlp.Insert) {
 	t, err := a.opts.Tables.Table(st.Table.Name)
 	if err != nil {

@@ -29,13 +29,16 @@ const (
 	ReasonForbidden = "forbidden"
 	// ReasonBeyondRetention: older than the table's retention.
 	ReasonBeyondRetention = "beyond_retention"
+	// ReasonInvalidValue: a tag or field value the sequencer refused
+	// (feed.ErrInvalidValue); the parser refuses such lines first.
+	ReasonInvalidValue = "invalid_value"
 )
 
 var reasons = []string{
 	ReasonSyntax, ReasonLineTooLong, ReasonKeyTooLong, ReasonStringTooLong, ReasonReservedKey,
 	ReasonDuplicateTag, ReasonFieldType, ReasonTagField, ReasonTimestamp, ReasonInvalidUTF8,
 	ReasonNoFields, ReasonColumnLimit, ReasonSeriesLimit, ReasonInvalidTable, ReasonTableLimit,
-	ReasonInvalidName, ReasonForbidden, ReasonBeyondRetention,
+	ReasonInvalidName, ReasonForbidden, ReasonBeyondRetention, ReasonInvalidValue,
 }
 
 var (

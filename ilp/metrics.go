@@ -111,6 +111,10 @@ func rejectReason(r *feed.RejectError) string {
 		return ReasonInvalidName
 	case errors.Is(r.Err, feed.ErrBeyondRetention):
 		return ReasonBeyondRetention
+	case errors.Is(r.Err, feed.ErrTimeRange):
+		return ReasonTimestamp
+	case errors.Is(r.Err, feed.ErrInvalidValue):
+		return ReasonInvalidValue
 	}
 	return ReasonInvalidTable
 }

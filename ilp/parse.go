@@ -23,8 +23,9 @@ const (
 	DefaultMaxStringBytes = 1 << 20
 )
 
-// maxAbsTimestamp bounds timestamps to ±9223372036854775806 ns (docs/guide.md#line-rules).
-const maxAbsTimestamp = math.MaxInt64 - 1
+// maxAbsTimestamp bounds timestamps to ±9223372036854775806 ns, the range
+// every write path accepts (feed.CheckTime, docs/guide.md#line-rules).
+const maxAbsTimestamp = feed.MaxTime
 
 // Limits bound what one line may carry; a line past any of them is rejected
 // like any bad line.
@@ -234,10 +235,11 @@ func invalidUTF8(line []byte) int {
 // of it.
 func q(b []byte) string { return feed.QuoteInput(unsafe.String(unsafe.SliceData(b), len(b))) }
 
-// checkKey applies the name rules (feed.CheckName: length, UTF-8, control
-// characters) and the reserved keys to a measurement, tag key or field key.
+// checkKey applies the key rules every write path applies
+// (feed.CheckKey: length, UTF-8, control characters, a trailing
+// backslash, the reserved keys) to a measurement, tag key or field key.
 func (p *Parser) checkKey(what string, k []byte) *ParseError {
-	if err := feed.CheckName(what, unsafe.String(unsafe.SliceData(k), len(k)), p.lim.MaxKeyBytes); err != nil {
+	if err := feed.CheckKey(what, unsafe.String(unsafe.SliceData(k), len(k)), p.lim.MaxKeyBytes); err != nil {
 		var ne *feed.NameError
 		reason := ReasonInvalidName
 		if errors.As(err, &ne) {
@@ -246,15 +248,30 @@ func (p *Parser) checkKey(what string, k []byte) *ParseError {
 				reason = ReasonKeyTooLong
 			case feed.RuleUTF8:
 				reason = ReasonInvalidUTF8
+			case feed.RuleReserved:
+				reason = ReasonReservedKey
 			}
 		}
 		// The message must not alias the line's buffer.
 		return &ParseError{Reason: reason, Err: errors.New(err.Error())}
 	}
-	if what != "measurement" && (bytes.HasPrefix(k, []byte("x_")) || string(k) == "time") {
-		return &ParseError{Reason: ReasonReservedKey, Err: fmt.Errorf("%s %s is reserved (the x_ prefix and \"time\" are engine-owned)", what, q(k))}
-	}
 	return nil
+}
+
+// valueErr turns a refusal of feed.CheckTagValue into the line's error,
+// its message copied (the refusal may alias the line's buffer).
+func valueErr(err error) *ParseError {
+	reason := ReasonSyntax
+	var ve *feed.ValueError
+	if errors.As(err, &ve) {
+		switch ve.Rule {
+		case feed.RuleLength:
+			reason = ReasonStringTooLong
+		case feed.RuleUTF8:
+			reason = ReasonInvalidUTF8
+		}
+	}
+	return &ParseError{Reason: reason, Err: errors.New(err.Error())}
 }
 
 func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *ParseError) {
@@ -295,8 +312,8 @@ func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *Par
 		if perr := p.checkKey("tag key", k); perr != nil {
 			return pt, perr
 		}
-		if len(v) > p.lim.MaxStringBytes {
-			return pt, &ParseError{Reason: ReasonStringTooLong, Err: fmt.Errorf("value of tag %s is %d bytes, longer than --ilp-max-string-bytes=%d", q(k), len(v), p.lim.MaxStringBytes)}
+		if err := feed.CheckTagValue(unsafe.String(unsafe.SliceData(k), len(k)), unsafe.String(unsafe.SliceData(v), len(v)), p.lim.MaxStringBytes); err != nil {
+			return pt, valueErr(err)
 		}
 		// Insertion sort: tags usually arrive sorted.
 		i := len(tags)
@@ -477,6 +494,8 @@ func (p *Parser) fieldValue(k []byte, kind lineprotocol.ValueKind, v []byte) (fe
 			return bad(ReasonSyntax, fmt.Errorf("invalid float %s (hex floats, NaN, Inf and underscores are not allowed)", q(v)))
 		}
 	case lineprotocol.String:
+		// feed.CheckFieldValue's rules: the length here, UTF-8 for the
+		// whole line before.
 		if len(v) > p.lim.MaxStringBytes {
 			return bad(ReasonStringTooLong, fmt.Errorf("string is %d bytes, longer than --ilp-max-string-bytes=%d", len(v), p.lim.MaxStringBytes))
 		}

@@ -92,7 +92,8 @@ func TestParse(t *testing.T) {
 			name: "tag value keeps quotes and backslashes literal",
 			line: `m,p=C:\dir\\x,q="a" v=1 1`,
 			want: &feed.Point{
-				Table: "m", Series: `p=C:\dir\\x,q="a"`,
+				// The series key doubles a backslash before a backslash.
+				Table: "m", Series: `p=C:\dir\\\x,q="a"`,
 				Tags:   []feed.Tag{{Key: "p", Value: `C:\dir\\x`}, {Key: "q", Value: `"a"`}},
 				Fields: []feed.PointField{f("v", fl(1))}, Time: 1,
 			},
@@ -101,7 +102,8 @@ func TestParse(t *testing.T) {
 			name: "double backslash before an escaped space in a tag value",
 			line: `m,p=C:\\ x v=1 1`,
 			want: &feed.Point{
-				Table: "m", Series: `p=C:\\ x`,
+				// The series key doubles a backslash before a space.
+				Table: "m", Series: `p=C:\\\ x`,
 				Tags:   []feed.Tag{{Key: "p", Value: `C:\ x`}},
 				Fields: []feed.PointField{f("v", fl(1))}, Time: 1,
 			},

@@ -556,6 +556,8 @@ func writePortsFile(path, httpAddr, tcpAddr string) error {
 // and the HTTP API that serves both, registering their metrics on reg (and
 // serving reg's), with sec's access control and audit log (nil: none).
 func wire(cfg config, db store.Backend, logger *slog.Logger, reg *prometheus.Registry, sec *security) (*feed.Sequencer, *ilp.Ingest, *httpapi.API, error) {
+	// One string limit for every write path (docs/security.md#write-validation).
+	cfg.feed.MaxStringBytes = cfg.ilp.Limits.MaxStringBytes
 	seq, drainer, err := feed.Open(cfg.feed, db, logger, reg)
 	if err != nil {
 		return nil, nil, nil, fmt.Errorf("start feed: %w", err)

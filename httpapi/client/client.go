@@ -17,11 +17,29 @@ import (
 
 // Client talks to one ingestd over HTTP. It is safe for concurrent use.
 type Client struct {
-	base   string // scheme://host[:port][/prefix], no trailing slash
-	hc     *http.Client
-	token  string
-	strict bool
+	base    string // scheme://host[:port][/prefix], no trailing slash
+	hc      *http.Client
+	token   string
+	strict  bool
+	maxBody int64 // the most bytes of a 2xx answer's body read
 }
+
+// DefaultMaxBodyBytes is the default of WithMaxBodyBytes: the largest
+// 2xx answer body the client reads, 64 MiB. The largest page a server
+// with the default --drain-max-page-bytes (16 MiB) sends is those 16 MiB
+// of rows plus the one row that crosses them (a page holds at least one
+// row) and its envelope; a row of a line of the default --max-line-bytes
+// (1 MiB) is at most 6 MiB as JSON (a control byte of a string becomes
+// \u00XX), so four times the page limit leaves room for it. A client of
+// a server with a larger --drain-max-page-bytes raises it to match
+// (docs/security.md#client-limits).
+const DefaultMaxBodyBytes = 64 << 20
+
+// ErrBodyTooLarge is wrapped by the *ProtocolError of an answer whose
+// body is longer than the client's WithMaxBodyBytes (announced by its
+// Content-Length, or found while reading it): the answer is not read
+// further and no memory is reserved for it.
+var ErrBodyTooLarge = errors.New("answer body larger than the client's limit")
 
 // Option configures a Client.
 type Option func(*Client)
@@ -31,6 +49,19 @@ type Option func(*Client)
 // holds its request up to DrainRequest.Wait, so hc's Timeout must exceed
 // the longest wait used.
 func WithHTTPClient(hc *http.Client) Option { return func(c *Client) { c.hc = hc } }
+
+// WithMaxBodyBytes bounds the body of a 2xx answer the client reads, in
+// bytes (DefaultMaxBodyBytes when not given or n < 1): a longer one ends
+// the call with a *ProtocolError wrapping ErrBodyTooLarge. The bound is
+// what a call holds in memory whatever the server sends; Content-Length
+// is only compared with it, never used to size a buffer.
+func WithMaxBodyBytes(n int64) Option {
+	return func(c *Client) {
+		if n > 0 {
+			c.maxBody = n
+		}
+	}
+}
 
 // WithToken sends token as "Authorization: Token <token>" (InfluxDB 2.x's
 // form, which ingestd's --auth-file takes) on every request; empty sends
@@ -54,7 +85,7 @@ func New(baseURL string, opts ...Option) (*Client, error) {
 	if (u.Scheme != "http" && u.Scheme != "https") || u.Host == "" || u.RawQuery != "" || u.Fragment != "" {
 		return nil, fmt.Errorf("client: base URL must be http(s)://host[:port][/path], got %q", baseURL)
 	}
-	c := &Client{base: strings.TrimSuffix(u.String(), "/"), hc: http.DefaultClient}
+	c := &Client{base: strings.TrimSuffix(u.String(), "/"), hc: http.DefaultClient, maxBody: DefaultMaxBodyBytes}
 	for _, o := range opts {
 		o(c)
 	}
@@ -81,18 +112,22 @@ type Response struct {
 // without a method here (/query, /api/v1/sql, /metrics).
 func (c *Client) Do(ctx context.Context, method, path string, hdr http.Header, body []byte) (*Response, error) {
 	r := &Response{}
-	var buf bytes.Buffer
+	var buf []byte
 	resp, err := c.send(ctx, method, path, hdr, body, &buf)
 	if err != nil {
 		return nil, err
 	}
-	r.StatusCode, r.Header, r.Body = resp.StatusCode, resp.Header, buf.Bytes()
+	r.StatusCode, r.Header, r.Body = resp.StatusCode, resp.Header, buf
 	return r, nil
 }
 
-// send sends one request and reads a 2xx answer's body into buf (reset
-// first; its capacity is reused). A non-2xx answer is returned as *Error.
-func (c *Client) send(ctx context.Context, method, path string, hdr http.Header, body []byte, buf *bytes.Buffer) (*http.Response, error) {
+// send sends one request and reads a 2xx answer's body into *buf
+// (emptied first; its capacity is reused), at most c.maxBody bytes of it:
+// a longer body (or a Content-Length above it) is a *ProtocolError
+// wrapping ErrBodyTooLarge. The buffer grows with the bytes that arrive
+// (readBody), never to a size the server announces. A non-2xx answer is
+// returned as *Error.
+func (c *Client) send(ctx context.Context, method, path string, hdr http.Header, body []byte, buf *[]byte) (*http.Response, error) {
 	var rd io.Reader
 	if body != nil {
 		rd = bytes.NewReader(body)
@@ -116,17 +151,49 @@ func (c *Client) send(ctx context.Context, method, path string, hdr http.Header,
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, maxErrorBodyBytes))
 		return nil, newError(resp, b)
 	}
-	buf.Reset()
-	if resp.ContentLength > 0 {
-		// ReadFrom asks for bytes.MinRead free bytes before each read, the
-		// one that sees EOF included: room for the body alone made it
-		// double a buffer the body had just filled, on most pages.
-		buf.Grow(int(resp.ContentLength) + bytes.MinRead)
+	*buf = (*buf)[:0]
+	op := method + " " + opPath(path)
+	if resp.ContentLength > c.maxBody {
+		return nil, &ProtocolError{Op: op, Err: fmt.Errorf("%w: Content-Length %d, limit %d bytes", ErrBodyTooLarge, resp.ContentLength, c.maxBody)}
 	}
-	if _, err := buf.ReadFrom(resp.Body); err != nil {
-		return nil, fmt.Errorf("ingestd: %s %s: read answer: %w", method, opPath(path), err)
+	b, err := readBody(*buf, resp.Body, c.maxBody)
+	*buf = b[:min(len(b), int(c.maxBody))]
+	if int64(len(b)) > c.maxBody {
+		return nil, &ProtocolError{Op: op, Err: fmt.Errorf("%w: more than %d bytes", ErrBodyTooLarge, c.maxBody)}
+	}
+	if err != nil {
+		return nil, fmt.Errorf("ingestd: %s: read answer: %w", op, err)
 	}
 	return resp, nil
+}
+
+// minBodyBuf is the first capacity readBody gives an empty buffer.
+const minBodyBuf = 4 << 10
+
+// readBody reads r into b[:0] until EOF or limit+1 bytes, whichever comes
+// first, and returns the bytes read (more than limit: the body is longer).
+// The buffer doubles as bytes arrive, never past limit+1 bytes: a body
+// takes at most about one and a half times the limit while it is read.
+func readBody(b []byte, r io.Reader, limit int64) ([]byte, error) {
+	b = b[:0]
+	for {
+		if len(b) == cap(b) {
+			if int64(len(b)) > limit {
+				return b, nil
+			}
+			nb := make([]byte, len(b), min(int64(max(2*cap(b), minBodyBuf)), limit+1))
+			copy(nb, b)
+			b = nb
+		}
+		n, err := r.Read(b[len(b):cap(b)])
+		b = b[:len(b)+n]
+		if errors.Is(err, io.EOF) {
+			return b, nil
+		}
+		if err != nil {
+			return b, err
+		}
+	}
 }
 
 // opPath is path without its query, for messages: a query may hold a

@@ -27,6 +27,15 @@
 //		// refusal.Code, refusal.StatusCode, refusal.Epoch …
 //	}
 //
+// The client trusts no server: it reads at most WithMaxBodyBytes of an
+// answer (DefaultMaxBodyBytes, derived from the server's page limits;
+// Content-Length is compared with it, never used to size a buffer), and
+// checks every drain and copy page against the request before returning
+// it (table, epoch, cursor, next never below the cursor, x_seq ascending
+// within (after, next], row counts, the measurement of lp lines). A page
+// that breaks the contract is a *ProtocolError wrapping ErrBadPage, one
+// too large wraps ErrBodyTooLarge (docs/security.md#client-limits).
+//
 // Failures of the transport (connection refused, a deadline) are returned
 // as net/http returns them, wrapped with the request's method and path.
 package client

@@ -117,15 +117,18 @@ type Page struct {
 	// envelope of ndjson and lp pages, X-Influxdb-Version).
 	Header http.Header
 
-	buf   bytes.Buffer
+	buf   []byte
 	cells []json.RawMessage
 }
 
-// Lines counts the rows of an ndjson or lp page (its lines), or of a JSON
-// page.
+// Lines counts the rows of an ndjson or lp page (its lines, a newline
+// inside a string field of an lp line not ending it), or of a JSON page.
 func (p *Page) Lines() int {
-	if p.Format == FormatJSON {
+	switch p.Format {
+	case FormatJSON:
 		return len(p.Rows)
+	case FormatLP:
+		return countLines(p.Body)
 	}
 	return bytes.Count(p.Body, []byte{'\n'})
 }
@@ -144,20 +147,27 @@ func (c *Client) Drain(ctx context.Context, r DrainRequest) (*Page, error) {
 
 // DrainInto is Drain filling pg, whose buffers it reuses: a consumer
 // draining many pages allocates little. pg's previous Rows and Body are
-// overwritten.
+// overwritten. The page is checked against r before it is returned: one
+// that breaks the feed's contract (ErrBadPage) or is larger than
+// WithMaxBodyBytes (ErrBodyTooLarge) is a *ProtocolError, and pg must
+// then not be applied.
 func (c *Client) DrainInto(ctx context.Context, r DrainRequest, pg *Page) error {
 	path := "/drain?" + r.query()
 	resp, err := c.send(ctx, http.MethodGet, path, nil, nil, &pg.buf)
 	if err != nil {
 		return err
 	}
-	pg.Body, pg.Rows, pg.Format, pg.Header = pg.buf.Bytes(), pg.Rows[:0], r.Format, resp.Header
+	pg.Body, pg.Rows, pg.Format, pg.Header = pg.buf, pg.Rows[:0], r.Format, resp.Header
 	if pg.Format == "" {
 		pg.Format = FormatJSON
 	}
 	if pg.Format != FormatJSON {
 		pg.Columns = nil
-		return c.pageHeaders(resp.Header, pg)
+		if err := c.pageHeaders(resp.Header, pg); err != nil {
+			return err
+		}
+		pg.Table = r.Table
+		return checkPage(r, pg)
 	}
 	var env struct {
 		Table     string          `json:"table"`
@@ -178,7 +188,7 @@ func (c *Client) DrainInto(ctx context.Context, r DrainRequest, pg *Page) error 
 	if pg.Columns == nil {
 		return &ProtocolError{Op: "GET /drain", Err: fmt.Errorf("page without columns: %s", clip(pg.Body))}
 	}
-	return nil
+	return checkPage(r, pg)
 }
 
 // pageHeaders reads the envelope of an ndjson or lp drain page from its

@@ -53,7 +53,10 @@ type RowsPage struct {
 
 // Rows asks for one page of the copy by time range. Refusals: ErrTableNotFound,
 // ErrStaleEpoch (the table was truncated or re-created since the copy
-// began: start over), 400s for a bad parameter or cursor.
+// began: start over), 400s for a bad parameter or cursor. A page of
+// another table, with more rows than r.Limit, lines of another
+// measurement (lp) or a cursor that does not move is a *ProtocolError
+// wrapping ErrBadPage.
 func (c *Client) Rows(ctx context.Context, r RowsRequest) (*RowsPage, error) {
 	q := url.Values{"limit": {strconv.Itoa(r.Limit)}}
 	for k, v := range map[string]string{"start": r.Start, "end": r.End, "cursor": r.Cursor, "format": r.Format, "time_format": r.TimeFormat} {
@@ -79,6 +82,9 @@ func (c *Client) Rows(ctx context.Context, r RowsRequest) (*RowsPage, error) {
 				resp.Header.Get("Ingestd-Epoch"), resp.Header.Get("Ingestd-Watermark"))}
 		}
 		pg.Epoch, pg.Watermark, pg.Cursor = e, w, resp.Header.Get("Ingestd-Cursor")
+		if err := checkRowsPage(op, r, pg); err != nil {
+			return nil, err
+		}
 		return pg, nil
 	}
 	var env struct {
@@ -102,6 +108,9 @@ func (c *Client) Rows(ctx context.Context, r RowsRequest) (*RowsPage, error) {
 	pg.Table, pg.Epoch, pg.Watermark, pg.Columns = env.Table, env.Epoch, env.Watermark, env.Columns
 	if env.Cursor != nil {
 		pg.Cursor = *env.Cursor
+	}
+	if err := checkRowsPage(op, r, pg); err != nil {
+		return nil, err
 	}
 	return pg, nil
 }

@@ -6,10 +6,20 @@
 // for a resync (stale epoch, cursor beyond the sequence, expired history)
 // starts over with a copy, truncating an ingestd target first. It talks to
 // both servers through package httpapi/client only.
+//
+// The source is not trusted (docs/security.md#client-limits): its answers
+// are bounded by --max-page-bytes, every page is checked (client.ErrBadPage)
+// and every line it holds is parsed with the rules every write path of
+// ingestd applies (docs/security.md#write-validation) and must be of the
+// mirrored table. The bootstrap copy is bounded: it may return at most as
+// many rows as the source held when it began plus twice what was written
+// since (each write adds or re-sends at most one row), so a source whose
+// copy never ends is stopped. A source that breaks the protocol stops the
+// mirror with an error naming what it broke; nothing of the bad page is
+// written and the cursor stays where it was.
 package mirror
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"errors"
@@ -31,7 +41,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/ingestd/ingestd/cmd/ingestd/cli"
+	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/httpapi/client"
+	"github.com/ingestd/ingestd/ilp"
 )
 
 // Config configures `ingestd mirror`; its flags are registered by
@@ -68,11 +80,23 @@ type Config struct {
 	// TLS is the trust and client certificate for https:// source and
 	// target URLs (--ca-file, --client-cert, --client-key).
 	TLS cli.ClientTLS
+	// MaxPageBytes bounds every answer of the source and the target read,
+	// in bytes (client.WithMaxBodyBytes); at least the source's
+	// --drain-max-page-bytes plus its largest row. 0:
+	// client.DefaultMaxBodyBytes.
+	MaxPageBytes int64
+	// Limits are the line rules the source's lines must pass (set them as
+	// the source's --max-line-bytes, --max-name-bytes and
+	// --ilp-max-string-bytes). The zero Limits: ilp.DefaultLimits().
+	Limits ilp.Limits
 }
 
 // DefaultConfig returns the defaults of the flags.
 func DefaultConfig() Config {
-	return Config{Limit: 5000, Wait: 10 * time.Second, MaxBackoff: 30 * time.Second, LogLevel: "info", LogFormat: "text"}
+	return Config{
+		Limit: 5000, Wait: 10 * time.Second, MaxBackoff: 30 * time.Second, LogLevel: "info", LogFormat: "text",
+		MaxPageBytes: client.DefaultMaxBodyBytes, Limits: ilp.DefaultLimits(),
+	}
 }
 
 // RegisterFlags registers the mirror's flags on fs.
@@ -90,6 +114,10 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.MetricsAddr, "metrics-addr", c.MetricsAddr, "serve the mirror's Prometheus metrics at this address (empty: off)")
 	fs.StringVar(&c.LogLevel, "log-level", c.LogLevel, "log level: debug, info, warn, error")
 	fs.StringVar(&c.LogFormat, "log-format", c.LogFormat, "log format: text or json")
+	fs.Int64Var(&c.MaxPageBytes, "max-page-bytes", c.MaxPageBytes, "largest answer read from the source or the target, in bytes (past it the mirror stops); at least the source's --drain-max-page-bytes plus its largest row")
+	fs.IntVar(&c.Limits.MaxLineBytes, "max-line-bytes", c.Limits.MaxLineBytes, "longest line a page of the source may hold (as the source's --max-line-bytes)")
+	fs.IntVar(&c.Limits.MaxKeyBytes, "max-name-bytes", c.Limits.MaxKeyBytes, "longest measurement, tag key or field key a line may hold (as the source's --max-name-bytes)")
+	fs.IntVar(&c.Limits.MaxStringBytes, "ilp-max-string-bytes", c.Limits.MaxStringBytes, "longest tag value or string field a line may hold (as the source's --ilp-max-string-bytes)")
 	c.TLS.RegisterFlags(fs)
 }
 
@@ -118,6 +146,20 @@ func (c *Config) Validate() error {
 	if c.MetricsAddr != "" {
 		if err := cli.ValidateAddr(c.MetricsAddr); err != nil {
 			errs = append(errs, fmt.Errorf("--metrics-addr: %w", err))
+		}
+	}
+	if c.MaxPageBytes < 0 {
+		errs = append(errs, errors.New("--max-page-bytes must be positive"))
+	}
+	if c.Limits != (ilp.Limits{}) {
+		if c.Limits.MaxLineBytes < 1 || c.Limits.MaxLineBytes > ilp.MaxLineBytesCeiling {
+			errs = append(errs, fmt.Errorf("--max-line-bytes must be within 1..%d", ilp.MaxLineBytesCeiling))
+		}
+		if c.Limits.MaxKeyBytes < 1 || c.Limits.MaxKeyBytes > feed.MaxNameBytesCeiling {
+			errs = append(errs, fmt.Errorf("--max-name-bytes must be within 1..%d", feed.MaxNameBytesCeiling))
+		}
+		if c.Limits.MaxStringBytes < 1 {
+			errs = append(errs, errors.New("--ilp-max-string-bytes must be positive"))
 		}
 	}
 	if err := cli.ValidateLog(c.LogLevel, c.LogFormat); err != nil {
@@ -195,6 +237,7 @@ type metrics struct {
 	position   prometheus.Gauge
 	lag        prometheus.Gauge
 	lastCommit prometheus.Gauge
+	protocol   *prometheus.CounterVec
 }
 
 // Mirror keeps one table's replica. It is driven by one goroutine (Run).
@@ -205,6 +248,8 @@ type Mirror struct {
 	write        client.WriteOptions // the target's write route
 	m            metrics
 	lastProgress time.Time
+	parser       *ilp.Parser // checks the source's lines (checkLines)
+	batch        feed.Batch  // checkLines' points, reused
 }
 
 // New returns a mirror of cfg (validated) registering its metrics on reg
@@ -221,7 +266,13 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Mirror, e
 		return nil, err
 	}
 	hc := &http.Client{Transport: tr, Timeout: cfg.Wait + 60*time.Second}
-	src, err := client.New(cfg.Source, client.WithHTTPClient(hc), client.WithToken(cfg.SourceToken))
+	if cfg.MaxPageBytes == 0 {
+		cfg.MaxPageBytes = client.DefaultMaxBodyBytes
+	}
+	if cfg.Limits == (ilp.Limits{}) {
+		cfg.Limits = ilp.DefaultLimits()
+	}
+	src, err := client.New(cfg.Source, client.WithHTTPClient(hc), client.WithToken(cfg.SourceToken), client.WithMaxBodyBytes(cfg.MaxPageBytes))
 	if err != nil {
 		return nil, fmt.Errorf("--source: %w", err)
 	}
@@ -230,13 +281,13 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Mirror, e
 		return nil, fmt.Errorf("--target: %w", err)
 	}
 	base := url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host}
-	tgt, err := client.New(base.String(), client.WithHTTPClient(hc), client.WithToken(cfg.TargetToken))
+	tgt, err := client.New(base.String(), client.WithHTTPClient(hc), client.WithToken(cfg.TargetToken), client.WithMaxBodyBytes(cfg.MaxPageBytes))
 	if err != nil {
 		return nil, fmt.Errorf("--target: %w", err)
 	}
 	f := promauto.With(reg)
-	return &Mirror{
-		cfg: cfg, logger: logger, src: src, tgt: tgt,
+	mr := &Mirror{
+		cfg: cfg, logger: logger, src: src, tgt: tgt, parser: ilp.NewParser(cfg.Limits),
 		write: client.WriteOptions{Path: u.EscapedPath(), Query: u.Query()},
 		m: metrics{
 			rows:     f.NewCounter(prometheus.CounterOpts{Name: "ingestd_mirror_rows_total", Help: "Rows written to the target (copy and drain)."}),
@@ -249,8 +300,59 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Mirror, e
 			lastCommit: f.NewGauge(prometheus.GaugeOpts{
 				Name: "ingestd_mirror_last_commit_timestamp_seconds", Help: "When the cursor file was last written (Unix seconds).",
 			}),
+			protocol: f.NewCounterVec(prometheus.CounterOpts{
+				Name: "ingestd_mirror_protocol_errors_total",
+				Help: "Answers of the source that broke the protocol, by reason (body_too_large, bad_page, bad_line, other_table, endless_copy); each stops the mirror.",
+			}, []string{"reason"}),
 		},
-	}, nil
+	}
+	for _, r := range protocolReasons {
+		mr.m.protocol.WithLabelValues(r)
+	}
+	return mr, nil
+}
+
+// The reasons of ingestd_mirror_protocol_errors_total (a closed set).
+const (
+	reasonBodyTooLarge = "body_too_large"
+	reasonBadPage      = "bad_page"
+	reasonBadLine      = "bad_line"
+	reasonOtherTable   = "other_table"
+	reasonEndlessCopy  = "endless_copy"
+)
+
+var protocolReasons = []string{reasonBodyTooLarge, reasonBadPage, reasonBadLine, reasonOtherTable, reasonEndlessCopy}
+
+// ErrProtocol is wrapped by the error Run returns when the source broke
+// the protocol: an answer past --max-page-bytes, a page that breaks the
+// feed's contract, a line that breaks the write rules or is of another
+// table, a copy that does not end. Retrying cannot fix it.
+var ErrProtocol = errors.New("the source broke the protocol")
+
+// protocolErr counts a protocol error of reason and returns the error that
+// stops the mirror.
+func (mr *Mirror) protocolErr(reason string, err error) error {
+	mr.m.protocol.WithLabelValues(reason).Inc()
+	return fmt.Errorf("%w (%s): %w: the mirror stops (nothing of the page was written)", ErrProtocol, reason, err)
+}
+
+// checkLines checks an lp page of the source before it is written: every
+// line must pass the write rules (ilp's parser with cfg.Limits, which
+// applies feed's) and be of the mirrored table. It returns the page's
+// rows.
+func (mr *Mirror) checkLines(body []byte) (int, error) {
+	mr.batch.Points = mr.batch.Points[:0]
+	defer mr.parser.Reuse()
+	errs, _ := mr.parser.ParseAll(&mr.batch, body, 1, ilp.Nanosecond, 0)
+	if len(errs) > 0 {
+		return 0, mr.protocolErr(reasonBadLine, errs[0])
+	}
+	for _, p := range mr.batch.Points {
+		if p.Table != mr.cfg.Table {
+			return 0, mr.protocolErr(reasonOtherTable, fmt.Errorf("line %d is of table %s, not %s", p.Line, feed.QuoteInput(p.Table), feed.QuoteInput(mr.cfg.Table)))
+		}
+	}
+	return len(mr.batch.Points), nil
 }
 
 // errResync asks Run to copy the table in full again.
@@ -268,7 +370,8 @@ func resync(err error) error {
 
 // Run mirrors until ctx ends (nil) or a failure no retry can fix: an
 // unreadable cursor file, sync OFF at the source at bootstrap, a cursor
-// file that cannot be written.
+// file that cannot be written, a source that breaks the protocol
+// (ErrProtocol).
 func (mr *Mirror) Run(ctx context.Context) error {
 	cur, err := mr.loadCursor()
 	if err != nil {
@@ -327,10 +430,14 @@ func (mr *Mirror) bootstrap(ctx context.Context) (*Cursor, error) {
 			return nil, err
 		}
 	}
+	budget, err := mr.newCopyBudget(ctx, st)
+	if err != nil {
+		return nil, err
+	}
 	mr.logger.Info("copying table", "source", mr.cfg.Source)
 	var cur *Cursor
 	req := client.RowsRequest{Table: mr.cfg.Table, Limit: mr.cfg.Limit, Format: client.FormatLP}
-	rows := 0
+	rows := uint64(0)
 	for {
 		var pg *client.RowsPage
 		err := mr.retry(ctx, "source", func() (err error) {
@@ -342,11 +449,20 @@ func (mr *Mirror) bootstrap(ctx context.Context) (*Cursor, error) {
 		}
 		if cur == nil {
 			cur = &Cursor{Source: mr.cfg.Source, Table: mr.cfg.Table, Epoch: pg.Epoch, Next: pg.Watermark}
+		} else if pg.Epoch != cur.Epoch || pg.Watermark != cur.Next {
+			return nil, mr.protocolErr(reasonBadPage, fmt.Errorf("copy page of epoch %d and watermark %d, the copy began at %d and %d", pg.Epoch, pg.Watermark, cur.Epoch, cur.Next))
 		}
-		if err := mr.writeTarget(ctx, pg.Body); err != nil {
+		n, err := mr.checkLines(pg.Body)
+		if err != nil {
 			return nil, err
 		}
-		rows += bytes.Count(pg.Body, []byte{'\n'})
+		rows += uint64(n)
+		if err := budget.check(ctx, mr, rows); err != nil {
+			return nil, err
+		}
+		if err := mr.writeTarget(ctx, pg.Body, n); err != nil {
+			return nil, err
+		}
 		if req.Cursor = pg.Cursor; req.Cursor == "" {
 			break
 		}
@@ -356,6 +472,71 @@ func (mr *Mirror) bootstrap(ctx context.Context) (*Cursor, error) {
 	}
 	mr.logger.Info("table copied; following the feed", "rows", rows, "epoch", cur.Epoch, "from", cur.Next)
 	return cur, nil
+}
+
+// copyBudget bounds the rows of a bootstrap copy: a copy visits each point
+// of the table once, and a write during the copy adds at most one point or
+// makes one appear again, so it returns at most the fragments the source
+// held when it began (its table stats, counted up to a few seconds before,
+// plus its seq then, which covers the synced writes of that while) and two
+// rows per fragment written since (its seq now minus its seq then). Past
+// that the copy does not end: the source is stopped as broken.
+type copyBudget struct {
+	fragments uint64 // the most fragments the source's stats reported
+	seq0      uint64 // the source's seq when the copy began
+	rows      uint64 // the rows allowed until the budget is read again
+}
+
+// newCopyBudget reads the source's table stats and returns the budget of
+// a copy beginning at st.
+func (mr *Mirror) newCopyBudget(ctx context.Context, st client.SyncStatus) (*copyBudget, error) {
+	b := &copyBudget{seq0: st.Seq}
+	if err := b.refresh(ctx, mr, st.Seq); err != nil {
+		return nil, err
+	}
+	return b, nil
+}
+
+// refresh reads the source's stats again and recomputes b.rows with seq,
+// the source's seq now.
+func (b *copyBudget) refresh(ctx context.Context, mr *Mirror, seq uint64) error {
+	var t client.Table
+	err := mr.retry(ctx, "source", func() (err error) {
+		t, err = mr.src.Table(ctx, mr.cfg.Table)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if t.Stats != nil {
+		b.fragments = max(b.fragments, t.Stats.Fragments)
+	}
+	b.rows = b.fragments + b.seq0 + 2*(max(seq, b.seq0)-b.seq0)
+	return nil
+}
+
+// check returns nil while rows is within the budget, reading the source's
+// state again once it is not; a copy still past it is a protocol error.
+func (b *copyBudget) check(ctx context.Context, mr *Mirror, rows uint64) error {
+	if rows <= b.rows {
+		return nil
+	}
+	var st client.SyncStatus
+	err := mr.retry(ctx, "source", func() (err error) {
+		st, err = mr.src.Sync(ctx, mr.cfg.Table)
+		return err
+	})
+	if err != nil {
+		return err
+	}
+	if err := b.refresh(ctx, mr, st.Seq); err != nil {
+		return err
+	}
+	if rows > b.rows {
+		return mr.protocolErr(reasonEndlessCopy, fmt.Errorf("the copy returned %d rows and goes on, more than the %d the source held (%d fragments, seq %d) and wrote since (seq %d)",
+			rows, b.rows, b.fragments, b.seq0, st.Seq))
+	}
+	return nil
 }
 
 // follow drains the feed from cur with long-polls, writing each page to the
@@ -371,7 +552,11 @@ func (mr *Mirror) follow(ctx context.Context, cur *Cursor) error {
 		if err != nil {
 			return err
 		}
-		if err := mr.writeTarget(ctx, pg.Body); err != nil {
+		n, err := mr.checkLines(pg.Body)
+		if err != nil {
+			return err
+		}
+		if err := mr.writeTarget(ctx, pg.Body, n); err != nil {
 			return err
 		}
 		// The lag is published before the cursor is persisted (as
@@ -393,11 +578,12 @@ func (mr *Mirror) follow(ctx context.Context, cur *Cursor) error {
 	return nil
 }
 
-// writeTarget posts ILP to the target, retrying until it is acknowledged.
+// writeTarget posts ILP (rows lines) to the target, retrying until it is
+// acknowledged.
 // A partial write (400/422: bad lines dropped by the target) is logged and
 // counted, not retried: the target kept the good lines and resending
 // cannot fix the bad ones.
-func (mr *Mirror) writeTarget(ctx context.Context, body []byte) error {
+func (mr *Mirror) writeTarget(ctx context.Context, body []byte, rows int) error {
 	if len(body) == 0 {
 		return nil
 	}
@@ -415,19 +601,29 @@ func (mr *Mirror) writeTarget(ctx context.Context, body []byte) error {
 		return err
 	}
 	mr.m.pages.Inc()
-	mr.m.rows.Add(float64(bytes.Count(body, []byte{'\n'})))
+	mr.m.rows.Add(float64(rows))
 	return nil
 }
 
 // retry runs fn until it succeeds, ctx ends or it asks for a resync,
 // pausing with jittered exponential backoff between attempts. A source
 // table that is gone or has sync OFF is retried too: an operator may fix it.
+// An answer of the source that breaks the protocol (*client.ProtocolError)
+// is not retried: it is returned as ErrProtocol.
 func (mr *Mirror) retry(ctx context.Context, side string, fn func() error) error {
 	backoff := min(100*time.Millisecond, mr.cfg.MaxBackoff)
 	for {
 		err := fn()
 		if err == nil || errors.Is(err, errResync) || ctx.Err() != nil {
 			return err
+		}
+		var pe *client.ProtocolError
+		if side == "source" && errors.As(err, &pe) {
+			reason := reasonBadPage
+			if errors.Is(err, client.ErrBodyTooLarge) {
+				reason = reasonBodyTooLarge
+			}
+			return mr.protocolErr(reason, err)
 		}
 		mr.m.errors.WithLabelValues(side).Inc()
 		mr.logger.Warn("request failed; retrying", "side", side, "err", err, "backoff", backoff)
