@@ -114,7 +114,7 @@ func TestConsumerHoldsHistory(t *testing.T) {
 	require.Len(t, p.seqs(), 45, "the held history is all there")
 
 	// Deleting "gone" leaves "slow" (now at 5, seen now) holding.
-	require.NoError(t, h.d.DeleteConsumer("t", "gone"))
+	require.NoError(t, h.d.DeleteConsumer("t", "gone", Principal{}))
 	drainPage(t, h.d, DrainRequest{Table: "t", After: 30, Limit: 100, Consumer: "slow"})
 	eventually(t, func() bool { st, _ := h.d.Status("t"); return st.Horizon == 31 }, "the hold follows the consumer")
 

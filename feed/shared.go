@@ -130,7 +130,7 @@ func (s *Sequencer) takeInstance(old *table, c *change) *table {
 		nt.seq = max(nt.seq, old.seq)
 		nt.pub.points = old.snapshot().points
 		if c.dropped {
-			old.consumers.dropAll()
+			old.consumers.dropAll(s.counts)
 		} else {
 			nt.consumers = old.consumers
 		}
@@ -138,7 +138,7 @@ func (s *Sequencer) takeInstance(old *table, c *change) *table {
 	}
 	if old == nil || c.dropped {
 		if cs, err := s.st.LoadConsumers(storeCtx, m.Name); err == nil {
-			nt.consumers.load(cs)
+			nt.consumers.load(cs, s.counts)
 		} else {
 			s.logger.Warn("consumers of a table another node made not loaded", "table", m.Name, "err", err)
 		}

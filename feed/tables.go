@@ -248,7 +248,7 @@ func (s *Sequencer) dropTable(t *table, tomb *store.TableMeta) {
 	}
 	s.mu.Unlock()
 	t.notify()
-	t.consumers.dropAll()
+	t.consumers.dropAll(s.counts)
 	s.m.removedRows.DeleteLabelValues(t.name)
 	s.m.oldestRetained.DeleteLabelValues(t.name)
 }
