@@ -99,8 +99,9 @@ type Config struct {
 	// MaxNameBytes applies too).
 	MaxConsumerNameBytes int
 	// MetricsMaxTables is how many sync tables /metrics labels (those with
-	// the highest seq); the others are summed in one series labelled
-	// table="". MetricsMaxConsumers is the same for named consumers (the
+	// the highest seq), and how many tables its retention figures label
+	// (those with the most rows removed); the others are summed in one
+	// series labelled table="". MetricsMaxConsumers is the same for named consumers (the
 	// laggiest, in fragments). 0 labels none.
 	MetricsMaxTables    int
 	MetricsMaxConsumers int
@@ -216,7 +217,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxConsumers, "max-consumers", c.MaxConsumers, "most named drain consumers of the server (409 too_many_consumers past it)")
 	fs.DurationVar(&c.ConsumerIdleExpiry, "consumer-idle-expiry", c.ConsumerIdleExpiry, "remove a named consumer that has not drained for this long (0: never)")
 	fs.IntVar(&c.MaxConsumerNameBytes, "max-consumer-name-bytes", c.MaxConsumerNameBytes, "longest consumer name in bytes (400 invalid_name past it)")
-	fs.IntVar(&c.MetricsMaxTables, "metrics-max-tables", c.MetricsMaxTables, "sync tables /metrics labels, highest seq first; the others are summed in one table=\"\" series (0: none labelled)")
+	fs.IntVar(&c.MetricsMaxTables, "metrics-max-tables", c.MetricsMaxTables, "tables /metrics labels: sync tables by highest seq, retention figures by most rows removed; the others are summed in one table=\"\" series (0: none labelled)")
 	fs.IntVar(&c.MetricsMaxConsumers, "metrics-max-consumers", c.MetricsMaxConsumers, "named consumers /metrics labels, laggiest first; the others are summed in one consumer=\"\" series (0: none labelled)")
 	fs.IntVar(&c.MaxTombstones, "feed-max-tombstones", c.MaxTombstones, "most dropped tables remembered by name; past it the oldest fold into one floor new tables start above (0: none)")
 	fs.IntVar(&c.MaxNameBytes, "max-name-bytes", c.MaxNameBytes, "longest table, measurement, tag key, field key or consumer name in bytes (at most 32000, so that every storage key fits)")

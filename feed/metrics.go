@@ -30,12 +30,9 @@ type metrics struct {
 	tombstonesPruned prometheus.Counter
 	// groupSplits counts group commits cut at Config.MaxGroupBytes.
 	groupSplits prometheus.Counter
-	// removedRows counts fragments removed by retention, per table;
-	// sweepSeconds times sweep batches; oldestRetained is each table's
-	// oldest retained row time after its last complete sweep.
-	removedRows    *prometheus.CounterVec
-	sweepSeconds   prometheus.Histogram
-	oldestRetained *prometheus.GaugeVec
+	// sweepSeconds times sweep batches (the rows removed and the oldest
+	// kept, per table, are reported by tableCollector).
+	sweepSeconds prometheus.Histogram
 	// horizonRaises counts raises of a history horizon by cause.
 	horizonRaises *prometheus.CounterVec
 	// consumerRefusals counts refused consumer drains and deletions by
@@ -73,17 +70,11 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 		tombstonesPruned: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_feed_tombstones_pruned_total", Help: "Dropped tables' tombstones folded into the floor past --feed-max-tombstones.",
 		}),
-		removedRows: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "ingestd_retention_removed_rows_total", Help: "Fragments (stored rows) removed by retention, per table.",
-		}, []string{"table"}),
 		// A batch takes from ~100 µs (nothing aged) to seconds (large blocks rewritten).
 		sweepSeconds: f.NewHistogram(prometheus.HistogramOpts{
 			Name: "ingestd_retention_sweep_duration_seconds", Help: "Duration of one retention sweep batch (the time it holds the sequencer).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 4, 10),
 		}),
-		oldestRetained: f.NewGaugeVec(prometheus.GaugeOpts{
-			Name: "ingestd_retention_oldest_retained_time_seconds", Help: "Time (Unix seconds) of the oldest row a table with a retention still holds, as of its last complete sweep.",
-		}, []string{"table"}),
 		horizonRaises: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_feed_horizon_raises_total", Help: "Raises of a table's history horizon, by cause (retention: aged rows removed; history: --feed-history or --feed-history-fragments).",
 		}, []string{"cause"}),
@@ -134,7 +125,11 @@ var (
 		"seq - watermark, per sync table (the --metrics-max-tables with the highest seq); table=\"\" sums the others.", []string{"table"}, nil)
 	tableHorizonDesc = prometheus.NewDesc("ingestd_feed_table_horizon", "Lowest x_seq still drainable (history horizon), per sync table (the --metrics-max-tables with the highest seq).", []string{"table"}, nil)
 	unlabelledDesc   = prometheus.NewDesc("ingestd_feed_metrics_unlabelled",
-		"Sync tables (kind=\"table\") and their named consumers (kind=\"consumer\") past --metrics-max-tables and --metrics-max-consumers, summed in the table=\"\" series.", []string{"kind"}, nil)
+		"Sync tables (kind=\"table\"), tables with retention figures (kind=\"retention\") and named consumers (kind=\"consumer\") past --metrics-max-tables and --metrics-max-consumers, summed in the table=\"\" series.", []string{"kind"}, nil)
+	removedRowsDesc = prometheus.NewDesc("ingestd_retention_removed_rows_total",
+		"Fragments (stored rows) removed by retention since the process started, per table (the --metrics-max-tables with the most); table=\"\" sums the others.", []string{"table"}, nil)
+	oldestRetainedDesc = prometheus.NewDesc("ingestd_retention_oldest_retained_time_seconds",
+		"Time (Unix seconds) of the oldest row a table with a retention still holds, as of its last complete sweep (the --metrics-max-tables with the most rows removed); table=\"\" is the oldest of the others.", []string{"table"}, nil)
 	holdingDesc = prometheus.NewDesc("ingestd_feed_consumer_holds_history",
 		"1 while a named consumer holds its table's history horizon (--consumer-holds-history, seen within --consumer-hold-max-age, current epoch), else 0 (the --metrics-max-consumers laggiest).", []string{"table", "consumer"}, nil)
 	lagFragmentsDesc = prometheus.NewDesc("ingestd_feed_consumer_lag_fragments",
@@ -166,6 +161,8 @@ func (c tableCollector) Describe(ch chan<- *prometheus.Desc) {
 	ch <- tableHorizonDesc
 	ch <- holdingDesc
 	ch <- unlabelledDesc
+	ch <- removedRowsDesc
+	ch <- oldestRetainedDesc
 }
 
 func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
@@ -174,9 +171,17 @@ func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 		st   SyncStatus
 	}
 	var rows []row
+	var ret []retentionRow
 	for _, t := range c.s.liveTables() {
-		if st := t.status(); st.Enabled && validLabel(t.name) {
-			rows = append(rows, row{t.name, st})
+		if !validLabel(t.name) {
+			continue
+		}
+		p := t.snapshot()
+		if p.sync {
+			rows = append(rows, row{t.name, p.statusLocked()})
+		}
+		if p.removed > 0 || p.hasOldest {
+			ret = append(ret, retentionRow{t.name, p.removed, p.oldest, p.hasOldest})
 		}
 	}
 	sort.Slice(rows, func(i, j int) bool {
@@ -202,7 +207,50 @@ func (c tableCollector) Collect(ch chan<- prometheus.Metric) {
 		ch <- prometheus.MustNewConstMetric(tableInFlightDesc, prometheus.GaugeValue, float64(inFlight), "")
 	}
 	ch <- prometheus.MustNewConstMetric(unlabelledDesc, prometheus.GaugeValue, float64(len(rows)-n), "table")
+	c.collectRetention(ch, ret)
 	c.collectLag(ch)
+}
+
+// retentionRow is what retention did to one table.
+type retentionRow struct {
+	name      string
+	removed   uint64
+	oldest    int64
+	hasOldest bool
+}
+
+// collectRetention reports the retention figures of the
+// Config.MetricsMaxTables tables with the most rows removed; the others'
+// removed rows are summed and their oldest kept row is the oldest of
+// them, labelled "".
+func (c tableCollector) collectRetention(ch chan<- prometheus.Metric, rows []retentionRow) {
+	sort.Slice(rows, func(i, j int) bool {
+		if rows[i].removed != rows[j].removed {
+			return rows[i].removed > rows[j].removed
+		}
+		return rows[i].name < rows[j].name
+	})
+	n := min(len(rows), c.s.cfg.MetricsMaxTables)
+	for _, r := range rows[:n] {
+		ch <- prometheus.MustNewConstMetric(removedRowsDesc, prometheus.CounterValue, float64(r.removed), r.name)
+		if r.hasOldest {
+			ch <- prometheus.MustNewConstMetric(oldestRetainedDesc, prometheus.GaugeValue, float64(r.oldest)/1e9, r.name)
+		}
+	}
+	var other retentionRow
+	for _, r := range rows[n:] {
+		other.removed += r.removed
+		if r.hasOldest && (!other.hasOldest || r.oldest < other.oldest) {
+			other.oldest, other.hasOldest = r.oldest, true
+		}
+	}
+	if len(rows) > n {
+		ch <- prometheus.MustNewConstMetric(removedRowsDesc, prometheus.CounterValue, float64(other.removed), "")
+		if other.hasOldest {
+			ch <- prometheus.MustNewConstMetric(oldestRetainedDesc, prometheus.GaugeValue, float64(other.oldest)/1e9, "")
+		}
+	}
+	ch <- prometheus.MustNewConstMetric(unlabelledDesc, prometheus.GaugeValue, float64(len(rows)-n), "retention")
 }
 
 // collectLag reports the laggiest named consumers of the sync tables, each

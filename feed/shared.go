@@ -128,7 +128,8 @@ func (s *Sequencer) takeInstance(old *table, c *change) *table {
 	nt.seq = max(c.Seq, c.Table.Seq)
 	if old != nil {
 		nt.seq = max(nt.seq, old.seq)
-		nt.pub.points = old.snapshot().points
+		prev := old.snapshot()
+		nt.pub.points, nt.pub.removed = prev.points, prev.removed
 		if c.dropped {
 			old.consumers.dropAll(s.counts)
 		} else {
