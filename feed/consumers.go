@@ -76,8 +76,8 @@ func (cc *consumerCounts) take(owner string, perToken, total int) string {
 	return ""
 }
 
-// add counts one more consumer of owner, whatever the budgets (loaded
-// from the store, or an unowned one claimed).
+// add counts n more consumers of owner (fewer when n is negative),
+// whatever the budgets: loaded from the store, claimed, or removed.
 func (cc *consumerCounts) add(owner string, n int) {
 	cc.mu.Lock()
 	defer cc.mu.Unlock()
@@ -143,7 +143,9 @@ func (cs *consumerSet) record(name string, by Principal, epoch, position uint64,
 	c, ok := cs.byName[name]
 	switch {
 	case ok && c.Owner == "" && by.Name != "":
-		cs.byOwner[""]--
+		if cs.byOwner[""]--; cs.byOwner[""] <= 0 {
+			delete(cs.byOwner, "")
+		}
 		cs.byOwner[by.Name]++
 		cc.add("", -1)
 		cc.add(by.Name, 1)
