@@ -50,8 +50,10 @@ func TestImportDirection(t *testing.T) {
 		// What every command shares (flags, help, exit codes, logger).
 		"cmd/ingestd/cli": {},
 		// The subcommands: HTTP through the client only; bench's decode
-		// mode runs the parser alone.
-		"cmd/ingestd/mirror": {"cmd/ingestd/cli", "httpapi/client"},
+		// mode runs the parser alone, and the mirror checks every line it
+		// copies with the parser and the feed's write rules, as a write to
+		// the source would have been.
+		"cmd/ingestd/mirror": {"cmd/ingestd/cli", "httpapi/client", "feed", "ilp"},
 		"cmd/ingestd/bench":  {"cmd/ingestd/cli", "httpapi/client", "feed", "ilp"},
 		// The crash tests drive the built binary from outside: no package
 		// of the module may be imported (their tests speak HTTP through

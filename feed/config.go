@@ -21,9 +21,22 @@ const (
 	DefaultMaxDrainLimit      = 10_000
 	DefaultSubmitTimeout      = 5 * time.Second
 	DefaultMaxConsumers       = 64
-	DefaultConsumerFlush      = time.Second
-	DefaultMaxTombstones      = 10_000
-	DefaultMaxGroupBytes      = 64 << 20
+	// DefaultMaxConsumersPerToken is the default Config.MaxConsumersPerToken.
+	DefaultMaxConsumersPerToken = 1_000
+	// DefaultMaxConsumersTotal is the default Config.MaxConsumers.
+	DefaultMaxConsumersTotal = 10_000
+	// DefaultConsumerIdleExpiry is the default Config.ConsumerIdleExpiry
+	// (Kafka's offsets.retention.minutes: 7 days).
+	DefaultConsumerIdleExpiry = 7 * 24 * time.Hour
+	// DefaultMaxConsumerNameBytes is the default Config.MaxConsumerNameBytes.
+	DefaultMaxConsumerNameBytes = 256
+	// DefaultMetricsMaxTables and DefaultMetricsMaxConsumers are the
+	// defaults of Config.MetricsMaxTables and MetricsMaxConsumers.
+	DefaultMetricsMaxTables    = 100
+	DefaultMetricsMaxConsumers = 100
+	DefaultConsumerFlush       = time.Second
+	DefaultMaxTombstones       = 10_000
+	DefaultMaxGroupBytes       = 64 << 20
 	// DefaultSweepInterval is how often retention and history trimming
 	// look for work.
 	DefaultSweepInterval = 10 * time.Second
@@ -69,8 +82,29 @@ type Config struct {
 	// SubmitTimeout bounds how long an HTTP write waits for room in the
 	// queue before it is answered 503.
 	SubmitTimeout time.Duration
-	// MaxConsumersPerTable bounds the named consumers of one table.
+	// MaxConsumersPerTable bounds the named consumers one principal (a
+	// token; every client without access control) holds on one table, so
+	// that no token can take another's room on a table.
 	MaxConsumersPerTable int
+	// MaxConsumersPerToken bounds the named consumers one principal holds
+	// over every table.
+	MaxConsumersPerToken int
+	// MaxConsumers bounds the named consumers of the server.
+	MaxConsumers int
+	// ConsumerIdleExpiry removes a named consumer not seen (not drained)
+	// for this long, durably, at the next sweep (every SweepInterval).
+	// 0 keeps consumers until they are deleted.
+	ConsumerIdleExpiry time.Duration
+	// MaxConsumerNameBytes is the longest consumer name in bytes (at most
+	// MaxNameBytes applies too).
+	MaxConsumerNameBytes int
+	// MetricsMaxTables is how many sync tables /metrics labels (those with
+	// the highest seq), and how many tables its retention figures label
+	// (those with the most rows removed); the others are summed in one
+	// series labelled table="". MetricsMaxConsumers is the same for named consumers (the
+	// laggiest, in fragments). 0 labels none.
+	MetricsMaxTables    int
+	MetricsMaxConsumers int
 	// MaxTombstones bounds the tombstones dropped tables leave (docs/contract.md#epochs:
 	// a re-created table resumes above the dropped one's epoch and x_seq).
 	// Past it the tombstone with the lowest sequence is folded into one
@@ -139,6 +173,12 @@ func DefaultConfig() Config {
 		MaxTombstones:      DefaultMaxTombstones,
 
 		MaxConsumersPerTable:  DefaultMaxConsumers,
+		MaxConsumersPerToken:  DefaultMaxConsumersPerToken,
+		MaxConsumers:          DefaultMaxConsumersTotal,
+		ConsumerIdleExpiry:    DefaultConsumerIdleExpiry,
+		MaxConsumerNameBytes:  DefaultMaxConsumerNameBytes,
+		MetricsMaxTables:      DefaultMetricsMaxTables,
+		MetricsMaxConsumers:   DefaultMetricsMaxConsumers,
 		ConsumerFlushInterval: DefaultConsumerFlush,
 
 		SweepInterval:       DefaultSweepInterval,
@@ -178,7 +218,13 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxSeriesPerTable, "feed-max-series-per-table", c.MaxSeriesPerTable, "most series (distinct tag sets) per table")
 	fs.IntVar(&c.MaxTables, "feed-max-tables", c.MaxTables, "most tables; a write or CREATE TABLE that would add one more is rejected")
 	fs.DurationVar(&c.SubmitTimeout, "feed-submit-timeout", c.SubmitTimeout, "how long an HTTP write waits for room in the sequencer queue before 503")
-	fs.IntVar(&c.MaxConsumersPerTable, "max-consumers-per-table", c.MaxConsumersPerTable, "most named drain consumers per table (409 too_many_consumers past it)")
+	fs.IntVar(&c.MaxConsumersPerTable, "max-consumers-per-table", c.MaxConsumersPerTable, "most named drain consumers one token (all clients, without --auth-file) holds on one table (409 too_many_consumers past it)")
+	fs.IntVar(&c.MaxConsumersPerToken, "max-consumers-per-token", c.MaxConsumersPerToken, "most named drain consumers one token (all clients, without --auth-file) holds over all tables (409 too_many_consumers past it)")
+	fs.IntVar(&c.MaxConsumers, "max-consumers", c.MaxConsumers, "most named drain consumers of the server (409 too_many_consumers past it)")
+	fs.DurationVar(&c.ConsumerIdleExpiry, "consumer-idle-expiry", c.ConsumerIdleExpiry, "remove a named consumer that has not drained for this long (0: never)")
+	fs.IntVar(&c.MaxConsumerNameBytes, "max-consumer-name-bytes", c.MaxConsumerNameBytes, "longest consumer name in bytes (400 invalid_name past it)")
+	fs.IntVar(&c.MetricsMaxTables, "metrics-max-tables", c.MetricsMaxTables, "tables /metrics labels: sync tables by highest seq, retention figures by most rows removed; the others are summed in one table=\"\" series (0: none labelled)")
+	fs.IntVar(&c.MetricsMaxConsumers, "metrics-max-consumers", c.MetricsMaxConsumers, "named consumers /metrics labels, laggiest first; the others are summed in one consumer=\"\" series (0: none labelled)")
 	fs.IntVar(&c.MaxTombstones, "feed-max-tombstones", c.MaxTombstones, "most dropped tables remembered by name; past it the oldest fold into one floor new tables start above (0: none)")
 	fs.IntVar(&c.MaxNameBytes, "max-name-bytes", c.MaxNameBytes, "longest table, measurement, tag key, field key or consumer name in bytes (at most 32000, so that every storage key fits)")
 	fs.DurationVar(&c.ConsumerFlushInterval, "feed-consumer-flush-interval", c.ConsumerFlushInterval, "how often changed consumer positions are written durably")
@@ -236,6 +282,16 @@ func (c *Config) Validate() error {
 		return errors.New("feed: --feed-submit-timeout must be positive")
 	case c.MaxConsumersPerTable < 1:
 		return errors.New("feed: --max-consumers-per-table must be at least 1")
+	case c.MaxConsumersPerToken < 1:
+		return errors.New("feed: --max-consumers-per-token must be at least 1")
+	case c.MaxConsumers < 1:
+		return errors.New("feed: --max-consumers must be at least 1")
+	case c.ConsumerIdleExpiry < 0:
+		return errors.New("feed: --consumer-idle-expiry must not be negative")
+	case c.MaxConsumerNameBytes < 1:
+		return errors.New("feed: --max-consumer-name-bytes must be at least 1")
+	case c.MetricsMaxTables < 0 || c.MetricsMaxConsumers < 0:
+		return errors.New("feed: --metrics-max-tables and --metrics-max-consumers must not be negative")
 	case c.MaxTombstones < 0:
 		return errors.New("feed: --feed-max-tombstones must not be negative")
 	case c.MaxNameBytes < 1 || c.MaxNameBytes > MaxNameBytesCeiling:

@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
@@ -369,9 +370,9 @@ func TestConsumerDurable(t *testing.T) {
 		record(t, h, "kept", 2)
 		h.close()
 		h = openClockHarness(t, h.dir, cfg, nil, clk)
-		require.NoError(t, h.d.DeleteConsumer("t", "gone"))
+		require.NoError(t, h.d.DeleteConsumer("t", "gone", Principal{}))
 		record(t, h, "never-flushed", 3)
-		require.NoError(t, h.d.DeleteConsumer("t", "never-flushed"))
+		require.NoError(t, h.d.DeleteConsumer("t", "never-flushed", Principal{}))
 		h.close()
 		h = openClockHarness(t, h.dir, cfg, nil, clk)
 		defer h.close()
@@ -379,46 +380,65 @@ func TestConsumerDurable(t *testing.T) {
 	})
 }
 
+// TestConsumerBound walks the consumer budgets (per token and table, per
+// token, in total) and ownership: a consumer is moved, reused and deleted
+// only by its token or an admin; an unowned one is claimed by the first
+// token that drains it.
 func TestConsumerBound(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxConsumersPerTable = 2
+	cfg.MaxConsumersPerToken = 3
+	cfg.MaxConsumers = 6
 	h := openHarness(t, t.TempDir(), cfg)
-	defer h.close()
+	defer func() { h.close() }()
 	ctx := context.Background()
-	for _, name := range []string{"t", "u"} {
+	for _, name := range []string{"t", "u", "v"} {
 		_, _, err := h.s.CreateTable(ctx, name, true)
 		require.NoError(t, err)
 	}
-	drainAs := func(table, consumer string) error {
-		_, err := tryDrain(h.d, DrainRequest{Table: table, Limit: 1, Consumer: consumer})
-		return err
-	}
+	a, b, anon := Principal{Name: "a"}, Principal{Name: "b"}, Principal{}
+	root := Principal{Name: "root", Admin: true}
 	steps := []struct {
 		name  string
 		table string
 		op    string // "drain" or "delete"
+		by    Principal
 		cons  string
 		err   error
 		after []string // t's consumers afterwards
 	}{
-		{name: "first", table: "t", op: "drain", cons: "c1", after: []string{"c1"}},
-		{name: "second", table: "t", op: "drain", cons: "c2", after: []string{"c1", "c2"}},
-		{name: "third is refused", table: "t", op: "drain", cons: "c3", err: ErrTooManyConsumers, after: []string{"c1", "c2"}},
-		{name: "a known one still drains", table: "t", op: "drain", cons: "c1", after: []string{"c1", "c2"}},
-		{name: "a drain without a name is not bounded", table: "t", op: "drain", cons: "", after: []string{"c1", "c2"}},
-		{name: "the bound is per table", table: "u", op: "drain", cons: "c3", after: []string{"c1", "c2"}},
-		{name: "delete one", table: "t", op: "delete", cons: "c2", after: []string{"c1"}},
-		{name: "then the third fits", table: "t", op: "drain", cons: "c3", after: []string{"c1", "c3"}},
-		{name: "delete an unknown one", table: "t", op: "delete", cons: "c2", err: ErrConsumerNotFound, after: []string{"c1", "c3"}},
-		{name: "delete on an unknown table", table: "nope", op: "delete", cons: "c1", err: ErrTableNotFound, after: []string{"c1", "c3"}},
+		{name: "first", table: "t", op: "drain", by: a, cons: "c1", after: []string{"c1"}},
+		{name: "second", table: "t", op: "drain", by: a, cons: "c2", after: []string{"c1", "c2"}},
+		{name: "third is refused", table: "t", op: "drain", by: a, cons: "c3", err: ErrTooManyConsumers, after: []string{"c1", "c2"}},
+		{name: "a known one still drains", table: "t", op: "drain", by: a, cons: "c1", after: []string{"c1", "c2"}},
+		{name: "a drain without a name is not bounded", table: "t", op: "drain", by: a, cons: "", after: []string{"c1", "c2"}},
+		{name: "another token has its own room on the table", table: "t", op: "drain", by: b, cons: "b1", after: []string{"b1", "c1", "c2"}},
+		{name: "another token may not move it", table: "t", op: "drain", by: b, cons: "c1", err: ErrConsumerOwned, after: []string{"b1", "c1", "c2"}},
+		{name: "an admin may", table: "t", op: "drain", by: root, cons: "c1", after: []string{"b1", "c1", "c2"}},
+		{name: "the owner still may", table: "t", op: "drain", by: a, cons: "c1", after: []string{"b1", "c1", "c2"}},
+		{name: "the table bound is per table", table: "u", op: "drain", by: a, cons: "c3", after: []string{"b1", "c1", "c2"}},
+		{name: "the token bound", table: "v", op: "drain", by: a, cons: "c4", err: ErrTooManyConsumers, after: []string{"b1", "c1", "c2"}},
+		{name: "without a token", table: "u", op: "drain", by: anon, cons: "old", after: []string{"b1", "c1", "c2"}},
+		{name: "b's second", table: "u", op: "drain", by: b, cons: "b2", after: []string{"b1", "c1", "c2"}},
+		{name: "the total bound", table: "v", op: "drain", by: b, cons: "b3", err: ErrTooManyConsumers, after: []string{"b1", "c1", "c2"}},
+		{name: "another token may not delete it", table: "t", op: "delete", by: b, cons: "c2", err: ErrConsumerOwned, after: []string{"b1", "c1", "c2"}},
+		{name: "the owner deletes it", table: "t", op: "delete", by: a, cons: "c2", after: []string{"b1", "c1"}},
+		{name: "then the total has room", table: "v", op: "drain", by: b, cons: "b3", after: []string{"b1", "c1"}},
+		{name: "the name is free again", table: "t", op: "drain", by: b, cons: "c2", err: ErrTooManyConsumers, after: []string{"b1", "c1"}},
+		{name: "an admin deletes any", table: "t", op: "delete", by: root, cons: "b1", after: []string{"c1"}},
+		{name: "a free name is anyone's", table: "t", op: "drain", by: b, cons: "c2", after: []string{"c1", "c2"}},
+		{name: "an unowned consumer is claimed", table: "u", op: "drain", by: b, cons: "old", after: []string{"c1", "c2"}},
+		{name: "then it is the claimer's", table: "u", op: "drain", by: anon, cons: "old", err: ErrConsumerOwned, after: []string{"c1", "c2"}},
+		{name: "delete an unknown one", table: "t", op: "delete", by: a, cons: "nobody", err: ErrConsumerNotFound, after: []string{"c1", "c2"}},
+		{name: "delete on an unknown table", table: "nope", op: "delete", by: a, cons: "c1", err: ErrTableNotFound, after: []string{"c1", "c2"}},
 	}
 	for _, st := range steps {
 		t.Run(st.name, func(t *testing.T) {
 			var err error
 			if st.op == "drain" {
-				err = drainAs(st.table, st.cons)
+				_, err = tryDrain(h.d, DrainRequest{Table: st.table, Limit: 1, Consumer: st.cons, By: st.by})
 			} else {
-				err = h.d.DeleteConsumer(st.table, st.cons)
+				err = h.d.DeleteConsumer(st.table, st.cons, st.by)
 			}
 			if st.err != nil {
 				require.ErrorIs(t, err, st.err)
@@ -428,6 +448,59 @@ func TestConsumerBound(t *testing.T) {
 			require.Equal(t, st.after, consumerNames(t, h.d, "t"))
 		})
 	}
+	owners := map[string]string{}
+	for _, table := range []string{"t", "u", "v"} {
+		cs, err := h.d.Consumers(table)
+		require.NoError(t, err)
+		for _, c := range cs {
+			owners[table+"/"+c.Name] = c.Owner
+		}
+	}
+	require.Equal(t, map[string]string{"t/c1": "a", "t/c2": "b", "u/c3": "a", "u/old": "b", "u/b2": "b", "v/b3": "b"}, owners)
+	require.Equal(t, 6, h.d.counts.count())
+
+	t.Run("owners and counts survive a restart", func(t *testing.T) {
+		h.close()
+		h = openHarness(t, h.dir, cfg)
+		require.Equal(t, 6, h.d.counts.count())
+		_, err := tryDrain(h.d, DrainRequest{Table: "v", Limit: 1, Consumer: "c9", By: root})
+		require.ErrorIs(t, err, ErrTooManyConsumers, "the total is counted from the store")
+		_, err = tryDrain(h.d, DrainRequest{Table: "t", Limit: 1, Consumer: "c1", By: b})
+		require.ErrorIs(t, err, ErrConsumerOwned)
+	})
+	t.Run("a drop returns its consumers to the budgets", func(t *testing.T) {
+		require.NoError(t, h.s.Drop(ctx, "u"))
+		require.Equal(t, 3, h.d.counts.count())
+	})
+}
+
+// TestConsumerIdleExpiry: a consumer that has not drained for
+// --consumer-idle-expiry is removed at the next sweep, durably, and
+// counted; one seen since stays.
+func TestConsumerIdleExpiry(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ConsumerIdleExpiry = time.Hour
+	cfg.SweepInterval = 10 * time.Millisecond
+	clk := newFakeClock(time.Unix(1_700_000_000, 0))
+	dir := t.TempDir()
+	h := openClockHarness(t, dir, cfg, nil, clk)
+	defer func() { h.close() }()
+	_, _, err := h.s.CreateTable(context.Background(), "t", true)
+	require.NoError(t, err)
+	for _, c := range []string{"idle", "busy"} {
+		_, err := tryDrain(h.d, DrainRequest{Table: "t", Limit: 1, Consumer: c})
+		require.NoError(t, err)
+	}
+	clk.add(50 * time.Minute)
+	_, err = tryDrain(h.d, DrainRequest{Table: "t", Limit: 1, Consumer: "busy"})
+	require.NoError(t, err)
+	clk.add(20 * time.Minute)
+	eventually(t, func() bool { return len(consumerNames(t, h.d, "t")) == 1 }, "the idle consumer expires")
+	require.Equal(t, []string{"busy"}, consumerNames(t, h.d, "t"))
+	eventually(t, func() bool { return testutil.ToFloat64(h.s.m.consumersExpired) == 1 }, "the removal is counted")
+	h.close()
+	h = openClockHarness(t, dir, cfg, nil, clk)
+	require.Equal(t, []string{"busy"}, consumerNames(t, h.d, "t"), "the removal is durable")
 }
 
 func TestConsumersTruncateAndDrop(t *testing.T) {
@@ -560,7 +633,7 @@ func TestConsumerLagMetrics(t *testing.T) {
 		check(t, "behind", lag{fragments: 0, seconds: 0, position: 120})
 	})
 	t.Run("a deleted consumer is no longer reported", func(t *testing.T) {
-		require.NoError(t, h.d.DeleteConsumer("t", "behind"))
+		require.NoError(t, h.d.DeleteConsumer("t", "behind", Principal{}))
 		_, _, _, ok := lagMetrics(t, reg, "t", "behind")
 		require.False(t, ok)
 		_, _, _, ok = lagMetrics(t, reg, "t", "caught-up")

@@ -152,7 +152,7 @@
 // The sequencer goroutine owns the write state without a lock (each
 // table's schema, series dictionary, seq and metadata; the group being
 // built; the sweeper; the tombstone floor). What other goroutines see is
-// behind six mutexes, each declared with what it guards:
+// behind seven mutexes, each declared with what it guards:
 //
 //   - Sequencer.submitMu (RWMutex) guards Sequencer.closed: Submit and the
 //     table operations hold it for reading while they put an operation on
@@ -172,17 +172,22 @@
 //   - consumerSet.mu guards a table's named consumers (positions and the
 //     dirty set); the set, and so the lock, is shared by the table
 //     instances a TRUNCATE replaces.
+//   - consumerCounts.mu guards the count of every live table's named
+//     consumers, in all and by owner (the consumer budgets); it is taken
+//     under consumerSet.mu by each change that adds or removes a consumer.
 //   - followed.mu guards what a shared store reported and the sequencer
 //     has not applied yet (Sequencer.follow); it is taken alone, by the
 //     store's goroutines (which hold none of the feed's locks) and by the
 //     sequencer.
 //
 // Order, outermost first: consumerMu, then registry.mu, then table.mu;
-// consumerMu, then consumerSet.mu. A goroutine holding one may take a later
-// one, never an earlier one; submitMu and followed.mu are taken alone. Today only
-// consumerMu is held while taking another (registry.mu to list the tables,
-// consumerSet.mu to read or delete positions): the others are released
-// before the next is taken. The store's own locks are innermost: store
+// consumerMu, then consumerSet.mu, then consumerCounts.mu. A goroutine
+// holding one may take a later one, never an earlier one; submitMu and
+// followed.mu are taken alone. Today only consumerMu is held while taking
+// another (registry.mu to list the tables, consumerSet.mu to read or
+// delete positions), and consumerSet.mu while taking consumerCounts.mu
+// (to count a consumer added or removed): the others are released before
+// the next is taken. The store's own locks are innermost: store
 // calls are made under consumerMu and consumerSet.mu (consumer positions),
 // never under submitMu, registry.mu or table.mu, so that no reader waits
 // for a store write.

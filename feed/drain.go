@@ -29,8 +29,12 @@ type DrainRequest struct {
 	// Stop, when closed, ends a long-poll at once (server shutdown).
 	Stop <-chan struct{}
 	// Consumer, when set, records that this named consumer has applied
-	// everything up to After in the drained epoch.
+	// everything up to After in the drained epoch, on behalf of By: a new
+	// name becomes By's consumer (within the budgets of Config), an
+	// existing one must be By's (or By is Admin).
 	Consumer string
+	// By is who drains (docs/security.md#consumers).
+	By Principal
 }
 
 // Page is a drain page's envelope (docs/contract.md#paging).
@@ -54,7 +58,9 @@ type Page struct {
 // in ascending x_seq and never above the watermark, calling visit with the
 // page's columns and each row's values in that order (Kind 0 = absent).
 // cols and vals are valid only during the call. Refusals are *RefusalError wrapping ErrSyncOff, ErrStaleEpoch,
-// ErrCursorBeyondSequence or ErrHistoryExpired (after < horizon-1; checked in that order); with a
+// ErrCursorBeyondSequence or ErrHistoryExpired (after < horizon-1; checked in that order);
+// a req.Consumer that req.By may not move is ErrConsumerOwned, one past a
+// budget ErrTooManyConsumers; with a
 // store.Shared backend (several ingestd nodes) a cursor above this node's seq
 // is refused only once the store says it is beyond every number any node
 // handed out (store.Shared.Beyond): until then it may be another node's, so
@@ -90,7 +96,10 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 		return Page{}, fmt.Errorf("%w: %d is outside 1..%d (--max-drain-limit)", ErrInvalidLimit, req.Limit, s.cfg.MaxDrainLimit)
 	}
 	if req.Consumer != "" {
-		if err := CheckName("consumer", req.Consumer, s.cfg.MaxNameBytes); err != nil {
+		if err := s.checkConsumerName(req.Consumer); err != nil {
+			if ne, ok := errors.AsType[*NameError](err); ok && ne.Rule == RuleLength {
+				s.m.consumerRefusals.WithLabelValues(refusedNameBytes).Inc()
+			}
 			return Page{}, err
 		}
 	}
@@ -119,8 +128,10 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 			return Page{}, historyRefusal(st)
 		}
 		if req.Consumer != "" && !recorded {
-			if added, err = t.consumers.record(req.Consumer, p.epoch, req.After, s.now(), s.cfg.MaxConsumersPerTable); err != nil {
-				return Page{}, err
+			var ref *consumerRefusal
+			if added, ref = t.consumers.record(req.Consumer, req.By, p.epoch, req.After, s.now(), s.budgets(), s.counts); ref != nil {
+				s.m.consumerRefusals.WithLabelValues(ref.reason).Inc()
+				return Page{}, ref.err
 			}
 			recorded = true
 		}
@@ -153,6 +164,11 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 			return Page{}, ctx.Err()
 		}
 	}
+}
+
+// budgets returns the consumer budgets of the configuration.
+func (s *registry) budgets() consumerBudgets {
+	return consumerBudgets{perTable: s.cfg.MaxConsumersPerTable, perToken: s.cfg.MaxConsumersPerToken, total: s.cfg.MaxConsumers}
 }
 
 // beyond tells whether cursor after, above this process's published seq

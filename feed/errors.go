@@ -25,8 +25,12 @@ var (
 	// than once.
 	ErrDuplicateColumn = errors.New("feed: column requested more than once")
 	// ErrTooManyConsumers is returned by Drain when a new consumer name
-	// would exceed Config.MaxConsumersPerTable.
-	ErrTooManyConsumers = errors.New("feed: too many consumers for this table")
+	// would exceed a consumer budget: Config.MaxConsumersPerTable,
+	// MaxConsumersPerToken or MaxConsumers (the message names it).
+	ErrTooManyConsumers = errors.New("feed: too many consumers")
+	// ErrConsumerOwned is returned by Drain and DeleteConsumer when the
+	// named consumer belongs to another principal (Principal).
+	ErrConsumerOwned = errors.New("feed: consumer belongs to another token")
 	// ErrConsumerNotFound is returned by DeleteConsumer for an unknown name.
 	ErrConsumerNotFound = errors.New("feed: consumer not found")
 	// ErrInvalidLimit is returned by Drain for a limit outside

@@ -43,7 +43,9 @@ type NameError struct {
 	What  string // what the name names: "table", "tag key", "field key", "consumer", "column"
 	Name  string // the refused name as given (error messages quote at most MaxEchoBytes of it)
 	Rule  string // the rule it breaks: RuleEmpty, RuleUTF8, RuleControl, RuleLength, or (CheckKey) RuleBackslash or RuleReserved
-	Limit int    // for RuleLength, the limit in bytes (--max-name-bytes); else 0
+	Limit int    // for RuleLength, the limit in bytes; else 0
+	// Flag is the flag that sets Limit ("" means --max-name-bytes).
+	Flag string
 }
 
 // Error names the rule broken and quotes the name (QuoteInput).
@@ -60,8 +62,12 @@ func (e *NameError) Error() string {
 	case RuleReserved:
 		return fmt.Sprintf("%v: %s %s is reserved (the x_ prefix and \"time\" are engine-owned)", ErrInvalidName, e.What, QuoteInput(e.Name))
 	}
-	return fmt.Sprintf("%v: %s %s is %d bytes, longer than the limit of %d (--max-name-bytes)",
-		ErrInvalidName, e.What, QuoteInput(e.Name), len(e.Name), e.Limit)
+	flag := e.Flag
+	if flag == "" {
+		flag = "--max-name-bytes"
+	}
+	return fmt.Sprintf("%v: %s %s is %d bytes, longer than the limit of %d (%s)",
+		ErrInvalidName, e.What, QuoteInput(e.Name), len(e.Name), e.Limit, flag)
 }
 
 // Unwrap returns ErrInvalidName, and ErrInvalidTableName too for a table.

@@ -83,7 +83,7 @@ func TestInvalidNamesRefused(t *testing.T) {
 
 		_, err = tryDrain(h.d, DrainRequest{Table: "ok", Limit: 1, Consumer: bad})
 		require.ErrorIs(t, err, ErrInvalidName, "consumer %q", bad)
-		require.ErrorIs(t, h.d.DeleteConsumer("ok", bad), ErrInvalidName)
+		require.ErrorIs(t, h.d.DeleteConsumer("ok", bad, Principal{}), ErrInvalidName)
 	}
 	require.Len(t, h.d.Tables(), 1)
 	require.Equal(t, []Column{{Name: "time", Kind: KindTime}, {Name: "v", Kind: KindInt}}, columns(t, h.d, "ok"))
@@ -100,7 +100,8 @@ func TestInvalidNamesRefused(t *testing.T) {
 func TestHostileNamesSurviveRestart(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxNameBytes = MaxNameBytesCeiling // the longest keys the store must hold
-	cfg.MaxColumnsPerTable = 64            // so that the metadata stays bounded (Validate)
+	cfg.MaxConsumerNameBytes = MaxNameBytesCeiling
+	cfg.MaxColumnsPerTable = 64 // so that the metadata stays bounded (Validate)
 	longest := strings.Repeat("é", MaxNameBytesCeiling/2)
 	names := []string{
 		"a", "ab", "a b", "a,b=c", "a\u0100", "a\u00ff", "\u0100", "\uFFFD", "\uFFFF", "\U0010FFFF",

@@ -152,7 +152,9 @@ func (sw *sweeper) next() {
 func (s *Sequencer) sweepRetention(t *table) (bool, error) {
 	ret := s.retention(t)
 	if ret == 0 {
-		s.m.oldestRetained.DeleteLabelValues(t.name)
+		t.mu.Lock()
+		t.pub.hasOldest = false
+		t.mu.Unlock()
 		return false, nil
 	}
 	start := s.now()
@@ -162,16 +164,12 @@ func (s *Sequencer) sweepRetention(t *table) (bool, error) {
 		return false, storageErr("retention sweep", err)
 	}
 	s.m.sweepSeconds.Observe(s.now().Sub(start).Seconds())
-	if res.Removed > 0 && validLabel(t.name) {
-		s.m.removedRows.WithLabelValues(t.name).Add(float64(res.Removed))
+	t.mu.Lock()
+	t.pub.removed += uint64(res.Removed)
+	if !res.More {
+		t.pub.oldest, t.pub.hasOldest = res.Oldest, res.HasOldest
 	}
-	if !res.More && validLabel(t.name) {
-		if res.HasOldest {
-			s.m.oldestRetained.WithLabelValues(t.name).Set(float64(res.Oldest) / 1e9)
-		} else {
-			s.m.oldestRetained.DeleteLabelValues(t.name)
-		}
-	}
+	t.mu.Unlock()
 	s.publishHorizon(t, res.Horizon, causeRetention)
 	return res.More, nil
 }

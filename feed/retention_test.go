@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 )
 
@@ -114,7 +115,7 @@ func TestConsumerHoldsHistory(t *testing.T) {
 	require.Len(t, p.seqs(), 45, "the held history is all there")
 
 	// Deleting "gone" leaves "slow" (now at 5, seen now) holding.
-	require.NoError(t, h.d.DeleteConsumer("t", "gone"))
+	require.NoError(t, h.d.DeleteConsumer("t", "gone", Principal{}))
 	drainPage(t, h.d, DrainRequest{Table: "t", After: 30, Limit: 100, Consumer: "slow"})
 	eventually(t, func() bool { st, _ := h.d.Status("t"); return st.Horizon == 31 }, "the hold follows the consumer")
 
@@ -320,4 +321,51 @@ func TestParseRetention(t *testing.T) {
 		_, err := ParseRetention(in)
 		require.ErrorIs(t, err, ErrInvalidRetention, in)
 	}
+}
+
+// TestRetentionMetricsBounded: the retention figures label the
+// --metrics-max-tables tables with the most rows removed; the others are
+// summed (removed rows) or their oldest taken (oldest kept row) in the
+// series labelled "".
+func TestRetentionMetricsBounded(t *testing.T) {
+	cfg := sweepConfig()
+	cfg.MetricsMaxTables = 1
+	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
+	clk := newFakeClock(t0)
+	reg := prometheus.NewRegistry()
+	h := openClockHarness(t, t.TempDir(), cfg, reg, clk)
+	defer h.close()
+	ret, yes := time.Hour, true
+	for i, table := range []string{"a", "b", "c"} {
+		_, _, err := h.s.PutTable(context.Background(), table, TableOptions{Sync: &yes, Retention: &ret})
+		require.NoError(t, err)
+		// a gets 3 aged points, b 2, c 1; each a point that stays.
+		pts := horizonPoints(table, 0, 3-i, t0.UnixNano())
+		pts = append(pts, horizonPoints(table, 10, 1, t0.Add(90*time.Minute).UnixNano())...)
+		mustAppend(t, h.s, pts...)
+	}
+	clk.add(2 * time.Hour)
+	series := func() map[string]float64 {
+		out := map[string]float64{}
+		fams, err := reg.Gather()
+		require.NoError(t, err)
+		for _, f := range fams {
+			for _, m := range f.GetMetric() {
+				label := ""
+				for _, l := range m.GetLabel() {
+					label += l.GetName() + "=" + l.GetValue()
+				}
+				out[f.GetName()+"{"+label+"}"] = m.GetCounter().GetValue() + m.GetGauge().GetValue()
+			}
+		}
+		return out
+	}
+	eventually(t, func() bool {
+		s := series()
+		return s["ingestd_retention_removed_rows_total{table=a}"] == 3 && s["ingestd_retention_removed_rows_total{table=}"] == 3
+	}, "a labelled, b and c summed")
+	s := series()
+	require.NotContains(t, s, "ingestd_retention_removed_rows_total{table=b}")
+	require.InDelta(t, float64(t0.Add(90*time.Minute).UnixNano()+10)/1e9, s["ingestd_retention_oldest_retained_time_seconds{table=}"], 1e-3)
+	require.InDelta(t, 2.0, s["ingestd_feed_metrics_unlabelled{kind=retention}"], 0)
 }

@@ -37,6 +37,8 @@ type registry struct {
 	// (flushConsumers) with Drainer.DeleteConsumer, so that a flush never
 	// writes back a consumer deleted meanwhile.
 	consumerMu sync.Mutex
+	// counts counts the live tables' named consumers for the budgets.
+	counts *consumerCounts
 
 	// shared is st when several processes write it (store.Shared: column
 	// positions and series ids come from it, a drain's cursor may come
@@ -212,6 +214,7 @@ func newSequencer(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Re
 			stopping:   make(chan struct{}),
 			tables:     map[string]*table{},
 			tombstones: map[string]store.TableMeta{},
+			counts:     &consumerCounts{byOwner: map[string]int{}},
 		},
 		queue: make(chan *op, cfg.QueueLength), clock: time.Now(),
 		stopped: make(chan struct{}),
@@ -249,7 +252,7 @@ func newSequencer(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Re
 		if err != nil {
 			return nil, fmt.Errorf("load consumers of %s: %w", m.Name, err)
 		}
-		t.consumers.load(cs)
+		t.consumers.load(cs, s.counts)
 		s.tables[m.Name] = t
 	}
 	s.m = newMetrics(reg, s)
@@ -414,6 +417,7 @@ func (s *Sequencer) Run(ctx context.Context) error {
 			}
 		case <-sweepTick.C:
 			s.sweep.startPass(s)
+			s.expireConsumers()
 		case <-flush.C:
 			s.flushConsumers()
 		case <-s.follow.wake:
@@ -890,7 +894,7 @@ func (s *Sequencer) newTableOf(meta store.TableMeta) (*table, error) {
 	if err != nil {
 		return nil, storageErr("load consumers", err)
 	}
-	t.consumers.load(cs)
+	t.consumers.load(cs, s.counts)
 	return t, nil
 }
 

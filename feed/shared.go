@@ -128,9 +128,10 @@ func (s *Sequencer) takeInstance(old *table, c *change) *table {
 	nt.seq = max(c.Seq, c.Table.Seq)
 	if old != nil {
 		nt.seq = max(nt.seq, old.seq)
-		nt.pub.points = old.snapshot().points
+		prev := old.snapshot()
+		nt.pub.points, nt.pub.removed = prev.points, prev.removed
 		if c.dropped {
-			old.consumers.dropAll()
+			old.consumers.dropAll(s.counts)
 		} else {
 			nt.consumers = old.consumers
 		}
@@ -138,7 +139,7 @@ func (s *Sequencer) takeInstance(old *table, c *change) *table {
 	}
 	if old == nil || c.dropped {
 		if cs, err := s.st.LoadConsumers(storeCtx, m.Name); err == nil {
-			nt.consumers.load(cs)
+			nt.consumers.load(cs, s.counts)
 		} else {
 			s.logger.Warn("consumers of a table another node made not loaded", "table", m.Name, "err", err)
 		}

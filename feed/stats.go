@@ -1,7 +1,10 @@
 package feed
 
 import (
+	"sort"
 	"time"
+
+	"github.com/ingestd/ingestd/store"
 )
 
 // TableStats is what a table holds in the store (docs/reference.md#tables): see
@@ -65,20 +68,84 @@ func (s *registry) consumerLags(t *table, p published) []ConsumerLag {
 	list := t.consumers.list()
 	out := make([]ConsumerLag, len(list))
 	for i, c := range list {
-		pos := c.Position
-		if c.Epoch != p.epoch || pos > p.watermark {
-			pos = 0 // a stale epoch must resync everything
-		}
-		l := ConsumerLag{
-			ConsumerInfo: s.consumerInfo(c, p.epoch, now),
-			Fragments:    p.watermark - pos,
-		}
-		if l.Fragments > 0 {
-			if ts, ok, err := s.st.SeqTime(storeCtx, p.tid, pos+1); err == nil && ok {
-				l.Seconds = max(0, now.Sub(time.Unix(0, ts)).Seconds())
-			}
-		}
-		out[i] = l
+		out[i] = s.consumerLag(c, &p, now)
+		s.lagSeconds(&out[i], &p, now)
 	}
 	return out
+}
+
+// consumerLag is c's position and lag in fragments against p, as of now
+// (Seconds left 0: lagSeconds reads the store for it).
+func (s *registry) consumerLag(c store.Consumer, p *published, now time.Time) ConsumerLag {
+	pos := c.Position
+	if c.Epoch != p.epoch || pos > p.watermark {
+		pos = 0 // a stale epoch must resync everything
+	}
+	return ConsumerLag{ConsumerInfo: s.consumerInfo(c, p.epoch, now), Fragments: p.watermark - pos}
+}
+
+// lagSeconds sets l.Seconds: how long ago the oldest fragment l has not
+// applied was committed (one store read).
+func (s *registry) lagSeconds(l *ConsumerLag, p *published, now time.Time) {
+	if l.Fragments == 0 {
+		return
+	}
+	pos := p.watermark - l.Fragments
+	if ts, ok, err := s.st.SeqTime(storeCtx, p.tid, pos+1); err == nil && ok {
+		l.Seconds = max(0, now.Sub(time.Unix(0, ts)).Seconds())
+	}
+}
+
+// TableConsumerLag is a ConsumerLag with its table's name.
+type TableConsumerLag struct {
+	Table string // the consumer's table
+	ConsumerLag
+}
+
+// LaggiestConsumers returns the n named consumers furthest behind (in
+// fragments, then by table and name) among the tables allow accepts (nil:
+// every table), and the count of the others and the sum of their lag in
+// fragments. Only the n returned read the store (for their lag in
+// seconds), so its cost is bounded by n, not by the consumers. Safe for
+// concurrent use.
+func (s *Drainer) LaggiestConsumers(n int, allow func(table string) bool) (top []TableConsumerLag, others int, othersFragments uint64) {
+	return s.laggiest(n, func(name string, _ *published) bool { return allow == nil || allow(name) })
+}
+
+func (s *registry) laggiest(n int, allow func(name string, p *published) bool) (top []TableConsumerLag, others int, othersFragments uint64) {
+	now := s.now()
+	type cand struct {
+		TableConsumerLag
+		p *published
+	}
+	var all []cand
+	for _, t := range s.liveTables() {
+		p := t.snapshot()
+		if !allow(t.name, &p) {
+			continue
+		}
+		for _, c := range t.consumers.list() {
+			all = append(all, cand{TableConsumerLag{t.name, s.consumerLag(c, &p, now)}, &p})
+		}
+	}
+	sort.Slice(all, func(i, j int) bool {
+		a, b := &all[i], &all[j]
+		if a.Fragments != b.Fragments {
+			return a.Fragments > b.Fragments
+		}
+		if a.Table != b.Table {
+			return a.Table < b.Table
+		}
+		return a.Name < b.Name
+	})
+	n = max(0, min(n, len(all)))
+	top = make([]TableConsumerLag, n)
+	for i := range top {
+		top[i] = all[i].TableConsumerLag
+		s.lagSeconds(&top[i].ConsumerLag, all[i].p, now)
+	}
+	for _, c := range all[n:] {
+		othersFragments += c.Fragments
+	}
+	return top, len(all) - n, othersFragments
 }

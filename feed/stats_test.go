@@ -88,3 +88,37 @@ func TestConsumerLags(t *testing.T) {
 	_, err = h.d.ConsumerLags("nosuch")
 	require.ErrorIs(t, err, ErrTableNotFound)
 }
+
+// TestLaggiestConsumers: the n furthest behind, over every table, with
+// their lag in seconds; the others counted and summed.
+func TestLaggiestConsumers(t *testing.T) {
+	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
+	clk := newFakeClock(t0)
+	h := openClockHarness(t, t.TempDir(), DefaultConfig(), nil, clk)
+	defer h.close()
+	for _, table := range []string{"t", "u"} {
+		_, _, err := h.s.CreateTable(context.Background(), table, true)
+		require.NoError(t, err)
+		mustAppend(t, h.s, seqPoints(table, 0, 100)...)
+	}
+	for _, c := range []struct {
+		table, name string
+		after       uint64
+	}{{"t", "a", 90}, {"t", "b", 10}, {"u", "c", 50}, {"u", "d", 100}, {"u", "e", 99}} {
+		_, err := tryDrain(h.d, DrainRequest{Table: c.table, After: c.after, Limit: 1, Consumer: c.name})
+		require.NoError(t, err)
+	}
+	clk.add(time.Minute)
+	top, others, othersFrags := h.d.LaggiestConsumers(2, nil)
+	require.Len(t, top, 2)
+	require.Equal(t, []string{"t/b", "u/c"}, []string{top[0].Table + "/" + top[0].Name, top[1].Table + "/" + top[1].Name})
+	require.Equal(t, []uint64{90, 50}, []uint64{top[0].Fragments, top[1].Fragments})
+	require.InDelta(t, 60, top[0].Seconds, 0.001)
+	require.Equal(t, 3, others)
+	require.Equal(t, uint64(10+0+1), othersFrags)
+
+	top, others, _ = h.d.LaggiestConsumers(10, func(table string) bool { return table == "u" })
+	require.Len(t, top, 3)
+	require.Zero(t, others)
+	require.Equal(t, "c", top[0].Name)
+}

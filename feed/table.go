@@ -49,9 +49,16 @@ type published struct {
 	seq       uint64
 	watermark uint64
 	tid       uint64
-	horizon   uint64          // lowest x_seq still drainable (docs/contract.md#horizon)
-	retention *int64          // the table's own retention in ns (nil: the default)
-	points    uint64          // points committed since the process started
+	horizon   uint64 // lowest x_seq still drainable (docs/contract.md#horizon)
+	retention *int64 // the table's own retention in ns (nil: the default)
+	points    uint64 // points committed since the process started
+	// removed counts the fragments retention removed since the process
+	// started (kept across TRUNCATE); oldest is the time (Unix
+	// nanoseconds) of the oldest row retention keeps, as of the last
+	// complete sweep, when hasOldest.
+	removed   uint64
+	oldest    int64
+	hasOldest bool
 	cols      []store.Column  // schema, "time" excluded
 	tags      [][]store.Field // tag set by series id (index 0 unused)
 	// changed is closed (and replaced) when the watermark, sync or epoch

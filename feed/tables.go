@@ -184,7 +184,8 @@ func (s *Sequencer) runControl(o *op) {
 		nt := newTable(m, nil)
 		nt.seq = t.seq
 		nt.pub.seq, nt.pub.watermark = t.seq, t.seq
-		nt.pub.points = t.snapshot().points
+		old := t.snapshot()
+		nt.pub.points, nt.pub.removed = old.points, old.removed
 		nt.consumers = t.consumers
 		s.mu.Lock()
 		s.tables[t.name] = nt
@@ -247,9 +248,7 @@ func (s *Sequencer) dropTable(t *table, tomb *store.TableMeta) {
 	}
 	s.mu.Unlock()
 	t.notify()
-	t.consumers.dropAll()
-	s.m.removedRows.DeleteLabelValues(t.name)
-	s.m.oldestRetained.DeleteLabelValues(t.name)
+	t.consumers.dropAll(s.counts)
 }
 
 // DefineTable creates table name with sync and the declared columns (SQL

@@ -35,7 +35,8 @@ type databases struct {
 }
 
 // query answers the InfluxQL statements real writers send (docs/guide.md#influxdb-compatibility-routes):
-// CREATE DATABASE (Telegraf's v1 output at start) records the name, which
+// CREATE DATABASE (Telegraf's v1 output at start; POST only: a GET, which
+// a browser sends cross-site without asking, is 405) records the name, which
 // SHOW DATABASES then lists with "ingestd", as InfluxDB 1.x does; databases
 // do not namespace tables. A name breaking the name rules (docs/contract.md#names) and a
 // create past Options.MaxDatabases are 400 invalid_parameter; anything else
@@ -46,6 +47,12 @@ func (a *API) query(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if m := createDatabase.FindStringSubmatch(q); m != nil {
+		if r.Method != http.MethodPost {
+			w.Header().Set("Allow", http.MethodPost)
+			msg := "CREATE DATABASE changes state: send it with POST (GET /query carries SELECT and SHOW only, as InfluxDB 1.x's does)"
+			writeJSON(w, http.StatusMethodNotAllowed, wire.ErrorBody{Code: wire.CodeMethodNotAllowed, Message: msg, Error: msg})
+			return
+		}
 		if err := a.createDatabase(m[1]); err != nil {
 			writeClientErr(w, wire.CodeInvalidParameter, err.Error())
 			return

@@ -98,13 +98,43 @@ var errNoFieldForLP = errors.New("format=lp needs at least one field column with
 // NDJSON (one object per row) or line protocol (one line per fragment,
 // nanosecond timestamps, no x_ keys); the last two carry the envelope in
 // Ingestd-* headers. The page ends before the row that would take its
-// rows past Options.MaxPageBytes (one row at least).
+// rows past Options.MaxPageBytes (one row at least). A drain with a
+// consumer records its position, a change of state: a browser's
+// cross-site request is refused for it (consumerCrossSite).
 func (a *API) drain(w http.ResponseWriter, r *http.Request) {
 	req, format, tf, ok := drainParams(w, r)
 	if !ok {
 		return
 	}
+	if req.Consumer != "" {
+		if a.consumerCrossSite(w, r) {
+			return
+		}
+		req.By = principal(r, req.Table)
+	}
 	a.servePage(w, r, req, format, tf)
+}
+
+// consumerCrossSite refuses, with 403 forbidden, a GET /drain that records
+// a consumer's position when a browser sent it from another site
+// (docs/security.md#cross-site): the rule crossSite applies to every
+// method but GET, HEAD and OPTIONS (Sec-Fetch-Site other than same-origin
+// or none; without it, an Origin whose host is not the request's). An
+// <img> or a link on another site's page can send a GET, never without
+// these headers in a browser that sends them; ingestd's client, the
+// mirror, curl and other programs send neither. It reports whether it
+// refused.
+func (a *API) consumerCrossSite(w http.ResponseWriter, r *http.Request) bool {
+	asWrite := r.WithContext(r.Context())
+	asWrite.Method = http.MethodPost
+	err := a.csrf.Check(asWrite)
+	if err == nil {
+		return false
+	}
+	a.m.refused.WithLabelValues(refusedCrossSite).Inc()
+	writeJSONErr(w, http.StatusForbidden, wire.CodeForbidden, "cross-site request refused: "+err.Error()+
+		" (a drain with consumer= moves the consumer's position: a browser page of another site may not; drain without consumer, or from the same origin)")
+	return true
 }
 
 // servePage reads one drain page and writes it in format, or writes the

@@ -60,6 +60,8 @@ func errorStatus(err error) (int, string) {
 		return http.StatusConflict, wire.CodeTableLimit
 	case errors.Is(err, feed.ErrTooManyConsumers):
 		return http.StatusConflict, wire.CodeTooManyConsumers
+	case errors.Is(err, feed.ErrConsumerOwned):
+		return http.StatusForbidden, wire.CodeForbidden
 	case errors.Is(err, feed.ErrConsumerNotFound):
 		return http.StatusNotFound, wire.CodeConsumerNotFound
 	case errors.Is(err, feed.ErrClosed), errors.Is(err, feed.ErrBusy), errors.Is(err, feed.ErrTableChanged),

@@ -81,7 +81,8 @@ type Drainer interface {
 	// cursor beyond the sequence, history expired) carrying the table's
 	// status; other errors: feed.ErrTableNotFound, a *feed.NameError,
 	// feed.ErrInvalidLimit, feed.ErrUnknownColumn,
-	// feed.ErrDuplicateColumn, feed.ErrTooManyConsumers, ctx.Err(), an
+	// feed.ErrDuplicateColumn, feed.ErrTooManyConsumers,
+	// feed.ErrConsumerOwned (req.Consumer is another token's), ctx.Err(), an
 	// error of visit, or a storage error.
 	Drain(ctx context.Context, req feed.DrainRequest, visit func(cols []feed.Column, vals []feed.Value) error) (feed.Page, error)
 }
@@ -106,10 +107,11 @@ type Consumers interface {
 	// Consumers lists table's named consumers ordered by name; the caller
 	// owns the slice. Errors: feed.ErrTableNotFound, a *feed.NameError.
 	Consumers(table string) ([]feed.ConsumerInfo, error)
-	// DeleteConsumer forgets the named consumer of table, durably.
-	// Errors: feed.ErrTableNotFound, feed.ErrConsumerNotFound, a
-	// *feed.NameError, or a storage error.
-	DeleteConsumer(table, name string) error
+	// DeleteConsumer forgets the named consumer of table, durably, on
+	// behalf of by (its owner, an admin, or anyone for an unowned one).
+	// Errors: feed.ErrTableNotFound, feed.ErrConsumerNotFound,
+	// feed.ErrConsumerOwned, a *feed.NameError, or a storage error.
+	DeleteConsumer(table, name string, by feed.Principal) error
 }
 
 // Writer submits rows to the sequencer (SQL INSERT), as package ilp does

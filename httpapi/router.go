@@ -101,6 +101,7 @@ type Options struct {
 	StatusSampleInterval time.Duration
 	StatusSamples        int
 	StatusMaxTables      int
+	StatusMaxConsumers   int
 	// MaxDatabases bounds the databases CREATE DATABASE records for SHOW
 	// DATABASES (0: DefaultMaxDatabases).
 	MaxDatabases int
@@ -174,6 +175,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	orDefault(&opts.StatusSamples, DefaultStatusSamples)
 	orDefault(&opts.MaxDatabases, DefaultMaxDatabases)
 	orDefault(&opts.StatusMaxTables, DefaultStatusMaxTables)
+	orDefault(&opts.StatusMaxConsumers, DefaultStatusMaxConsumers)
 	f := promauto.With(reg)
 	a := &API{opts: opts, maxPageBytes: opts.MaxPageBytes, started: time.Now(), databases: databases{names: map[string]struct{}{}}, logger: opts.Logger.With("component", "httpapi"), csrf: http.NewCrossOriginProtection(), m: &metrics{
 		requests: f.NewCounterVec(prometheus.CounterOpts{
@@ -247,10 +249,12 @@ func New(opts Options, reg prometheus.Registerer) *API {
 		admin.Delete("/", a.deleteTable)
 		admin.Put("/sync", a.putSync)
 		admin.Post("/truncate", a.truncate)
-		admin.Delete("/consumers/{consumer}", a.deleteConsumer)
 		drain := r.With(need(auth.Drain, "table.read", table))
 		drain.Get("/rows", a.rows)
 		drain.Get("/consumers", a.listConsumers)
+		// A drain token deletes its own consumers; an admin token any
+		// (feed.Principal).
+		r.With(need(auth.Drain|auth.Admin, "consumer.delete", table), a.jsonOnly).Delete("/consumers/{consumer}", a.deleteConsumer)
 	})
 	r.With(need(auth.Drain, "drain", drainTable)).Get("/drain", a.drain)
 	// Each statement is checked against its own scope (sqlAllowed).
@@ -343,6 +347,18 @@ func (a *API) jsonOnly(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// principal is who r acts as on table's named consumers: its token's
+// name, and whether the token holds the admin scope on table; the zero
+// Principal without access control (every client is then the same
+// principal, docs/security.md#consumers).
+func principal(r *http.Request, table string) feed.Principal {
+	g := auth.FromContext(r.Context())
+	if g == nil {
+		return feed.Principal{}
+	}
+	return feed.Principal{Name: g.Name(), Admin: g.Allows(auth.Admin, table)}
 }
 
 // pathParam returns the path parameter key, unescaped. chi routes on the

@@ -96,6 +96,9 @@ type Config struct {
 	StatusSamples int
 	// StatusMaxTables is how many tables (by name) the status page lists.
 	StatusMaxTables int
+	// StatusMaxConsumers is how many named consumers (the laggiest) the
+	// status page lists.
+	StatusMaxConsumers int
 	// MaxDatabases bounds the databases CREATE DATABASE records for SHOW
 	// DATABASES.
 	MaxDatabases int
@@ -120,6 +123,7 @@ func DefaultConfig() Config {
 		StatusSampleInterval:     DefaultStatusSampleInterval,
 		StatusSamples:            DefaultStatusSamples,
 		StatusMaxTables:          DefaultStatusMaxTables,
+		StatusMaxConsumers:       DefaultStatusMaxConsumers,
 		MaxDatabases:             DefaultMaxDatabases,
 	}
 }
@@ -139,6 +143,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.StatusSamples, "status-samples", c.StatusSamples, "samples the status page keeps per table for its charts (1..10000); its rates average the last minute of them")
 	fs.IntVar(&c.MaxDatabases, "query-max-databases", c.MaxDatabases, "databases CREATE DATABASE records for SHOW DATABASES (they do not namespace tables)")
 	fs.IntVar(&c.StatusMaxTables, "status-max-tables", c.StatusMaxTables, "tables the status page lists, by name (1..100000)")
+	fs.IntVar(&c.StatusMaxConsumers, "status-max-consumers", c.StatusMaxConsumers, "named consumers the status page lists, laggiest first (1..100000)")
 	fs.IntVar(&c.DrainMaxPageBytes, "drain-max-page-bytes", c.DrainMaxPageBytes, "a drain page ends before the row that would take its rows past this many bytes (a page holds at least one row)")
 	fs.IntVar(&c.SQLMaxStatementBytes, "sql-max-statement-bytes", c.SQLMaxStatementBytes, "largest POST /api/v1/sql body (or GET q) in bytes (413 past it)")
 	fs.IntVar(&c.SQLMaxInsertRows, "sql-max-insert-rows", c.SQLMaxInsertRows, "most rows in one SQL INSERT (413 past it)")
@@ -182,6 +187,8 @@ func (c *Config) Validate() error {
 		return errors.New("httpapi: --query-max-databases must be positive")
 	case c.StatusMaxTables < 1 || c.StatusMaxTables > 100000:
 		return errors.New("httpapi: --status-max-tables must be 1..100000")
+	case c.StatusMaxConsumers < 1 || c.StatusMaxConsumers > 100000:
+		return errors.New("httpapi: --status-max-consumers must be 1..100000")
 	}
 	return nil
 }

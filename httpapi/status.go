@@ -13,6 +13,7 @@ import (
 	"strings"
 	"sync"
 	"time"
+	"unicode/utf8"
 
 	dto "github.com/prometheus/client_model/go"
 
@@ -25,12 +26,19 @@ const (
 	DefaultStatusSampleInterval = 10 * time.Second
 	DefaultStatusSamples        = 30
 	DefaultStatusMaxTables      = 100
+	DefaultStatusMaxConsumers   = 100
 )
 
 // StatusRateWindow is the span the status page averages its ingest rates
 // and commit latency over: the last minute, or all the samples kept when
 // they span less (StatusSamples × StatusSampleInterval).
 const StatusRateWindow = time.Minute
+
+// statusMaxNameBytes is how many bytes of a table or consumer name the
+// status page shows (the rest is elided with "…"): with
+// --status-max-tables and --status-max-consumers it bounds the page's
+// bytes whatever the names clients create.
+const statusMaxNameBytes = 128
 
 // farBehindSeconds is the consumer lag, in seconds, past which the status
 // page shows a consumer in red: the threshold of the IngestdConsumerStalled
@@ -48,10 +56,11 @@ type StatusStats interface {
 	// Errors: feed.ErrTableNotFound, a *feed.NameError, or a storage
 	// error.
 	TableStats(name string) (feed.TableStats, error)
-	// ConsumerLags lists table's named consumers with their lag in
-	// fragments and seconds, ordered by name, from one snapshot of the
-	// table. Errors: feed.ErrTableNotFound, a *feed.NameError.
-	ConsumerLags(table string) ([]feed.ConsumerLag, error)
+	// LaggiestConsumers returns the n named consumers furthest behind
+	// (in fragments) of the tables allow accepts (nil: all), with their
+	// lag in fragments and seconds, each from one snapshot of its table,
+	// and the count of the others and their summed lag in fragments.
+	LaggiestConsumers(n int, allow func(table string) bool) (top []feed.TableConsumerLag, others int, othersFragments uint64)
 }
 
 // faviconSVG is ingestd's icon: a rising line on blue, served at
@@ -246,14 +255,17 @@ type statusPage struct {
 	Tables        []statusTable
 	Consumers     []statusConsumer
 	MoreTables    int
+	MoreConsumers int
 	Window        string
 	RateWindow    string
 }
 
-// status serves the status page at GET / (docs/operations.md#status-page): server health, every
-// table (at most Options.StatusMaxTables, by name; with an auth file those
-// the token holds some scope on, like GET /api/v1/tables) and their named
-// consumers, server-rendered, refreshing itself every sample interval.
+// status serves the status page at GET / (docs/operations.md#status-page): server health, every table (at
+// most Options.StatusMaxTables, by name; with an auth file those the token
+// holds some scope on, like GET /api/v1/tables) and the
+// Options.StatusMaxConsumers laggiest named consumers of those tables,
+// server-rendered, refreshing itself every sample interval. Names are cut
+// to statusMaxNameBytes, so the page is bounded in bytes.
 func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	m := a.gather()
 	a.sampler.mu.Lock()
@@ -285,15 +297,21 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 	// With an auth file, the tables on which the token holds some scope
 	// (as GET /api/v1/tables lists them).
 	tables := a.opts.Tables.Tables()
+	var allow func(string) bool
 	if g := auth.FromContext(r.Context()); g != nil {
-		tables = slices.DeleteFunc(tables, func(t feed.TableInfo) bool { return !g.Allows(auth.Any, t.Name) })
+		allow = func(table string) bool { return g.Allows(auth.Any, table) }
+		tables = slices.DeleteFunc(tables, func(t feed.TableInfo) bool { return !allow(t.Name) })
+	}
+	epochs := make(map[string]uint64, len(tables))
+	for _, t := range tables {
+		epochs[t.Name] = t.Sync.Epoch
 	}
 	if len(tables) > a.opts.StatusMaxTables {
 		p.MoreTables = len(tables) - a.opts.StatusMaxTables
 		tables = tables[:a.opts.StatusMaxTables]
 	}
 	for _, t := range tables {
-		st := statusTable{Name: t.Name, Sync: t.Sync.Enabled, Epoch: t.Sync.Epoch, Seq: t.Sync.Seq, Watermark: t.Sync.Watermark}
+		st := statusTable{Name: statusName(t.Name), Sync: t.Sync.Enabled, Epoch: t.Sync.Epoch, Seq: t.Sync.Seq, Watermark: t.Sync.Watermark}
 		if a.opts.Stats != nil {
 			stats, err := a.opts.Stats.TableStats(t.Name)
 			if err != nil {
@@ -301,30 +319,47 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 				a.clientLog.Warn("status page: table stats", "table", t.Name, "err", err)
 			}
 			st.Stats = stats
-			lags, _ := a.opts.Stats.ConsumerLags(t.Name) // a table dropped meanwhile has none
-			for _, l := range lags {
-				c := statusConsumer{
-					Table: t.Name, Name: l.Name, Epoch: l.Epoch, Position: l.Position,
-					LagFragments: l.Fragments, LagSeconds: strconv.FormatFloat(l.Seconds, 'f', 1, 64),
-					LastSeen: l.LastSeen.Format(time.RFC3339), Class: "ok",
-				}
-				switch {
-				case l.Seconds >= farBehindSeconds || l.Epoch != t.Sync.Epoch:
-					c.Class = "far-behind"
-				case l.Fragments > 0:
-					c.Class = "behind"
-				}
-				p.Consumers = append(p.Consumers, c)
-			}
 		}
 		st.Rate, st.Spark = tableRate(samples, base, now, t.Name, t.Points)
 		p.Tables = append(p.Tables, st)
+	}
+	if a.opts.Stats != nil {
+		var top []feed.TableConsumerLag
+		top, p.MoreConsumers, _ = a.opts.Stats.LaggiestConsumers(a.opts.StatusMaxConsumers, allow)
+		for _, l := range top {
+			c := statusConsumer{
+				Table: statusName(l.Table), Name: statusName(l.Name), Epoch: l.Epoch, Position: l.Position,
+				LagFragments: l.Fragments, LagSeconds: strconv.FormatFloat(l.Seconds, 'f', 1, 64),
+				LastSeen: l.LastSeen.Format(time.RFC3339), Class: "ok",
+			}
+			epoch, listed := epochs[l.Table]
+			switch {
+			case l.Seconds >= farBehindSeconds || listed && l.Epoch != epoch:
+				c.Class = "far-behind"
+			case l.Fragments > 0:
+				c.Class = "behind"
+			}
+			p.Consumers = append(p.Consumers, c)
+		}
 	}
 	w.Header().Set("Content-Type", "text/html; charset=utf-8")
 	w.Header().Set("Cache-Control", "no-store")
 	if err := statusTmpl.Execute(w, p); err != nil {
 		a.clientLog.Warn("status page", "err", err)
 	}
+}
+
+// statusName cuts name to statusMaxNameBytes (at a rune boundary) and
+// marks the cut with "…".
+func statusName(name string) string {
+	if len(name) <= statusMaxNameBytes {
+		return name
+	}
+	cut := statusMaxNameBytes
+	for cut > 0 && !utf8.RuneStart(name[cut]) {
+		cut--
+	}
+	return name[:cut] + "…"
 }
 
 func metricText(m metricValues, name string, format func(float64, byte, int, int) string) string {

@@ -213,7 +213,10 @@ func (a *API) truncate(w http.ResponseWriter, r *http.Request) {
 }
 
 type consumerJSON struct {
-	Name     string `json:"name"`
+	Name string `json:"name"`
+	// Owner is the name of the token that owns the consumer (omitted
+	// without access control).
+	Owner    string `json:"owner,omitempty"`
 	Epoch    uint64 `json:"epoch"`
 	Position uint64 `json:"position"`
 	LastSeen string `json:"last_seen"`
@@ -230,7 +233,7 @@ func (a *API) listConsumers(w http.ResponseWriter, r *http.Request) {
 	}
 	out := make([]consumerJSON, len(cs))
 	for i, c := range cs {
-		out[i] = consumerJSON{Name: c.Name, Epoch: c.Epoch, Position: c.Position, LastSeen: c.LastSeen.Format(time.RFC3339Nano), HoldsHistory: c.HoldsHistory}
+		out[i] = consumerJSON{Name: c.Name, Owner: c.Owner, Epoch: c.Epoch, Position: c.Position, LastSeen: c.LastSeen.Format(time.RFC3339Nano), HoldsHistory: c.HoldsHistory}
 		if c.HoldsHistory {
 			out[i].HoldUntil = c.HoldUntil.Format(time.RFC3339Nano)
 		}
@@ -239,7 +242,8 @@ func (a *API) listConsumers(w http.ResponseWriter, r *http.Request) {
 }
 
 func (a *API) deleteConsumer(w http.ResponseWriter, r *http.Request) {
-	err := a.opts.Consumers.DeleteConsumer(pathParam(r, "table"), pathParam(r, "consumer"))
+	table := pathParam(r, "table")
+	err := a.opts.Consumers.DeleteConsumer(table, pathParam(r, "consumer"), principal(r, table))
 	a.audit(r, "consumer.delete", pathParam(r, "table"), err, "consumer", pathParam(r, "consumer"))
 	if err != nil {
 		writeErr(w, err)

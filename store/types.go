@@ -158,6 +158,10 @@ type Consumer struct {
 	Position uint64 `json:"position"`
 	// LastSeen is when it last drained, in Unix nanoseconds.
 	LastSeen int64 `json:"last_seen"`
+	// Owner is the name of the token that created it, which alone (or an
+	// admin token) may move or delete it; "" when it was created without
+	// access control (or before consumers had owners).
+	Owner string `json:"owner,omitempty"`
 }
 
 // Row is one drained fragment delivered as the coalesced row at its

@@ -577,7 +577,7 @@ func wire(cfg config, db store.Backend, logger *slog.Logger, reg *prometheus.Reg
 		SQLMaxStatementBytes: cfg.http.SQLMaxStatementBytes, SQLMaxScanRows: cfg.http.SQLMaxScanRows,
 		SQLMaxInsertRows: cfg.http.SQLMaxInsertRows, SQLMaxColumns: cfg.feed.MaxColumnsPerTable + 1,
 		Stats: drainer, Gatherer: reg, StatusSampleInterval: cfg.http.StatusSampleInterval,
-		StatusSamples: cfg.http.StatusSamples, StatusMaxTables: cfg.http.StatusMaxTables, MaxDatabases: cfg.http.MaxDatabases,
+		StatusSamples: cfg.http.StatusSamples, StatusMaxTables: cfg.http.StatusMaxTables, StatusMaxConsumers: cfg.http.StatusMaxConsumers, MaxDatabases: cfg.http.MaxDatabases,
 		TLS: describeTLS(cfg.auth), Store: describeStore(cfg),
 	}
 	if sec != nil {

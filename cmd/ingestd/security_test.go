@@ -129,7 +129,7 @@ func TestAuthScopes(t *testing.T) {
 		{"PUT", "/api/v1/tables/room/sync", `{"enabled":true}`, 200, "room", "reader"},
 		{"POST", "/api/v1/tables/room/truncate", "", 200, "room", "writer"},
 		{"PUT", "/api/v1/tables/sensor2", `{"sync":true}`, 201, "admin", "room"},
-		{"DELETE", "/api/v1/tables/sensor/consumers/c1", "", 204, "admin", "reader"},
+		{"DELETE", "/api/v1/tables/sensor/consumers/c1", "", 204, "admin", "writer"},
 		{"DELETE", "/api/v1/tables/sensor2", "", 204, "admin", "writer"},
 	}
 	for _, c := range calls {
@@ -338,6 +338,10 @@ func TestCrossSite(t *testing.T) {
 		{"cross-site write", "POST", "/write", "sensor v=2 2\n", http.Header{"Origin": {"https://evil.example"}}, 403, "forbidden"},
 		{"cross-site PUT sync", "PUT", "/api/v1/tables/sensor/sync", `{"enabled":false}`, http.Header{"Origin": {"http://evil.example"}, "Content-Type": {"application/json"}}, 403, "forbidden"},
 		{"cross-site consumer delete", "DELETE", "/api/v1/tables/sensor/consumers/x", "", http.Header{"Origin": {"http://evil.example"}}, 403, "forbidden"},
+		{"an <img> drain that records a consumer", "GET", "/drain?table=sensor&after=1&limit=1&consumer=img", "", http.Header{"Sec-Fetch-Site": {"cross-site"}, "Sec-Fetch-Dest": {"image"}}, 403, "forbidden"},
+		{"a cross-origin drain that records a consumer", "GET", "/drain?table=sensor&after=1&limit=1&consumer=fetch", "", http.Header{"Origin": {"http://evil.example"}}, 403, "forbidden"},
+		{"GET /query CREATE DATABASE", "GET", "/query?q=" + url.QueryEscape(`CREATE DATABASE "evil"`), "", nil, 405, "method_not_allowed"},
+		{"GET /api/v1/sql TRUNCATE", "GET", "/api/v1/sql?q=" + url.QueryEscape("TRUNCATE sensor"), "", nil, 405, "method_not_allowed"},
 		{"form body on a control route", "PUT", "/api/v1/tables/t2", `{"sync":true}`, http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, 415, "unsupported_media_type"},
 		{"text/plain truncate", "POST", "/api/v1/tables/sensor/truncate", "", http.Header{"Content-Type": {"text/plain"}}, 415, "unsupported_media_type"},
 		{"multipart sync", "PUT", "/api/v1/tables/sensor/sync", "", http.Header{"Content-Type": {"multipart/form-data; boundary=x"}}, 415, "unsupported_media_type"},
@@ -350,6 +354,8 @@ func TestCrossSite(t *testing.T) {
 	}
 	st := c.syncStatus(t, "sensor")
 	require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: 1, Watermark: 1, Horizon: 1}, st, "nothing changed: no truncate, no write, sync on")
+	require.Empty(t, c.listConsumers(t, "sensor"), "no consumer recorded")
+	require.NotContains(t, string(c.getOK(t, "/query?q=SHOW+DATABASES").Body), "evil", "no database recorded")
 
 	allowed := []struct {
 		name, method, path, body string
@@ -362,6 +368,10 @@ func TestCrossSite(t *testing.T) {
 		{"JSON with charset", "PUT", "/api/v1/tables/sensor/sync", `{"enabled":true}`, http.Header{"Content-Type": {"application/json; charset=utf-8"}}, 200},
 		{"no Content-Type", "POST", "/api/v1/tables/sensor/truncate", "", nil, 200},
 		{"cross-site read", "GET", "/drain?table=sensor&after=0&limit=1", "", http.Header{"Origin": {"http://evil.example"}, "Sec-Fetch-Site": {"cross-site"}}, 200},
+		{"same-origin drain with a consumer", "GET", "/drain?table=sensor&after=0&limit=1&consumer=page", "", http.Header{"Sec-Fetch-Site": {"same-origin"}}, 200},
+		{"typed-in drain with a consumer", "GET", "/drain?table=sensor&after=0&limit=1&consumer=tab", "", http.Header{"Sec-Fetch-Site": {"none"}}, 200},
+		{"curl drain with a consumer", "GET", "/drain?table=sensor&after=0&limit=1&consumer=curl", "", nil, 200},
+		{"POST /query CREATE DATABASE", "POST", "/query", "q=CREATE+DATABASE+telegraf", http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, 200},
 	}
 	for _, tc := range allowed {
 		t.Run(tc.name, func(t *testing.T) {
@@ -370,7 +380,8 @@ func TestCrossSite(t *testing.T) {
 		})
 	}
 	m := string(c.get(t, "/metrics").Body)
-	require.Contains(t, m, `ingestd_http_requests_refused_total{reason="cross_site"} 6`)
+	require.Contains(t, m, `ingestd_http_requests_refused_total{reason="cross_site"} 8`)
+	require.Len(t, c.listConsumers(t, "sensor"), 3, "page, tab and curl")
 	require.Contains(t, m, `ingestd_http_requests_refused_total{reason="content_type"} 3`)
 }
 

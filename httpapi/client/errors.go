@@ -36,8 +36,9 @@ var (
 	// table's horizon - 1 (409; docs/contract.md#history-expired): resync with the copy by time
 	// range, then drain from the watermark it reports.
 	ErrHistoryExpired = &Error{Code: wire.CodeHistoryExpired}
-	// ErrTooManyConsumers is returned when a drain names a consumer beyond
-	// the server's --max-consumers-per-table (409).
+	// ErrTooManyConsumers is returned when a drain names a new consumer
+	// beyond one of the server's consumer budgets (409): per token and
+	// table, per token, or in total (the message names the flag).
 	ErrTooManyConsumers = &Error{Code: wire.CodeTooManyConsumers}
 	// ErrConsumerNotFound is returned for a consumer the table does not
 	// know (404).
@@ -51,7 +52,8 @@ var (
 	// ErrUnauthorized is returned for a missing, unknown or revoked token
 	// (401).
 	ErrUnauthorized = &Error{Code: wire.CodeUnauthorized}
-	// ErrForbidden is returned when the token lacks the route's scope (403).
+	// ErrForbidden is returned when the token lacks the route's scope, or
+	// names a consumer another token owns (403).
 	ErrForbidden = &Error{Code: wire.CodeForbidden}
 )
 

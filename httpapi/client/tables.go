@@ -104,6 +104,9 @@ func (c *Client) Sync(ctx context.Context, name string) (SyncStatus, error) {
 type Consumer struct {
 	// Name is the consumer's name.
 	Name string `json:"name"`
+	// Owner is the name of the token that owns the consumer ("" when it
+	// was created without access control).
+	Owner string `json:"owner,omitempty"`
 	// Epoch is the epoch of the consumer's last acknowledged position.
 	Epoch uint64 `json:"epoch"`
 	// Position is the x_seq up to which the consumer applied the feed.

@@ -485,15 +485,15 @@ func testConsumers(t *testing.T, h Harness) {
 	require.NoError(t, b.PutConsumers(ctx, map[string][]store.Consumer{
 		"t": {{Name: "b", Epoch: 1, Position: 5, LastSeen: 10}, {Name: "a", Epoch: 1, Position: 3, LastSeen: 11}},
 	}))
-	require.NoError(t, b.PutConsumers(ctx, map[string][]store.Consumer{"t": {{Name: "b", Epoch: 1, Position: 6, LastSeen: 12}}}))
+	require.NoError(t, b.PutConsumers(ctx, map[string][]store.Consumer{"t": {{Name: "b", Epoch: 1, Position: 6, LastSeen: 12, Owner: "mirror"}}}))
 	cs, err := b.LoadConsumers(ctx, "t")
 	require.NoError(t, err)
-	require.Equal(t, []store.Consumer{{Name: "a", Epoch: 1, Position: 3, LastSeen: 11}, {Name: "b", Epoch: 1, Position: 6, LastSeen: 12}}, cs)
+	require.Equal(t, []store.Consumer{{Name: "a", Epoch: 1, Position: 3, LastSeen: 11}, {Name: "b", Epoch: 1, Position: 6, LastSeen: 12, Owner: "mirror"}}, cs)
 	require.NoError(t, b.DeleteConsumer(ctx, "t", "a"))
 	require.NoError(t, b.DeleteConsumer(ctx, "t", "nobody"))
 	cs, err = b.LoadConsumers(ctx, "t")
 	require.NoError(t, err)
-	require.Equal(t, []store.Consumer{{Name: "b", Epoch: 1, Position: 6, LastSeen: 12}}, cs)
+	require.Equal(t, []store.Consumer{{Name: "b", Epoch: 1, Position: 6, LastSeen: 12, Owner: "mirror"}}, cs)
 }
 
 func testHorizon(t *testing.T, h Harness) {
