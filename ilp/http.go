@@ -211,6 +211,7 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	switch enc := strings.ToLower(r.Header.Get("Content-Encoding")); enc {
 	case "", "identity":
 		if r.ContentLength > in.cfg.MaxBodyBytes {
+			in.m.tooLarge.Inc()
 			writeError(w, http.StatusRequestEntityTooLarge, codeTooLarge,
 				fmt.Sprintf("body of %d bytes exceeds --max-body-bytes=%d", r.ContentLength, in.cfg.MaxBodyBytes), 0)
 			return
@@ -275,6 +276,7 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 		return
 	}
 	if n > in.cfg.MaxBodyBytes {
+		in.m.tooLarge.Inc()
 		writeError(w, http.StatusRequestEntityTooLarge, codeTooLarge,
 			fmt.Sprintf("body exceeds --max-body-bytes=%d (counted after decompression)", in.cfg.MaxBodyBytes), 0)
 		return

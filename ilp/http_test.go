@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/klauspost/compress/gzip"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/feed"
@@ -465,6 +466,11 @@ func TestHTTPWrite(t *testing.T) {
 				require.Equal(t, tt.err.line, e.Line)
 			}
 			require.Equal(t, tt.rows, r.drain("cpu"))
+			tooLarge := 0.0
+			if tt.status == http.StatusRequestEntityTooLarge {
+				tooLarge = 1
+			}
+			require.Equal(t, tooLarge, testutil.ToFloat64(r.in.m.tooLarge), "ingestd_http_write_too_large_total")
 		})
 	}
 

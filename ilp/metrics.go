@@ -43,6 +43,8 @@ type metrics struct {
 	// overloadRefused counts writes answered 503 unread because writes
 	// take longer than Config.MaxWriteDelay (overload).
 	overloadRefused prometheus.Counter
+	// tooLarge counts writes answered 413: a body over Config.MaxBodyBytes.
+	tooLarge prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -79,6 +81,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		overloadRefused: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_http_write_overload_refused_total",
 			Help: "HTTP writes answered 503 with Retry-After, their bodies unread, because writes took longer than --http-write-max-delay in the server.",
+		}),
+		tooLarge: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_http_write_too_large_total",
+			Help: "HTTP writes answered 413 because their body (after gzip decompression) exceeded --max-body-bytes; nothing of them was written.",
 		}),
 	}
 	for _, r := range []string{closedIdleTimeout, closedEvicted, closedRefused, closedRevoked} {
