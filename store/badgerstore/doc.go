@@ -146,8 +146,9 @@
 // adds a fragment: the commit puts the fragment's time, its index in the
 // block and the point's new union into its head record (one value, with
 // the block's runs), and the head keeps the overwrites and the unions in
-// memory; the union is also the point's entry in memory (tableState.dups),
-// where reads and later commits find it. A head flush writes each series'
+// memory; once the commit is durable (never before: a reader must not see
+// a value a crash could take back) the union is also the point's entry in
+// memory (tableState.dups), where reads and later commits find it. A head flush writes each series'
 // overwrites as runs of up to 1,024 references (one key), each point's
 // last union as its entry, and an overwrite marker ('d') for a point
 // overwritten for the first time. So:

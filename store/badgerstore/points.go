@@ -134,12 +134,12 @@ type pointRow struct {
 // row returns the point of fragment f as the read's view sees it.
 func (p *pointRows) row(st *tableState, txn *badger.Txn, tid uint64, f *store.Fragment) (pointRow, error) {
 	id := pointID{f.Series, f.Time}
+	if r, ok := p.rows[id]; ok { // met before in this read
+		return r, nil
+	}
 	known, dup := st.dupRefs(f.Series, f.Time)
 	if !dup {
 		return pointRow{}, nil
-	}
-	if r, ok := p.rows[id]; ok {
-		return r, nil
 	}
 	// A known entry is immutable (a string); a read one is a copy of the
 	// read's own: the row's strings alias either.

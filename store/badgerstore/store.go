@@ -669,7 +669,6 @@ func (db *DB) commit(commits []store.TableCommit) error {
 		}
 	}
 	if err := w.txn.Commit(); err != nil {
-		w.unmarkDups()
 		return err
 	}
 	for _, h := range w.heads {
@@ -677,14 +676,7 @@ func (db *DB) commit(commits []store.TableCommit) error {
 			return err
 		}
 	}
-	// The heads keep the overwritten points' entries as the commit set
-	// them (the strings st.dups holds), in write order.
-	for _, d := range w.dups {
-		u := d.st.head.unions[d.id]
-		u.entry = d.entry
-		d.st.head.unions[d.id] = u
-	}
-	w.dups = w.dups[:0]
+	w.publishDups()
 	if db.headEntries(false) >= db.headMax {
 		return db.startFlush()
 	}
@@ -1124,41 +1116,35 @@ func (w *committer) existing(st *tableState, f *store.Fragment, cur *runBuilder,
 	return appendRef(nil, r), nil
 }
 
-// markDup makes entry, as this commit writes it, the entry readers and
-// later commits find in memory for point id of st, which holds more than
-// one fragment. It is set before the commit is durable: an entry may be
-// ahead of a reader's view (doc.go, "Overwritten points"), and a commit
-// that fails stops the writer (the entries it set are put back).
+// markDup records entry, the entry of point id of st (which holds more
+// than one fragment) as this commit writes it, for publishDups once the
+// commit is durable: readers and later commits then find it in memory.
+// Until then they see the point as the commits before did: a reader never
+// sees a value a crash could still take back, and a drain does not reach
+// the commit's fragments before its watermark is raised, after the store
+// returned.
 func (w *committer) markDup(st *tableState, id pointID, entry []byte) {
-	e := string(entry)
-	st.dupMu.Lock()
-	old, had := st.dups[id]
-	st.dups[id] = e
-	st.dupMu.Unlock()
-	w.dups = append(w.dups, dupEntry{st, id, e, old, had})
+	w.dups = append(w.dups, dupEntry{st, id, string(entry)})
 }
 
-// dupEntry is an overwritten point's entry a commit set, and the one it
-// replaced (had: there was one).
+// dupEntry is an overwritten point's entry a commit wrote.
 type dupEntry struct {
-	st         *tableState
-	id         pointID
-	entry, old string
-	had        bool
+	st    *tableState
+	id    pointID
+	entry string
 }
 
-// unmarkDups puts back the entries a commit that failed had set, latest
-// first.
-func (w *committer) unmarkDups() {
-	for i := len(w.dups) - 1; i >= 0; i-- {
-		d := w.dups[i]
+// publishDups keeps the entries of a durable commit in memory, in write
+// order (a point written twice in the commit keeps its last entry), and
+// in the heads, which store them at their flush.
+func (w *committer) publishDups() {
+	for _, d := range w.dups {
 		d.st.dupMu.Lock()
-		if d.had {
-			d.st.dups[d.id] = d.old
-		} else {
-			delete(d.st.dups, d.id)
-		}
+		d.st.dups[d.id] = d.entry
 		d.st.dupMu.Unlock()
+		u := d.st.head.unions[d.id]
+		u.entry = d.entry
+		d.st.head.unions[d.id] = u
 	}
 	w.dups = w.dups[:0]
 }
