@@ -121,7 +121,14 @@ type pointRows struct {
 	key  []byte
 	rows map[pointID]pointRow
 	gets *atomic.Uint64 // the store's count of point-index reads
+	// arena holds the rows' fields, in chunks that are never moved (rows
+	// alias them): one allocation per pointRowsChunk fields, not one per
+	// point, where a page meets each point once.
+	arena []store.Field
 }
+
+// pointRowsChunk is the fields an arena chunk of pointRows holds.
+const pointRowsChunk = 4096
 
 // pointRow is what a read knows of one point: its union (dup) or that it
 // holds one fragment in the read's view.
@@ -164,16 +171,22 @@ func (p *pointRows) row(st *tableState, txn *badger.Txn, tid uint64, f *store.Fr
 	}
 	var r pointRow
 	if v != nil {
-		e, err := decodeEntry(v, nil)
+		if cap(p.arena)-len(p.arena) < 64 {
+			p.arena = make([]store.Field, 0, pointRowsChunk)
+		}
+		e, err := decodeEntry(v, p.arena[len(p.arena):len(p.arena):cap(p.arena)])
 		if err != nil {
 			return pointRow{}, &store.CorruptionError{Key: pointKey(nil, ksPoint, tid, f.Series, f.Time), Err: err}
 		}
 		// A single reference: the point's second fragment is not visible
 		// in this view. A legacy list is never read here: Open converts it.
 		r = pointRow{dup: e.count > 1 && e.fields != nil, first: e.first, fields: e.fields}
+		if len(e.fields) > 0 && len(p.arena) < cap(p.arena) && &e.fields[0] == &p.arena[:len(p.arena)+1][len(p.arena)] {
+			p.arena = p.arena[:len(p.arena)+len(e.fields)] // decoded in place
+		}
 	}
 	if p.rows == nil {
-		p.rows = map[pointID]pointRow{}
+		p.rows = make(map[pointID]pointRow, 1024)
 	}
 	p.rows[id] = r
 	return r, nil
