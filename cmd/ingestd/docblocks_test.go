@@ -18,9 +18,9 @@ import (
 )
 
 // The documentation's shell blocks are tests. Every ```sh (or bash, shell,
-// console) block of README.md and docs/*.md runs, in page order, in one
-// bash session against a fresh daemon, unless the line before its fence
-// says why it cannot:
+// console) block of README.md, deploy/README.md and docs/*.md runs, in
+// page order, in one bash session against a fresh daemon, unless the line
+// before its fence says why it cannot:
 //
 //	<!-- no-test: needs Docker -->
 //
@@ -34,6 +34,15 @@ import (
 //
 // the second first runs the README's walkthrough (its outputs are checked
 // by the README's own run), for pages that say they continue from it.
+//
+// The commands run as written but for addresses: localhost:8086 and
+// 127.0.0.1/9009 (bash's /dev/tcp) are the daemon's listeners,
+// localhost:8087, --http-addr :8087 and --tcp-addr :9010 (a replica's)
+// free loopback ports, `go run ./cmd/ingestd` (or `ingestd` at the start
+// of a line) a binary built once. A session whose blocks start the daemon
+// themselves (`go run ./cmd/ingestd [FLAGS] &` without --http-addr) gets
+// no daemon from the test: its listeners are free loopback ports passed to
+// that command. Background jobs end with their session.
 
 // docFence is a code block of a page, as the tests read it.
 type docFence struct {
@@ -48,9 +57,6 @@ type docFence struct {
 var (
 	noTestRE = regexp.MustCompile(`^<!-- no-test: (\S.*?) -->$`)
 	freshRE  = regexp.MustCompile(`^<!-- test: fresh daemon(?: after ([\w./-]+#[\w-]+))? -->$`)
-	// backgroundDaemonRE matches a line that starts the daemon in the
-	// background: `go run ./cmd/ingestd [FLAGS] &`.
-	backgroundDaemonRE = regexp.MustCompile(`(?m)^go run \./cmd/ingestd((?: -[^\n]*)? &)`)
 	// shellLangs are the info strings of blocks a reader runs in a shell.
 	shellLangs = map[string]bool{"sh": true, "bash": true, "shell": true, "console": true}
 )
@@ -120,13 +126,13 @@ func docFences(page string) ([]docFence, error) {
 	return fences, nil
 }
 
-// docPages are the pages whose shell blocks run, relative to the
+// docPages are the pages (README.md, deploy/README.md, docs/*.md) whose shell blocks run, relative to the
 // repository's root.
 func docPages(t *testing.T) []string {
 	t.Helper()
 	pages, err := filepath.Glob("../../docs/*.md")
 	require.NoError(t, err)
-	out := []string{"README.md"}
+	out := []string{"README.md", "deploy/README.md"}
 	for _, p := range pages {
 		out = append(out, strings.TrimPrefix(p, "../../"))
 	}
@@ -174,12 +180,10 @@ func sectionFences(t *testing.T, file, anchor string) []docFence {
 	return out
 }
 
-// TestDocBlocks runs every shell block of README.md and docs/*.md (see the
+// TestDocBlocks runs every shell block of the documentation (see the
 // comment at the top of this file): each page in one bash session in a
-// temporary directory against a fresh daemon on an empty data directory,
-// localhost:8086 and 127.0.0.1/9009 (bash's /dev/tcp) being its listeners
-// and `go run ./cmd/ingestd` (or `ingestd` at the start of a line) a binary
-// built once. It fails with the page, the block's line and the command on
+// temporary directory against a fresh daemon on an empty data directory.
+// It fails with the page, the block's line and the command on
 // a failing command or an output that differs from the block's "# " lines,
 // so a page cannot show a command that does not do what it says, and a
 // new block either runs or says why not.
@@ -239,9 +243,15 @@ func runDocSegment(t *testing.T, page, bin string, replay, blocks []docFence) {
 	}
 	tcpHost, tcpPort, err := net.SplitHostPort(tcpAddr)
 	require.NoError(t, err)
+	// The docs' second daemon (a mirror's replica) listens on :8087 and
+	// :9010: free ports on loopback here.
+	replicaHTTP, replicaTCP := freeAddr(t), freeAddr(t)
 	subst := strings.NewReplacer(
 		"localhost:8086", httpAddr,
 		"127.0.0.1/9009", tcpHost+"/"+tcpPort,
+		"localhost:8087", replicaHTTP,
+		"--http-addr :8087", "--http-addr "+replicaHTTP,
+		"--tcp-addr :9010", "--tcp-addr "+replicaTCP,
 		"go run ./cmd/ingestd", bin,
 	)
 	leading := regexp.MustCompile(`(?m)^ingestd `)
@@ -251,7 +261,13 @@ func runDocSegment(t *testing.T, page, bin string, replay, blocks []docFence) {
 	// command stops the session and names itself on the test's stderr.
 	script.WriteString("exec 3>&2 2>&1\nset -eE -o pipefail\ntrap 'echo \"exit status $?: $BASH_COMMAND\" >&3' ERR\n")
 	for _, b := range all {
-		b.script = backgroundDaemonRE.ReplaceAllString(b.script, "go run ./cmd/ingestd --http-addr "+httpAddr+" --tcp-addr "+tcpAddr+"$1")
+		lines := strings.Split(b.script, "\n")
+		for i, l := range lines {
+			if pageDaemon(l) {
+				lines[i] = strings.Replace(l, "go run ./cmd/ingestd", "go run ./cmd/ingestd --http-addr "+httpAddr+" --tcp-addr "+tcpAddr, 1)
+			}
+		}
+		b.script = strings.Join(lines, "\n")
 		script.WriteString(leading.ReplaceAllString(subst.Replace(b.script), bin+" "))
 		script.WriteString("echo '" + end + "'\n")
 	}
@@ -289,20 +305,32 @@ func runDocSegment(t *testing.T, page, bin string, replay, blocks []docFence) {
 	}
 	require.Len(t, outs, len(blocks)+1, "%s: every block ran", page)
 	for i, b := range blocks {
-		if b.want != "" && !outputMatches(b.want, outs[i]) {
+		if b.want != "" && !outputMatches(subst.Replace(b.want), outs[i]) {
 			t.Errorf("%s:%d: the block's output differs from its # lines\ncommands:\n%swant:\n%sgot:\n%s", page, b.line, b.script, b.want, outs[i])
 		}
 	}
 }
 
-// startsDaemon reports whether blocks start a daemon in the background.
+// startsDaemon reports whether blocks start the daemon they talk to (see
+// pageDaemon).
 func startsDaemon(blocks []docFence) bool {
 	for _, b := range blocks {
-		if backgroundDaemonRE.MatchString(b.script) {
-			return true
+		for _, l := range strings.Split(b.script, "\n") {
+			if pageDaemon(l) {
+				return true
+			}
 		}
 	}
 	return false
+}
+
+// pageDaemon reports whether a script line starts, in the background, the
+// daemon the page talks to: `go run ./cmd/ingestd [FLAGS] &` without an
+// --http-addr of its own.
+func pageDaemon(line string) bool {
+	args, ok := strings.CutPrefix(line, "go run ./cmd/ingestd ")
+	return ok && (strings.HasPrefix(args, "-") || strings.HasPrefix(args, "&")) &&
+		strings.HasSuffix(strings.TrimSpace(args), "&") && !strings.Contains(args, "--http-addr")
 }
 
 // freeAddr returns a loopback address with a port that was free a moment
