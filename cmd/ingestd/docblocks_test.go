@@ -7,6 +7,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -30,10 +31,12 @@ import (
 // new session on a new daemon from that block on:
 //
 //	<!-- test: fresh daemon -->
-//	<!-- test: fresh daemon after README.md#walkthrough -->
+//	<!-- test: fresh daemon after LINK -->
 //
-// the second first runs the README's walkthrough (its outputs are checked
-// by the README's own run), for pages that say they continue from it.
+// the second first runs the shell blocks of the "## " section LINK points
+// to (relative to the page, as a Markdown link: the user guide's points to
+// the README's walkthrough), for pages that say they continue from it;
+// their outputs are checked by their own page's run.
 //
 // The commands run as written but for addresses: localhost:8086 and
 // 127.0.0.1/9009 (bash's /dev/tcp) are the daemon's listeners,
@@ -216,7 +219,7 @@ func TestDocBlocks(t *testing.T) {
 					replay = nil
 					if f.fresh != "-" {
 						file, anchor, _ := strings.Cut(f.fresh, "#")
-						replay = sectionFences(t, file, anchor)
+						replay = sectionFences(t, path.Join(path.Dir(page), file), anchor)
 					}
 				}
 				segment = append(segment, f)
@@ -358,14 +361,14 @@ func outputMatches(want, got string) bool {
 // comments, and the mistakes that fail.
 func TestDocFences(t *testing.T) {
 	page := "# x\n```text\na\n```\n<!-- no-test: needs Docker -->\n```sh\ndocker run x\n```\n" +
-		"<!-- test: fresh daemon after README.md#walkthrough -->\n```sh\nprintf 'a\\n\\nb\\n'\n# a\n#\n# b\n```\n" +
+		"<!-- test: fresh daemon after ../README.md#walkthrough -->\n```sh\nprintf 'a\\n\\nb\\n'\n# a\n#\n# b\n```\n" +
 		"- item\n  ```sh\n  echo c\n  # c\n  ```\n"
 	got, err := docFences(page)
 	require.NoError(t, err)
 	require.Equal(t, []docFence{
 		{line: 2, lang: "text", script: "a\n"},
 		{line: 6, lang: "sh", skip: "needs Docker", script: "docker run x\n"},
-		{line: 10, lang: "sh", fresh: "README.md#walkthrough", script: "printf 'a\\n\\nb\\n'\n", want: "a\n\nb\n"},
+		{line: 10, lang: "sh", fresh: "../README.md#walkthrough", script: "printf 'a\\n\\nb\\n'\n", want: "a\n\nb\n"},
 		{line: 17, lang: "sh", script: "echo c\n", want: "c\n"},
 	}, got)
 
