@@ -76,6 +76,8 @@ func docFences(page string) ([]docFence, error) {
 	for i, l := range lines {
 		trimmed := strings.TrimLeft(l, " ")
 		switch {
+		case cur == nil && strings.HasPrefix(trimmed, "~~~"):
+			return nil, fmt.Errorf("line %d: a ~~~ fence: use ``` so the tests read the block", i+1)
 		case cur == nil && strings.HasPrefix(trimmed, "```"):
 			indent = l[:len(l)-len(trimmed)]
 			info := strings.Fields(strings.TrimPrefix(trimmed, "```"))
@@ -379,6 +381,7 @@ func TestDocFences(t *testing.T) {
 		"<!-- no-test: why -->\n\n```sh\nls\n```\n", // not right before
 		"<!-- no-test: why -->\n```json\n{}\n```\n", // not a shell block
 		"<!-- test: fresh -->\n```sh\nls\n```\n",    // unknown
+		"~~~sh\nls\n~~~\n",                          // not a ``` fence
 	} {
 		_, err := docFences(bad)
 		require.Error(t, err, "%q", bad)
