@@ -204,7 +204,7 @@ func TestDocBlocks(t *testing.T) {
 		t.Run(page, func(t *testing.T) {
 			var segment []docFence
 			var replay []docFence
-			ran := 0
+			ran, skipped := 0, 0
 			flush := func() {
 				if len(segment) > 0 {
 					runDocSegment(t, page, bin, replay, segment)
@@ -213,7 +213,11 @@ func TestDocBlocks(t *testing.T) {
 				segment = nil
 			}
 			for _, f := range readFences(t, page) {
-				if !shellLangs[f.lang] || f.skip != "" {
+				if !shellLangs[f.lang] {
+					continue
+				}
+				if f.skip != "" {
+					skipped++
 					continue
 				}
 				if f.fresh != "" {
@@ -227,7 +231,7 @@ func TestDocBlocks(t *testing.T) {
 				segment = append(segment, f)
 			}
 			flush()
-			t.Logf("%s: %d blocks ran", page, ran)
+			t.Logf("%s: %d shell blocks ran, %d marked no-test", page, ran, skipped)
 		})
 	}
 }
