@@ -3,7 +3,6 @@ package main
 import (
 	"bytes"
 	"context"
-	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -15,71 +14,22 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// readmeBlock is one ```sh code block of a documentation section: the script
-// (every line that is not an output line) and the output it must print
-// (its "# " lines, in order).
-type readmeBlock struct {
-	line   int // of the opening fence, 1-based
-	script string
-	want   string
-}
-
-// readmeBlocks returns the ```sh blocks of the Markdown section headed
-// "## "+title (up to the next "## " heading).
-func readmeBlocks(t *testing.T, readme, title string) []readmeBlock {
-	t.Helper()
-	lines := strings.Split(readme, "\n")
-	start := -1
-	for i, l := range lines {
-		if l == "## "+title {
-			start = i
-			break
-		}
-	}
-	require.GreaterOrEqual(t, start, 0, "no section %q", title)
-	var blocks []readmeBlock
-	var cur *readmeBlock
-	var script, want []string
-	for i := start + 1; i < len(lines) && !strings.HasPrefix(lines[i], "## "); i++ {
-		l := lines[i]
-		switch {
-		case cur == nil && l == "```sh":
-			cur = &readmeBlock{line: i + 1}
-			script, want = nil, nil
-		case cur == nil:
-		case l == "```":
-			cur.script = strings.Join(script, "\n") + "\n"
-			if len(want) > 0 {
-				cur.want = strings.Join(want, "\n") + "\n"
-			}
-			blocks = append(blocks, *cur)
-			cur = nil
-		case l == "#" || strings.HasPrefix(l, "# "):
-			want = append(want, strings.TrimPrefix(strings.TrimPrefix(l, "#"), " "))
-		default:
-			script = append(script, l)
-		}
-	}
-	require.Nil(t, cur, "unclosed code block in %q", title)
-	require.NotEmpty(t, blocks, "no ```sh block in %q", title)
-	return blocks
-}
-
 // blockEnd separates the outputs of a section's blocks, which run in one
 // shell as a reader pastes them into one terminal.
 const blockEnd = "--- end of README block ---"
 
 // docSection is a section of the documentation whose ```sh blocks run
-// against a fresh daemon: file is relative to the repository's root.
+// against a fresh daemon: file is relative to the repository's root,
+// anchor is the section's "## " heading's.
 type docSection struct {
-	file, title string
+	file, anchor string
 }
 
 // walkthroughSections are the sections TestREADMEWalkthrough runs: the
 // README's walkthrough and the guide's SQL steps.
 var walkthroughSections = []docSection{
-	{"README.md", "Walkthrough"},
-	{"docs/guide.md", "SQL"},
+	{"README.md", "walkthrough"},
+	{"docs/guide.md", "sql"},
 }
 
 // TestREADMEWalkthrough runs the code blocks of the README's Walkthrough
@@ -107,16 +57,14 @@ func runREADMESections(t *testing.T, newConfig func(t *testing.T) config) {
 	require.NoError(t, err, "go build: %s", out)
 
 	for _, sec := range walkthroughSections {
-		t.Run(sec.title, func(t *testing.T) {
-			raw, err := os.ReadFile(filepath.Join("..", "..", sec.file))
-			require.NoError(t, err)
-			blocks := readmeBlocks(t, string(raw), sec.title)
+		t.Run(sec.anchor, func(t *testing.T) {
+			blocks := sectionFences(t, sec.file, sec.anchor)
 			d := startDaemon(t, newConfig(t))
 			outs := runBlocks(t, d, bin, blocks)
 			for i, b := range blocks {
 				require.Equal(t, b.want, outs[i], "%s:%d: the block's output differs from its # lines", sec.file, b.line)
 			}
-			if sec.title != "Walkthrough" {
+			if sec.anchor != "walkthrough" {
 				// Again on the same data directory: the guide says the
 				// re-created table starts above the dropped one.
 				again := runBlocks(t, d, bin, blocks[:1])
@@ -142,7 +90,7 @@ func runREADMESections(t *testing.T, newConfig func(t *testing.T) config) {
 // runBlocks runs blocks in one bash session against d (localhost:8086 is
 // d's address, `go run ./cmd/ingestd` is bin) and returns each block's
 // output.
-func runBlocks(t *testing.T, d *daemon, bin string, blocks []readmeBlock) []string {
+func runBlocks(t *testing.T, d *daemon, bin string, blocks []docFence) []string {
 	t.Helper()
 	subst := strings.NewReplacer("localhost:8086", strings.TrimPrefix(d.URL, "http://"), "go run ./cmd/ingestd", bin)
 	var script strings.Builder
@@ -159,15 +107,4 @@ func runBlocks(t *testing.T, d *daemon, bin string, blocks []readmeBlock) []stri
 	outs := strings.Split(strings.ReplaceAll(stdout.String(), "\r\n", "\n"), blockEnd+"\n")
 	require.Len(t, outs, len(blocks)+1, "every block ran")
 	return outs
-}
-
-// TestReadmeBlocks: a section's blocks, each split into its script and
-// its output lines ("#" alone is an empty output line).
-func TestReadmeBlocks(t *testing.T) {
-	readme := "# x\n## A\n```sh\nnot in B\n```\n## B\ntext\n```sh\nprintf 'a\\n\\nb\\n'\n# a\n#\n# b\necho c\n# c\n```\n```sh\ntrue\n```\n## C\n```sh\nno\n```\n"
-	got := readmeBlocks(t, readme, "B")
-	require.Equal(t, []readmeBlock{
-		{line: 8, script: "printf 'a\\n\\nb\\n'\necho c\n", want: "a\n\nb\nc\n"},
-		{line: 16, script: "true\n"},
-	}, got)
 }
