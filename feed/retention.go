@@ -54,8 +54,9 @@ func ParseRetention(s string) (time.Duration, error) {
 }
 
 // FormatRetention renders a retention as ParseRetention reads it: "0" for
-// forever, else whole weeks, days, hours, minutes and seconds ("30d",
-// "1d12h"), with Go's rendering for anything finer than a second.
+// forever, else days (weeks when the days are whole weeks), hours,
+// minutes and seconds ("30d", "2w", "1d12h"), with Go's rendering for
+// anything finer than a second.
 func FormatRetention(d time.Duration) string {
 	if d == 0 {
 		return "0"
@@ -63,11 +64,19 @@ func FormatRetention(d time.Duration) string {
 	if d%time.Second != 0 {
 		return d.String()
 	}
+	const day, week = 24 * time.Hour, 7 * 24 * time.Hour
+	weeks := time.Duration(0)
+	if (d/day)%7 == 0 {
+		weeks = week // whole weeks: "2w", not "14d"
+	}
 	var b strings.Builder
 	for _, u := range []struct {
 		unit time.Duration
 		name string
-	}{{7 * 24 * time.Hour, "w"}, {24 * time.Hour, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+	}{{weeks, "w"}, {day, "d"}, {time.Hour, "h"}, {time.Minute, "m"}, {time.Second, "s"}} {
+		if u.unit == 0 {
+			continue
+		}
 		if n := d / u.unit; n > 0 {
 			b.WriteString(strconv.FormatInt(int64(n), 10))
 			b.WriteString(u.name)

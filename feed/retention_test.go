@@ -317,6 +317,11 @@ func TestParseRetention(t *testing.T) {
 		require.NoError(t, err)
 		require.Equal(t, got, again, "FormatRetention(%s)", in)
 	}
+	for in, want := range map[string]string{"30d": "30d", "2w": "2w", "14d": "2w", "1d12h": "1d12h", "720h": "30d", "90m": "1h30m", "15d1s": "15d1s"} {
+		got, err := ParseRetention(in)
+		require.NoError(t, err, in)
+		require.Equal(t, want, FormatRetention(got), "as written back: %s", in)
+	}
 	for _, in := range []string{"", "-1d", "1x", "d", "1.5h", "500ms", "999999999999w", fmt.Sprint(uint64(math.MaxUint64)) + "s"} {
 		_, err := ParseRetention(in)
 		require.ErrorIs(t, err, ErrInvalidRetention, in)
