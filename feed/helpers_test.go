@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
@@ -54,10 +55,11 @@ func (h *harness) close() {
 // deadline passes.
 func eventually(t testing.TB, cond func() bool, msg string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	timeout := testdeadline.Scale(10 * time.Second)
+	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within 10s: %s", msg)
+			t.Fatalf("condition not met within %s: %s", timeout, msg)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/badgerstore"
 )
@@ -138,7 +139,7 @@ func TestRetrySameMessageIDStoredOnce(t *testing.T) {
 	require.Equal(t, float64(1), testutil.ToFloat64(s.m.dedups))
 	require.Equal(t, uint64(1), streamMsgs(t, s, "dedup"), "stored once")
 	tab.release(seq)
-	require.NoError(t, tab.await(time.Now().Add(time.Minute), func() bool { return tab.f.applied >= seq }))
+	require.NoError(t, tab.await(time.Now().Add(testdeadline.Scale(time.Minute)), func() bool { return tab.f.applied >= seq }))
 
 	// A rebuild from the stream holds the rows once.
 	require.NoError(t, s.Close())
@@ -220,7 +221,7 @@ func assertNoError(t *testing.T, err error) bool {
 func appliedTo(t *testing.T, s *Store, tid, x uint64) {
 	t.Helper()
 	tb := s.tableByID(t, tid)
-	require.NoError(t, tb.await(time.Now().Add(time.Minute), func() bool {
+	require.NoError(t, tb.await(time.Now().Add(testdeadline.Scale(time.Minute)), func() bool {
 		f := &tb.f
 		return f.xseq >= x && (len(f.recent) == 0 || f.applied >= f.recent[len(f.recent)-1].seq)
 	}))
@@ -270,7 +271,7 @@ func TestOtherNodeTableChangesFollowed(t *testing.T) {
 	b.Follow(got.add)
 	wait := func(what string, ok func(store.Followed) bool) {
 		t.Helper()
-		require.Eventually(t, func() bool { return got.has(ok) }, time.Minute, 10*time.Millisecond, "b reports %s", what)
+		require.Eventually(t, func() bool { return got.has(ok) }, testdeadline.Scale(time.Minute), 10*time.Millisecond, "b reports %s", what)
 	}
 
 	m := createTable(t, a, "changes")
@@ -313,7 +314,7 @@ func TestOtherNodeTableChangesFollowed(t *testing.T) {
 	cs = []store.TableCommit{commit(re, true, 9, 3, 1)}
 	require.NoError(t, b.Append(ctx, cs, nil))
 	require.Equal(t, re.Seq+1, cs[0].FirstSeq)
-	require.Eventually(t, func() bool { _, err := a.live(re.ID); return err == nil }, time.Minute, 10*time.Millisecond, "a takes b's new instance")
+	require.Eventually(t, func() bool { _, err := a.live(re.ID); return err == nil }, testdeadline.Scale(time.Minute), 10*time.Millisecond, "a takes b's new instance")
 	appliedTo(t, a, re.ID, re.Seq+3)
 	require.Equal(t, readAll(t, b, re.ID, 0, re.Seq+3), readAll(t, a, re.ID, 0, re.Seq+3), "a serves b's rows of the re-created table")
 	require.Len(t, readAll(t, a, re.ID, 0, re.Seq+3).Seq, 3)
@@ -343,7 +344,7 @@ func TestStreamBehindIsWaitedFor(t *testing.T) {
 	done := make(chan error, 1)
 	cs := []store.TableCommit{commit(m, false, 20, 1, 1)}
 	go func() { done <- s.Append(ctx, cs, nil) }()
-	require.Eventually(t, func() bool { return testutil.ToFloat64(s.m.behind) > 0 }, time.Minute, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return testutil.ToFloat64(s.m.behind) > 0 }, testdeadline.Scale(time.Minute), 10*time.Millisecond,
 		"the Append waited for its stream's consumer")
 	select {
 	case err := <-done:
@@ -362,7 +363,7 @@ func TestStreamBehindIsWaitedFor(t *testing.T) {
 	require.Eventually(t, func() bool {
 		beyond, err := s.Beyond(ctx, m.ID, cs[0].FirstSeq+1)
 		return err == nil && beyond
-	}, time.Minute, 20*time.Millisecond, "everything applied: a cursor above every number is refused once a check proves it")
+	}, testdeadline.Scale(time.Minute), 20*time.Millisecond, "everything applied: a cursor above every number is refused once a check proves it")
 	require.Greater(t, cs[0].FirstSeq, foreign[0].FirstSeq)
 	got := readAll(t, s, m.ID, 0, cs[0].FirstSeq)
 	require.Len(t, got.Seq, 4, "the other node's block is applied here too")
@@ -524,7 +525,7 @@ func TestLeaderRestartMidRun(t *testing.T) {
 		return len(acked)
 	}
 	waitFor := func(n int) {
-		deadline := time.Now().Add(60 * time.Second)
+		deadline := time.Now().Add(testdeadline.Scale(60 * time.Second))
 		for count() < n {
 			require.True(t, time.Now().Before(deadline), "no progress: %d acknowledged", count())
 			time.Sleep(20 * time.Millisecond)
@@ -533,7 +534,7 @@ func TestLeaderRestartMidRun(t *testing.T) {
 	for round := range 2 {
 		waitFor(count() + 40)
 		leader := -1
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(testdeadline.Scale(30 * time.Second))
 		for leader < 0 {
 			require.True(t, time.Now().Before(deadline), "no stream leader")
 			leader = h.cluster.StreamLeader(stream)
