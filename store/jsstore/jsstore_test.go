@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
@@ -680,4 +681,49 @@ func TestOverwriteAfterPurgeRebuild(t *testing.T) {
 	require.Equal(t, strings.Repeat("x", 9), got.Points[0].Fields[1].Value.Str, "the later write wins")
 	require.Len(t, got.Seq, 2, "both fragments in the feed")
 	require.Equal(t, got.Seq[0].Fields, got.Seq[1].Fields, "each delivered as the coalesced row")
+}
+
+// TestRecordsFromABehindReplica checks what loadRecords compares a watch
+// of the table records with: the leader's last record revision (0 before
+// any, a purge's marker counted), and a watch whose current records end
+// below it fails as transient (retried) instead of listing too few tables.
+func TestRecordsFromABehindReplica(t *testing.T) {
+	h := newHarness(t, 1)
+	s := h.open(t, h.config(t))
+	t.Cleanup(func() { _ = s.Close() })
+	last, err := s.lastRecordRevision(ctx)
+	require.NoError(t, err)
+	require.Zero(t, last, "no record yet")
+
+	createTable(t, s, "a")
+	e, err := s.meta.Get(ctx, s.tableKey("a"))
+	require.NoError(t, err)
+	last, err = s.lastRecordRevision(ctx)
+	require.NoError(t, err)
+	require.Equal(t, e.Revision(), last)
+	_, err = s.NewTableID(ctx) // not a table record
+	require.NoError(t, err)
+	again, err := s.lastRecordRevision(ctx)
+	require.NoError(t, err)
+	require.Equal(t, last, again, "only table records count")
+
+	require.NoError(t, s.meta.Purge(ctx, s.tableKey("gone")))
+	marker, err := s.lastRecordRevision(ctx)
+	require.NoError(t, err)
+	require.Greater(t, marker, last, "a purge's marker counts")
+	require.NoError(t, s.eachRecord(ctx, marker, func(e jetstream.KeyValueEntry) (bool, error) {
+		return e == nil, nil
+	}), "the marker ends the current records, though fn never sees it")
+
+	var names []string
+	err = s.eachRecord(ctx, marker+1, func(e jetstream.KeyValueEntry) (bool, error) {
+		if e == nil {
+			return true, nil
+		}
+		names = append(names, e.Key())
+		return false, nil
+	})
+	require.ErrorIs(t, err, errStaleRecords)
+	require.True(t, transient(err), "a stale watch is retried")
+	require.Equal(t, []string{s.tableKey("a")}, names)
 }
