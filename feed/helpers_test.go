@@ -52,7 +52,7 @@ func (h *harness) close() {
 }
 
 // eventually polls cond every few milliseconds until it holds or the
-// deadline passes.
+// deadline passes (10s, stretched on a busy machine: testdeadline.Scale).
 func eventually(t testing.TB, cond func() bool, msg string) {
 	t.Helper()
 	timeout := testdeadline.Scale(10 * time.Second)
