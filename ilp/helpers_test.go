@@ -129,8 +129,8 @@ func (r *rig) stopTCP() {
 		select {
 		case err := <-r.tcpDone:
 			require.NoError(r.t, err, "ServeTCP")
-		case <-time.After(10 * time.Second):
-			r.t.Fatal("ServeTCP did not return within 10s of cancel")
+		case <-time.After(testdeadline.Scale(10 * time.Second)):
+			r.t.Fatal("ServeTCP did not return after cancel")
 		}
 	})
 }
