@@ -7,6 +7,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
@@ -51,13 +52,14 @@ func (h *harness) close() {
 }
 
 // eventually polls cond every few milliseconds until it holds or the
-// deadline passes.
+// deadline passes (10s, stretched on a busy machine: testdeadline.Scale).
 func eventually(t testing.TB, cond func() bool, msg string) {
 	t.Helper()
-	deadline := time.Now().Add(10 * time.Second)
+	timeout := testdeadline.Scale(10 * time.Second)
+	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {
-			t.Fatalf("condition not met within 10s: %s", msg)
+			t.Fatalf("condition not met within %s: %s", timeout, msg)
 		}
 		time.Sleep(2 * time.Millisecond)
 	}

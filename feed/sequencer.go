@@ -74,7 +74,8 @@ type Sequencer struct {
 
 	// clock is the origin of queued, busySince and lastWait (monotonic
 	// nanoseconds since it); busySince is when the group being committed
-	// was taken from the queue (0: none), lastWait how long its oldest
+	// was taken from the queue (0: none; process resets it before it
+	// answers the group's last operation), lastWait how long its oldest
 	// write had waited in the queue (QueueDelay).
 	clock     time.Time
 	busySince atomic.Int64
@@ -427,9 +428,7 @@ func (s *Sequencer) Run(ctx context.Context) error {
 			s.lastWait.Store(taken - o.queued)
 			s.busySince.Store(taken)
 			batch = s.collect(append(batch[:0], o))
-			err := s.process(batch)
-			s.busySince.Store(0)
-			if err != nil {
+			if err := s.process(batch); err != nil {
 				s.stop()
 				s.failQueued(err)
 				return err
@@ -527,8 +526,10 @@ func (s *Sequencer) process(ops []*op) error {
 	for len(ops) > 0 {
 		if ops[0].kind != opWrite {
 			s.runControl(ops[0])
-			close(ops[0].done)
-			if err := ops[0].err; err != nil && errors.Is(err, errStorage) {
+			err := ops[0].err
+			fatal := err != nil && errors.Is(err, errStorage)
+			s.finish(ops[:1], err, len(ops) == 1 || fatal)
+			if fatal {
 				failOps(ops[1:], err)
 				return err
 			}
@@ -540,7 +541,7 @@ func (s *Sequencer) process(ops []*op) error {
 			n++
 		}
 		err := s.commitGroup(ops[:n])
-		failOps(ops[:n], err)
+		s.finish(ops[:n], err, n == len(ops) || err != nil)
 		if err != nil {
 			failOps(ops[n:], err)
 			return err
@@ -548,6 +549,19 @@ func (s *Sequencer) process(ops []*op) error {
 		ops = ops[n:]
 	}
 	return nil
+}
+
+// finish completes ops with err (nil: success). When last (they end the
+// group Run took, or err stops the sequencer) it first marks the group
+// done (busySince 0): a writer told its write is done must never read a
+// QueueDelay that still counts its own finished group, or a sequential
+// writer behind a slow disk would be refused (HTTP 503) with the queue
+// empty.
+func (s *Sequencer) finish(ops []*op, err error, last bool) {
+	if last {
+		s.busySince.Store(0)
+	}
+	failOps(ops, err)
 }
 
 // failOps completes ops with err (nil: success).

@@ -22,6 +22,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/internal/testdeadline"
 )
 
 // testServer is a Server on 127.0.0.1:0, closed at the end of the test.
@@ -95,9 +97,11 @@ func gaugeOrCounter(t *testing.T, m prometheus.Metric) int {
 	return int(pb.Counter.GetValue())
 }
 
-// eventually polls cond until it holds or fails the test after timeout.
+// eventually polls cond until it holds or fails the test after timeout
+// (stretched on a busy machine: testdeadline.Scale).
 func eventually(t *testing.T, timeout time.Duration, cond func() bool, msg string) {
 	t.Helper()
+	timeout = testdeadline.Scale(timeout)
 	deadline := time.Now().Add(timeout)
 	for !cond() {
 		if time.Now().After(deadline) {

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
@@ -128,8 +129,8 @@ func (r *rig) stopTCP() {
 		select {
 		case err := <-r.tcpDone:
 			require.NoError(r.t, err, "ServeTCP")
-		case <-time.After(10 * time.Second):
-			r.t.Fatal("ServeTCP did not return within 10s of cancel")
+		case <-time.After(testdeadline.Scale(10 * time.Second)):
+			r.t.Fatal("ServeTCP did not return after cancel")
 		}
 	})
 }
@@ -215,9 +216,10 @@ func goValue(v feed.Value) (any, bool) {
 }
 
 // eventually polls cond until it holds, failing the test with msg once
-// timeout has passed.
+// timeout (stretched on a busy machine: testdeadline.Scale) has passed.
 func eventually(t testing.TB, timeout time.Duration, cond func() bool, msg string) {
 	t.Helper()
+	timeout = testdeadline.Scale(timeout)
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(2 * time.Millisecond)
 	defer tick.Stop()

@@ -21,6 +21,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/internal/testdeadline"
 )
 
 // gzipped returns s compressed.
@@ -661,8 +662,8 @@ func TestHTTPWriteContentLengthLie(t *testing.T) {
 	for range conns {
 		select {
 		case <-reading:
-		case <-time.After(10 * time.Second):
-			t.Fatal("the handlers did not start reading within 10s")
+		case <-time.After(testdeadline.Scale(10 * time.Second)):
+			t.Fatal("the handlers did not start reading")
 		}
 	}
 	runtime.ReadMemStats(&after)
@@ -676,8 +677,8 @@ func TestHTTPWriteContentLengthLie(t *testing.T) {
 		select {
 		case st := <-statuses:
 			require.Equal(t, http.StatusBadRequest, st)
-		case <-time.After(10 * time.Second):
-			t.Fatal("the handlers did not return within 10s of their clients leaving")
+		case <-time.After(testdeadline.Scale(10 * time.Second)):
+			t.Fatal("the handlers did not return after their clients left")
 		}
 	}
 }
@@ -751,7 +752,7 @@ func TestHTTPWriteInflightBytes(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, (<-first).status)
 	// The first write gives its bytes back once answered, which the
 	// client may see a moment before the handler returns.
-	require.Eventually(t, func() bool { return metricValue(t, r.in.m.inflight) == 0 }, 5*time.Second, 2*time.Millisecond,
+	require.Eventually(t, func() bool { return metricValue(t, r.in.m.inflight) == 0 }, testdeadline.Scale(5*time.Second), 2*time.Millisecond,
 		"the answered write gives back what it held")
 	res = r.post("/write", bytes.NewReader(gzipped(t, bodyB)), map[string]string{"Content-Encoding": "gzip"})
 	require.Equal(t, http.StatusNoContent, res.status, "body: %s", res.body)

@@ -15,6 +15,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/internal/testdeadline"
 )
 
 // tcpLine is line n of table cpu ("cpu v=<n> <n>") and its drained row.
@@ -357,7 +358,7 @@ func TestTCPAcceptErrors(t *testing.T) {
 				select {
 				case err := <-done:
 					require.ErrorIs(t, err, syscall.EINVAL)
-				case <-time.After(10 * time.Second):
+				case <-time.After(testdeadline.Scale(10 * time.Second)):
 					t.Fatal("ServeTCP did not return on a permanent accept error")
 				}
 				require.NoError(t, inner.Close())
@@ -374,8 +375,8 @@ func TestTCPAcceptErrors(t *testing.T) {
 			select {
 			case err := <-done:
 				require.NoError(t, err)
-			case <-time.After(10 * time.Second):
-				t.Fatal("ServeTCP did not return within 10s of cancel")
+			case <-time.After(testdeadline.Scale(10 * time.Second)):
+				t.Fatal("ServeTCP did not return after cancel")
 			}
 		})
 	}

@@ -16,6 +16,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/httpapi/client"
+	"github.com/ingestd/ingestd/internal/testdeadline"
 )
 
 // ---- helpers of the drain, consumer and copy tests (and mirror_test.go) ----
@@ -607,7 +608,7 @@ func TestDrainHTTPShutdownEndsLongPoll(t *testing.T) {
 	var res result
 	select {
 	case res = <-done:
-	case <-time.After(30 * time.Second):
+	case <-time.After(testdeadline.Scale(30 * time.Second)):
 		t.Fatal("the long-poll did not end with the shutdown")
 	}
 	require.NoError(t, res.err, "200, not a connection error")

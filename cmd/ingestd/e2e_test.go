@@ -20,6 +20,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/httpapi/client"
+	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store"
 )
 
@@ -411,11 +412,12 @@ func clip(b []byte) string {
 	return string(b)
 }
 
-// pollUntil polls cond until it holds, failing the test after timeout. It
-// polls more slowly for long timeouts so as not to load the daemon it waits
+// pollUntil polls cond until it holds, failing the test after timeout
+// (stretched on a busy machine: testdeadline.Scale). It polls more slowly for long timeouts so as not to load the daemon it waits
 // for (timeout/200, within 10ms..250ms).
 func pollUntil(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
+	timeout = testdeadline.Scale(timeout)
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(min(max(timeout/200, 10*time.Millisecond), 250*time.Millisecond))
 	defer tick.Stop()

@@ -14,6 +14,7 @@ import (
 	"github.com/ingestd/ingestd/httpapi"
 	"github.com/ingestd/ingestd/httpapi/auth"
 	"github.com/ingestd/ingestd/ilp"
+	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
@@ -59,9 +60,9 @@ func startDaemon(t testing.TB, cfg config) *daemon {
 	case err := <-d.done:
 		cancel()
 		t.Fatalf("daemon did not start: %v", err)
-	case <-time.After(30 * time.Second):
+	case <-time.After(testdeadline.Scale(30 * time.Second)):
 		cancel()
-		t.Fatal("daemon did not start within 30s")
+		t.Fatal("daemon did not start")
 	}
 	t.Cleanup(func() { d.stop(t) })
 	return d

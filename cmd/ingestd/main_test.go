@@ -20,6 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ingestd/ingestd/cmd/ingestd/cli"
+	"github.com/ingestd/ingestd/internal/testdeadline"
 )
 
 func TestMain(m *testing.M) {
@@ -113,7 +114,7 @@ func TestRunGroupOrder(t *testing.T) {
 	close(fail)
 	select {
 	case <-done:
-	case <-time.After(10 * time.Second):
+	case <-time.After(testdeadline.Scale(10 * time.Second)):
 		t.Fatal("the group did not stop after an actor failed")
 	}
 	require.Equal(t, []string{"tcp", "sequencer"}, stopped)

@@ -27,6 +27,7 @@ import (
 
 	"github.com/ingestd/ingestd/cmd/ingestd/cli"
 	"github.com/ingestd/ingestd/cmd/ingestd/mirror"
+	"github.com/ingestd/ingestd/internal/testdeadline"
 )
 
 // ---- helpers of the mirror tests ----
@@ -87,8 +88,8 @@ func (p *mirrorProc) wait(t testing.TB) {
 	t.Helper()
 	select {
 	case <-p.done:
-	case <-time.After(30 * time.Second):
-		t.Fatal("the mirror process did not exit within 30s")
+	case <-time.After(testdeadline.Scale(30 * time.Second)):
+		t.Fatal("the mirror process did not exit")
 	}
 }
 
@@ -350,7 +351,7 @@ func TestMirrorEndToEnd(t *testing.T) {
 	m3 := startMirrorProc(t, bin, logs[2], args("--metrics-addr", metricsAddr)...)
 	select {
 	case <-writersDone:
-	case <-time.After(3 * time.Minute):
+	case <-time.After(testdeadline.Scale(3 * time.Minute)):
 		t.Fatal("the writers did not finish")
 	}
 	close(errs)
@@ -505,7 +506,7 @@ func TestMirrorTargetErrors(t *testing.T) {
 		cancel()
 		select {
 		case <-runErr:
-		case <-time.After(30 * time.Second):
+		case <-time.After(testdeadline.Scale(30 * time.Second)):
 			t.Error("the mirror did not stop")
 		}
 	}()
@@ -542,7 +543,7 @@ func TestMirrorTargetErrors(t *testing.T) {
 	a.mustWrite(t, "m,host=h9 v=99i 2000\nm,host=h9 v=98i 2001\nm,host=h0 v=7i 1000")
 	select {
 	case <-arrived:
-	case <-time.After(time.Minute):
+	case <-time.After(testdeadline.Scale(time.Minute)):
 		t.Fatal("the new lines were not sent to the target")
 	}
 	c, ok := readMirrorCursor(t, cursorFile)
@@ -587,7 +588,7 @@ func TestMirrorTargetDownAtStart(t *testing.T) {
 		cancel()
 		select {
 		case <-runErr:
-		case <-time.After(30 * time.Second):
+		case <-time.After(testdeadline.Scale(30 * time.Second)):
 			t.Error("the mirror did not stop")
 		}
 	}()

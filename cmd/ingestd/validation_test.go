@@ -25,6 +25,7 @@ import (
 	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/httpapi/client"
 	"github.com/ingestd/ingestd/ilp"
+	"github.com/ingestd/ingestd/internal/testdeadline"
 )
 
 // corpusPoint is one point of the hostile corpus: tag tagKey (default
@@ -162,7 +163,7 @@ func TestOneValidation(t *testing.T) {
 	require.Eventually(t, func() bool {
 		tcp, err = storedIDs(c, "c_tcp")
 		return err == nil && tcp[len(hostileCorpus)]
-	}, 30*time.Second, 20*time.Millisecond, "the last TCP line is not stored")
+	}, testdeadline.Scale(30*time.Second), 20*time.Millisecond, "the last TCP line is not stored")
 
 	// SQL INSERT: a table of the point's tag key (CREATE TABLE, then
 	// INSERT); both answer.

@@ -10,6 +10,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/jsstore/natstest"
 )
@@ -73,7 +74,7 @@ func TestBeyondStaleLeaderCutOff(t *testing.T) {
 	after := more[0].FirstSeq + 2 // o's highest number: r has not applied it
 	tr := r.tableByID(t, m.ID)
 	calls, unknown := 0, 0
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(testdeadline.Scale(time.Minute))
 	for {
 		beyond, err := r.Beyond(ctx, m.ID, after)
 		calls++
@@ -185,7 +186,7 @@ func TestBarrierCoalescedAndBounded(t *testing.T) {
 // poll waits up to a minute for cond, failing the test with what.
 func poll(t *testing.T, cond func() bool, what string, args ...any) {
 	t.Helper()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(testdeadline.Scale(time.Minute))
 	for !cond() {
 		require.True(t, time.Now().Before(deadline), "not within a minute: %s", fmt.Sprintf(what, args...))
 		time.Sleep(20 * time.Millisecond)

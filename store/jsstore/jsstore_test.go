@@ -11,9 +11,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/badgerstore"
 )
@@ -138,7 +140,7 @@ func TestRetrySameMessageIDStoredOnce(t *testing.T) {
 	require.Equal(t, float64(1), testutil.ToFloat64(s.m.dedups))
 	require.Equal(t, uint64(1), streamMsgs(t, s, "dedup"), "stored once")
 	tab.release(seq)
-	require.NoError(t, tab.await(time.Now().Add(time.Minute), func() bool { return tab.f.applied >= seq }))
+	require.NoError(t, tab.await(time.Now().Add(testdeadline.Scale(time.Minute)), func() bool { return tab.f.applied >= seq }))
 
 	// A rebuild from the stream holds the rows once.
 	require.NoError(t, s.Close())
@@ -220,7 +222,7 @@ func assertNoError(t *testing.T, err error) bool {
 func appliedTo(t *testing.T, s *Store, tid, x uint64) {
 	t.Helper()
 	tb := s.tableByID(t, tid)
-	require.NoError(t, tb.await(time.Now().Add(time.Minute), func() bool {
+	require.NoError(t, tb.await(time.Now().Add(testdeadline.Scale(time.Minute)), func() bool {
 		f := &tb.f
 		return f.xseq >= x && (len(f.recent) == 0 || f.applied >= f.recent[len(f.recent)-1].seq)
 	}))
@@ -270,7 +272,7 @@ func TestOtherNodeTableChangesFollowed(t *testing.T) {
 	b.Follow(got.add)
 	wait := func(what string, ok func(store.Followed) bool) {
 		t.Helper()
-		require.Eventually(t, func() bool { return got.has(ok) }, time.Minute, 10*time.Millisecond, "b reports %s", what)
+		require.Eventually(t, func() bool { return got.has(ok) }, testdeadline.Scale(time.Minute), 10*time.Millisecond, "b reports %s", what)
 	}
 
 	m := createTable(t, a, "changes")
@@ -313,7 +315,7 @@ func TestOtherNodeTableChangesFollowed(t *testing.T) {
 	cs = []store.TableCommit{commit(re, true, 9, 3, 1)}
 	require.NoError(t, b.Append(ctx, cs, nil))
 	require.Equal(t, re.Seq+1, cs[0].FirstSeq)
-	require.Eventually(t, func() bool { _, err := a.live(re.ID); return err == nil }, time.Minute, 10*time.Millisecond, "a takes b's new instance")
+	require.Eventually(t, func() bool { _, err := a.live(re.ID); return err == nil }, testdeadline.Scale(time.Minute), 10*time.Millisecond, "a takes b's new instance")
 	appliedTo(t, a, re.ID, re.Seq+3)
 	require.Equal(t, readAll(t, b, re.ID, 0, re.Seq+3), readAll(t, a, re.ID, 0, re.Seq+3), "a serves b's rows of the re-created table")
 	require.Len(t, readAll(t, a, re.ID, 0, re.Seq+3).Seq, 3)
@@ -343,7 +345,7 @@ func TestStreamBehindIsWaitedFor(t *testing.T) {
 	done := make(chan error, 1)
 	cs := []store.TableCommit{commit(m, false, 20, 1, 1)}
 	go func() { done <- s.Append(ctx, cs, nil) }()
-	require.Eventually(t, func() bool { return testutil.ToFloat64(s.m.behind) > 0 }, time.Minute, 10*time.Millisecond,
+	require.Eventually(t, func() bool { return testutil.ToFloat64(s.m.behind) > 0 }, testdeadline.Scale(time.Minute), 10*time.Millisecond,
 		"the Append waited for its stream's consumer")
 	select {
 	case err := <-done:
@@ -362,7 +364,7 @@ func TestStreamBehindIsWaitedFor(t *testing.T) {
 	require.Eventually(t, func() bool {
 		beyond, err := s.Beyond(ctx, m.ID, cs[0].FirstSeq+1)
 		return err == nil && beyond
-	}, time.Minute, 20*time.Millisecond, "everything applied: a cursor above every number is refused once a check proves it")
+	}, testdeadline.Scale(time.Minute), 20*time.Millisecond, "everything applied: a cursor above every number is refused once a check proves it")
 	require.Greater(t, cs[0].FirstSeq, foreign[0].FirstSeq)
 	got := readAll(t, s, m.ID, 0, cs[0].FirstSeq)
 	require.Len(t, got.Seq, 4, "the other node's block is applied here too")
@@ -524,7 +526,7 @@ func TestLeaderRestartMidRun(t *testing.T) {
 		return len(acked)
 	}
 	waitFor := func(n int) {
-		deadline := time.Now().Add(60 * time.Second)
+		deadline := time.Now().Add(testdeadline.Scale(60 * time.Second))
 		for count() < n {
 			require.True(t, time.Now().Before(deadline), "no progress: %d acknowledged", count())
 			time.Sleep(20 * time.Millisecond)
@@ -533,7 +535,7 @@ func TestLeaderRestartMidRun(t *testing.T) {
 	for round := range 2 {
 		waitFor(count() + 40)
 		leader := -1
-		deadline := time.Now().Add(30 * time.Second)
+		deadline := time.Now().Add(testdeadline.Scale(30 * time.Second))
 		for leader < 0 {
 			require.True(t, time.Now().Before(deadline), "no stream leader")
 			leader = h.cluster.StreamLeader(stream)
@@ -679,4 +681,49 @@ func TestOverwriteAfterPurgeRebuild(t *testing.T) {
 	require.Equal(t, strings.Repeat("x", 9), got.Points[0].Fields[1].Value.Str, "the later write wins")
 	require.Len(t, got.Seq, 2, "both fragments in the feed")
 	require.Equal(t, got.Seq[0].Fields, got.Seq[1].Fields, "each delivered as the coalesced row")
+}
+
+// TestRecordsFromABehindReplica checks what loadRecords compares a watch
+// of the table records with: the leader's last record revision (0 before
+// any, a purge's marker counted), and a watch whose current records end
+// below it fails as transient (retried) instead of listing too few tables.
+func TestRecordsFromABehindReplica(t *testing.T) {
+	h := newHarness(t, 1)
+	s := h.open(t, h.config(t))
+	t.Cleanup(func() { _ = s.Close() })
+	last, err := s.lastRecordRevision(ctx)
+	require.NoError(t, err)
+	require.Zero(t, last, "no record yet")
+
+	createTable(t, s, "a")
+	e, err := s.meta.Get(ctx, s.tableKey("a"))
+	require.NoError(t, err)
+	last, err = s.lastRecordRevision(ctx)
+	require.NoError(t, err)
+	require.Equal(t, e.Revision(), last)
+	_, err = s.NewTableID(ctx) // not a table record
+	require.NoError(t, err)
+	again, err := s.lastRecordRevision(ctx)
+	require.NoError(t, err)
+	require.Equal(t, last, again, "only table records count")
+
+	require.NoError(t, s.meta.Purge(ctx, s.tableKey("gone")))
+	marker, err := s.lastRecordRevision(ctx)
+	require.NoError(t, err)
+	require.Greater(t, marker, last, "a purge's marker counts")
+	require.NoError(t, s.eachRecord(ctx, marker, func(e jetstream.KeyValueEntry) (bool, error) {
+		return e == nil, nil
+	}), "the marker ends the current records, though fn never sees it")
+
+	var names []string
+	err = s.eachRecord(ctx, marker+1, func(e jetstream.KeyValueEntry) (bool, error) {
+		if e == nil {
+			return true, nil
+		}
+		names = append(names, e.Key())
+		return false, nil
+	})
+	require.ErrorIs(t, err, errStaleRecords)
+	require.True(t, transient(err), "a stale watch is retried")
+	require.Equal(t, []string{s.tableKey("a")}, names)
 }

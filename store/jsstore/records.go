@@ -235,7 +235,7 @@ func (s *Store) learn(ctx context.Context, t *table, tid, seq uint64, gap bool) 
 // so that a restarted watch misses nothing, then every update.
 func (s *Store) watchRecords(ctx context.Context) {
 	for ctx.Err() == nil {
-		err := s.eachRecord(ctx, nil, func(e jetstream.KeyValueEntry) (bool, error) {
+		err := s.eachRecord(ctx, 0, func(e jetstream.KeyValueEntry) (bool, error) {
 			if e == nil {
 				return false, nil // the end of the current ones
 			}

@@ -389,6 +389,7 @@ func transient(err error) bool {
 		return legacyErr.ErrorCode == nats.ErrorCode(errCodeClusterNotAvailable) || legacyErr.Code == 503
 	}
 	return errors.Is(err, context.DeadlineExceeded) || errors.Is(err, nats.ErrTimeout) || errors.Is(err, nats.ErrNoResponders) ||
+		errors.Is(err, errStaleRecords) || errors.Is(err, errWatchEnded) ||
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionReconnecting)
 }
 
@@ -508,12 +509,23 @@ func (s *Store) load() error {
 // loadRecords reads every table record into byName and byTID.
 // The maps change under mu: a reconnect during Open lists the tables
 // (allTables) while they load.
+//
+// The watch reads the bucket through a consumer the server places on any
+// replica, perhaps one a write quorum left behind (a busy machine, a
+// server back from a fault): it would miss records acknowledged before
+// Open, and a crashed process's tables would vanish. The bucket's leader
+// is asked first for its last record (lastRecordRevision); a watch whose
+// current records end below it failed (errStaleRecords, retried).
 func (s *Store) loadRecords(ctx context.Context) error {
 	s.mu.Lock()
 	clear(s.byName)
 	clear(s.byTID)
 	s.mu.Unlock()
-	return s.eachRecord(ctx, nil, func(e jetstream.KeyValueEntry) (bool, error) {
+	last, err := s.lastRecordRevision(ctx)
+	if err != nil {
+		return err
+	}
+	return s.eachRecord(ctx, last, func(e jetstream.KeyValueEntry) (bool, error) {
 		if e == nil {
 			return true, nil // every current record was delivered
 		}
@@ -532,21 +544,88 @@ func (s *Store) loadRecords(ctx context.Context) error {
 	})
 }
 
-// eachRecord watches the table records (with opts) and calls fn with each
-// entry, nil marking the end of the current ones, until fn says stop or
-// fails, or ctx ends.
-func (s *Store) eachRecord(ctx context.Context, opts []jetstream.WatchOpt, fn func(jetstream.KeyValueEntry) (stop bool, err error)) error {
-	w, err := s.meta.WatchFiltered(ctx, []string{"t.>"}, append(opts, jetstream.IgnoreDeletes())...)
+// errStaleRecords is a watch of the table records that began on a replica
+// behind the bucket's leader; errWatchEnded is a watch the client ended
+// (its subscription closed). Both are transient: watching again starts
+// afresh.
+var (
+	errStaleRecords = errors.New("jsstore: the table records read from a replica behind the leader")
+	errWatchEnded   = errors.New("jsstore: the watch of the table records ended")
+)
+
+// recordsSubject is the meta bucket's subject of every table record.
+func (s *Store) recordsSubject() string { return "$KV." + s.cfg.Prefix + "_meta.t.>" }
+
+// lastRecordRevision asks the meta bucket's leader (a plain message get,
+// which only the stream leader answers, unlike a direct get) for the
+// revision of the last table record written, a purge's marker included;
+// 0 when there is none.
+func (s *Store) lastRecordRevision(ctx context.Context) (uint64, error) {
+	req, err := json.Marshal(struct {
+		LastBySubj string `json:"last_by_subj"`
+	}{s.recordsSubject()})
+	if err != nil {
+		return 0, err
+	}
+	msg, err := s.nc.RequestWithContext(ctx, "$JS.API.STREAM.MSG.GET.KV_"+s.cfg.Prefix+"_meta", req)
+	if err != nil {
+		return 0, err
+	}
+	var resp struct {
+		Message *struct {
+			Seq uint64 `json:"seq"`
+		} `json:"message"`
+		Error *jetstream.APIError `json:"error"`
+	}
+	if err := json.Unmarshal(msg.Data, &resp); err != nil {
+		return 0, fmt.Errorf("jsstore: the last table record: %w", err)
+	}
+	switch {
+	case resp.Error != nil && resp.Error.ErrorCode == jetstream.JSErrCodeMessageNotFound:
+		return 0, nil
+	case resp.Error != nil:
+		return 0, resp.Error
+	case resp.Message == nil:
+		return 0, errors.New("jsstore: the last table record: an empty answer")
+	}
+	return resp.Message.Seq, nil
+}
+
+// eachRecord watches the table records and calls fn with each entry
+// (deletions and purges skipped), nil marking the end of the current
+// ones, until fn says stop or fails, or ctx ends. The current records
+// must reach revision atLeast (deletions and purges count), else it
+// returns errStaleRecords before fn sees the end of them; errWatchEnded
+// when the watch ends.
+func (s *Store) eachRecord(ctx context.Context, atLeast uint64, fn func(jetstream.KeyValueEntry) (stop bool, err error)) error {
+	w, err := s.meta.WatchFiltered(ctx, []string{"t.>"})
 	if err != nil {
 		return err
 	}
 	defer func() { _ = w.Stop() }()
+	current, seen := true, uint64(0)
 	for {
 		var e jetstream.KeyValueEntry
+		var ok bool
 		select {
-		case e = <-w.Updates():
+		case e, ok = <-w.Updates():
+			if !ok {
+				return errWatchEnded
+			}
 		case <-ctx.Done():
 			return ctx.Err()
+		}
+		switch {
+		case e == nil && current:
+			current = false
+			if seen < atLeast {
+				return fmt.Errorf("%w: revision %d, the leader's %d", errStaleRecords, seen, atLeast)
+			}
+		case e != nil:
+			seen = max(seen, e.Revision())
+			if e.Operation() != jetstream.KeyValuePut {
+				continue
+			}
 		}
 		if stop, err := fn(e); stop || err != nil {
 			return err

@@ -13,6 +13,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
+	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/badgerstore"
 	"github.com/ingestd/ingestd/store/jsstore/natstest"
@@ -38,7 +39,7 @@ func TestSwitchOffIsolatedServer(t *testing.T) {
 	m := createTable(t, s, "isolated")
 	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 10, 2, 3)}, nil))
 	poll := func(cond func() bool, what string) {
-		deadline := time.Now().Add(time.Minute)
+		deadline := time.Now().Add(testdeadline.Scale(time.Minute))
 		for !cond() {
 			require.True(t, time.Now().Before(deadline), "not within a minute: %s", what)
 			time.Sleep(20 * time.Millisecond)
@@ -95,7 +96,7 @@ func TestLostConnectionCostsNoSendTimeout(t *testing.T) {
 	sent := proxy.Sent()
 	done := make(chan error, 1)
 	go func() { done <- s.Append(ctx, []store.TableCommit{commit(m, false, 20, 2, 3)}, nil) }()
-	deadline := time.Now().Add(10 * time.Second)
+	deadline := time.Now().Add(testdeadline.Scale(10 * time.Second))
 	for proxy.Sent() == sent {
 		require.True(t, time.Now().Before(deadline), "the publish did not go out")
 		time.Sleep(time.Millisecond)

@@ -25,6 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/httpapi/client"
+	"github.com/ingestd/ingestd/internal/testdeadline"
 )
 
 // ---- the binary ----
@@ -123,7 +124,8 @@ func daemonArgs(dataDir string, extra ...string) []string {
 func startIngestd(t testing.TB, logPath string, args ...string) *proc {
 	t.Helper()
 	p := launch(t, logPath, args...)
-	deadline := time.Now().Add(60 * time.Second)
+	timeout := testdeadline.Scale(60 * time.Second)
+	deadline := time.Now().Add(timeout)
 	for {
 		b, err := os.ReadFile(p.portsPath)
 		if err == nil {
@@ -143,7 +145,7 @@ func startIngestd(t testing.TB, logPath string, args ...string) *proc {
 		case <-time.After(5 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("ingestd did not start within 60s:\n%s", p.log(t))
+			t.Fatalf("ingestd did not start within %s:\n%s", timeout, p.log(t))
 		}
 	}
 }
@@ -181,9 +183,11 @@ func (p *proc) terminate(t testing.TB, timeout time.Duration) int {
 }
 
 // wait waits for the process to exit and returns its exit code (-1 when a
-// signal killed it).
+// signal killed it); timeout is stretched on a busy machine
+// (testdeadline.Scale).
 func (p *proc) wait(t testing.TB, timeout time.Duration) int {
 	t.Helper()
+	timeout = testdeadline.Scale(timeout)
 	select {
 	case <-p.done:
 	case <-time.After(timeout):
@@ -377,9 +381,13 @@ func metric(t testing.TB, hc *http.Client, base, sample string) (float64, bool) 
 	return 0, false
 }
 
-// poll calls cond until it holds, failing the test after timeout.
+// poll calls cond until it holds, failing the test after timeout,
+// stretched on a busy machine (testdeadline.Scale: a JetStream election
+// or a server's catch-up takes several times longer when other processes
+// keep the cores busy).
 func poll(t testing.TB, timeout time.Duration, cond func() bool, format string, args ...any) {
 	t.Helper()
+	timeout = testdeadline.Scale(timeout)
 	deadline := time.Now().Add(timeout)
 	tick := time.NewTicker(min(max(timeout/200, 5*time.Millisecond), 100*time.Millisecond))
 	defer tick.Stop()

@@ -540,7 +540,7 @@ func (r *jsRun) serverFault(what string, pick func(leader int) int, down, up fun
 	began := time.Now()
 	down(i)
 	if i == leader && what != leaderCut {
-		poll(r.t, time.Minute, func() bool { l := r.cluster.StreamLeader(r.stream); return l >= 0 && l != i }, "a new leader of %s", r.stream)
+		poll(r.t, r.electionBound(), func() bool { l := r.cluster.StreamLeader(r.stream); return l >= 0 && l != i }, "a new leader of %s", r.stream)
 		r.elections = append(r.elections, time.Since(began))
 	}
 	r.ledger.mark()
@@ -550,6 +550,17 @@ func (r *jsRun) serverFault(what string, pick func(leader int) int, down, up fun
 	back := time.Now()
 	poll(r.t, time.Minute, r.current, "server %d current again on %s, %s and the meta group (%s)", i, r.stream, r.meta, what)
 	r.t.Logf("server %d current again %s after it came back (%s)", i, time.Since(back).Round(time.Millisecond), what)
+}
+
+// electionBound is how long a stream election may take: a minute, or ten
+// times the slowest one this run measured when that is more (poll
+// stretches it further on a busy machine).
+func (r *jsRun) electionBound() time.Duration {
+	bound := time.Minute
+	for _, e := range r.elections {
+		bound = max(bound, 10*e)
+	}
+	return bound
 }
 
 // killNode SIGKILLs ingestd node i mid-write and restarts it on the same

@@ -24,6 +24,8 @@ import (
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
+
+	"github.com/ingestd/ingestd/internal/testdeadline"
 )
 
 // startTimeout bounds how long a server may take to accept connections
@@ -125,9 +127,9 @@ func (c *Cluster) WaitJetStream() {
 	c.t.Helper()
 	nc, js := c.client()
 	defer nc.Close()
-	deadline := time.Now().Add(time.Minute)
+	deadline := time.Now().Add(testdeadline.Scale(time.Minute))
 	for {
-		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+		ctx, cancel := context.WithTimeout(context.Background(), testdeadline.Scale(2*time.Second))
 		_, err := js.AccountInfo(ctx)
 		cancel()
 		if err == nil {
@@ -203,9 +205,9 @@ func (c *Cluster) start(i int) error {
 		return fmt.Errorf("natstest: server %d: %w", i, err)
 	}
 	s.Start()
-	if !s.ReadyForConnections(startTimeout) {
+	if timeout := testdeadline.Scale(startTimeout); !s.ReadyForConnections(timeout) {
 		s.Shutdown()
-		return fmt.Errorf("natstest: server %d not ready after %s", i, startTimeout)
+		return fmt.Errorf("natstest: server %d not ready after %s", i, timeout)
 	}
 	c.mu.Lock()
 	c.servers[i] = s
@@ -323,12 +325,12 @@ func (c *Cluster) groupCurrent(member, current, leads func(*server.Server) bool)
 // StreamNames returns the names of the global account's streams, as a
 // client listing them sees them (KV buckets are the streams KV_BUCKET),
 // sorted; it fails the test when the cluster does not answer within ten
-// seconds.
+// seconds (stretched on a busy machine: testdeadline.Scale).
 func (c *Cluster) StreamNames() []string {
 	c.t.Helper()
 	nc, js := c.client()
 	defer nc.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), testdeadline.Scale(10*time.Second))
 	defer cancel()
 	lister := js.StreamNames(ctx)
 	var names []string
