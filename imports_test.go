@@ -30,13 +30,13 @@ func TestImportDirection(t *testing.T) {
 		"store/jsstore": {"store", "store/badgerstore"},
 		// Embedded NATS servers for tests: only the tests' deadline
 		// scaling.
-		"store/jsstore/natstest": {"internal/testdeadline"},
+		"store/jsstore/natstest": {"store/testdeadline"},
 		// The tests' deadlines stretched to a busy machine: no package of
 		// the module.
-		"internal/testdeadline": {},
-		"feed":                  {"store"},
-		"ilp":                   {"feed"},
-		"httpapi":               {"feed", "httpapi/sql", "httpapi/auth", "httpapi/wire"},
+		"store/testdeadline": {},
+		"feed":               {"store"},
+		"ilp":                {"feed"},
+		"httpapi":            {"feed", "httpapi/sql", "httpapi/auth", "httpapi/wire"},
 		// The SQL parser is pure: it borrows only the feed's column kinds
 		// and its quoting of input in messages.
 		"httpapi/sql": {"feed"},
@@ -140,7 +140,7 @@ func TestEveryPackageIsChecked(t *testing.T) {
 		}
 	}
 	known := map[string]bool{"store": true, "store/badgerstore": true, "store/storetest": true, "store/jsstore": true, "store/jsstore/natstest": true, "feed": true, "ilp": true, "httpapi": true, "httpapi/sql": true, "httpapi/auth": true, "httpapi/client": true, "httpapi/wire": true, "cmd/ingestd": true, "cmd/ingestd/crashtest": true,
-		"cmd/ingestd/cli": true, "cmd/ingestd/mirror": true, "cmd/ingestd/bench": true, "internal/testdeadline": true}
+		"cmd/ingestd/cli": true, "cmd/ingestd/mirror": true, "cmd/ingestd/bench": true, "store/testdeadline": true}
 	for _, d := range dirs {
 		require.True(t, known[d], "package %s has no import-direction rule in TestImportDirection", d)
 	}

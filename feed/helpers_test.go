@@ -7,8 +7,8 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 // harness is a sequencer running on a real badger store in t.TempDir(),

@@ -19,8 +19,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/feed"
-	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 // rig is an Ingest on a real sequencer and badger store in t.TempDir(),

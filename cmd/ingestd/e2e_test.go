@@ -20,8 +20,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/httpapi/client"
-	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 // ---- helpers shared by every test of the package ----

@@ -14,8 +14,8 @@ import (
 	"github.com/ingestd/ingestd/httpapi"
 	"github.com/ingestd/ingestd/httpapi/auth"
 	"github.com/ingestd/ingestd/ilp"
-	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 // daemon is the whole ingestd running in-process on 127.0.0.1:0.

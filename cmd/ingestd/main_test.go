@@ -20,7 +20,7 @@ import (
 	"go.uber.org/goleak"
 
 	"github.com/ingestd/ingestd/cmd/ingestd/cli"
-	"github.com/ingestd/ingestd/internal/testdeadline"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 func TestMain(m *testing.M) {

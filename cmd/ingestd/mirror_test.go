@@ -27,7 +27,7 @@ import (
 
 	"github.com/ingestd/ingestd/cmd/ingestd/cli"
 	"github.com/ingestd/ingestd/cmd/ingestd/mirror"
-	"github.com/ingestd/ingestd/internal/testdeadline"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 // ---- helpers of the mirror tests ----

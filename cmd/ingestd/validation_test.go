@@ -25,7 +25,7 @@ import (
 	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/httpapi/client"
 	"github.com/ingestd/ingestd/ilp"
-	"github.com/ingestd/ingestd/internal/testdeadline"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 // corpusPoint is one point of the hostile corpus: tag tagKey (default

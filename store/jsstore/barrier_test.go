@@ -10,9 +10,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/jsstore/natstest"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 // TestBeyondStaleLeaderCutOff cuts the table stream's leader off its

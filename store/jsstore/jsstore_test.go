@@ -15,9 +15,9 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 var ctx = context.Background()

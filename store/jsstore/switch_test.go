@@ -13,10 +13,10 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
-	"github.com/ingestd/ingestd/internal/testdeadline"
 	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/badgerstore"
 	"github.com/ingestd/ingestd/store/jsstore/natstest"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 // TestSwitchOffIsolatedServer cuts the server the store is connected to

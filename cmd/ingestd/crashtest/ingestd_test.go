@@ -25,7 +25,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/httpapi/client"
-	"github.com/ingestd/ingestd/internal/testdeadline"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 // ---- the binary ----

@@ -25,7 +25,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
-	"github.com/ingestd/ingestd/internal/testdeadline"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 // startTimeout bounds how long a server may take to accept connections
