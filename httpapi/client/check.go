@@ -40,7 +40,12 @@ func checkPage(r DrainRequest, pg *Page) error {
 	case pg.More != (pg.Next < pg.Watermark):
 		return badPage(op, "more=%t with next %d and watermark %d", pg.More, pg.Next, pg.Watermark)
 	}
-	rows := pg.Lines()
+	rows, lpErr := 0, error(nil)
+	if pg.Format == FormatLP {
+		rows, lpErr = checkMeasurement(op, pg.Body, r.Table) // one scan counts and checks the lines
+	} else {
+		rows = pg.Lines()
+	}
 	switch {
 	case r.Limit > 0 && rows > r.Limit:
 		return badPage(op, "%d rows, limit %d", rows, r.Limit)
@@ -53,7 +58,7 @@ func checkPage(r DrainRequest, pg *Page) error {
 	case FormatJSON:
 		return checkSeqs(op, pg, r.After)
 	case FormatLP:
-		return checkMeasurement(op, pg.Body, r.Table)
+		return lpErr
 	}
 	return nil
 }
@@ -85,8 +90,9 @@ func checkSeqs(op string, pg *Page, after uint64) error {
 // checkMeasurement checks that every line of an lp page is of table: it
 // starts with the table's name escaped as a measurement (a backslash
 // before each comma and space) and then a comma or a space. Lines end as
-// line protocol ends them (lpLines).
-func checkMeasurement(op string, body []byte, table string) error {
+// line protocol ends them (lpLines). It returns the page's line count
+// (up to the first bad line) with the error.
+func checkMeasurement(op string, body []byte, table string) (int, error) {
 	m := appendMeasurement(nil, table)
 	var err error
 	n := 0
@@ -101,7 +107,7 @@ func checkMeasurement(op string, body []byte, table string) error {
 	if err == nil && !complete {
 		err = badPage(op, "the last line does not end with a newline")
 	}
-	return err
+	return n, err
 }
 
 // appendMeasurement appends name escaped as an ILP measurement.
@@ -131,7 +137,8 @@ func checkRowsPage(op string, r RowsRequest, pg *RowsPage) error {
 		return badPage(op, "the cursor does not move")
 	}
 	if pg.Format == FormatLP {
-		return checkMeasurement(op, pg.Body, r.Table)
+		_, err := checkMeasurement(op, pg.Body, r.Table)
+		return err
 	}
 	return nil
 }
