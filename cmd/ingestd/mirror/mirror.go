@@ -329,6 +329,31 @@ var protocolReasons = []string{reasonBodyTooLarge, reasonBadPage, reasonBadLine,
 // table, a copy that does not end. Retrying cannot fix it.
 var ErrProtocol = errors.New("the source broke the protocol")
 
+// ErrRefused is wrapped by the error Run returns when the source refuses
+// the mirror in a way only its operator can change: the token is not
+// accepted (401) or lacks the drain scope on the table (403), or the
+// source holds as many named consumers as its limits allow (409
+// too_many_consumers). The error says what to do; the cursor file is kept,
+// so a mirror restarted once it is fixed resumes where it stopped.
+var ErrRefused = errors.New("the source refuses the mirror")
+
+// refusal is the error that stops the mirror for a refusal of the source
+// (ErrRefused), or nil when err is not one.
+func refusal(err error) error {
+	var hint string
+	switch {
+	case errors.Is(err, client.ErrUnauthorized):
+		hint = "the source does not accept --source-token: give the mirror a token of the source's --auth-file"
+	case errors.Is(err, client.ErrForbidden):
+		hint = "--source-token lacks the drain scope on the table: grant it drain on the table in the source's --auth-file, or use a token that has it"
+	case errors.Is(err, client.ErrTooManyConsumers):
+		hint = "the source holds as many named consumers as --max-consumers, --max-consumers-per-table or --max-consumers-per-token allow: delete consumers no longer used (DELETE /api/v1/tables/{table}/consumers/{consumer}) or raise the limit on the source"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %w: %s; the mirror stops (restart it once fixed: it resumes from the cursor file)", ErrRefused, err, hint)
+}
+
 // protocolErr counts a protocol error of reason and returns the error that
 // stops the mirror.
 func (mr *Mirror) protocolErr(reason string, err error) error {
@@ -371,7 +396,7 @@ func resync(err error) error {
 // Run mirrors until ctx ends (nil) or a failure no retry can fix: an
 // unreadable cursor file, sync OFF at the source at bootstrap, a cursor
 // file that cannot be written, a source that breaks the protocol
-// (ErrProtocol).
+// (ErrProtocol), or refuses the mirror (ErrRefused).
 func (mr *Mirror) Run(ctx context.Context) error {
 	cur, err := mr.loadCursor()
 	if err != nil {
@@ -609,7 +634,8 @@ func (mr *Mirror) writeTarget(ctx context.Context, body []byte, rows int) error 
 // pausing with jittered exponential backoff between attempts. A source
 // table that is gone or has sync OFF is retried too: an operator may fix it.
 // An answer of the source that breaks the protocol (*client.ProtocolError)
-// is not retried: it is returned as ErrProtocol.
+// is not retried: it is returned as ErrProtocol; nor is a refusal only the
+// source's operator can change (ErrRefused).
 func (mr *Mirror) retry(ctx context.Context, side string, fn func() error) error {
 	backoff := min(100*time.Millisecond, mr.cfg.MaxBackoff)
 	for {
@@ -624,6 +650,11 @@ func (mr *Mirror) retry(ctx context.Context, side string, fn func() error) error
 				reason = reasonBodyTooLarge
 			}
 			return mr.protocolErr(reason, err)
+		}
+		if side == "source" {
+			if rerr := refusal(err); rerr != nil {
+				return rerr
+			}
 		}
 		mr.m.errors.WithLabelValues(side).Inc()
 		mr.logger.Warn("request failed; retrying", "side", side, "err", err, "backoff", backoff)
