@@ -242,8 +242,11 @@ type metrics struct {
 
 // Mirror keeps one table's replica. It is driven by one goroutine (Run).
 type Mirror struct {
-	cfg          Config
-	logger       *slog.Logger
+	cfg    Config
+	logger *slog.Logger
+	// peerLog logs the source's and the target's failures: at most one
+	// line of each message a second (a failing peer fails every request).
+	peerLog      *slog.Logger
 	src, tgt     *client.Client
 	write        client.WriteOptions // the target's write route
 	m            metrics
@@ -256,8 +259,11 @@ type Mirror struct {
 // (nil: none). Both clients share one *http.Client whose timeout outlasts
 // the long-poll, on http.DefaultTransport or, with cfg.TLS set, a clone of
 // it trusting and presenting what cfg.TLS names (an error names the flag
-// whose file cannot be used).
+// whose file cannot be used). A nil logger logs nothing.
 func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Mirror, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	if cfg.Consumer == "" {
 		cfg.Consumer = "mirror-" + cfg.Table
 	}
@@ -287,7 +293,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Mirror, e
 	}
 	f := promauto.With(reg)
 	mr := &Mirror{
-		cfg: cfg, logger: logger, src: src, tgt: tgt, parser: ilp.NewParser(cfg.Limits),
+		cfg: cfg, logger: logger, peerLog: slog.New(cli.NewLimitedHandler(logger.Handler(), time.Second)), src: src, tgt: tgt, parser: ilp.NewParser(cfg.Limits),
 		write: client.WriteOptions{Path: u.EscapedPath(), Query: u.Query()},
 		m: metrics{
 			rows:     f.NewCounter(prometheus.CounterOpts{Name: "ingestd_mirror_rows_total", Help: "Rows written to the target (copy and drain)."}),
@@ -409,7 +415,7 @@ func (mr *Mirror) Run(ctx context.Context) error {
 					return nil
 				}
 				if errors.Is(err, errResync) {
-					mr.logger.Error("source changed during the copy: starting over", "err", err)
+					mr.peerLog.Error("source changed during the copy: starting over", "err", err)
 					continue
 				}
 				return err
@@ -417,7 +423,7 @@ func (mr *Mirror) Run(ctx context.Context) error {
 		}
 		err := mr.follow(ctx, cur)
 		if errors.Is(err, errResync) {
-			mr.logger.Error("source refused the cursor: resyncing in full", "epoch", cur.Epoch, "next", cur.Next, "err", err)
+			mr.peerLog.Error("source refused the cursor: resyncing in full", "epoch", cur.Epoch, "next", cur.Next, "err", err)
 			cur = nil
 			continue
 		}
@@ -617,7 +623,7 @@ func (mr *Mirror) writeTarget(ctx context.Context, body []byte, rows int) error 
 		var e *client.Error
 		if errors.As(err, &e) && (e.StatusCode == http.StatusBadRequest || e.StatusCode == http.StatusUnprocessableEntity) {
 			mr.m.rejected.Inc()
-			mr.logger.Error("target dropped lines of a page", "status", e.StatusCode, "response", e.Message)
+			mr.peerLog.Error("target dropped lines of a page", "status", e.StatusCode, "response", e.Message)
 			return nil
 		}
 		return err
@@ -657,7 +663,7 @@ func (mr *Mirror) retry(ctx context.Context, side string, fn func() error) error
 			}
 		}
 		mr.m.errors.WithLabelValues(side).Inc()
-		mr.logger.Warn("request failed; retrying", "side", side, "err", err, "backoff", backoff)
+		mr.peerLog.Warn("request failed; retrying", "side", side, "err", err, "backoff", backoff)
 		select {
 		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
 		case <-ctx.Done():
