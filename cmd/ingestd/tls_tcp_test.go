@@ -9,6 +9,7 @@ import (
 	"net"
 	"net/http"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
@@ -90,6 +91,8 @@ func TestTLSTCPEndings(t *testing.T) {
 						t.Cleanup(func() { _ = raw.Close() })
 						tcfg := clientTLS(pool, nil)
 						tcfg.MinVersion, tcfg.MaxVersion, tcfg.ServerName = version, version, "127.0.0.1"
+						// Ask for session tickets, as OpenSSL clients do.
+						tcfg.ClientSessionCache = tls.NewLRUClientSessionCache(1)
 						hold := &heldConn{Conn: raw, on: e.held}
 						tc := tls.Client(hold, tcfg)
 						require.NoError(t, tc.SetDeadline(time.Now().Add(30*time.Second)))
@@ -145,4 +148,90 @@ func (h *heldConn) release() error {
 	_, err := h.Conn.Write(h.held)
 	h.held = nil
 	return err
+}
+
+// TestTLSTCPNoWriteAfterClientFlight: the TCP listener's TLS 1.3 server,
+// asking for client certificates, completes the handshake and reads the
+// lines when every write after its first flight fails, as writes to a
+// client that has already reset the connection do. With session tickets
+// (ServerConfig, the HTTP listener's) it writes them after the client's
+// certificate, and the handshake fails.
+func TestTLSTCPNoWriteAfterClientFlight(t *testing.T) {
+	pki := newPKI(t, "ingestd-test")
+	certFile, keyFile, _ := pki.issue(t, "server", true)
+	_, _, clientCert := pki.issue(t, "client", false)
+	cfg := auth.DefaultConfig()
+	cfg.TLSCert, cfg.TLSKey, cfg.TLSClientCA, cfg.TLSClientAuth = certFile, keyFile, pki.caFile, auth.ClientAuthVerifyIfSent
+	tl, err := auth.NewTLS(cfg, nil, nil)
+	require.NoError(t, err)
+	pool := x509.NewCertPool()
+	pool.AddCert(pki.ca)
+	for _, c := range []struct {
+		name   string
+		server *tls.Config
+		ok     bool
+	}{
+		{"tcp listener", tl.TCPServerConfig(), true},
+		{"with session tickets", tl.ServerConfig(), false},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			for _, cert := range []*tls.Certificate{nil, &clientCert} {
+				ln, err := net.Listen("tcp", "127.0.0.1:0")
+				require.NoError(t, err)
+				t.Cleanup(func() { _ = ln.Close() })
+				got := make(chan error, 1)
+				var read []byte
+				go func() {
+					s, err := ln.Accept()
+					if err != nil {
+						got <- err
+						return
+					}
+					defer func() { _ = s.Close() }()
+					_ = s.SetDeadline(time.Now().Add(30 * time.Second))
+					sc := tls.Server(&resetAfterFirstWrite{Conn: s}, c.server)
+					if err := sc.Handshake(); err != nil {
+						got <- err
+						return
+					}
+					read, err = io.ReadAll(sc)
+					if errors.Is(err, io.EOF) {
+						err = nil
+					}
+					got <- err
+				}()
+				tcfg := clientTLS(pool, cert)
+				tcfg.MinVersion, tcfg.ServerName = tls.VersionTLS13, "127.0.0.1"
+				// Ask for tickets, as OpenSSL clients do (Go's ask only with a cache).
+				tcfg.ClientSessionCache = tls.NewLRUClientSessionCache(1)
+				cc, err := tls.Dial("tcp", ln.Addr().String(), tcfg)
+				require.NoError(t, err)
+				_, err = io.WriteString(cc, "m v=1i 1\n")
+				require.NoError(t, err)
+				require.NoError(t, cc.Close())
+				err = <-got
+				if c.ok {
+					require.NoError(t, err)
+					require.Equal(t, "m v=1i 1\n", string(read))
+				} else {
+					require.ErrorIs(t, err, syscall.ECONNRESET)
+				}
+			}
+		})
+	}
+}
+
+// resetAfterFirstWrite fails every write after the first with ECONNRESET,
+// as writes to a peer that has reset the connection fail.
+type resetAfterFirstWrite struct {
+	net.Conn
+	writes int
+}
+
+func (r *resetAfterFirstWrite) Write(b []byte) (int, error) {
+	r.writes++
+	if r.writes > 1 {
+		return 0, &net.OpError{Op: "write", Net: "tcp", Err: syscall.ECONNRESET}
+	}
+	return r.Conn.Write(b)
 }
