@@ -22,7 +22,7 @@ var churnCycles = flag.Int("churn.cycles", 160, "TestHostileTableChurnDisk: crea
 // at a thirty-second of the run. What the cycles leave behind is badger's
 // MANIFEST (two table changes per TRUNCATE or DROP, whose DropPrefix
 // flushes the memtable), which badger rewrites once it records 10,000
-// deletions: the size saws between about 100 and 280 KiB on an empty
+// deletions: the size saws between about 100 and 300 KiB on an empty
 // store, see docs/operations.md#disk for the figures of a 32,000-cycle
 // run.
 func TestHostileTableChurnDisk(t *testing.T) {
