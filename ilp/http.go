@@ -446,7 +446,9 @@ func (in *Ingest) writeAppendError(w http.ResponseWriter, err error) {
 	case errors.Is(err, context.Canceled):
 		// The client went away; the batch may still commit.
 	default:
-		in.logger.Error("write failed", "err", err)
+		if ok, suppressed := in.storeLog.allow(time.Now()); ok {
+			in.logger.Error("write failed", "err", err, "suppressed", suppressed)
+		}
 		writeError(w, http.StatusInternalServerError, codeInternal, "storage error: "+err.Error(), 0)
 	}
 }

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"net"
@@ -817,4 +818,28 @@ func requireUnavailable(t *testing.T, res httpResult, flag string) {
 	require.NoError(t, json.Unmarshal(res.body, &e))
 	require.Equal(t, "unavailable", e.Code)
 	require.Contains(t, e.Message, flag)
+}
+
+// TestStorageErrorLogLimited: a store that fails every write (a full
+// disk) fails each HTTP write with 500, but logs at most one line a
+// second, the next one carrying how many were suppressed.
+func TestStorageErrorLogLimited(t *testing.T) {
+	logs, logger := newLogRecorder()
+	in, err := New(DefaultConfig(), &stuckAppender{err: errors.New("disk full")}, time.Minute, logger, nil)
+	require.NoError(t, err)
+	srv := httptest.NewServer(in.HandlerV1())
+	t.Cleanup(srv.Close)
+	const writes = 50
+	start := time.Now()
+	for range writes {
+		resp, err := srv.Client().Post(srv.URL, "text/plain", strings.NewReader("cpu v=1 1\n"))
+		require.NoError(t, err)
+		_, _ = io.Copy(io.Discard, resp.Body)
+		require.NoError(t, resp.Body.Close())
+		require.Equal(t, http.StatusInternalServerError, resp.StatusCode)
+	}
+	recs := logs.records(t, "write failed")
+	require.NotEmpty(t, recs)
+	require.LessOrEqual(t, len(recs), 1+int(time.Since(start)/time.Second), "one line a second at most")
+	require.Less(t, len(recs), writes)
 }

@@ -37,9 +37,13 @@ type Ingest struct {
 	m             *metrics
 	now           func() time.Time
 	logLimit      rateLimit
-	// acceptLog rate-limits the TCP listener's logs of failed accepts
-	// and evictions.
+	// acceptLog rate-limits the TCP listener's logs of failed accepts,
+	// refused and evicted connections, and connections ended (idle, read
+	// errors, a grant's end).
 	acceptLog rateLimit
+	// storeLog rate-limits the logs of batches the sequencer failed to
+	// take or commit (a full or failing disk fails every write).
+	storeLog rateLimit
 	// inflight holds the bytes of HTTP write bodies
 	// (Config.MaxInflightWriteBytes).
 	inflight *writeQuota
@@ -99,6 +103,7 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 		cfg: cfg, app: app, submitTimeout: submitTimeout, overload: newOverload(cfg.MaxWriteDelay, delay),
 		logger: logger.With("component", "ilp"), m: newMetrics(reg), now: time.Now,
 		logLimit: rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},
+		storeLog: rateLimit{every: time.Second},
 		inflight: newWriteQuota(cfg.MaxInflightWriteBytes), parsers: make(parserPool, pooledParsers),
 	}, nil
 }

@@ -255,7 +255,9 @@ func (in *Ingest) serveConn(srvCtx context.Context, s *tcpSlot) {
 		case <-ended:
 			// Lines read from now on are refused by the grant anyway.
 			in.m.closed.WithLabelValues(closedRevoked).Inc()
-			in.logger.Info("tcp connection closed: its token was revoked or changed", "peer", tc.peer)
+			if ok, suppressed := in.acceptLog.allow(time.Now()); ok {
+				in.logger.Info("tcp connection closed: its token was revoked or changed", "peer", tc.peer, "suppressed", suppressed)
+			}
 			tc.flush(ctx)
 			tc.wait(ctx)
 			return
@@ -293,13 +295,17 @@ func (in *Ingest) serveConn(srvCtx context.Context, s *tcpSlot) {
 				}
 				if idle && n == 0 && !time.Now().Before(deadline) && drainBy.IsZero() && srvCtx.Err() == nil && !s.evicted.Load() {
 					in.m.closed.WithLabelValues(closedIdleTimeout).Inc()
-					in.logger.Debug("tcp connection idle; closed", "peer", tc.peer, "idle_timeout", in.cfg.TCPIdleTimeout)
+					if ok, suppressed := in.acceptLog.allow(time.Now()); ok {
+						in.logger.Debug("tcp connection idle; closed", "peer", tc.peer, "idle_timeout", in.cfg.TCPIdleTimeout, "suppressed", suppressed)
+					}
 					break // a partial line is dropped, as at EOF
 				}
 				continue
 			}
 			if !errors.Is(err, io.EOF) && !errors.Is(err, net.ErrClosed) {
-				in.logger.Debug("tcp read ended", "peer", tc.peer, "err", err)
+				if ok, suppressed := in.acceptLog.allow(time.Now()); ok {
+					in.logger.Debug("tcp read ended", "peer", tc.peer, "err", err, "suppressed", suppressed)
+				}
 			}
 			break // a partial line at EOF is dropped (docs/contract.md#tcp-writes)
 		}
@@ -378,7 +384,9 @@ func (tc *tcpConn) flush(ctx context.Context) bool {
 	}
 	p, err := tc.in.app.Submit(ctx, tc.batch)
 	if err != nil {
-		tc.in.logger.Warn("tcp batch not committed", "peer", tc.peer, "lines", len(tc.batch.Points), "err", err)
+		if ok, suppressed := tc.in.storeLog.allow(time.Now()); ok {
+			tc.in.logger.Warn("tcp batch not committed", "peer", tc.peer, "lines", len(tc.batch.Points), "err", err, "suppressed", suppressed)
+		}
 		return false
 	}
 	tc.pending = p
@@ -393,7 +401,9 @@ func (tc *tcpConn) wait(ctx context.Context) bool {
 	res, err := tc.pending.Wait(ctx)
 	tc.pending = nil
 	if err != nil {
-		tc.in.logger.Error("tcp batch commit failed", "peer", tc.peer, "err", err)
+		if ok, suppressed := tc.in.storeLog.allow(time.Now()); ok {
+			tc.in.logger.Error("tcp batch commit failed", "peer", tc.peer, "err", err, "suppressed", suppressed)
+		}
 		return false
 	}
 	tc.in.m.lines.WithLabelValues(transportTCP).Add(float64(res.Accepted))

@@ -324,7 +324,7 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 	if lns.tcp != nil {
 		tcpAddr = lns.tcp.Addr().String()
 		tcpLn := lns.tcp
-		if tc := sec.tls.ServerConfig(); tc != nil {
+		if tc := sec.tls.TCPServerConfig(); tc != nil {
 			tcpLn = tls.NewListener(tcpLn, tc)
 		}
 		addUntilDone(&g, func(ctx context.Context) error {

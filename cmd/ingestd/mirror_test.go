@@ -11,6 +11,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -604,4 +605,51 @@ func TestMirrorTargetDownAtStart(t *testing.T) {
 	b := newClientURL(t, startDaemon(t, cfgB).URL)
 	pollUntil(t, time.Minute, func() bool { c, ok := readMirrorCursor(t, cursorFile); return ok && c.Next == 2 }, "%s", "the copy is acknowledged")
 	require.Equal(t, feedRowsByPoint(t, a, "m"), feedRowsByPoint(t, b, "m"), "the target was truncated before the copy")
+}
+
+// TestMirrorSourceRefusals: a source that refuses the mirror in a way only
+// its operator can change (a token it does not accept, one without the
+// drain scope, its consumer limit reached) stops `ingestd mirror` at once
+// with exit 1 and an error naming the cause and what to do, instead of
+// retrying for ever.
+func TestMirrorSourceRefusals(t *testing.T) {
+	t.Cleanup(http.DefaultTransport.(*http.Transport).CloseIdleConnections) // the mirror's client
+	src, _, tok := authDaemon(t, map[string][]string{"admin": {"admin", "drain", "write"}, "writer": {"write:m"}}, func(c *config) {
+		c.feed.MaxConsumersPerTable = 1
+	})
+	admin := tokenClient(t, src, tok["admin"])
+	admin.createSyncTable(t, "m")
+	admin.mustWrite(t, "m v=1i 1")
+	// Another consumer holds the table's only named consumer.
+	r := admin.drain(t, url.Values{"table": {"m"}, "consumer": {"other"}, "limit": {"10"}})
+	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
+	target := startDaemon(t, testConfig(t.TempDir())).URL
+
+	for _, c := range []struct {
+		name, token string
+		want        []string
+	}{
+		{"unknown token", "not-a-token", []string{"HTTP 401", "the source does not accept --source-token"}},
+		{"no drain scope", tok["writer"], []string{"HTTP 403", "--source-token lacks the drain scope"}},
+		{"too many consumers", tok["admin"], []string{"HTTP 409 too_many_consumers", "--max-consumers-per-table", "delete consumers no longer used"}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			var out mirrorLogBuffer
+			code := mirror.Run(ctx, []string{"--source", src.URL, "--source-token", c.token, "--table", "m",
+				"--target", target + "/write?db=x", "--cursor-file", filepath.Join(t.TempDir(), "cursor"), "--max-backoff", "100ms"}, &out, &out)
+			require.NoError(t, ctx.Err(), "the mirror retried until the deadline:\n%s", out.String())
+			require.Equal(t, 1, code, "%s", out.String())
+			logs := out.String()
+			require.Contains(t, logs, "the source refuses the mirror")
+			for _, w := range c.want {
+				require.Contains(t, logs, w)
+			}
+			require.NotContains(t, logs, "retrying", "a refusal is not retried")
+			if c.token != "not-a-token" {
+				require.NotContains(t, logs, c.token, "the token is never logged")
+			}
+		})
+	}
 }

@@ -110,6 +110,31 @@ func (t *TLS) ServerConfig() *tls.Config {
 	}
 }
 
+// TCPServerConfig is ServerConfig for the ILP TCP listener, without
+// session tickets. A TLS 1.3 server that asks for client certificates
+// writes its tickets after reading the client's certificate, once the
+// client may already have sent its lines and gone: a client that resets
+// the connection (one that writes and exits with the tickets unread)
+// fails that write, hence the handshake, and the lines it sent are lost.
+// Without tickets the server writes nothing after its first flight. ILP
+// TCP connections are long-lived: resumption saves little. nil for a nil
+// *TLS.
+func (t *TLS) TCPServerConfig() *tls.Config {
+	if t == nil {
+		return nil
+	}
+	return &tls.Config{
+		MinVersion:             tls.VersionTLS12,
+		SessionTicketsDisabled: true,
+		GetConfigForClient: func(*tls.ClientHelloInfo) (*tls.Config, error) {
+			c := t.cur.Load().Clone()
+			c.SessionTicketsDisabled = true
+			c.NextProtos = nil
+			return c, nil
+		},
+	}
+}
+
 // handshake completes c's TLS handshake within timeout when c is a
 // *tls.Conn and returns the identity of its verified client certificate
 // (common name, else first DNS name; "" without one).

@@ -2,10 +2,14 @@ package cli
 
 import (
 	"bytes"
+	"context"
 	"flag"
+	"log/slog"
 	"os"
 	"path/filepath"
+	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -64,4 +68,25 @@ func TestParse(t *testing.T) {
 	require.True(t, done)
 	require.Equal(t, ExitBadUsage, code)
 	require.Equal(t, "x: flag provided but not defined: --nope (see x --help)\n", stderr.String())
+}
+
+// TestLimitedHandler: one record of each message per interval passes, by
+// the records' times; the next one passed counts those dropped.
+func TestLimitedHandler(t *testing.T) {
+	var buf bytes.Buffer
+	log := slog.New(NewLimitedHandler(slog.NewTextHandler(&buf, nil), time.Second))
+	t0 := time.Now()
+	emit := func(at time.Duration, msg string) {
+		r := slog.NewRecord(t0.Add(at), slog.LevelWarn, msg, 0)
+		require.NoError(t, log.Handler().Handle(context.Background(), r))
+	}
+	for i := range 10 {
+		emit(time.Duration(i)*time.Millisecond, "a")
+	}
+	emit(0, "b")
+	emit(1100*time.Millisecond, "a")
+	out := buf.String()
+	require.Equal(t, 3, strings.Count(out, "\n"), "%s", out)
+	require.Contains(t, out, "msg=b")
+	require.Contains(t, out, "msg=a suppressed=9")
 }

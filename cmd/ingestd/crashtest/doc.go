@@ -18,6 +18,9 @@
 //   - TestBackPressure saturates the sequencer: 503 with Retry-After, TCP
 //     flow control, nothing acknowledged lost, memory within the bound of
 //     docs/operations.md#memory.
+//   - TestHostileTableChurnDisk creates, writes, truncates and drops
+//     tables over and over and bounds the data directory's size at cycle
+//     N by twice its size at cycle N/32 (-churn.cycles).
 //   - TestJetStreamFaults and TestJetStreamLeaderKills (docs/design.md#fault-tests) run the
 //     binary on --store=jetstream against an embedded 3-server cluster
 //     (store/jsstore/natstest, in the test process) and kill, stop or cut

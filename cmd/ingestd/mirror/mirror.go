@@ -242,8 +242,11 @@ type metrics struct {
 
 // Mirror keeps one table's replica. It is driven by one goroutine (Run).
 type Mirror struct {
-	cfg          Config
-	logger       *slog.Logger
+	cfg    Config
+	logger *slog.Logger
+	// peerLog logs the source's and the target's failures: at most one
+	// line of each message a second (a failing peer fails every request).
+	peerLog      *slog.Logger
 	src, tgt     *client.Client
 	write        client.WriteOptions // the target's write route
 	m            metrics
@@ -256,8 +259,11 @@ type Mirror struct {
 // (nil: none). Both clients share one *http.Client whose timeout outlasts
 // the long-poll, on http.DefaultTransport or, with cfg.TLS set, a clone of
 // it trusting and presenting what cfg.TLS names (an error names the flag
-// whose file cannot be used).
+// whose file cannot be used). A nil logger logs nothing.
 func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Mirror, error) {
+	if logger == nil {
+		logger = slog.New(slog.DiscardHandler)
+	}
 	if cfg.Consumer == "" {
 		cfg.Consumer = "mirror-" + cfg.Table
 	}
@@ -287,7 +293,7 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Mirror, e
 	}
 	f := promauto.With(reg)
 	mr := &Mirror{
-		cfg: cfg, logger: logger, src: src, tgt: tgt, parser: ilp.NewParser(cfg.Limits),
+		cfg: cfg, logger: logger, peerLog: slog.New(cli.NewLimitedHandler(logger.Handler(), time.Second)), src: src, tgt: tgt, parser: ilp.NewParser(cfg.Limits),
 		write: client.WriteOptions{Path: u.EscapedPath(), Query: u.Query()},
 		m: metrics{
 			rows:     f.NewCounter(prometheus.CounterOpts{Name: "ingestd_mirror_rows_total", Help: "Rows written to the target (copy and drain)."}),
@@ -328,6 +334,31 @@ var protocolReasons = []string{reasonBodyTooLarge, reasonBadPage, reasonBadLine,
 // feed's contract, a line that breaks the write rules or is of another
 // table, a copy that does not end. Retrying cannot fix it.
 var ErrProtocol = errors.New("the source broke the protocol")
+
+// ErrRefused is wrapped by the error Run returns when the source refuses
+// the mirror in a way only its operator can change: the token is not
+// accepted (401) or lacks the drain scope on the table (403), or the
+// source holds as many named consumers as its limits allow (409
+// too_many_consumers). The error says what to do; the cursor file is kept,
+// so a mirror restarted once it is fixed resumes where it stopped.
+var ErrRefused = errors.New("the source refuses the mirror")
+
+// refusal is the error that stops the mirror for a refusal of the source
+// (ErrRefused), or nil when err is not one.
+func refusal(err error) error {
+	var hint string
+	switch {
+	case errors.Is(err, client.ErrUnauthorized):
+		hint = "the source does not accept --source-token: give the mirror a token of the source's --auth-file"
+	case errors.Is(err, client.ErrForbidden):
+		hint = "--source-token lacks the drain scope on the table: grant it drain on the table in the source's --auth-file, or use a token that has it"
+	case errors.Is(err, client.ErrTooManyConsumers):
+		hint = "the source holds as many named consumers as --max-consumers, --max-consumers-per-table or --max-consumers-per-token allow: delete consumers no longer used (DELETE /api/v1/tables/{table}/consumers/{consumer}) or raise the limit on the source"
+	default:
+		return nil
+	}
+	return fmt.Errorf("%w: %w: %s; the mirror stops (restart it once fixed: it resumes from the cursor file)", ErrRefused, err, hint)
+}
 
 // protocolErr counts a protocol error of reason and returns the error that
 // stops the mirror.
@@ -371,7 +402,7 @@ func resync(err error) error {
 // Run mirrors until ctx ends (nil) or a failure no retry can fix: an
 // unreadable cursor file, sync OFF at the source at bootstrap, a cursor
 // file that cannot be written, a source that breaks the protocol
-// (ErrProtocol).
+// (ErrProtocol), or refuses the mirror (ErrRefused).
 func (mr *Mirror) Run(ctx context.Context) error {
 	cur, err := mr.loadCursor()
 	if err != nil {
@@ -384,7 +415,7 @@ func (mr *Mirror) Run(ctx context.Context) error {
 					return nil
 				}
 				if errors.Is(err, errResync) {
-					mr.logger.Error("source changed during the copy: starting over", "err", err)
+					mr.peerLog.Error("source changed during the copy: starting over", "err", err)
 					continue
 				}
 				return err
@@ -392,7 +423,7 @@ func (mr *Mirror) Run(ctx context.Context) error {
 		}
 		err := mr.follow(ctx, cur)
 		if errors.Is(err, errResync) {
-			mr.logger.Error("source refused the cursor: resyncing in full", "epoch", cur.Epoch, "next", cur.Next, "err", err)
+			mr.peerLog.Error("source refused the cursor: resyncing in full", "epoch", cur.Epoch, "next", cur.Next, "err", err)
 			cur = nil
 			continue
 		}
@@ -592,7 +623,7 @@ func (mr *Mirror) writeTarget(ctx context.Context, body []byte, rows int) error 
 		var e *client.Error
 		if errors.As(err, &e) && (e.StatusCode == http.StatusBadRequest || e.StatusCode == http.StatusUnprocessableEntity) {
 			mr.m.rejected.Inc()
-			mr.logger.Error("target dropped lines of a page", "status", e.StatusCode, "response", e.Message)
+			mr.peerLog.Error("target dropped lines of a page", "status", e.StatusCode, "response", e.Message)
 			return nil
 		}
 		return err
@@ -609,7 +640,8 @@ func (mr *Mirror) writeTarget(ctx context.Context, body []byte, rows int) error 
 // pausing with jittered exponential backoff between attempts. A source
 // table that is gone or has sync OFF is retried too: an operator may fix it.
 // An answer of the source that breaks the protocol (*client.ProtocolError)
-// is not retried: it is returned as ErrProtocol.
+// is not retried: it is returned as ErrProtocol; nor is a refusal only the
+// source's operator can change (ErrRefused).
 func (mr *Mirror) retry(ctx context.Context, side string, fn func() error) error {
 	backoff := min(100*time.Millisecond, mr.cfg.MaxBackoff)
 	for {
@@ -625,8 +657,13 @@ func (mr *Mirror) retry(ctx context.Context, side string, fn func() error) error
 			}
 			return mr.protocolErr(reason, err)
 		}
+		if side == "source" {
+			if rerr := refusal(err); rerr != nil {
+				return rerr
+			}
+		}
 		mr.m.errors.WithLabelValues(side).Inc()
-		mr.logger.Warn("request failed; retrying", "side", side, "err", err, "backoff", backoff)
+		mr.peerLog.Warn("request failed; retrying", "side", side, "err", err, "backoff", backoff)
 		select {
 		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
 		case <-ctx.Done():
