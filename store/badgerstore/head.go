@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"unsafe"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -257,22 +258,22 @@ func unionCount(v []byte) uint64 {
 	return c
 }
 
-// apply adds the runs of head record rec (key k) to st's head and counts
-// their entries. An overwrite's entry is kept by the head (and made the
-// point's entry in memory, st.dups) when entries is set, as Open
-// replays the records; a commit sets them itself (committer.markDup).
-func (db *DB) applyHead(st *tableState, k, rec []byte, entries bool) error {
-	added, newDups, err := st.head.apply(k, rec, func(id pointID, entry []byte) {
-		if !entries {
-			return
-		}
+// applyHead adds the runs and overwrites of head record rec (key k) to
+// st's head and counts their entries. Each overwrite's entry becomes the
+// point's entry in memory (st.dups) and the head's union, as the commit
+// left it, the latest record winning: a commit applies its records once
+// durable (owned: the strings share rec's bytes, which nothing writes
+// again), Open the records it replays (copied out of badger).
+func (db *DB) applyHead(st *tableState, k, rec []byte, owned bool) error {
+	added, newDups, err := st.head.apply(k, rec, func(id pointID, entry []byte) string {
 		e := string(entry)
-		u := st.head.unions[id]
-		u.entry = e
-		st.head.unions[id] = u
+		if owned {
+			e = unsafe.String(unsafe.SliceData(entry), len(entry))
+		}
 		st.dupMu.Lock()
 		st.dups[id] = e
 		st.dupMu.Unlock()
+		return e
 	})
 	db.mu.Lock()
 	st.head.entries += added
@@ -282,10 +283,10 @@ func (db *DB) applyHead(st *tableState, k, rec []byte, entries bool) error {
 }
 
 // apply adds the runs and overwrites of head record rec (key k) to h but
-// for its counts and the overwrites' entries, which it passes to entry; it
-// returns how many entries it added and how many points it found
-// overwritten for the first time.
-func (h *tableHead) apply(k, rec []byte, entry func(id pointID, entry []byte)) (added, newDups int, err error) {
+// for its counts; each overwrite's entry is passed to entry, which returns
+// the string the head keeps. It returns how many entries it added and how
+// many points it found overwritten for the first time.
+func (h *tableHead) apply(k, rec []byte, entry func(id pointID, entry []byte) string) (added, newDups int, err error) {
 	if h.series == nil {
 		h.series = map[uint64][]*headRun{}
 		h.over = map[uint64][]runEntry{}
@@ -319,8 +320,8 @@ func (h *tableHead) apply(k, rec []byte, entry func(id pointID, entry []byte)) (
 					u.newDup = true
 					newDups++
 				}
+				u.entry = entry(id, e)
 				h.unions[id] = u
-				entry(id, e)
 				added++
 			})
 			h.over[sid] = over

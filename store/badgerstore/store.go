@@ -16,6 +16,7 @@ import (
 	"sync"
 	"syscall"
 	"time"
+	"unsafe"
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/prometheus/client_golang/prometheus"
@@ -671,12 +672,13 @@ func (db *DB) commit(commits []store.TableCommit) error {
 	if err := w.txn.Commit(); err != nil {
 		return err
 	}
+	// Once durable, never before: a reader must not see a union a crash
+	// could take back.
 	for _, h := range w.heads {
-		if err := db.applyHead(h.st, h.key, h.rec, false); err != nil {
+		if err := db.applyHead(h.st, h.key, h.rec, true); err != nil {
 			return err
 		}
 	}
-	w.publishDups()
 	if db.headEntries(false) >= db.headMax {
 		return db.startFlush()
 	}
@@ -709,7 +711,6 @@ type committer struct {
 	offs  []uint64
 	look  lookup        // reads of what earlier commits stored (lookup.go)
 	union []store.Field // scratch space of extend
-	dups  []dupEntry    // the overwritten points' entries written
 	torn  bool          // the commit was split: its mark is written
 	tids  []uint64      // the tables the commit writes, for its mark
 	heads []headRecord  // the head records written, added to the heads once durable
@@ -929,7 +930,6 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 			overSids = append(overSids, f.Series)
 		}
 		overs[f.Series] = append(overs[f.Series], overwrite{ts: f.Time, idx: uint64(l.i), entry: l.entry})
-		w.markDup(st, pointID{f.Series, f.Time}, l.entry)
 	}
 	if len(order) > 0 || len(overSids) > 0 {
 		// The block's runs and overwrites, as one head record (head.go).
@@ -1098,7 +1098,8 @@ func (w *committer) existing(st *tableState, f *store.Fragment, cur *runBuilder,
 	// An overwritten point's entry as this process last made it durable:
 	// no get (the writer is the only one to change it).
 	if entry, ok := st.dupRefs(f.Series, f.Time); ok && entry != "" {
-		return []byte(entry), nil
+		// Read only (extend decodes it): the string's bytes, not a copy.
+		return unsafe.Slice(unsafe.StringData(entry), len(entry)), nil
 	}
 	old, err := w.look.point(f.Series, f.Time)
 	if err != nil || old != nil {
@@ -1114,39 +1115,6 @@ func (w *committer) existing(st *tableState, f *store.Fragment, cur *runBuilder,
 		return nil, err
 	}
 	return appendRef(nil, r), nil
-}
-
-// markDup records entry, the entry of point id of st (which holds more
-// than one fragment) as this commit writes it, for publishDups once the
-// commit is durable: readers and later commits then find it in memory.
-// Until then they see the point as the commits before did: a reader never
-// sees a value a crash could still take back, and a drain does not reach
-// the commit's fragments before its watermark is raised, after the store
-// returned.
-func (w *committer) markDup(st *tableState, id pointID, entry []byte) {
-	w.dups = append(w.dups, dupEntry{st, id, string(entry)})
-}
-
-// dupEntry is an overwritten point's entry a commit wrote.
-type dupEntry struct {
-	st    *tableState
-	id    pointID
-	entry string
-}
-
-// publishDups keeps the entries of a durable commit in memory, in write
-// order (a point written twice in the commit keeps its last entry), and
-// in the heads, which store them at their flush.
-func (w *committer) publishDups() {
-	for _, d := range w.dups {
-		d.st.dupMu.Lock()
-		d.st.dups[d.id] = d.entry
-		d.st.dupMu.Unlock()
-		u := d.st.head.unions[d.id]
-		u.entry = d.entry
-		d.st.head.unions[d.id] = u
-	}
-	w.dups = w.dups[:0]
 }
 
 // badgerLogger routes badger's logs to slog at one level lower than badger
