@@ -208,7 +208,10 @@ func TestTLSTCPNoWriteAfterClientFlight(t *testing.T) {
 				require.NoError(t, err)
 				_, err = io.WriteString(cc, "m v=1i 1\n")
 				require.NoError(t, err)
-				require.NoError(t, cc.Close())
+				// The server may have closed first (the case with tickets): the
+				// close_notify then meets a broken pipe, which says nothing of
+				// what the server read.
+				_ = cc.Close()
 				err = <-got
 				if c.ok {
 					require.NoError(t, err)

@@ -583,7 +583,7 @@ func (db *DB) loadHeads() error {
 			tid, n := binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:])
 			db.headSeq = max(db.headSeq, n+1)
 			st := db.table(tid)
-			err := item.Value(func(v []byte) error { return db.applyHead(st, k, v, true) })
+			err := item.Value(func(v []byte) error { return db.applyHead(st, k, v, false) }) // v is badger's, valid only here: copied
 			if err != nil {
 				return err
 			}
