@@ -145,13 +145,13 @@
 // ('o'), read only by retention. Neither is written by the commit that
 // adds a fragment: the commit puts the fragment's time, its index in the
 // block and the point's new union into its head record (one value, with
-// the block's runs), and the head keeps the overwrites and the unions in
-// memory; once the commit is durable (never before: a reader must not see
-// a value a crash could take back) the union is also the point's entry in
-// memory (tableState.dups), where reads and later commits find it. A head flush writes each series'
-// overwrites as runs of up to 1,024 references (one key), each point's
-// last union as its entry, and an overwrite marker ('d') for a point
-// overwritten for the first time. So:
+// the block's runs), and the head keeps the overwrites in memory; once the
+// commit is durable (never before: a reader must not see a value a crash
+// could take back) the union is the point's entry in memory
+// (tableState.dups), where reads and later commits find it. A head flush
+// writes each series' overwrites as runs of up to 1,024 references (one
+// key), the entry of each point they name as it is in memory then, and an
+// overwrite marker ('d') for a point overwritten for the first time. So:
 //
 //   - writing the K-th fragment of a point costs what writing a new point
 //     does, plus a merge linear in the point's columns: no key of its own

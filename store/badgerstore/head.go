@@ -41,22 +41,15 @@ type tableHead struct {
 	series  map[uint64][]*headRun // by series id: disjoint, by ascending first time
 	records [][]byte              // the head records' keys
 	entries int
-	newDups int // points overwritten for the first time (headUnion.newDup); DB.mu guards it too
+	newDups int // len(fresh); DB.mu guards it too
 	// over holds, by series id, the references of the fragments that
-	// overwrote a point (its second and later ones), in commit order;
-	// unions the entry of each point they overwrote, as the head's last
-	// commit left it. A flush stores them as overwrite runs and
-	// point-index entries.
-	over   map[uint64][]runEntry
-	unions map[pointID]headUnion
-}
-
-// headUnion is an overwritten point's entry as a head holds it.
-type headUnion struct {
-	entry string // the point-index entry (a union)
-	// newDup is set when the point became overwritten in this head: its
-	// overwrite marker is not stored yet.
-	newDup bool
+	// overwrote a point (its second and later ones), in commit order. A
+	// flush stores them as overwrite runs, and the entry of each point
+	// they name as tableState.dups holds it then.
+	over map[uint64][]runEntry
+	// fresh holds the points that became overwritten in this head: their
+	// overwrite markers are not stored yet.
+	fresh []pointID
 }
 
 // maxHeadRunEntries bounds a run the head grows by joining commits: a
@@ -179,13 +172,17 @@ type overwrite struct {
 }
 
 // appendHeadOver appends the overwrites of series sid in one block to a
-// head record (ows in ascending time, a point's in write order): uvarint
+// head record (ows in ascending time, a point's in block order): uvarint
 // sid, varint first time, the flag headOverwrite, uvarint length, then
 // the kind ('L' or 'U'), uvarint base (the block's first x_seq or its
 // number), uvarint count and per fragment the uvarint time delta, uvarint
 // block index, uvarint entry length and the entry.
 func appendHeadOver(dst []byte, sid uint64, ows []overwrite, kind byte, base uint64) []byte {
-	v := []byte{kind}
+	size := 1 + 2*binary.MaxVarintLen64
+	for _, o := range ows {
+		size += 3*binary.MaxVarintLen64 + len(o.entry)
+	}
+	v := append(make([]byte, 0, size), kind)
 	v = binary.AppendUvarint(v, base)
 	v = binary.AppendUvarint(v, uint64(len(ows)))
 	prev := ows[0].ts
@@ -260,21 +257,23 @@ func unionCount(v []byte) uint64 {
 
 // applyHead adds the runs and overwrites of head record rec (key k) to
 // st's head and counts their entries. Each overwrite's entry becomes the
-// point's entry in memory (st.dups) and the head's union, as the commit
-// left it, the latest record winning: a commit applies its records once
-// durable (owned: the strings share rec's bytes, which nothing writes
-// again), Open the records it replays (copied out of badger).
+// point's entry in memory (st.dups), the latest record winning: a commit
+// applies its records once durable (owned: the strings share rec's bytes,
+// which nothing writes again), Open the records it replays (copied out of
+// badger). A point absent from st.dups became overwritten in this head.
 func (db *DB) applyHead(st *tableState, k, rec []byte, owned bool) error {
-	added, newDups, err := st.head.apply(k, rec, func(id pointID, entry []byte) string {
+	st.dupMu.Lock()
+	added, newDups, err := st.head.apply(k, rec, func(id pointID, entry []byte) {
 		e := string(entry)
 		if owned {
 			e = unsafe.String(unsafe.SliceData(entry), len(entry))
 		}
-		st.dupMu.Lock()
+		if _, ok := st.dups[id]; !ok {
+			st.head.fresh = append(st.head.fresh, id)
+		}
 		st.dups[id] = e
-		st.dupMu.Unlock()
-		return e
 	})
+	st.dupMu.Unlock()
 	db.mu.Lock()
 	st.head.entries += added
 	st.head.newDups += newDups
@@ -283,15 +282,16 @@ func (db *DB) applyHead(st *tableState, k, rec []byte, owned bool) error {
 }
 
 // apply adds the runs and overwrites of head record rec (key k) to h but
-// for its counts; each overwrite's entry is passed to entry, which returns
-// the string the head keeps. It returns how many entries it added and how
-// many points it found overwritten for the first time.
-func (h *tableHead) apply(k, rec []byte, entry func(id pointID, entry []byte) string) (added, newDups int, err error) {
+// for its counts and its fresh points; each overwrite's point and entry
+// are passed to entry, which may add the point to h.fresh. It returns how
+// many entries it added and how many points entry added to h.fresh.
+func (h *tableHead) apply(k, rec []byte, entry func(id pointID, entry []byte)) (added, newDups int, err error) {
 	if h.series == nil {
 		h.series = map[uint64][]*headRun{}
 		h.over = map[uint64][]runEntry{}
-		h.unions = map[pointID]headUnion{}
 	}
+	fresh := len(h.fresh)
+	defer func() { newDups = len(h.fresh) - fresh }()
 	for len(rec) > 0 {
 		sid, n := binary.Uvarint(rec)
 		if n <= 0 {
@@ -314,14 +314,7 @@ func (h *tableHead) apply(k, rec []byte, entry func(id pointID, entry []byte) st
 			over := h.over[sid]
 			err := scanHeadOver(v, first, func(ts int64, r ref, e []byte) {
 				over = append(over, runEntry{ts: ts, r: r})
-				id := pointID{sid, ts}
-				u := h.unions[id]
-				if !u.newDup && unionCount(e) == 2 {
-					u.newDup = true
-					newDups++
-				}
-				u.entry = entry(id, e)
-				h.unions[id] = u
+				entry(pointID{sid, ts}, e)
 				added++
 			})
 			h.over[sid] = over
@@ -536,8 +529,12 @@ func (db *DB) storeHeads(f *headFlush) error {
 			}
 		}
 		for sid, ents := range h.over {
-			// In time order, a point's fragments in write order.
-			slices.SortStableFunc(ents, func(a, b runEntry) int { return cmp.Compare(a.ts, b.ts) })
+			// In time order (a retention sweep's), a point's fragments
+			// by reference: the head holds one sorted run per commit, and
+			// a stable sort of them costs a merge per run.
+			slices.SortFunc(ents, func(a, b runEntry) int {
+				return cmp.Or(cmp.Compare(a.ts, b.ts), cmp.Compare(a.r.seq, b.r.seq), cmp.Compare(a.r.block, b.r.block), cmp.Compare(a.r.idx, b.r.idx))
+			})
 			for len(ents) > 0 {
 				chunk := ents[:min(len(ents), maxOverRunEntries)]
 				ents = ents[len(chunk):]
@@ -547,15 +544,8 @@ func (db *DB) storeHeads(f *headFlush) error {
 				}
 			}
 		}
-		for id, u := range h.unions {
-			if err := w.set(pointKey(nil, ksPoint, tid, id.sid, id.ts), []byte(u.entry)); err != nil {
-				return err
-			}
-			if u.newDup {
-				if err := w.set(pointKey(nil, ksDup, tid, id.sid, id.ts), nil); err != nil {
-					return err
-				}
-			}
+		if err := w.storeUnions(st, tid, h); err != nil {
+			return err
 		}
 	}
 	for _, st := range f.sts {
@@ -566,6 +556,37 @@ func (db *DB) storeHeads(f *headFlush) error {
 		}
 	}
 	return w.txn.Commit()
+}
+
+// storeUnions writes the entry of every point sealed head h overwrote as
+// st.dups holds it now (h.over sorted by time): the union the head's last
+// commit left, or a later commit's, which is as durable (dups holds only
+// entries of durable commits) and whose head record a crash replays on
+// top of it. A point gone from dups (a retention sweep dropped it) gets
+// none. The points h saw overwritten first get their overwrite markers.
+func (w *committer) storeUnions(st *tableState, tid uint64, h *tableHead) error {
+	st.dupMu.RLock()
+	defer st.dupMu.RUnlock()
+	for sid, ents := range h.over {
+		for i, e := range ents {
+			if i > 0 && ents[i-1].ts == e.ts {
+				continue
+			}
+			entry, ok := st.dups[pointID{sid, e.ts}]
+			if !ok || entry == "" {
+				continue
+			}
+			if err := w.set(pointKey(nil, ksPoint, tid, sid, e.ts), []byte(entry)); err != nil {
+				return err
+			}
+		}
+	}
+	for _, id := range h.fresh {
+		if err := w.set(pointKey(nil, ksDup, tid, id.sid, id.ts), nil); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // loadHeads rebuilds every table's head from the head records Open finds

@@ -22,12 +22,12 @@ import (
 //     the reference of its oldest fragment, then the point's current row
 //     encoded as a fragment (uvarint sid, varint ts, the fields): every
 //     column any of its fragments set, the later write winning. The
-//     references of fragments 2..count are 'q' entries, keyed by their
-//     number at the point.
+//     references of fragments 2..count are in overwrite runs ('o'); a
+//     store of layout 5 or older holds them as 'q' entries, keyed by
+//     their number at the point.
 //
 // An entry is bounded by the point's columns, not by how often it was
-// written: the K-th write of a point rewrites one entry of the same size
-// and adds one 'q' entry of about 30 bytes.
+// written: the K-th write of a point replaces one entry of the same size.
 const entryUnion = 'M'
 
 // pointEntry is a decoded point-index entry. fields aliases the value it

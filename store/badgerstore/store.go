@@ -711,9 +711,13 @@ type committer struct {
 	offs  []uint64
 	look  lookup        // reads of what earlier commits stored (lookup.go)
 	union []store.Field // scratch space of extend
-	torn  bool          // the commit was split: its mark is written
-	tids  []uint64      // the tables the commit writes, for its mark
-	heads []headRecord  // the head records written, added to the heads once durable
+	// unions holds the union entries extend makes: one allocation per
+	// doubling, not one per overwrite (each is copied into its head
+	// record; grown, the old array stays for the entries that alias it).
+	unions []byte
+	torn   bool         // the commit was split: its mark is written
+	tids   []uint64     // the tables the commit writes, for its mark
+	heads  []headRecord // the head records written, added to the heads once durable
 }
 
 // headRecord is a head record a commit wrote.
@@ -844,8 +848,43 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 		count uint64 // fragments at the point with this one
 	}
 	var lates []late
-	pending := map[pointID][]byte{} // entries of this block's late points so far
-	write := 0                      // the write of fragment i: tc.Writes[write-1] <= i < tc.Writes[write]
+	// The entries of this block's late points so far: placed in order,
+	// and by point in pending, which is made only when a late point of a
+	// series is at or below one placed before it (a point written twice
+	// in the block): a pass over points in time order needs no map.
+	type placement struct {
+		i     int
+		entry []byte
+	}
+	var placed []placement
+	var pending map[pointID][]byte
+	lateMax := map[uint64]int64{} // by series, the highest time placed
+	place := func(i int, entry []byte) {
+		f := &tc.Fragments[i]
+		if pending != nil {
+			pending[pointID{f.Series, f.Time}] = entry
+			return
+		}
+		placed = append(placed, placement{i, entry})
+		if hi, ok := lateMax[f.Series]; !ok || f.Time > hi {
+			lateMax[f.Series] = f.Time
+		}
+	}
+	placedBefore := func(f *store.Fragment) ([]byte, bool) {
+		if pending == nil {
+			if hi, ok := lateMax[f.Series]; !ok || f.Time > hi {
+				return nil, false
+			}
+			pending = make(map[pointID][]byte, len(placed))
+			for _, p := range placed {
+				pf := &tc.Fragments[p.i]
+				pending[pointID{pf.Series, pf.Time}] = p.entry
+			}
+		}
+		e, ok := pending[pointID{f.Series, f.Time}]
+		return e, ok
+	}
+	write := 0 // the write of fragment i: tc.Writes[write-1] <= i < tc.Writes[write]
 	for i := range tc.Fragments {
 		for write < len(tc.Writes) && tc.Writes[write] <= i {
 			write++
@@ -872,8 +911,15 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 			first.last.add(f.Time, uint64(i))
 			continue
 		}
-		id := pointID{f.Series, f.Time}
-		old, ok := pending[id]
+		old, ok := placedBefore(f)
+		if !ok {
+			// An overwritten point's entry as this process last made it
+			// durable: no look-up (the writer is the only one to change it).
+			if entry, dup := st.dupRefs(f.Series, f.Time); dup && entry != "" {
+				// Read only (extend decodes it): the string's bytes, not a copy.
+				old, ok = unsafe.Slice(unsafe.StringData(entry), len(entry)), true
+			}
+		}
 		if !ok {
 			g, err := w.gapFor(gaps, runs[f.Series], f)
 			if err != nil {
@@ -887,10 +933,10 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 					order = append(order, g.rb)
 				}
 				g.rb.add(f.Time, uint64(i))
-				pending[id] = appendRef(nil, refOf(i))
+				place(i, appendRef(nil, refOf(i)))
 				continue
 			}
-			if old, err = w.existing(st, f, runs[f.Series], refOf); err != nil {
+			if old, err = w.existing(f, runs[f.Series], refOf); err != nil {
 				return err
 			}
 		}
@@ -899,7 +945,7 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 			return err
 		}
 		lates = append(lates, late{i, entry, count})
-		pending[id] = entry
+		place(i, entry)
 	}
 	base := tc.FirstSeq
 	kind := byte('L')
@@ -956,7 +1002,7 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 		}
 		for _, sid := range overSids {
 			ows := overs[sid]
-			slices.SortStableFunc(ows, func(a, b overwrite) int { return cmp.Compare(a.ts, b.ts) })
+			slices.SortFunc(ows, func(a, b overwrite) int { return cmp.Or(cmp.Compare(a.ts, b.ts), cmp.Compare(a.idx, b.idx)) })
 			rec = appendHeadOver(rec, sid, ows, kind, base)
 		}
 		k := headKey(tc.TableID, w.db.headSeq)
@@ -1005,7 +1051,9 @@ func (w *committer) extend(tid uint64, old []byte, r ref, f *store.Fragment, loc
 	}
 	fields = mergeFields(fields, f.Fields)
 	w.union = fields[:0]
-	return appendUnion(nil, e.count+1, e.first, f.Series, f.Time, fields), e.count + 1, nil
+	start := len(w.unions)
+	w.unions = appendUnion(w.unions, e.count+1, e.first, f.Series, f.Time, fields)
+	return w.unions[start:len(w.unions):len(w.unions)], e.count + 1, nil
 }
 
 // putMeta writes a table's metadata and the instance id high-water.
@@ -1092,15 +1140,9 @@ func (w *committer) gapFor(gaps map[uint64][]*gapRun, cur *runBuilder, f *store.
 // earlier commits (nil when the point holds nothing): the stored entry
 // when there is one, else a reference to the fragment of a series run
 // holding f's time (cur is the series' run in the block being written).
-// At most one get and one seek (lookup.go); none for an overwritten point
-// whose entry this process keeps in memory.
-func (w *committer) existing(st *tableState, f *store.Fragment, cur *runBuilder, refOf func(int) ref) ([]byte, error) {
-	// An overwritten point's entry as this process last made it durable:
-	// no get (the writer is the only one to change it).
-	if entry, ok := st.dupRefs(f.Series, f.Time); ok && entry != "" {
-		// Read only (extend decodes it): the string's bytes, not a copy.
-		return unsafe.Slice(unsafe.StringData(entry), len(entry)), nil
-	}
+// At most one get and one seek (lookup.go). An overwritten point whose
+// entry this process keeps in memory is not looked up (index).
+func (w *committer) existing(f *store.Fragment, cur *runBuilder, refOf func(int) ref) ([]byte, error) {
 	old, err := w.look.point(f.Series, f.Time)
 	if err != nil || old != nil {
 		return old, err
