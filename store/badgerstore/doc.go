@@ -164,7 +164,8 @@
 //     an overwritten point is one entry however large K is;
 //   - a drain page decodes the blocks holding the fragments it returns
 //     and nothing else: an overwritten point's row comes from its entry,
-//     read once per page (kept in memory, else one get) and reused for
+//     read once per page (kept in memory; after a restart, one get the first
+//     time a read meets the point, which then keeps it) and reused for
 //     each of its fragments in the page. A page of n rows costs n fragment
 //     decodes plus at most one entry per point it touches, whatever K:
 //     there is no cache whose size a point's fragments could outgrow;

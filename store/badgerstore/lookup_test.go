@@ -200,8 +200,8 @@ func BenchmarkCommitLate(b *testing.B) {
 
 // TestOverwriteEntriesAfterRestart checks that a drain merges overwritten
 // points the same from the entries this process wrote (kept in memory) as
-// from the point index read back after a restart, including a point
-// overwritten again after the restart.
+// from the point index read back after a restart (once: the read keeps
+// them), including a point overwritten again after the restart.
 func TestOverwriteEntriesAfterRestart(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.Dir = t.TempDir()
@@ -219,6 +219,11 @@ func TestOverwriteEntriesAfterRestart(t *testing.T) {
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
 	require.Equal(t, before, readAll(t, db, tid, 0, upto, 700), "the same rows from the point index on disk")
+	// The first read kept the entries it read: the next one reads none.
+	read := db.stats.readEntries.Load()
+	require.Positive(t, read, "the first read after the restart read entries")
+	require.Equal(t, before, readAll(t, db, tid, 0, upto, 700))
+	require.Equal(t, read, db.stats.readEntries.Load(), "entries read again")
 
 	// One overwritten point written again: its entry is in memory again.
 	f := commits[0].Fragments[1]

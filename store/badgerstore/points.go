@@ -167,6 +167,7 @@ func (p *pointRows) row(st *tableState, txn *badger.Txn, tid uint64, f *store.Fr
 			if v, err = item.ValueCopy(nil); err != nil {
 				return pointRow{}, err
 			}
+			st.keepEntry(id, v)
 		}
 	}
 	var r pointRow
@@ -190,6 +191,21 @@ func (p *pointRows) row(st *tableState, txn *badger.Txn, tid uint64, f *store.Fr
 	}
 	p.rows[id] = r
 	return r, nil
+}
+
+// keepEntry makes v, the stored entry of point id as a read found it, the
+// point's entry in memory, so that later reads and commits need no get:
+// only while dups marks the point without an entry, which means that no
+// commit of this process wrote the point (a commit's entry replaces the
+// mark, and one applied meanwhile is kept) nor did a retention sweep drop
+// it (the mark is gone). v must not change afterwards.
+func (st *tableState) keepEntry(id pointID, v []byte) {
+	e := unsafe.String(unsafe.SliceData(v), len(v))
+	st.dupMu.Lock()
+	if cur, ok := st.dups[id]; ok && cur == "" {
+		st.dups[id] = e
+	}
+	st.dupMu.Unlock()
 }
 
 // rowFields returns f's fields, or its point's current row when the point
