@@ -17,8 +17,10 @@ const overwriteTable = "overwrite"
 // benchOverwrite writes --overwrite-points points (--scale series ×
 // points/scale timestamps, 10 s apart) --overwrites times each, one request
 // per --overwrites-per-request passes over all of them (so each commit
-// holds that many fragments of every point), every pass setting the value
-// column and one of four columns of its own; then it drains the table in
+// holds that many fragments of every point), the first pass setting the
+// value column and four more, every later one the value column and one of
+// the four in turn (so a point's row has the same five columns at every K,
+// each from its latest write); then it drains the table in
 // line protocol pages of --drain-limit rows and copies it by time range
 // (/rows, pages of up to 10,000), timing both and checking the counts.
 // It reports the first and the last request's rate and their ratio: a
@@ -54,10 +56,14 @@ func benchOverwrite(ctx context.Context, cfg *benchConfig, t *benchTarget, out i
 					body = strconv.AppendInt(body, int64(s), 10)
 					body = append(body, " v="...)
 					body = strconv.AppendInt(body, int64(pass), 10)
-					body = append(body, "i,c"...)
-					body = strconv.AppendInt(body, int64(pass%4), 10)
-					body = append(body, '=')
-					body = strconv.AppendInt(body, int64(pass), 10)
+					for c := range 4 {
+						if pass == 0 || c == pass%4 {
+							body = append(body, "i,c"...)
+							body = strconv.AppendInt(body, int64(c), 10)
+							body = append(body, '=')
+							body = strconv.AppendInt(body, int64(pass), 10)
+						}
+					}
 					body = append(body, "i "...)
 					body = strconv.AppendInt(body, start+int64(j)*int64(10*time.Second), 10)
 					body = append(body, '\n')
