@@ -17,7 +17,8 @@ import (
 // TestBench runs `ingestd bench` in every mode and pattern against
 // in-process daemons on small generated TSBS-shaped data (2 hosts × 30 min
 // = 3,240 lines): each run must store, verify and (http, tcp) drain exactly
-// what it sent; after a resend, two fragments per line.
+// what it sent; after a resend, two fragments per line; overwrite mode
+// drains a fragment per write, each its point's current row.
 func TestBench(t *testing.T) {
 	gen := []string{"--scale", "2", "--duration", "30m", "--server-pid", strconv.Itoa(os.Getpid())}
 	for _, tc := range []struct {
@@ -42,6 +43,8 @@ func TestBench(t *testing.T) {
 			map[string]string{"lines": "5000", "requests": "50", "drain_rows_per_s": "na", "verified": "ok"}},
 		{"soak with a tailing consumer per table", true, []string{"--mode", "soak", "--rate", "20000", "--latency-lines", "100", "--soak-duration", "1s", "--window", "500ms", "--series", "90", "--tails", "9"},
 			map[string]string{"series": "90", "windows": "2", "refused": "0", "failed": "0", "tails": "9"}},
+		{"overwrite, two passes per commit", true, []string{"--mode", "overwrite", "--overwrite-points", "200", "--scale", "4", "--overwrites", "5", "--overwrites-per-request", "2"},
+			map[string]string{"points": "200", "overwrites": "5", "per_request": "2", "verified": "ok"}},
 		{"decode", false, []string{"--mode", "decode", "--passes", "1"},
 			map[string]string{"lines": "3240", "verified": "ok"}},
 	} {
