@@ -565,20 +565,29 @@ func (db *DB) storeHeads(f *headFlush) error {
 // top of it. A point gone from dups (a retention sweep dropped it) gets
 // none. The points h saw overwritten first get their overwrite markers.
 func (w *committer) storeUnions(st *tableState, tid uint64, h *tableHead) error {
+	// The entries are gathered under the lock and written after it: a
+	// write may commit a full transaction, which the writer's next
+	// applyHead must not wait for.
+	type union struct {
+		id    pointID
+		entry string
+	}
+	var unions []union
 	st.dupMu.RLock()
-	defer st.dupMu.RUnlock()
 	for sid, ents := range h.over {
 		for i, e := range ents {
 			if i > 0 && ents[i-1].ts == e.ts {
 				continue
 			}
-			entry, ok := st.dups[pointID{sid, e.ts}]
-			if !ok || entry == "" {
-				continue
+			if entry := st.dups[pointID{sid, e.ts}]; entry != "" {
+				unions = append(unions, union{pointID{sid, e.ts}, entry})
 			}
-			if err := w.set(pointKey(nil, ksPoint, tid, sid, e.ts), []byte(entry)); err != nil {
-				return err
-			}
+		}
+	}
+	st.dupMu.RUnlock()
+	for _, u := range unions {
+		if err := w.set(pointKey(nil, ksPoint, tid, u.id.sid, u.id.ts), []byte(u.entry)); err != nil {
+			return err
 		}
 	}
 	for _, id := range h.fresh {
