@@ -735,21 +735,11 @@ func (mr *Mirror) retry(ctx context.Context, side string, fn func() error) error
 	backoff := min(100*time.Millisecond, mr.cfg.MaxBackoff)
 	for {
 		err := fn()
-		if err == nil || errors.Is(err, errResync) || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		var pe *client.ProtocolError
-		if side == "source" && errors.As(err, &pe) {
-			reason := reasonBadPage
-			if errors.Is(err, client.ErrBodyTooLarge) {
-				reason = reasonBodyTooLarge
-			}
-			return mr.protocolErr(reason, err)
-		}
-		if side == "source" {
-			if rerr := refusal(err); rerr != nil {
-				return rerr
-			}
+		if ferr := mr.final(side, err); ferr != nil {
+			return ferr
 		}
 		mr.m.errors.WithLabelValues(side).Inc()
 		mr.peerLog.Warn("request failed; retrying", "side", side, "err", err, "backoff", backoff)
@@ -760,6 +750,28 @@ func (mr *Mirror) retry(ctx context.Context, side string, fn func() error) error
 		}
 		backoff = min(2*backoff, mr.cfg.MaxBackoff)
 	}
+}
+
+// final returns the error to stop on when err (of a request to side) is
+// one no retry fixes: a resync asked for (errResync), an answer of the
+// source that breaks the protocol (ErrProtocol, counted) or a refusal of
+// the source (ErrRefused); nil when err is worth retrying.
+func (mr *Mirror) final(side string, err error) error {
+	if errors.Is(err, errResync) {
+		return err
+	}
+	if side != "source" {
+		return nil
+	}
+	var pe *client.ProtocolError
+	if errors.As(err, &pe) {
+		reason := reasonBadPage
+		if errors.Is(err, client.ErrBodyTooLarge) {
+			reason = reasonBodyTooLarge
+		}
+		return mr.protocolErr(reason, err)
+	}
+	return refusal(err)
 }
 
 // probeTargetIngestd reports whether the target serves ingestd's table API.

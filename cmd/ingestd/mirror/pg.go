@@ -1,6 +1,7 @@
 package mirror
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -151,6 +152,15 @@ type targetError struct{ err error }
 func (e *targetError) Error() string { return "postgresql: " + e.err.Error() }
 func (e *targetError) Unwrap() error { return e.err }
 
+// sourceError marks a failure of the source worth retrying that ended a
+// copy into PostgreSQL: the copy's transaction is rolled back rather than
+// held open (with TRUNCATE's lock, which readers of the table wait for)
+// while the source is away, and the copy starts over.
+type sourceError struct{ err error }
+
+func (e *sourceError) Error() string { return "source: " + e.err.Error() }
+func (e *sourceError) Unwrap() error { return e.err }
+
 // pgColumn is one column of the target table as its catalog holds it.
 type pgColumn struct {
 	typ string // format_type's name: bigint, text, numeric(20,0) …
@@ -222,9 +232,10 @@ func (t *pgTarget) closeConn() {
 // table, under an advisory lock so that two mirrors starting together do
 // not race) when there is none.
 func (t *pgTarget) connect(ctx context.Context) (*pgx.Conn, error) {
-	if t.conn != nil {
+	if t.conn != nil && !t.conn.IsClosed() {
 		return t.conn, nil
 	}
+	t.closeConn()
 	conn, err := pgx.Connect(ctx, t.url)
 	if err != nil {
 		return nil, err
@@ -710,18 +721,26 @@ func (mr *Mirror) stopped(ctx context.Context, err error) error {
 }
 
 // retryPG runs fn until it returns anything but a *targetError (a
-// failure of PostgreSQL worth retrying), pausing with jittered
-// exponential backoff between attempts.
+// failure of PostgreSQL worth retrying) or a *sourceError (of the source,
+// during a copy), pausing with jittered exponential backoff between
+// attempts.
 func (mr *Mirror) retryPG(ctx context.Context, fn func() error) error {
 	backoff := min(100*time.Millisecond, mr.cfg.MaxBackoff)
 	for {
 		err := fn()
 		var te *targetError
-		if !errors.As(err, &te) || ctx.Err() != nil {
+		var se *sourceError
+		side := "target"
+		switch {
+		case ctx.Err() != nil:
+			return err
+		case errors.As(err, &se):
+			side = "source"
+		case !errors.As(err, &te):
 			return err
 		}
-		mr.m.errors.WithLabelValues("target").Inc()
-		mr.peerLog.Warn("target failed; retrying", "err", err, "backoff", backoff)
+		mr.m.errors.WithLabelValues(side).Inc()
+		mr.peerLog.Warn("request failed; retrying", "side", side, "err", err, "backoff", backoff)
 		select {
 		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
 		case <-ctx.Done():
@@ -770,13 +789,14 @@ func (mr *Mirror) pgBootstrap(ctx context.Context, refused *Cursor) (*Cursor, er
 	req := client.RowsRequest{Table: mr.cfg.Table, Limit: mr.cfg.Limit, Format: client.FormatLP}
 	rows, stmts := uint64(0), 0
 	for {
-		var pg *client.RowsPage
-		err := mr.retry(ctx, "source", func() (err error) {
-			pg, err = mr.src.Rows(ctx, req)
-			return resync(err)
-		})
+		// One attempt: a failure worth retrying starts the copy over,
+		// its transaction rolled back (sourceError).
+		pg, err := mr.src.Rows(ctx, req)
 		if err != nil {
-			return nil, err
+			if ferr := mr.final("source", resync(err)); ferr != nil || ctx.Err() != nil {
+				return nil, cmp.Or(ferr, err)
+			}
+			return nil, &sourceError{err: err}
 		}
 		if cur == nil {
 			cur = &Cursor{Source: mr.cfg.Source, Table: mr.cfg.Table, Epoch: pg.Epoch, Next: pg.Watermark}

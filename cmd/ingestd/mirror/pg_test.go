@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -123,6 +124,27 @@ t s="no tags" 3
 		require.Equal(t, []string{`1|a||1.5|4|18446744073709551615|t|x "y" é`, "2|b|eu|2", "3|||no tags"}, got)
 		require.Equal(t, 7.0, gathered(t, reg, "ingestd_mirror_pg_columns_added_total", ""))
 		require.Equal(t, 3.0, gathered(t, reg, "ingestd_mirror_pg_statements_total", ""), "one INSERT per set of fields")
+	})
+
+	t.Run("source failing during the copy", func(t *testing.T) {
+		// The first copy page fails: the copy's transaction (and its
+		// TRUNCATE's lock) is rolled back, and the copy starts over.
+		src := pgSource("t,host=a f=1 1\n")
+		ok := src.rows
+		var calls atomic.Int32
+		src.rows = func(w http.ResponseWriter, r *http.Request) {
+			if calls.Add(1) == 1 {
+				http.Error(w, "down", http.StatusServiceUnavailable)
+				return
+			}
+			ok(w, r)
+		}
+		err, reg, conn := runPGMirror(t, pgURL, "retry", "", src, nil)
+		require.NoError(t, err)
+		require.Equal(t, 1.0, gathered(t, reg, "ingestd_mirror_errors_total", ""), "one failure, of the source")
+		var n int
+		require.NoError(t, conn.QueryRow(ctx, "SELECT count(*) FROM t").Scan(&n))
+		require.Equal(t, 1, n)
 	})
 
 	t.Run("kind conflict", func(t *testing.T) {
