@@ -40,7 +40,7 @@ import (
 // moves the cursor, and commits all of it at once. A crash loses the
 // transaction whole; a second mirror waits for the lock, finds the cursor
 // moved, rolls back and resumes from the cursor it found
-// (errStaleCursor), so pages apply one at a time, in feed order, each
+// (staleCursorError), so pages apply one at a time, in feed order, each
 // once.
 
 // pgCursorTable holds one row per mirrored table: (table_name, source,
@@ -138,12 +138,12 @@ func kindName(k feed.Kind) string {
 // ident quotes a name as an SQL identifier.
 func ident(name string) string { return pgx.Identifier{name}.Sanitize() }
 
-// errStaleCursor is returned by a transaction that found the cursor row
+// staleCursorError is returned by a transaction that found the cursor row
 // moved by another mirror: it rolled back, and the mirror resumes from
 // cur (nil: none, copy in full).
-type errStaleCursor struct{ cur *Cursor }
+type staleCursorError struct{ cur *Cursor }
 
-func (e *errStaleCursor) Error() string { return "another mirror moved the cursor" }
+func (e *staleCursorError) Error() string { return "another mirror moved the cursor" }
 
 // targetError marks a failure of PostgreSQL worth retrying (a lost
 // connection, a deadlock, a shutdown).
@@ -197,7 +197,7 @@ type pgPoint struct {
 // to retry on a new connection.
 func (t *pgTarget) fail(err error) error {
 	var pe *pgconn.PgError
-	var stale *errStaleCursor
+	var stale *staleCursorError
 	switch {
 	case err == nil, errors.Is(err, ErrTargetRefused), errors.As(err, &stale):
 		return err
@@ -236,7 +236,18 @@ func (t *pgTarget) connect(ctx context.Context) (*pgx.Conn, error) {
 		return t.conn, nil
 	}
 	t.closeConn()
-	conn, err := pgx.Connect(ctx, t.url)
+	cc, err := pgx.ParseConfig(t.url)
+	if err != nil {
+		return nil, err
+	}
+	// Statements are cached by description only, on the client: a page's
+	// INSERTs differ by their rows and fields, and a server-side prepared
+	// statement each (pgx's default) would pile up on the server.
+	cc.DefaultQueryExecMode = pgx.QueryExecModeCacheDescribe
+	if cc.RuntimeParams["application_name"] == "" {
+		cc.RuntimeParams["application_name"] = "ingestd mirror"
+	}
+	conn, err := pgx.ConnectConfig(ctx, cc)
 	if err != nil {
 		return nil, err
 	}
@@ -275,7 +286,7 @@ func (t *pgTarget) load(ctx context.Context) (*Cursor, error) {
 
 // begin opens a transaction holding the lock of the table's cursor row,
 // provided the row holds want (nil: no cursor); else it rolls back and
-// returns *errStaleCursor with what it holds.
+// returns *staleCursorError with what it holds.
 func (t *pgTarget) begin(ctx context.Context, want *Cursor) (pgx.Tx, error) {
 	conn, err := t.connect(ctx)
 	if err != nil {
@@ -302,7 +313,7 @@ func (t *pgTarget) begin(ctx context.Context, want *Cursor) (pgx.Tx, error) {
 	if !same {
 		_ = tx.Rollback(ctx)
 		t.m.stale.Inc()
-		return nil, &errStaleCursor{cur: got}
+		return nil, &staleCursorError{cur: got}
 	}
 	return tx, nil
 }
@@ -532,6 +543,9 @@ func (t *pgTarget) applyRows(ctx context.Context, tx pgx.Tx, cols map[string]pgC
 		}
 		head := "INSERT INTO " + ident(t.table) + " (" + strings.Join(names, ", ") + ") VALUES "
 		tail := " ON CONFLICT (" + strings.Join(key, ", ") + ") DO UPDATE SET " + strings.Join(set, ", ")
+		if len(set) == 0 { // a point without fields: line protocol has none, but a point is its key
+			tail = " ON CONFLICT (" + strings.Join(key, ", ") + ") DO NOTHING"
+		}
 		width := len(names)
 		var sql strings.Builder
 		var args []any
@@ -677,7 +691,7 @@ func (mr *Mirror) runPG(ctx context.Context) error {
 	// (nil: no cursor yet; else the cursor the source refused).
 	needCopy := cur == nil
 	for ctx.Err() == nil {
-		var stale *errStaleCursor
+		var stale *staleCursorError
 		if needCopy {
 			var next *Cursor
 			err := mr.retryPG(ctx, func() (err error) {
@@ -845,7 +859,7 @@ func (mr *Mirror) committed(c *Cursor) {
 
 // pgFollow drains the feed from cur with long-polls, applying each page
 // and moving the cursor in one transaction, until ctx ends, a resync is
-// due (errResync) or another mirror moved the cursor (*errStaleCursor).
+// due (errResync) or another mirror moved the cursor (*staleCursorError).
 func (mr *Mirror) pgFollow(ctx context.Context, cur *Cursor) error {
 	var pg client.Page
 	for ctx.Err() == nil {
