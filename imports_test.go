@@ -63,6 +63,9 @@ func TestImportDirection(t *testing.T) {
 		// of the module may be imported (their tests speak HTTP through
 		// httpapi/client, which imports only httpapi/wire).
 		"cmd/ingestd/crashtest": {},
+		// A PostgreSQL cluster for the tests of the mirror's postgres://
+		// target: only the tests' deadline scaling.
+		"cmd/ingestd/pgtest": {"store/testdeadline"},
 	}
 	for dir, ok := range allowed {
 		name := dir
@@ -140,7 +143,7 @@ func TestEveryPackageIsChecked(t *testing.T) {
 		}
 	}
 	known := map[string]bool{"store": true, "store/badgerstore": true, "store/storetest": true, "store/jsstore": true, "store/jsstore/natstest": true, "feed": true, "ilp": true, "httpapi": true, "httpapi/sql": true, "httpapi/auth": true, "httpapi/client": true, "httpapi/wire": true, "cmd/ingestd": true, "cmd/ingestd/crashtest": true,
-		"cmd/ingestd/cli": true, "cmd/ingestd/mirror": true, "cmd/ingestd/bench": true, "store/testdeadline": true}
+		"cmd/ingestd/cli": true, "cmd/ingestd/mirror": true, "cmd/ingestd/bench": true, "store/testdeadline": true, "cmd/ingestd/pgtest": true}
 	for _, d := range dirs {
 		require.True(t, known[d], "package %s has no import-direction rule in TestImportDirection", d)
 	}

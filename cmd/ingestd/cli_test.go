@@ -79,9 +79,11 @@ func TestSubcommandHelp(t *testing.T) {
 		}
 	}
 	_, out, _ := runCLI(t, "mirror", "--help")
-	for f, typ := range map[string]string{"source": "URL", "table": "STRING", "target": "URL", "cursor-file": "FILE"} {
+	for f, typ := range map[string]string{"source": "URL", "table": "STRING", "target": "URL"} {
 		require.Contains(t, out, "--"+f+" "+typ+"  (required, $INGESTD_MIRROR_"+strings.ToUpper(strings.ReplaceAll(f, "-", "_"))+")")
 	}
+	// Required for an http(s) target only: a postgres:// one keeps its cursor.
+	require.Contains(t, out, "--cursor-file FILE  ($INGESTD_MIRROR_CURSOR_FILE)")
 	require.Contains(t, out, "--limit INT  ($INGESTD_MIRROR_LIMIT, default 5000)")
 }
 

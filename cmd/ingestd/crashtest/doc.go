@@ -29,11 +29,19 @@
 //     fault that nothing acknowledged is lost, no x_seq repeats or moves
 //     and a drain from 0 equals the consumer's replica
 //     (-jetstream.kills).
+//   - TestPGMirrorCrash SIGKILLs `ingestd mirror --target postgres://…`
+//     15 times at random moments while the source is written (points
+//     rewritten by fragments, new columns, one TRUNCATE and its resync),
+//     restarting it each time, and requires the PostgreSQL table to equal
+//     the source point for point and the cursor never to move back;
+//     TestPGMirrorConcurrent does the same with two mirrors running at
+//     once on one target (docs/design.md#mirror-into-postgresql).
 //
 // The package holds tests only; of the module they import only the HTTP
 // client (httpapi/client, which imports nothing of the daemon), so they
-// check the binary's contract and nothing else, and the JetStream tests
-// natstest, which runs the NATS servers the binary connects to. Each daemon is started
+// check the binary's contract and nothing else, the JetStream tests
+// natstest, which runs the NATS servers the binary connects to, and the
+// PostgreSQL tests pgtest, which runs the cluster the mirror writes to. Each daemon is started
 // with --ports-file and found through it. The storage and memory
 // tests need Linux (/proc, and mount(2) for a small tmpfs: as root; they
 // skip, saying why, when mounting is not allowed).

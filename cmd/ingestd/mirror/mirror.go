@@ -7,6 +7,11 @@
 // starts over with a copy, truncating an ingestd target first. It talks to
 // both servers through package httpapi/client only.
 //
+// A postgres:// target (pg.go) is a PostgreSQL table instead: each page is
+// one transaction holding its rows and the cursor, which is kept in the
+// target (docs/design.md#mirror-into-postgresql), and a resync is one
+// transaction too.
+//
 // The source is not trusted (docs/security.md#client-limits): its answers
 // are bounded by --max-page-bytes, every page is checked (client.ErrBadPage)
 // and every line it holds is parsed with the rules every write path of
@@ -35,6 +40,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promauto"
@@ -54,7 +60,10 @@ type Config struct {
 	// Table is the table to mirror.
 	Table string
 	// Target is the full write URL of the target (…/write?db=… or
-	// …/api/v2/write?bucket=…).
+	// …/api/v2/write?bucket=…), or a PostgreSQL connection URL
+	// (postgres://… or postgresql://…, as pgx parses it), whose table of
+	// the mirrored table's name the mirror keeps, its cursor in the same
+	// database (docs/guide.md#mirror-into-postgresql).
 	Target string
 	// TargetToken is sent to the target as "Authorization: Token …" when
 	// set; never logged.
@@ -62,7 +71,8 @@ type Config struct {
 	// SourceToken is sent to the source as "Authorization: Token …" when
 	// set; never logged.
 	SourceToken string
-	// CursorFile is where (epoch, next) is kept.
+	// CursorFile is where (epoch, next) is kept; http(s) targets only (a
+	// PostgreSQL target keeps it in its own table).
 	CursorFile string
 	// Consumer is the consumer name reported to the source; empty:
 	// mirror-<table>.
@@ -89,6 +99,16 @@ type Config struct {
 	// the source's --max-line-bytes, --max-name-bytes and
 	// --ilp-max-string-bytes). The zero Limits: ilp.DefaultLimits().
 	Limits ilp.Limits
+	// PGMaxStatementBytes bounds one INSERT sent to a PostgreSQL target:
+	// its SQL text plus its parameters, in bytes (a page's rows are split
+	// into as many statements as it takes; one point past it stops the
+	// mirror). 0: DefaultPGMaxStatementBytes.
+	PGMaxStatementBytes int
+	// PGMaxColumns bounds the columns of a PostgreSQL target's table (time,
+	// tags and fields; at most 1600, PostgreSQL's own limit): a column
+	// past it stops the mirror before the table is altered. 0:
+	// DefaultPGMaxColumns.
+	PGMaxColumns int
 }
 
 // DefaultConfig returns the defaults of the flags.
@@ -96,6 +116,7 @@ func DefaultConfig() Config {
 	return Config{
 		Limit: 5000, Wait: 10 * time.Second, MaxBackoff: 30 * time.Second, LogLevel: "info", LogFormat: "text",
 		MaxPageBytes: client.DefaultMaxBodyBytes, Limits: ilp.DefaultLimits(),
+		PGMaxStatementBytes: DefaultPGMaxStatementBytes, PGMaxColumns: DefaultPGMaxColumns,
 	}
 }
 
@@ -103,10 +124,10 @@ func DefaultConfig() Config {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.StringVar(&c.Source, "source", c.Source, "base URL of the source ingestd, e.g. http://localhost:8086")
 	fs.StringVar(&c.Table, "table", c.Table, "table to mirror")
-	fs.StringVar(&c.Target, "target", c.Target, "write URL of any InfluxDB-compatible target, e.g. http://replica:8086/write?db=mirror or …/api/v2/write?org=o&bucket=b")
+	fs.StringVar(&c.Target, "target", c.Target, "write URL of any InfluxDB-compatible target, e.g. http://replica:8086/write?db=mirror or …/api/v2/write?org=o&bucket=b; or a PostgreSQL URL, e.g. postgres://user@host/db (the cursor is then kept there)")
 	fs.StringVar(&c.TargetToken, "target-token", c.TargetToken, "token for the target: InfluxDB 2.x's, or an ingestd one with write and admin on the table (sent as Authorization: Token …; never logged)")
 	fs.StringVar(&c.SourceToken, "source-token", c.SourceToken, "token for a source ingestd with --auth-file, with the drain scope on the table (sent as Authorization: Token …; never logged)")
-	fs.StringVar(&c.CursorFile, "cursor-file", c.CursorFile, "file holding the mirror's (epoch, next); written only after the target acknowledged")
+	fs.StringVar(&c.CursorFile, "cursor-file", c.CursorFile, "file holding the mirror's (epoch, next); written only after the target acknowledged (required for an http(s) target; a postgres:// target keeps it in the same transaction as the rows)")
 	fs.StringVar(&c.Consumer, "consumer", c.Consumer, "consumer name reported to the source (lag metrics); default mirror-<table>")
 	fs.IntVar(&c.Limit, "limit", c.Limit, "rows per drained or copied page")
 	fs.DurationVar(&c.Wait, "wait", c.Wait, "long-poll wait of each drain (at most 60s)")
@@ -118,21 +139,51 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.Limits.MaxLineBytes, "max-line-bytes", c.Limits.MaxLineBytes, "longest line a page of the source may hold (as the source's --max-line-bytes)")
 	fs.IntVar(&c.Limits.MaxKeyBytes, "max-name-bytes", c.Limits.MaxKeyBytes, "longest measurement, tag key or field key a line may hold (as the source's --max-name-bytes)")
 	fs.IntVar(&c.Limits.MaxStringBytes, "ilp-max-string-bytes", c.Limits.MaxStringBytes, "longest tag value or string field a line may hold (as the source's --ilp-max-string-bytes)")
+	fs.IntVar(&c.PGMaxStatementBytes, "pg-max-statement-bytes", c.PGMaxStatementBytes, "largest INSERT sent to a postgres:// target, SQL text and parameters, in bytes (a page's rows are split into statements; one point past it stops the mirror)")
+	fs.IntVar(&c.PGMaxColumns, "pg-max-columns", c.PGMaxColumns, "most columns of a postgres:// target's table (time, tags and fields; at most 1600): a new column past it stops the mirror")
 	c.TLS.RegisterFlags(fs)
 }
 
 // Validate checks c; the error names every bad flag.
 func (c *Config) Validate() error {
 	var errs []error
-	for _, f := range []struct{ name, val string }{{"--source", c.Source}, {"--table", c.Table}, {"--target", c.Target}, {"--cursor-file", c.CursorFile}} {
+	for _, f := range []struct{ name, val string }{{"--source", c.Source}, {"--table", c.Table}, {"--target", c.Target}} {
 		if f.val == "" {
 			errs = append(errs, fmt.Errorf("%s is required", f.name))
 		}
 	}
-	for _, u := range []struct{ name, val string }{{"--source", c.Source}, {"--target", c.Target}} {
-		if p, err := url.Parse(u.val); u.val != "" && (err != nil || p.Scheme == "" || p.Host == "") {
-			errs = append(errs, fmt.Errorf("%s must be an http(s) URL, got %q", u.name, u.val))
+	pg := IsPostgresURL(c.Target)
+	switch {
+	case pg && c.CursorFile != "":
+		errs = append(errs, errors.New("--cursor-file is not used with a postgres:// target (the cursor is kept in the target's ingestd_mirror_cursor table)"))
+	case !pg && c.CursorFile == "":
+		errs = append(errs, errors.New("--cursor-file is required (for an http(s) target)"))
+	}
+	if pg {
+		if _, err := pgx.ParseConfig(c.Target); err != nil {
+			errs = append(errs, fmt.Errorf("--target: %w", err))
 		}
+		if len(c.Table) > pgMaxNameBytes {
+			errs = append(errs, fmt.Errorf("--table is %d bytes, longer than a PostgreSQL name (%d)", len(c.Table), pgMaxNameBytes))
+		}
+	}
+	for _, u := range []struct{ name, val string }{{"--source", c.Source}, {"--target", c.Target}} {
+		if u.name == "--target" && pg {
+			continue
+		}
+		if p, err := url.Parse(u.val); u.val != "" && (err != nil || p.Scheme == "" || p.Host == "") {
+			want := "an http(s) URL"
+			if u.name == "--target" {
+				want = "an http(s) or postgres:// URL"
+			}
+			errs = append(errs, fmt.Errorf("%s must be %s, got %q", u.name, want, u.val))
+		}
+	}
+	if c.PGMaxStatementBytes < 0 || (c.PGMaxStatementBytes != 0 && c.PGMaxStatementBytes < 64<<10) {
+		errs = append(errs, errors.New("--pg-max-statement-bytes must be at least 64KiB"))
+	}
+	if c.PGMaxColumns < 0 || c.PGMaxColumns == 1 || c.PGMaxColumns > pgMaxColumnsCeiling {
+		errs = append(errs, fmt.Errorf("--pg-max-columns must be within 2..%d", pgMaxColumnsCeiling))
 	}
 	if c.Limit < 1 {
 		errs = append(errs, errors.New("--limit must be positive"))
@@ -178,9 +229,11 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Name: "ingestd mirror", EnvPrefix: "INGESTD_MIRROR",
 		Usage: `Usage:
   ingestd mirror --source URL --table T --target URL --cursor-file F [flags]
-Keeps a replica of one table in any InfluxDB-compatible server (docs/guide.md#mirror).
+  ingestd mirror --source URL --table T --target postgres://user@host/db [flags]
+Keeps a replica of one table in any InfluxDB-compatible server (docs/guide.md#mirror)
+or in a PostgreSQL table (docs/guide.md#mirror-into-postgresql).
 `,
-		Required:     map[string]bool{"source": true, "table": true, "target": true, "cursor-file": true},
+		Required:     map[string]bool{"source": true, "table": true, "target": true},
 		Placeholders: map[string]string{"source": "URL", "target": "URL"},
 	}
 	if code, done := cmd.Parse(fs, args, stdout, stderr); done {
@@ -234,6 +287,10 @@ type metrics struct {
 	resyncs    prometheus.Counter
 	errors     *prometheus.CounterVec
 	rejected   prometheus.Counter
+	statements prometheus.Counter
+	columns    prometheus.Counter
+	stale      prometheus.Counter
+	refused    *prometheus.CounterVec
 	position   prometheus.Gauge
 	lag        prometheus.Gauge
 	lastCommit prometheus.Gauge
@@ -253,6 +310,7 @@ type Mirror struct {
 	lastProgress time.Time
 	parser       *ilp.Parser // checks the source's lines (checkLines)
 	batch        feed.Batch  // checkLines' points, reused
+	pg           *pgTarget   // a PostgreSQL target; nil for an http(s) one
 }
 
 // New returns a mirror of cfg (validated) registering its metrics on reg
@@ -278,6 +336,12 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Mirror, e
 	if cfg.Limits == (ilp.Limits{}) {
 		cfg.Limits = ilp.DefaultLimits()
 	}
+	if cfg.PGMaxStatementBytes == 0 {
+		cfg.PGMaxStatementBytes = DefaultPGMaxStatementBytes
+	}
+	if cfg.PGMaxColumns == 0 {
+		cfg.PGMaxColumns = DefaultPGMaxColumns
+	}
 	src, err := client.New(cfg.Source, client.WithHTTPClient(hc), client.WithToken(cfg.SourceToken), client.WithMaxBodyBytes(cfg.MaxPageBytes))
 	if err != nil {
 		return nil, fmt.Errorf("--source: %w", err)
@@ -286,10 +350,13 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Mirror, e
 	if err != nil {
 		return nil, fmt.Errorf("--target: %w", err)
 	}
-	base := url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host}
-	tgt, err := client.New(base.String(), client.WithHTTPClient(hc), client.WithToken(cfg.TargetToken), client.WithMaxBodyBytes(cfg.MaxPageBytes))
-	if err != nil {
-		return nil, fmt.Errorf("--target: %w", err)
+	var tgt *client.Client
+	if !IsPostgresURL(cfg.Target) {
+		base := url.URL{Scheme: u.Scheme, User: u.User, Host: u.Host}
+		tgt, err = client.New(base.String(), client.WithHTTPClient(hc), client.WithToken(cfg.TargetToken), client.WithMaxBodyBytes(cfg.MaxPageBytes))
+		if err != nil {
+			return nil, fmt.Errorf("--target: %w", err)
+		}
 	}
 	f := promauto.With(reg)
 	mr := &Mirror{
@@ -304,16 +371,34 @@ func New(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (*Mirror, e
 			position: f.NewGauge(prometheus.GaugeOpts{Name: "ingestd_mirror_position", Help: "The x_seq up to which the target holds the table."}),
 			lag:      f.NewGauge(prometheus.GaugeOpts{Name: "ingestd_mirror_lag_fragments", Help: "Source watermark minus position at the last page."}),
 			lastCommit: f.NewGauge(prometheus.GaugeOpts{
-				Name: "ingestd_mirror_last_commit_timestamp_seconds", Help: "When the cursor file was last written (Unix seconds).",
+				Name: "ingestd_mirror_last_commit_timestamp_seconds", Help: "When the cursor was last committed, to the cursor file or a postgres:// target (Unix seconds).",
 			}),
 			protocol: f.NewCounterVec(prometheus.CounterOpts{
 				Name: "ingestd_mirror_protocol_errors_total",
 				Help: "Answers of the source that broke the protocol, by reason (body_too_large, bad_page, bad_line, other_table, endless_copy); each stops the mirror.",
 			}, []string{"reason"}),
+			statements: f.NewCounter(prometheus.CounterOpts{Name: "ingestd_mirror_pg_statements_total", Help: "INSERT statements a postgres:// target committed (split by --pg-max-statement-bytes)."}),
+			columns:    f.NewCounter(prometheus.CounterOpts{Name: "ingestd_mirror_pg_columns_added_total", Help: "Columns a postgres:// target's table was altered to add."}),
+			stale: f.NewCounter(prometheus.CounterOpts{
+				Name: "ingestd_mirror_pg_stale_cursor_total", Help: "Transactions rolled back because another mirror had moved the cursor in the postgres:// target (this one resumes from it).",
+			}),
+			refused: f.NewCounterVec(prometheus.CounterOpts{
+				Name: "ingestd_mirror_target_refused_total",
+				Help: "Pages a postgres:// target cannot take, by reason (kind_conflict, too_many_columns, statement_bytes, name_too_long, nul_in_text, postgresql); each stops the mirror.",
+			}, []string{"reason"}),
 		},
 	}
 	for _, r := range protocolReasons {
 		mr.m.protocol.WithLabelValues(r)
+	}
+	for _, r := range refusedReasons {
+		mr.m.refused.WithLabelValues(r)
+	}
+	if tgt == nil {
+		mr.pg = &pgTarget{
+			url: cfg.Target, table: cfg.Table, key: pgKeyName(cfg.Table), source: cfg.Source,
+			maxStmt: cfg.PGMaxStatementBytes, maxCols: cfg.PGMaxColumns, m: &mr.m,
+		}
 	}
 	return mr, nil
 }
@@ -402,8 +487,12 @@ func resync(err error) error {
 // Run mirrors until ctx ends (nil) or a failure no retry can fix: an
 // unreadable cursor file, sync OFF at the source at bootstrap, a cursor
 // file that cannot be written, a source that breaks the protocol
-// (ErrProtocol), or refuses the mirror (ErrRefused).
+// (ErrProtocol), or refuses the mirror (ErrRefused), or a postgres://
+// target that cannot take a page (ErrTargetRefused).
 func (mr *Mirror) Run(ctx context.Context) error {
+	if mr.pg != nil {
+		return mr.runPG(ctx)
+	}
 	cur, err := mr.loadCursor()
 	if err != nil {
 		return err
@@ -646,21 +735,11 @@ func (mr *Mirror) retry(ctx context.Context, side string, fn func() error) error
 	backoff := min(100*time.Millisecond, mr.cfg.MaxBackoff)
 	for {
 		err := fn()
-		if err == nil || errors.Is(err, errResync) || ctx.Err() != nil {
+		if err == nil || ctx.Err() != nil {
 			return err
 		}
-		var pe *client.ProtocolError
-		if side == "source" && errors.As(err, &pe) {
-			reason := reasonBadPage
-			if errors.Is(err, client.ErrBodyTooLarge) {
-				reason = reasonBodyTooLarge
-			}
-			return mr.protocolErr(reason, err)
-		}
-		if side == "source" {
-			if rerr := refusal(err); rerr != nil {
-				return rerr
-			}
+		if ferr := mr.final(side, err); ferr != nil {
+			return ferr
 		}
 		mr.m.errors.WithLabelValues(side).Inc()
 		mr.peerLog.Warn("request failed; retrying", "side", side, "err", err, "backoff", backoff)
@@ -671,6 +750,28 @@ func (mr *Mirror) retry(ctx context.Context, side string, fn func() error) error
 		}
 		backoff = min(2*backoff, mr.cfg.MaxBackoff)
 	}
+}
+
+// final returns the error to stop on when err (of a request to side) is
+// one no retry fixes: a resync asked for (errResync), an answer of the
+// source that breaks the protocol (ErrProtocol, counted) or a refusal of
+// the source (ErrRefused); nil when err is worth retrying.
+func (mr *Mirror) final(side string, err error) error {
+	if errors.Is(err, errResync) {
+		return err
+	}
+	if side != "source" {
+		return nil
+	}
+	var pe *client.ProtocolError
+	if errors.As(err, &pe) {
+		reason := reasonBadPage
+		if errors.Is(err, client.ErrBodyTooLarge) {
+			reason = reasonBodyTooLarge
+		}
+		return mr.protocolErr(reason, err)
+	}
+	return refusal(err)
 }
 
 // probeTargetIngestd reports whether the target serves ingestd's table API.
