@@ -35,6 +35,12 @@ type DrainRequest struct {
 	Consumer string
 	// By is who drains (docs/security.md#consumers).
 	By Principal
+	// Operation, when not OpAny, returns only inserts or only updates
+	// (docs/contract.md#operation).
+	Operation Operation
+	// Filter narrows the page (docs/contract.md#filters); Next still
+	// advances over the fragments it leaves out.
+	Filter Filter
 }
 
 // Page is a drain page's envelope (docs/contract.md#paging).
@@ -52,6 +58,24 @@ type Page struct {
 	// (its first drain, or its first since it was deleted): the audit log
 	// records it.
 	NewConsumer bool
+	// ScanLimited is set when a filtered page ended because it examined
+	// Config.MaxDrainScan fragments: Next advanced over them, and the
+	// page may be empty although More (docs/contract.md#filters).
+	ScanLimited bool
+	// NewColumns are the table's columns added after the cursor
+	// (docs/contract.md#schema-changes), in schema order with their
+	// kinds: a typed sink alters its target before it applies the page.
+	// A column is reported by every page whose cursor is at or below the
+	// x_seq it was added at, so before any row that carries it (a
+	// fragment's coalesced row may carry a column a later write added).
+	NewColumns []Column
+	// LagFragments is how many x_seq numbers the table's sequence is
+	// ahead of Next (Seq - Next, 0 when caught up): an upper bound on the
+	// fragments left to drain (docs/contract.md#lag).
+	LagFragments uint64
+	// Lag is how long ago the oldest fragment above Next was committed
+	// (0 when caught up), from the store's commit times.
+	Lag time.Duration
 }
 
 // Drain reads the page of req.Table after req.After, at most req.Limit rows,
@@ -94,6 +118,9 @@ func isRefusal(err error) bool {
 func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols []Column, vals []Value) error) (Page, error) {
 	if req.Limit < 1 || req.Limit > s.cfg.MaxDrainLimit {
 		return Page{}, fmt.Errorf("%w: %d is outside 1..%d (--max-drain-limit)", ErrInvalidLimit, req.Limit, s.cfg.MaxDrainLimit)
+	}
+	if err := s.checkFilterBudgets(&req.Filter); err != nil {
+		return Page{}, err
 	}
 	if req.Consumer != "" {
 		if err := s.checkConsumerName(req.Consumer); err != nil {
@@ -186,9 +213,15 @@ func (s *Drainer) beyond(ctx context.Context, tid, after uint64) bool {
 	return err == nil && beyond
 }
 
-// readPage reads one page from the published state p.
+// readPage reads one page from the published state p: rows the filter
+// admits up to the limit, the watermark or Config.MaxDrainScan examined
+// fragments, whichever comes first; Next covers what was examined.
 func (s *Drainer) readPage(ctx context.Context, req DrainRequest, p *published, visit func(cols []Column, vals []Value) error) (Page, error) {
 	proj, cols, err := project(p, req.Columns)
+	if err != nil {
+		return Page{}, err
+	}
+	flt, err := s.storeFilter(&req, p)
 	if err != nil {
 		return Page{}, err
 	}
@@ -196,7 +229,7 @@ func (s *Drainer) readPage(ctx context.Context, req DrainRequest, p *published, 
 	vals := make([]Value, len(cols))
 	last := req.After
 	full := false // visit ended the page before the limit
-	err = s.st.ReadSeq(ctx, p.tid, req.After, p.watermark, req.Limit, func(r *store.Row) error {
+	through, err := s.st.ReadSeq(ctx, p.tid, req.After, p.watermark, req.Limit, flt, func(r *store.Row) error {
 		proj.fill(vals, p, r)
 		if pg.Rows > 0 && pg.Rows%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
@@ -214,19 +247,38 @@ func (s *Drainer) readPage(ctx context.Context, req DrainRequest, p *published, 
 	if err != nil && !full {
 		return Page{}, err
 	}
-	pg.Next = max(p.watermark, req.After) // a cursor ahead of this node stays where it is
-	if pg.Rows == req.Limit || full {
+	// through is the watermark when the read reached it, the last row
+	// of a page of Limit rows, or the last fragment a filtered read
+	// examined; a cursor ahead of this node stays where it is.
+	pg.Next = max(through, req.After)
+	if full {
 		pg.Next = last
 	}
+	pg.ScanLimited = !full && pg.Rows < req.Limit && pg.Next < p.watermark
 	pg.More = pg.Next < p.watermark
+	for i, c := range schemaOrder(p.cols) {
+		if p.colSince(i) >= req.After {
+			pg.NewColumns = append(pg.NewColumns, Column(c))
+		}
+	}
+	if p.seq > pg.Next {
+		pg.LagFragments = p.seq - pg.Next
+		ts, ok, err := s.st.SeqTime(ctx, p.tid, pg.Next+1)
+		if err != nil {
+			return Page{}, err
+		}
+		if ok {
+			pg.Lag = max(s.now().Sub(time.Unix(0, ts)), 0)
+		}
+	}
 	return pg, nil
 }
 
 // projection maps schema positions and the pseudo-columns to output
 // positions (-1 = not selected).
 type projection struct {
-	time, seq int
-	col       []int
+	time, seq, op int
+	col           []int
 }
 
 // fill sets vals (in output order) from a stored row: time, x_seq, the
@@ -238,6 +290,12 @@ func (pr *projection) fill(vals []Value, p *published, r *store.Row) {
 	}
 	if pr.seq >= 0 {
 		vals[pr.seq] = Value{Kind: KindSeq, Num: r.Seq}
+	}
+	if pr.op >= 0 {
+		vals[pr.op] = Value{Kind: KindOp}
+		if r.Update {
+			vals[pr.op].Num = 1
+		}
 	}
 	if r.Series < uint64(len(p.tags)) {
 		for _, tg := range p.tags[r.Series] {
@@ -258,7 +316,7 @@ func (pr *projection) fill(vals []Value, p *published, r *store.Row) {
 }
 
 func project(p *published, names []string) (projection, []Column, error) {
-	pr := projection{time: -1, seq: -1, col: make([]int, len(p.cols))}
+	pr := projection{time: -1, seq: -1, op: -1, col: make([]int, len(p.cols))}
 	for i := range pr.col {
 		pr.col[i] = -1
 	}
@@ -272,6 +330,8 @@ func project(p *published, names []string) (projection, []Column, error) {
 		}
 		pr.seq = len(cols)
 		cols = append(cols, Column{Name: "x_seq", Kind: KindSeq})
+		pr.op = len(cols)
+		cols = append(cols, Column{Name: "x_op", Kind: KindOp})
 		return pr, cols, nil
 	}
 	cols := make([]Column, 0, len(names))
@@ -289,6 +349,10 @@ func project(p *published, names []string) (projection, []Column, error) {
 		case "x_seq":
 			pr.seq = len(cols)
 			cols = append(cols, Column{Name: n, Kind: KindSeq})
+			continue
+		case "x_op":
+			pr.op = len(cols)
+			cols = append(cols, Column{Name: n, Kind: KindOp})
 			continue
 		}
 		found := false

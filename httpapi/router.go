@@ -72,6 +72,10 @@ type Options struct {
 	// comparisons (the feed's columns per table, plus time); 0 means none
 	// beyond SQLMaxStatementBytes.
 	SQLMaxColumns int
+	// SQLMaxInValues bounds the values of one IN list of a SQL drain (the
+	// feed's --max-drain-filter-values); 0: no bound (the feed's own
+	// check still applies).
+	SQLMaxInValues int
 	// SubmitTimeout bounds how long a SQL INSERT waits for room in the
 	// sequencer's queue before 503; 0 means feed.DefaultSubmitTimeout.
 	SubmitTimeout time.Duration

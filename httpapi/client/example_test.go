@@ -42,11 +42,11 @@ func Example() {
 	}
 	fmt.Println("epoch", epoch, "next", next)
 	// Output:
-	// [time host p00 x_seq] next 2 more true
-	// ["2025-11-29T10:00:00Z" "h1" 1.5 1]
-	// ["2025-11-29T10:00:00Z" "h2" 2.5 2]
-	// [time host p00 x_seq] next 3 more false
-	// ["2025-11-29T10:00:10Z" "h1" 1.6 3]
+	// [time host p00 x_seq x_op] next 2 more true
+	// ["2025-11-29T10:00:00Z" "h1" 1.5 1 "insert"]
+	// ["2025-11-29T10:00:00Z" "h2" 2.5 2 "insert"]
+	// [time host p00 x_seq x_op] next 3 more false
+	// ["2025-11-29T10:00:10Z" "h1" 1.6 3 "insert"]
 	// epoch 1 next 3
 }
 
