@@ -135,3 +135,26 @@ func TestEncoderPlainCache(t *testing.T) {
 	}
 	require.Equal(t, base[:6], *e.plainSlot(base), "the longest plain prefix is cached")
 }
+
+// TestSplitEscaped checks the drain's in: and has lists
+// (docs/contract.md#filters): commas split, a backslash escapes a comma or
+// a backslash, any other backslash stays.
+func TestSplitEscaped(t *testing.T) {
+	cases := []struct {
+		in   string
+		want []string
+	}{
+		{"a", []string{"a"}},
+		{"a,b", []string{"a", "b"}},
+		{`a\,b,c`, []string{"a,b", "c"}},
+		{`a\\,b`, []string{`a\`, "b"}},
+		{`a\b`, []string{`a\b`}},
+		{"a,", []string{"a", ""}},
+		{"", []string{""}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.in, func(t *testing.T) {
+			require.Equal(t, tc.want, splitEscaped(tc.in))
+		})
+	}
+}
