@@ -137,6 +137,10 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 		timeout = tm.C
 	}
 	recorded, added := false, false
+	// from is where the next read starts: req.After, or, for a filtered
+	// long-poll, the next of a read that found nothing to return.
+	from := req.After
+	filtered := req.Filter.set() || req.Operation != OpAny
 	for {
 		t, err := s.lookup(req.Table)
 		if err != nil {
@@ -151,7 +155,7 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 			return Page{}, &RefusalError{Err: ErrStaleEpoch, Status: st}
 		case req.After > p.seq && s.beyond(ctx, p.tid, req.After):
 			return Page{}, &RefusalError{Err: ErrCursorBeyondSequence, Status: st}
-		case req.After+1 < p.horizon:
+		case from+1 < p.horizon:
 			return Page{}, historyRefusal(st)
 		}
 		if req.Consumer != "" && !recorded {
@@ -162,8 +166,8 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 			}
 			recorded = true
 		}
-		if timeout == nil || p.watermark > req.After {
-			pg, err := s.readPage(ctx, req, &p, visit)
+		if timeout == nil || p.watermark > from {
+			pg, err := s.readPage(ctx, req, from, &p, visit)
 			if isHistoryExpired(err) {
 				// A sweep raised the horizon after the snapshot: the
 				// store's view refused the read before any row. The
@@ -175,6 +179,13 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 				}
 				st.Horizon = max(st.Horizon, h)
 				return Page{}, historyRefusal(st)
+			}
+			if err == nil && timeout != nil && filtered && pg.Rows == 0 && !pg.ScanLimited && pg.Next > from {
+				// A filtered long-poll whose filter left out everything
+				// up to the watermark waits on from there
+				// (docs/contract.md#filters).
+				from = pg.Next
+				continue
 			}
 			pg.NewConsumer = added
 			return pg, err
@@ -213,10 +224,13 @@ func (s *Drainer) beyond(ctx context.Context, tid, after uint64) bool {
 	return err == nil && beyond
 }
 
-// readPage reads one page from the published state p: rows the filter
-// admits up to the limit, the watermark or Config.MaxDrainScan examined
-// fragments, whichever comes first; Next covers what was examined.
-func (s *Drainer) readPage(ctx context.Context, req DrainRequest, p *published, visit func(cols []Column, vals []Value) error) (Page, error) {
+// readPage reads one page from the published state p, from x_seq from
+// on (req.After, or above it for a filtered long-poll that read past
+// fragments it left out): rows the filter admits up to the limit, the
+// watermark or Config.MaxDrainScan examined fragments, whichever comes
+// first; Next covers what was examined. The envelope's After and new
+// columns are req.After's.
+func (s *Drainer) readPage(ctx context.Context, req DrainRequest, from uint64, p *published, visit func(cols []Column, vals []Value) error) (Page, error) {
 	proj, cols, err := project(p, req.Columns)
 	if err != nil {
 		return Page{}, err
@@ -227,9 +241,9 @@ func (s *Drainer) readPage(ctx context.Context, req DrainRequest, p *published, 
 	}
 	pg := Page{Table: req.Table, Epoch: p.epoch, After: req.After, Seq: p.seq, Watermark: p.watermark, Columns: cols}
 	vals := make([]Value, len(cols))
-	last := req.After
+	last := from
 	full := false // visit ended the page before the limit
-	through, err := s.st.ReadSeq(ctx, p.tid, req.After, p.watermark, req.Limit, flt, func(r *store.Row) error {
+	through, err := s.st.ReadSeq(ctx, p.tid, from, p.watermark, req.Limit, flt, func(r *store.Row) error {
 		proj.fill(vals, p, r)
 		if pg.Rows > 0 && pg.Rows%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
@@ -250,7 +264,7 @@ func (s *Drainer) readPage(ctx context.Context, req DrainRequest, p *published, 
 	// through is the watermark when the read reached it, the last row
 	// of a page of Limit rows, or the last fragment a filtered read
 	// examined; a cursor ahead of this node stays where it is.
-	pg.Next = max(through, req.After)
+	pg.Next = max(through, from)
 	if full {
 		pg.Next = last
 	}

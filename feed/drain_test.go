@@ -848,3 +848,25 @@ func TestDrainOperation(t *testing.T) {
 		require.Equal(t, tc.seqs, got)
 	}
 }
+
+// TestDrainFilteredWait checks that a filtered long-poll waits for a
+// fragment its filter admits (docs/contract.md#filters): fragments it
+// leaves out move its read on, not its answer, which reports the
+// request's cursor and a next covering them.
+func TestDrainFilteredWait(t *testing.T) {
+	h := openHarness(t, t.TempDir(), DefaultConfig())
+	defer func() { h.close() }()
+	ctx := context.Background()
+	_, _, err := h.s.CreateTable(ctx, "t", true)
+	require.NoError(t, err)
+	mustAppend(t, h.s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
+	ch := goDrain(h.d, DrainRequest{Table: "t", Limit: 10, Wait: time.Hour,
+		Filter: Filter{Tags: []TagFilter{{Key: "host", Values: []string{"b"}}}}})
+	mustAppend(t, h.s, pt("t", 2, tg("host", "a"), fld("v", iv(2))))
+	mustAppend(t, h.s, pt("t", 3, tg("host", "b"), fld("v", iv(3))))
+	r := awaitDrain(t, ch, 30*time.Second, "the admitted fragment ends the long-poll")
+	require.NoError(t, r.err)
+	require.Equal(t, []uint64{3}, r.p.seqs(), "only the fragment the filter admits, not an empty page")
+	require.Equal(t, uint64(0), r.p.After)
+	require.Equal(t, uint64(3), r.p.Next)
+}
