@@ -197,7 +197,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 			Name: "ingestd_sql_scanned_rows_total", Help: "Rows SQL reads looked at (in their time range, before tag filters and ORDER BY).",
 		}),
 		sqlRefused: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "ingestd_sql_limit_refusals_total", Help: "SQL requests refused at a limit: statement_bytes (--sql-max-statement-bytes), insert_rows (--sql-max-insert-rows), columns (--feed-max-columns-per-table) or scan_rows (--sql-max-scan-rows).",
+			Name: "ingestd_sql_limit_refusals_total", Help: "SQL requests refused at a limit: statement_bytes (--sql-max-statement-bytes), insert_rows (--sql-max-insert-rows), columns (--feed-max-columns-per-table), in_values (--max-drain-filter-values) or scan_rows (--sql-max-scan-rows).",
 		}, []string{"limit"}),
 		refused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_http_requests_refused_total",

@@ -287,6 +287,13 @@ func TestDrainFiltersRefused(t *testing.T) {
 			}
 		})
 	}
+	resp, err := http.PostForm(d.URL+"/api/v1/sql", url.Values{"q": {"SELECT * FROM t WHERE x_seq > 0 AND host IN ('a', 'b', 'c', 'd') LIMIT 1"}})
+	require.NoError(t, err)
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusRequestEntityTooLarge, resp.StatusCode, "a SQL IN list past --max-drain-filter-values")
+	n, ok := sampleValue(scrapeMetrics(t, d), "ingestd_sql_limit_refusals_total", map[string]string{"limit": "in_values"})
+	require.True(t, ok)
+	require.Equal(t, float64(1), n)
 	r := c.get(t, "/drain?table=t&after=0&limit=10&tag.host=a&has=v&start=0&end=2&precision=ns&operation=insert")
 	require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 	require.Contains(t, string(r.Body), `"rows":[["1970-01-01T00:00:00.000000001Z","a",1,1,"insert"]]`)
