@@ -160,3 +160,30 @@ func ExampleClient_Consumers() {
 	// billing epoch 1 position 2
 	// true
 }
+
+// A rule engine drains only what it reacts to: the updates of two hosts.
+// Next passes the fragments the filter left out, so the cursor is stored
+// as usual; NewColumns says which columns a typed sink must add first,
+// LagFragments how far behind the page ends.
+func ExampleClient_Drain_filters() {
+	ctx := context.Background()
+	c, _ := client.New(serverURL)
+	_, _, _ = c.CreateTable(ctx, "alerts", client.TableOptions{Sync: new(true)})
+	_ = c.Write(ctx, []byte("alerts,host=a level=1i 1\nalerts,host=b level=1i 1\nalerts,host=c level=1i 1\n"+
+		"alerts,host=b level=3i 1\nalerts,host=c level=2i,note=\"disk\" 1\n"), client.WriteOptions{})
+	pg, err := c.Drain(ctx, client.DrainRequest{Table: "alerts", Limit: 10, TimeFormat: "ns",
+		Tags: map[string][]string{"host": {"b", "c"}}, Operation: client.OpUpdate})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(pg.Columns)
+	for _, row := range pg.Rows {
+		fmt.Println(client.CellTexts(row))
+	}
+	fmt.Println("new columns", pg.NewColumns, "next", pg.Next, "lag", pg.LagFragments)
+	// Output:
+	// [time host level note x_seq x_op]
+	// [1 "b" 3 null 4 "update"]
+	// [1 "c" 2 "disk" 5 "update"]
+	// new columns [{host tag} {level integer} {note string}] next 5 lag 0
+}
