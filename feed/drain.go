@@ -92,7 +92,9 @@ type Page struct {
 // page with Next = After.
 // An unknown table is
 // ErrTableNotFound, an unknown column ErrUnknownColumn, a bad limit
-// ErrInvalidLimit, a column named twice ErrDuplicateColumn. visit may
+// ErrInvalidLimit, a column named twice ErrDuplicateColumn, a filter
+// naming a tag or field the table lacks ErrInvalidFilter, one past a
+// budget ErrFilterLimit (docs/contract.md#filters). visit may
 // return ErrPageFull to end the page before the row it was called with
 // (Next is then the last x_seq of the page); any other error of visit ends
 // the Drain with it. Safe for concurrent use; never blocks the sequencer.
