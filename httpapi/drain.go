@@ -388,7 +388,11 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 		h.Set("Ingestd-Lag-Fragments", strconv.FormatUint(pg.LagFragments, 10))
 		h.Set("Ingestd-Lag-Seconds", strconv.FormatFloat(pg.Lag.Seconds(), 'f', 3, 64))
 		if len(pg.NewColumns) > 0 {
-			h.Set("Ingestd-New-Columns", newColumnsHeader(pg.NewColumns))
+			nc, all := newColumnsHeader(pg.NewColumns)
+			h.Set("Ingestd-New-Columns", nc)
+			if !all {
+				h.Set("Ingestd-New-Columns-Truncated", "true")
+			}
 		}
 		switch format {
 		case formatNDJSON:
@@ -440,20 +444,28 @@ func appendNewColumns(b []byte, cols []feed.Column) []byte {
 	return append(b, ']')
 }
 
+// maxNewColumnsHeaderBytes bounds the Ingestd-New-Columns header, far
+// below what HTTP clients accept of a response's headers (Go's: 10 MiB)
+// however many and however long the table's column names.
+const maxNewColumnsHeaderBytes = 64 << 10
+
 // newColumnsHeader renders the Ingestd-New-Columns header: name:kind
-// pairs separated by commas, each name query-escaped
-// (docs/reference.md#drain-headers).
-func newColumnsHeader(cols []feed.Column) string {
+// pairs separated by commas, each name query-escaped, the pairs that fit
+// in maxNewColumnsHeaderBytes (all reports whether every one did;
+// docs/reference.md#drain-headers).
+func newColumnsHeader(cols []feed.Column) (h string, all bool) {
 	var sb strings.Builder
 	for i, c := range cols {
+		pair := url.QueryEscape(c.Name) + ":" + c.Kind.String()
+		if sb.Len()+1+len(pair) > maxNewColumnsHeaderBytes {
+			return sb.String(), false
+		}
 		if i > 0 {
 			sb.WriteByte(',')
 		}
-		sb.WriteString(url.QueryEscape(c.Name))
-		sb.WriteByte(':')
-		sb.WriteString(c.Kind.String())
+		sb.WriteString(pair)
 	}
-	return sb.String()
+	return sb.String(), true
 }
 
 // appendPageHead appends the start of a JSON drain or rows page,

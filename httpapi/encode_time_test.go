@@ -158,3 +158,20 @@ func TestSplitEscaped(t *testing.T) {
 		})
 	}
 }
+
+// TestNewColumnsHeader checks the Ingestd-New-Columns header: names
+// query-escaped, kinds after the last colon, and at most
+// maxNewColumnsHeaderBytes of pairs, whatever the names.
+func TestNewColumnsHeader(t *testing.T) {
+	h, all := newColumnsHeader([]feed.Column{{Name: "a,b:c", Kind: feed.KindTag}, {Name: "é x", Kind: feed.KindFloat}})
+	require.True(t, all)
+	require.Equal(t, "a%2Cb%3Ac:tag,%C3%A9+x:float", h)
+	long := make([]feed.Column, 100)
+	for i := range long {
+		long[i] = feed.Column{Name: strings.Repeat(",", 1000) + strconv.Itoa(i), Kind: feed.KindInt}
+	}
+	h, all = newColumnsHeader(long)
+	require.False(t, all)
+	require.LessOrEqual(t, len(h), maxNewColumnsHeaderBytes)
+	require.Equal(t, 21, strings.Count(h, ":integer"), "the pairs that fit, each whole")
+}

@@ -181,6 +181,11 @@ type Page struct {
 	// page's rows may carry, with their kinds: alter a typed target
 	// before applying the page (docs/contract.md#schema-changes).
 	NewColumns []NewColumn
+	// NewColumnsTruncated reports an lp or ndjson page whose header could
+	// not list every new column (names too long for a header): read the
+	// table's columns (Table) before applying it. An ndjson page's
+	// x_schema line lists them all.
+	NewColumnsTruncated bool
 	// LagFragments is how many x_seq numbers the table's sequence is
 	// ahead of Next; Lag how long ago the oldest fragment above Next was
 	// committed (docs/contract.md#lag). Both 0 when caught up.
@@ -314,6 +319,7 @@ func (c *Client) pageHeaders(h http.Header, pg *Page) error {
 		pg.Lag = time.Duration(secs * float64(time.Second))
 	}
 	pg.NewColumns = pg.NewColumns[:0]
+	pg.NewColumnsTruncated = h.Get("Ingestd-New-Columns-Truncated") == "true"
 	if nc := h.Get("Ingestd-New-Columns"); nc != "" {
 		for _, pair := range strings.Split(nc, ",") {
 			i := strings.LastIndexByte(pair, ':')
