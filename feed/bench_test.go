@@ -185,3 +185,67 @@ func BenchmarkDrain(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkDrainFiltered is BenchmarkDrain's table drained with a tag
+// filter that matches 1 % of it (one host of the TSBS cpu table's 100):
+// the store skips the other series' fragments by series id, without
+// decoding their fields (docs/contract.md#filters). rows/s counts the
+// rows returned, fragments/s the fragments the drain covered.
+func BenchmarkDrainFiltered(b *testing.B) {
+	h := openHarness(b, b.TempDir(), DefaultConfig())
+	defer h.close()
+	ctx := context.Background()
+	_, _, err := h.s.CreateTable(ctx, "cpu", true)
+	require.NoError(b, err)
+	const rows = 50_000
+	batches, _ := benchBatches(rows/5_000*len(benchMeasurements), 5_000, 100)
+	n, host, match := 0, "", 0
+	for _, bt := range batches {
+		kept := bt.Points[:0]
+		for _, p := range bt.Points {
+			if p.Table == "cpu" && n < rows {
+				kept = append(kept, p)
+				n++
+				for _, tg := range p.Tags {
+					if tg.Key == "hostname" && host == "" {
+						host = tg.Value
+					}
+					if tg.Key == "hostname" && tg.Value == host {
+						match++
+					}
+				}
+			}
+		}
+		if len(kept) == 0 {
+			continue
+		}
+		bt.Points = kept
+		_, err := h.s.Append(ctx, bt)
+		require.NoError(b, err)
+	}
+	require.Equal(b, rows, n)
+	require.InDelta(b, rows/100, match, rows/200, "one host is about 1 %% of the table")
+	req := DrainRequest{Table: "cpu", Limit: 1_000, Filter: Filter{Tags: []TagFilter{{Key: "hostname", Values: []string{host}}}}}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for range b.N {
+		got := 0
+		for after, more := uint64(0), true; more; {
+			req.After = after
+			pg, err := h.d.Drain(ctx, req, func(_ []Column, vals []Value) error {
+				got++
+				return nil
+			})
+			if err != nil {
+				b.Fatal(err)
+			}
+			after, more = pg.Next, pg.More
+		}
+		if got != match {
+			b.Fatalf("drained %d rows, %d match", got, match)
+		}
+	}
+	b.StopTimer()
+	b.ReportMetric(float64(b.N*match)/b.Elapsed().Seconds(), "rows/s")
+	b.ReportMetric(float64(b.N*rows)/b.Elapsed().Seconds(), "fragments/s")
+}

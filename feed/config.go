@@ -79,6 +79,17 @@ type Config struct {
 	MaxSeriesPerTable int
 	// MaxDrainLimit is the largest drain page.
 	MaxDrainLimit int
+	// MaxDrainFilters bounds a drain's tag and has conditions together;
+	// MaxDrainFilterValues the values of one tag's IN list;
+	// MaxDrainFilterValueBytes each tag key, tag value and has name, in
+	// bytes (docs/security.md#drain-filters).
+	MaxDrainFilters          int
+	MaxDrainFilterValues     int
+	MaxDrainFilterValueBytes int
+	// MaxDrainScan bounds the fragments one filtered drain examines,
+	// returned or not: past it the page ends, maybe empty, with Next
+	// advanced over what was examined (Page.ScanLimited).
+	MaxDrainScan int
 	// SubmitTimeout bounds how long an HTTP write waits for room in the
 	// queue before it is answered 503.
 	SubmitTimeout time.Duration
@@ -172,6 +183,11 @@ func DefaultConfig() Config {
 		MaxStringBytes:     DefaultMaxStringBytes,
 		MaxTombstones:      DefaultMaxTombstones,
 
+		MaxDrainFilters:          DefaultMaxDrainFilters,
+		MaxDrainFilterValues:     DefaultMaxDrainFilterValues,
+		MaxDrainFilterValueBytes: DefaultMaxDrainFilterValueBytes,
+		MaxDrainScan:             DefaultMaxDrainScan,
+
 		MaxConsumersPerTable:  DefaultMaxConsumers,
 		MaxConsumersPerToken:  DefaultMaxConsumersPerToken,
 		MaxConsumers:          DefaultMaxConsumersTotal,
@@ -211,6 +227,10 @@ func (g globList) Set(s string) error {
 func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Var(globList{&c.SyncTables}, "sync-tables", "comma-separated globs: tables auto-created by a write whose name matches start WITH SYNC")
 	fs.IntVar(&c.MaxDrainLimit, "max-drain-limit", c.MaxDrainLimit, "largest drain page in rows")
+	fs.IntVar(&c.MaxDrainFilters, "max-drain-filters", c.MaxDrainFilters, "most tag and has conditions of one drain (400 filter_limit past it)")
+	fs.IntVar(&c.MaxDrainFilterValues, "max-drain-filter-values", c.MaxDrainFilterValues, "most values in one tag's in: list of a drain (400 filter_limit past it)")
+	fs.IntVar(&c.MaxDrainFilterValueBytes, "max-drain-filter-value-bytes", c.MaxDrainFilterValueBytes, "longest tag key, tag value or has name of a drain filter, in bytes (400 filter_limit past it)")
+	fs.IntVar(&c.MaxDrainScan, "max-drain-scan", c.MaxDrainScan, "most fragments one filtered drain examines; past it the page ends, maybe empty, its next advanced (scan_limited)")
 	fs.IntVar(&c.QueueLength, "feed-queue-length", c.QueueLength, "batches that may wait for the sequencer before writers block")
 	fs.IntVar(&c.MaxGroupPoints, "feed-max-group-points", c.MaxGroupPoints, "most points in one group commit")
 	fs.IntVar(&c.MaxGroupBytes, "feed-max-group-bytes", c.MaxGroupBytes, "most encoded bytes of fragments in one group commit (at most 128 MiB, so that a table's block fits one store value)")
@@ -278,6 +298,10 @@ func (c *Config) Validate() error {
 		return errors.New("feed: --feed-max-series-per-table must be at least 1")
 	case c.MaxDrainLimit < 1:
 		return errors.New("feed: --max-drain-limit must be at least 1")
+	case c.MaxDrainFilters < 1 || c.MaxDrainFilterValues < 1 || c.MaxDrainFilterValueBytes < 1:
+		return errors.New("feed: --max-drain-filters, --max-drain-filter-values and --max-drain-filter-value-bytes must be at least 1")
+	case c.MaxDrainScan < c.MaxDrainLimit:
+		return errors.New("feed: --max-drain-scan must be at least --max-drain-limit")
 	case c.SubmitTimeout <= 0:
 		return errors.New("feed: --feed-submit-timeout must be positive")
 	case c.MaxConsumersPerTable < 1:

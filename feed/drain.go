@@ -35,6 +35,12 @@ type DrainRequest struct {
 	Consumer string
 	// By is who drains (docs/security.md#consumers).
 	By Principal
+	// Operation, when not OpAny, returns only inserts or only updates
+	// (docs/contract.md#operation).
+	Operation Operation
+	// Filter narrows the page (docs/contract.md#filters); Next still
+	// advances over the fragments it leaves out.
+	Filter Filter
 }
 
 // Page is a drain page's envelope (docs/contract.md#paging).
@@ -52,6 +58,24 @@ type Page struct {
 	// (its first drain, or its first since it was deleted): the audit log
 	// records it.
 	NewConsumer bool
+	// ScanLimited is set when a filtered page ended because it examined
+	// Config.MaxDrainScan fragments: Next advanced over them, and the
+	// page may be empty although More (docs/contract.md#filters).
+	ScanLimited bool
+	// NewColumns are the table's columns added after the cursor
+	// (docs/contract.md#schema-changes), in schema order with their
+	// kinds: a typed sink alters its target before it applies the page.
+	// A column is reported by every page whose cursor is at or below the
+	// x_seq it was added at, so before any row that carries it (a
+	// fragment's coalesced row may carry a column a later write added).
+	NewColumns []Column
+	// LagFragments is how many x_seq numbers the table's sequence is
+	// ahead of Next (Seq - Next, 0 when caught up): an upper bound on the
+	// fragments left to drain (docs/contract.md#lag).
+	LagFragments uint64
+	// Lag is how long ago the oldest fragment above Next was committed
+	// (0 when caught up), from the store's commit times.
+	Lag time.Duration
 }
 
 // Drain reads the page of req.Table after req.After, at most req.Limit rows,
@@ -68,7 +92,9 @@ type Page struct {
 // page with Next = After.
 // An unknown table is
 // ErrTableNotFound, an unknown column ErrUnknownColumn, a bad limit
-// ErrInvalidLimit, a column named twice ErrDuplicateColumn. visit may
+// ErrInvalidLimit, a column named twice ErrDuplicateColumn, a filter
+// naming a tag or field the table lacks ErrInvalidFilter, one past a
+// budget ErrFilterLimit (docs/contract.md#filters). visit may
 // return ErrPageFull to end the page before the row it was called with
 // (Next is then the last x_seq of the page); any other error of visit ends
 // the Drain with it. Safe for concurrent use; never blocks the sequencer.
@@ -95,6 +121,9 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 	if req.Limit < 1 || req.Limit > s.cfg.MaxDrainLimit {
 		return Page{}, fmt.Errorf("%w: %d is outside 1..%d (--max-drain-limit)", ErrInvalidLimit, req.Limit, s.cfg.MaxDrainLimit)
 	}
+	if err := s.checkFilterBudgets(&req.Filter); err != nil {
+		return Page{}, err
+	}
 	if req.Consumer != "" {
 		if err := s.checkConsumerName(req.Consumer); err != nil {
 			if ne, ok := errors.AsType[*NameError](err); ok && ne.Rule == RuleLength {
@@ -110,6 +139,10 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 		timeout = tm.C
 	}
 	recorded, added := false, false
+	// from is where the next read starts: req.After, or, for a filtered
+	// long-poll, the next of a read that found nothing to return.
+	from := req.After
+	filtered := req.Filter.set() || req.Operation != OpAny
 	for {
 		t, err := s.lookup(req.Table)
 		if err != nil {
@@ -124,7 +157,7 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 			return Page{}, &RefusalError{Err: ErrStaleEpoch, Status: st}
 		case req.After > p.seq && s.beyond(ctx, p.tid, req.After):
 			return Page{}, &RefusalError{Err: ErrCursorBeyondSequence, Status: st}
-		case req.After+1 < p.horizon:
+		case from+1 < p.horizon:
 			return Page{}, historyRefusal(st)
 		}
 		if req.Consumer != "" && !recorded {
@@ -135,8 +168,8 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 			}
 			recorded = true
 		}
-		if timeout == nil || p.watermark > req.After {
-			pg, err := s.readPage(ctx, req, &p, visit)
+		if timeout == nil || p.watermark > from {
+			pg, err := s.readPage(ctx, req, from, &p, visit)
 			if isHistoryExpired(err) {
 				// A sweep raised the horizon after the snapshot: the
 				// store's view refused the read before any row. The
@@ -148,6 +181,13 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 				}
 				st.Horizon = max(st.Horizon, h)
 				return Page{}, historyRefusal(st)
+			}
+			if err == nil && timeout != nil && filtered && pg.Rows == 0 && !pg.ScanLimited && pg.Next > from {
+				// A filtered long-poll whose filter left out everything
+				// up to the watermark waits on from there
+				// (docs/contract.md#filters).
+				from = pg.Next
+				continue
 			}
 			pg.NewConsumer = added
 			return pg, err
@@ -186,17 +226,26 @@ func (s *Drainer) beyond(ctx context.Context, tid, after uint64) bool {
 	return err == nil && beyond
 }
 
-// readPage reads one page from the published state p.
-func (s *Drainer) readPage(ctx context.Context, req DrainRequest, p *published, visit func(cols []Column, vals []Value) error) (Page, error) {
+// readPage reads one page from the published state p, from x_seq from
+// on (req.After, or above it for a filtered long-poll that read past
+// fragments it left out): rows the filter admits up to the limit, the
+// watermark or Config.MaxDrainScan examined fragments, whichever comes
+// first; Next covers what was examined. The envelope's After and new
+// columns are req.After's.
+func (s *Drainer) readPage(ctx context.Context, req DrainRequest, from uint64, p *published, visit func(cols []Column, vals []Value) error) (Page, error) {
 	proj, cols, err := project(p, req.Columns)
+	if err != nil {
+		return Page{}, err
+	}
+	flt, err := s.storeFilter(&req, p)
 	if err != nil {
 		return Page{}, err
 	}
 	pg := Page{Table: req.Table, Epoch: p.epoch, After: req.After, Seq: p.seq, Watermark: p.watermark, Columns: cols}
 	vals := make([]Value, len(cols))
-	last := req.After
+	last := from
 	full := false // visit ended the page before the limit
-	err = s.st.ReadSeq(ctx, p.tid, req.After, p.watermark, req.Limit, func(r *store.Row) error {
+	through, err := s.st.ReadSeq(ctx, p.tid, from, p.watermark, req.Limit, flt, func(r *store.Row) error {
 		proj.fill(vals, p, r)
 		if pg.Rows > 0 && pg.Rows%1024 == 0 && ctx.Err() != nil {
 			return ctx.Err()
@@ -214,19 +263,38 @@ func (s *Drainer) readPage(ctx context.Context, req DrainRequest, p *published, 
 	if err != nil && !full {
 		return Page{}, err
 	}
-	pg.Next = max(p.watermark, req.After) // a cursor ahead of this node stays where it is
-	if pg.Rows == req.Limit || full {
+	// through is the watermark when the read reached it, the last row
+	// of a page of Limit rows, or the last fragment a filtered read
+	// examined; a cursor ahead of this node stays where it is.
+	pg.Next = max(through, from)
+	if full {
 		pg.Next = last
 	}
+	pg.ScanLimited = !full && pg.Rows < req.Limit && pg.Next < p.watermark
 	pg.More = pg.Next < p.watermark
+	for i, c := range schemaOrder(p.cols) {
+		if p.colSince(i) >= req.After {
+			pg.NewColumns = append(pg.NewColumns, Column(c))
+		}
+	}
+	if p.seq > pg.Next {
+		pg.LagFragments = p.seq - pg.Next
+		ts, ok, err := s.st.SeqTime(ctx, p.tid, pg.Next+1)
+		if err != nil {
+			return Page{}, err
+		}
+		if ok {
+			pg.Lag = max(s.now().Sub(time.Unix(0, ts)), 0)
+		}
+	}
 	return pg, nil
 }
 
 // projection maps schema positions and the pseudo-columns to output
 // positions (-1 = not selected).
 type projection struct {
-	time, seq int
-	col       []int
+	time, seq, op int
+	col           []int
 }
 
 // fill sets vals (in output order) from a stored row: time, x_seq, the
@@ -238,6 +306,12 @@ func (pr *projection) fill(vals []Value, p *published, r *store.Row) {
 	}
 	if pr.seq >= 0 {
 		vals[pr.seq] = Value{Kind: KindSeq, Num: r.Seq}
+	}
+	if pr.op >= 0 {
+		vals[pr.op] = Value{Kind: KindOp}
+		if r.Update {
+			vals[pr.op].Num = 1
+		}
 	}
 	if r.Series < uint64(len(p.tags)) {
 		for _, tg := range p.tags[r.Series] {
@@ -258,7 +332,7 @@ func (pr *projection) fill(vals []Value, p *published, r *store.Row) {
 }
 
 func project(p *published, names []string) (projection, []Column, error) {
-	pr := projection{time: -1, seq: -1, col: make([]int, len(p.cols))}
+	pr := projection{time: -1, seq: -1, op: -1, col: make([]int, len(p.cols))}
 	for i := range pr.col {
 		pr.col[i] = -1
 	}
@@ -272,6 +346,8 @@ func project(p *published, names []string) (projection, []Column, error) {
 		}
 		pr.seq = len(cols)
 		cols = append(cols, Column{Name: "x_seq", Kind: KindSeq})
+		pr.op = len(cols)
+		cols = append(cols, Column{Name: "x_op", Kind: KindOp})
 		return pr, cols, nil
 	}
 	cols := make([]Column, 0, len(names))
@@ -289,6 +365,10 @@ func project(p *published, names []string) (projection, []Column, error) {
 		case "x_seq":
 			pr.seq = len(cols)
 			cols = append(cols, Column{Name: n, Kind: KindSeq})
+			continue
+		case "x_op":
+			pr.op = len(cols)
+			cols = append(cols, Column{Name: n, Kind: KindOp})
 			continue
 		}
 		found := false

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -411,10 +412,10 @@ func TestDrainColumns(t *testing.T) {
 	}{
 		{
 			name: "default", columns: nil,
-			want: append(append([]Column(nil), all...), Column{"x_seq", KindSeq}),
+			want: append(append([]Column(nil), all...), Column{"x_seq", KindSeq}, Column{"x_op", KindOp}),
 			rows: [][]Value{
-				{tmv(1), tagv("x"), tagv("a"), iv(1), sv("s"), none, seq(1)},
-				{tmv(2), none, tagv("b"), none, sv("t"), bv(true), seq(2)},
+				{tmv(1), tagv("x"), tagv("a"), iv(1), sv("s"), none, seq(1), {Kind: KindOp}},
+				{tmv(2), none, tagv("b"), none, sv("t"), bv(true), seq(2), {Kind: KindOp}},
 			},
 		},
 		{
@@ -793,4 +794,79 @@ func TestDrainPageFull(t *testing.T) {
 	require.False(t, pg.More)
 	_, _, err = drain(0, 0)
 	require.ErrorIs(t, err, ErrPageFull)
+}
+
+// TestDrainOperation checks x_op and operation= (docs/contract.md#operation):
+// a point's first fragment is its insert, every later one an update, in
+// one batch or several, and a drain asking for one kind returns exactly
+// those with next covering the others; the lag and the reported columns
+// are part of every page (docs/contract.md#lag).
+func TestDrainOperation(t *testing.T) {
+	clk := newFakeClock(time.Unix(1_700_000_000, 0))
+	h := openClockHarness(t, t.TempDir(), DefaultConfig(), nil, clk)
+	defer func() { h.close() }()
+	_, _, err := h.s.CreateTable(context.Background(), "t", true)
+	require.NoError(t, err)
+	a1 := pt("t", 10, tg("host", "a"), fld("v", iv(1)))
+	a2 := pt("t", 10, tg("host", "a"), fld("v", iv(2)))
+	b1 := pt("t", 10, tg("host", "b"), fld("v", iv(3)))
+	mustAppend(t, h.s, a1, a2, b1) // x_seq 1..3
+	mustAppend(t, h.s, a2)         // x_seq 4
+	clk.add(time.Minute)
+	want := []uint64{0, 1, 0, 1} // x_op of x_seq 1..4
+	p := drainPage(t, h.d, DrainRequest{Table: "t", Limit: 10})
+	require.Len(t, p.vals, 4)
+	for i, vs := range p.vals {
+		require.Equal(t, Value{Kind: KindOp, Num: want[i]}, vs[len(vs)-1], "x_seq %d", i+1)
+	}
+	require.Zero(t, p.LagFragments)
+	require.Zero(t, p.Lag)
+	require.Equal(t, []Column{{"host", KindTag}, {"v", KindInt}}, p.NewColumns, "every column from after=0")
+
+	for _, tc := range []struct {
+		op   Operation
+		seqs []uint64
+	}{{OpInsert, []uint64{1, 3}}, {OpUpdate, []uint64{2, 4}}} {
+		var got []uint64
+		for after, more := uint64(0), true; more; {
+			p := drainPage(t, h.d, DrainRequest{Table: "t", After: after, Limit: 1, Operation: tc.op})
+			for _, vs := range p.vals {
+				require.Equal(t, Value{Kind: KindOp, Num: uint64(tc.op - 1)}, vs[len(vs)-1])
+			}
+			got = append(got, p.seqs()...)
+			if len(p.vals) > 0 {
+				require.Equal(t, p.seqs()[0], p.Next, "a full page ends at its row")
+				require.Equal(t, 4-p.Next, p.LagFragments)
+				wantLag := time.Duration(0)
+				if p.Next < 4 {
+					wantLag = time.Minute // the oldest fragment above next was committed a minute ago
+				}
+				require.Equal(t, wantLag, p.Lag)
+			}
+			after, more = p.Next, p.More
+		}
+		require.Equal(t, tc.seqs, got)
+	}
+}
+
+// TestDrainFilteredWait checks that a filtered long-poll waits for a
+// fragment its filter admits (docs/contract.md#filters): fragments it
+// leaves out move its read on, not its answer, which reports the
+// request's cursor and a next covering them.
+func TestDrainFilteredWait(t *testing.T) {
+	h := openHarness(t, t.TempDir(), DefaultConfig())
+	defer func() { h.close() }()
+	ctx := context.Background()
+	_, _, err := h.s.CreateTable(ctx, "t", true)
+	require.NoError(t, err)
+	mustAppend(t, h.s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
+	ch := goDrain(h.d, DrainRequest{Table: "t", Limit: 10, Wait: time.Hour,
+		Filter: Filter{Tags: []TagFilter{{Key: "host", Values: []string{"b"}}}}})
+	mustAppend(t, h.s, pt("t", 2, tg("host", "a"), fld("v", iv(2))))
+	mustAppend(t, h.s, pt("t", 3, tg("host", "b"), fld("v", iv(3))))
+	r := awaitDrain(t, ch, 30*time.Second, "the admitted fragment ends the long-poll")
+	require.NoError(t, r.err)
+	require.Equal(t, []uint64{3}, r.p.seqs(), "only the fragment the filter admits, not an empty page")
+	require.Equal(t, uint64(0), r.p.After)
+	require.Equal(t, uint64(3), r.p.Next)
 }

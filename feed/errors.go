@@ -82,6 +82,14 @@ var (
 	// ErrInvalidRetention is returned for a retention that
 	// ParseRetention refuses.
 	ErrInvalidRetention = errors.New("feed: invalid retention")
+	// ErrInvalidFilter is returned by Drain for a filter naming a tag or
+	// field the table does not have, a tag filtered twice, or an empty
+	// time range (docs/contract.md#filters); the message names it.
+	ErrInvalidFilter = errors.New("feed: invalid filter")
+	// ErrFilterLimit is returned by Drain for a filter past a budget:
+	// Config.MaxDrainFilters, MaxDrainFilterValues or
+	// MaxDrainFilterValueBytes (the message names the flag).
+	ErrFilterLimit = errors.New("feed: filter over its budget")
 )
 
 // RefusalError is a drain refusal with the table's state at the time, so a

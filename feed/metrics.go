@@ -31,6 +31,9 @@ type metrics struct {
 	rejected      *prometheus.CounterVec
 	queueDepth    prometheus.GaugeFunc
 	drains        *prometheus.CounterVec
+	// filterRefusals counts drain filters refused, by reason (the
+	// refused* constants of filter.go).
+	filterRefusals *prometheus.CounterVec
 	// tombstonesPruned counts tombstones folded into the floor.
 	tombstonesPruned prometheus.Counter
 	// groupSplits counts group commits cut at Config.MaxGroupBytes.
@@ -69,6 +72,9 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 		drains: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_feed_drains_total", Help: "Drain requests by outcome.",
 		}, []string{"outcome"}),
+		filterRefusals: f.NewCounterVec(prometheus.CounterOpts{
+			Name: "ingestd_feed_drain_filter_refusals_total", Help: "Drain filters refused (400), by reason: over a budget (filters, values, value_bytes) or invalid (unknown_tag, unknown_field, time_range).",
+		}, []string{"reason"}),
 		groupSplits: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_feed_group_splits_total", Help: "Group commits cut at --feed-max-group-bytes (the rest follows in another commit).",
 		}),

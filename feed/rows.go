@@ -161,6 +161,6 @@ func (s *Drainer) Rows(ctx context.Context, req RowsRequest, visit func(cols []C
 // rowsProjection is the drain projection of p without x_seq.
 func rowsProjection(p *published) (projection, []Column) {
 	proj, cols, _ := project(p, nil) // no names: cannot fail
-	proj.seq = -1
-	return proj, cols[:len(cols)-1]
+	proj.seq, proj.op = -1, -1
+	return proj, cols[:len(cols)-2] // without x_seq and x_op
 }

@@ -1057,9 +1057,7 @@ func (s *Sequencer) addPoint(t *table, p *Point, rej *RejectError) error {
 			t.meta.Columns = append(t.meta.Columns, c)
 		}
 		g.metaDirty = true
-		t.mu.Lock()
-		t.pub.cols = t.meta.Columns
-		t.mu.Unlock()
+		t.columnsAdded()
 	}
 	if !known {
 		tags := make([]store.Field, len(p.Tags))

@@ -113,6 +113,7 @@ func (p page) rows() []row {
 			switch {
 			case c.Name == "x_seq":
 				r.Seq = vs[i].Num
+			case c.Name == "x_op": // TestDrainOperation checks it
 			case vs[i].Kind != 0:
 				r.Vals[c.Name] = vs[i]
 			}
@@ -1063,11 +1064,12 @@ func TestColumnOrder(t *testing.T) {
 				t.Helper()
 				require.Equal(t, tc.want, columns(t, h.d, "t"))
 				p := drainPage(t, h.d, DrainRequest{Table: "t", Limit: 100})
-				require.Equal(t, append(slices.Clone(tc.want), Column{"x_seq", KindSeq}), p.Columns)
+				require.Equal(t, append(slices.Clone(tc.want), Column{"x_seq", KindSeq}, Column{"x_op", KindOp}), p.Columns)
 				require.Len(t, p.vals, len(written))
 				for i, w := range written {
 					want := pointVals(w)
 					want["x_seq"] = Value{Kind: KindSeq, Num: uint64(i + 1)}
+					want["x_op"] = Value{Kind: KindOp} // every point written once
 					for j, c := range p.Columns {
 						require.Equal(t, want[c.Name], p.vals[i][j], "row %d column %s", i, c.Name)
 					}

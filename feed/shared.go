@@ -189,9 +189,7 @@ func (s *Sequencer) adoptColumns(t *table, cols []store.Column) {
 		t.colByName[c.Name] = uint32(len(t.meta.Columns))
 		t.meta.Columns = append(t.meta.Columns, c)
 	}
-	t.mu.Lock()
-	t.pub.cols = t.meta.Columns
-	t.mu.Unlock()
+	t.columnsAdded()
 }
 
 // adoptSeries makes tags series id of t (unless its tag set is known).

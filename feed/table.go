@@ -61,6 +61,11 @@ type published struct {
 	hasOldest bool
 	cols      []store.Column  // schema, "time" excluded
 	tags      [][]store.Field // tag set by series id (index 0 unused)
+
+	// since holds, per column of cols, the x_seq it was added at (at
+	// least as long as cols: store.TableMeta.ColumnsSince).
+	since []uint64
+
 	// changed is closed (and replaced) when the watermark, sync or epoch
 	// changes, or the table is truncated or dropped: long-polls wait on it.
 	changed chan struct{}
@@ -148,6 +153,9 @@ func newTable(meta store.TableMeta, series []store.Series) *table {
 	for i, c := range meta.Columns {
 		t.colByName[c.Name] = uint32(i)
 	}
+	for len(t.meta.ColumnsSince) < len(t.meta.Columns) {
+		t.meta.ColumnsSince = append(t.meta.ColumnsSince, 0) // kept before since was
+	}
 	tags := make([][]store.Field, 1, len(series)+1)
 	var key []byte
 	for _, s := range series {
@@ -160,9 +168,29 @@ func newTable(meta store.TableMeta, series []store.Series) *table {
 	}
 	t.pub = published{
 		sync: meta.Sync, epoch: meta.Epoch, seq: t.seq, watermark: t.seq, tid: meta.ID, horizon: 1, retention: meta.Retention,
-		cols: meta.Columns, tags: tags, changed: make(chan struct{}),
+		cols: t.meta.Columns, since: t.meta.ColumnsSince, tags: tags, changed: make(chan struct{}),
 	}
 	return t
+}
+
+// colSince returns the x_seq column i of the schema was added at.
+func (p *published) colSince(i int) uint64 {
+	if i < len(p.since) {
+		return p.since[i]
+	}
+	return 0
+}
+
+// columnsAdded records that the columns of t's schema past those with a
+// since were added now, at t's highest x_seq stamped, and publishes the
+// schema. Sequencer goroutine only; t.mu must not be held.
+func (t *table) columnsAdded() {
+	for len(t.meta.ColumnsSince) < len(t.meta.Columns) {
+		t.meta.ColumnsSince = append(t.meta.ColumnsSince, t.seq)
+	}
+	t.mu.Lock()
+	t.pub.cols, t.pub.since = t.meta.Columns, t.meta.ColumnsSince
+	t.mu.Unlock()
 }
 
 // appendSeriesKey renders a tag set as the canonical Point.Series string:

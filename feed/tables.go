@@ -319,9 +319,7 @@ func (s *Sequencer) runDefine(o *op, exists bool) {
 			t.colByName[c.Name] = uint32(len(t.meta.Columns))
 			t.meta.Columns = append(t.meta.Columns, c)
 		}
-		t.mu.Lock()
-		t.pub.cols = t.meta.Columns
-		t.mu.Unlock()
+		t.columnsAdded()
 	}
 	o.created = true
 	if _, err := s.st.PutTable(storeCtx, t.meta); err != nil {

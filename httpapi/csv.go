@@ -44,6 +44,8 @@ func (e *encoder) csvRow(name string, vals []feed.Value) {
 		case 0:
 		case feed.KindString, feed.KindTag:
 			e.buf = appendCSVField(e.buf, v.Str)
+		case feed.KindOp:
+			e.buf = append(e.buf, opName(v)...)
 		case feed.KindTime:
 			if e.timeFormat == timeRFC3339 {
 				e.buf = e.appendRFC3339Nano(e.buf, int64(v.Num))

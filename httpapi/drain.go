@@ -3,7 +3,10 @@ package httpapi
 import (
 	"context"
 	"errors"
+	"math"
 	"net/http"
+	"net/url"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -74,6 +77,9 @@ func drainParams(w http.ResponseWriter, r *http.Request) (feed.DrainRequest, str
 		req.Wait = d
 	}
 	req.Consumer = q.Get("consumer")
+	if !filterParams(w, q, &req) {
+		return req, "", 0, false
+	}
 	format := q.Get("format")
 	switch format {
 	case "":
@@ -90,6 +96,143 @@ func drainParams(w http.ResponseWriter, r *http.Request) (feed.DrainRequest, str
 	}
 	return req, format, tf, true
 }
+
+// Filter parameters of a drain (docs/contract.md#filters).
+const (
+	// tagParamPrefix starts a tag condition's parameter: tag.<key>=<value>.
+	tagParamPrefix = "tag."
+	// inPrefix starts a value listing several (IN): in:v1,v2.
+	inPrefix = "in:"
+	// eqPrefix starts a value taken as it is (a value holding "in:").
+	eqPrefix = "eq:"
+)
+
+// filterParams parses a drain's operation and filters into req: operation,
+// tag.<key>=<value> (in:v1,v2 for any of the values; eq:v for a value
+// taken as it is), has=f1,f2 (in lists a backslash escapes a comma or a
+// backslash), start and end (in precision units, or RFC 3339). Names are checked against the table, and the
+// budgets enforced, by the feed. It writes the 400 itself and reports
+// false on a bad parameter.
+func filterParams(w http.ResponseWriter, q url.Values, req *feed.DrainRequest) bool {
+	switch op := q.Get("operation"); op {
+	case "":
+	case "insert":
+		req.Operation = feed.OpInsert
+	case "update":
+		req.Operation = feed.OpUpdate
+	default:
+		writeClientErr(w, wire.CodeInvalidFilter, "operation must be insert or update, got "+feed.QuoteInput(op))
+		return false
+	}
+	keys := make([]string, 0, len(q))
+	for k := range q {
+		if strings.HasPrefix(k, tagParamPrefix) {
+			keys = append(keys, k)
+		}
+	}
+	slices.Sort(keys)
+	for _, k := range keys {
+		tf := feed.TagFilter{Key: k[len(tagParamPrefix):]}
+		if tf.Key == "" {
+			writeClientErr(w, wire.CodeInvalidFilter, "a tag filter names no tag: tag.<key>=<value>")
+			return false
+		}
+		switch v := q.Get(k); {
+		case strings.HasPrefix(v, inPrefix):
+			tf.Values = splitEscaped(v[len(inPrefix):])
+		case strings.HasPrefix(v, eqPrefix):
+			tf.Values = []string{v[len(eqPrefix):]}
+		default:
+			tf.Values = []string{v}
+		}
+		req.Filter.Tags = append(req.Filter.Tags, tf)
+	}
+	if h := q.Get("has"); h != "" {
+		req.Filter.Has = splitEscaped(h)
+		if slices.Contains(req.Filter.Has, "") {
+			writeClientErr(w, wire.CodeInvalidFilter, "has lists an empty field name: has=<field>[,<field>…]")
+			return false
+		}
+	}
+	unit, ok := parsePrecision(q.Get("precision"))
+	if !ok {
+		writeClientErr(w, wire.CodeInvalidFilter, "precision must be one of ns, us, ms, s, got "+feed.QuoteInput(q.Get("precision")))
+		return false
+	}
+	for _, b := range []struct {
+		name string
+		dst  *int64
+		set  *bool
+	}{{"start", &req.Filter.Start, &req.Filter.HasStart}, {"end", &req.Filter.End, &req.Filter.HasEnd}} {
+		v := q.Get(b.name)
+		if v == "" {
+			continue
+		}
+		ns, ok := parseFilterTime(v, unit)
+		if !ok {
+			writeClientErr(w, wire.CodeInvalidFilter, b.name+" must be an integer in precision units or an RFC 3339 time, got "+feed.QuoteInput(v))
+			return false
+		}
+		*b.dst, *b.set = ns, true
+	}
+	return true
+}
+
+// splitEscaped splits s at the commas not escaped by a backslash; a
+// backslash before a comma or a backslash stands for it.
+func splitEscaped(s string) []string {
+	var out []string
+	var cur strings.Builder
+	for i := 0; i < len(s); i++ {
+		switch {
+		case s[i] == '\\' && i+1 < len(s) && (s[i+1] == ',' || s[i+1] == '\\'):
+			i++
+			cur.WriteByte(s[i])
+		case s[i] == ',':
+			out = append(out, cur.String())
+			cur.Reset()
+		default:
+			cur.WriteByte(s[i])
+		}
+	}
+	return append(out, cur.String())
+}
+
+// parsePrecision returns the unit of a precision parameter ("" is ns).
+func parsePrecision(s string) (time.Duration, bool) {
+	switch s {
+	case "", "ns", "n":
+		return time.Nanosecond, true
+	case "us", "u":
+		return time.Microsecond, true
+	case "ms":
+		return time.Millisecond, true
+	case "s":
+		return time.Second, true
+	}
+	return 0, false
+}
+
+// parseFilterTime parses a start or end: an integer count of unit since
+// the Unix epoch (within int64 nanoseconds), or an RFC 3339 time.
+func parseFilterTime(s string, unit time.Duration) (int64, bool) {
+	if n, err := strconv.ParseInt(s, 10, 64); err == nil {
+		d := int64(unit)
+		if n > math.MaxInt64/d || n < math.MinInt64/d {
+			return 0, false
+		}
+		return n * d, true
+	}
+	t, err := time.Parse(time.RFC3339Nano, s)
+	if err != nil || t.Year() < 1678 || t.Year() > 2261 {
+		return 0, false
+	}
+	return t.UnixNano(), true
+}
+
+// errOpTagTaken refuses an lp page whose op_tag names a column of the
+// table: the line would hold the key twice.
+var errOpTagTaken = errors.New("op_tag names a column of the table: choose another tag key")
 
 // errNoFieldForLP refuses an lp page whose selected columns hold no field.
 var errNoFieldForLP = errors.New("format=lp needs at least one field column with a value in every row: add a field to columns")
@@ -112,7 +255,21 @@ func (a *API) drain(w http.ResponseWriter, r *http.Request) {
 		}
 		req.By = principal(r, req.Table)
 	}
-	a.servePage(w, r, req, format, tf)
+	opTag := r.URL.Query().Get("op_tag")
+	if opTag != "" {
+		if format != formatLP {
+			writeClientErr(w, wire.CodeInvalidParameter, "op_tag applies to format=lp only (json and ndjson carry x_op)")
+			return
+		}
+		if err := feed.CheckKey("op_tag", opTag, feed.DefaultMaxNameBytes); err != nil {
+			writeClientErr(w, wire.CodeInvalidParameter, err.Error())
+			return
+		}
+		if req.Columns != nil && !slices.Contains(req.Columns, "x_op") {
+			req.Columns = append(req.Columns, "x_op")
+		}
+	}
+	a.servePage(w, r, req, format, tf, opTag)
 }
 
 // consumerCrossSite refuses, with 403 forbidden, a GET /drain that records
@@ -140,8 +297,10 @@ func (a *API) consumerCrossSite(w http.ResponseWriter, r *http.Request) bool {
 // servePage reads one drain page and writes it in format, or writes the
 // drain's refusal: GET /drain and a SQL drain (SELECT … WHERE x_seq > N)
 // answer alike. formatCSV (SQL only) carries the envelope in the same
-// headers as ndjson and lp.
-func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRequest, format string, tf timeFormat) {
+// headers as ndjson and lp; an ndjson page whose columns changed starts
+// with an x_schema object (docs/contract.md#schema-changes). opTag, when
+// set, is the tag key lp lines carry x_op under.
+func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRequest, format string, tf timeFormat, opTag string) {
 	req.Stop = a.stopCtx.Done()
 	// Checked at admission and on every pull (docs/operations.md#revoke-and-reload): a reload that
 	// revokes the token or changes its scopes ends the long-poll at once,
@@ -153,7 +312,7 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 		defer context.AfterFunc(grant.Context(), cancel)()
 		req.Stop = stop.Done()
 	}
-	enc := encoder{timeFormat: tf, buf: a.pageBuf()}
+	enc := encoder{timeFormat: tf, buf: a.pageBuf(), opTag: opTag}
 	defer func() { a.releasePageBuf(enc.buf) }()
 	// The page's bytes are reserved before anything is read, or for a
 	// long-poll at its first row, once its wait is over: a long-poll holds
@@ -181,6 +340,9 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 		case formatNDJSON:
 			enc.object(cols, vals)
 		case formatLP:
+			if rows == 0 && opTag != "" && slices.ContainsFunc(cols, func(c feed.Column) bool { return c.Name == opTag }) {
+				return errOpTagTaken
+			}
 			if !enc.line(req.Table, cols, vals) {
 				return errNoFieldForLP
 			}
@@ -195,7 +357,7 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 		rows++
 		return nil
 	})
-	if errors.Is(err, errNoFieldForLP) {
+	if errors.Is(err, errNoFieldForLP) || errors.Is(err, errOpTagTaken) {
 		writeClientErr(w, wire.CodeInvalidParameter, err.Error())
 		return
 	}
@@ -222,9 +384,24 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 		h.Set("Ingestd-Seq", strconv.FormatUint(pg.Seq, 10))
 		h.Set("Ingestd-Watermark", strconv.FormatUint(pg.Watermark, 10))
 		h.Set("Ingestd-More", strconv.FormatBool(pg.More))
+		h.Set("Ingestd-Scan-Limited", strconv.FormatBool(pg.ScanLimited))
+		h.Set("Ingestd-Lag-Fragments", strconv.FormatUint(pg.LagFragments, 10))
+		h.Set("Ingestd-Lag-Seconds", strconv.FormatFloat(pg.Lag.Seconds(), 'f', 3, 64))
+		if len(pg.NewColumns) > 0 {
+			nc, all := newColumnsHeader(pg.NewColumns)
+			h.Set("Ingestd-New-Columns", nc)
+			if !all {
+				h.Set("Ingestd-New-Columns-Truncated", "true")
+			}
+		}
 		switch format {
 		case formatNDJSON:
-			writePage(w, "application/x-ndjson", enc.buf)
+			var schema []byte
+			if len(pg.NewColumns) > 0 {
+				schema = appendNewColumns(append(make([]byte, 0, 128), `{"x_schema":{`...), pg.NewColumns)
+				schema = append(schema, "}}\n"...)
+			}
+			writePage(w, "application/x-ndjson", schema, enc.buf)
 		case formatCSV:
 			writePage(w, contentTypeCSV, csvHeader(columnNames(pg.Columns)), enc.buf)
 		default:
@@ -239,9 +416,56 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 	head = appendUintMember(head, "watermark", pg.Watermark)
 	head = append(head, `,"more":`...)
 	head = strconv.AppendBool(head, pg.More)
+	head = append(head, `,"scan_limited":`...)
+	head = strconv.AppendBool(head, pg.ScanLimited)
+	head = appendUintMember(head, "lag_fragments", pg.LagFragments)
+	head = append(head, `,"lag_seconds":`...)
+	head = strconv.AppendFloat(head, pg.Lag.Seconds(), 'f', 3, 64)
+	head = append(head, ',')
+	head = appendNewColumns(head, pg.NewColumns)
 	head = appendColumns(head, pg.Columns)
 	head = append(head, `,"rows":[`...)
 	writePage(w, "application/json", head, enc.buf, []byte(jsonPageEnd))
+}
+
+// appendNewColumns appends `"new_columns":[{"name":…,"kind":…},…]` to b.
+func appendNewColumns(b []byte, cols []feed.Column) []byte {
+	b = append(b, `"new_columns":[`...)
+	for i, c := range cols {
+		if i > 0 {
+			b = append(b, ',')
+		}
+		b = append(b, `{"name":`...)
+		b = appendString(b, c.Name)
+		b = append(b, `,"kind":"`...)
+		b = append(b, c.Kind.String()...)
+		b = append(b, '"', '}')
+	}
+	return append(b, ']')
+}
+
+// maxNewColumnsHeaderBytes bounds the Ingestd-New-Columns header, far
+// below what HTTP clients accept of a response's headers (Go's: 10 MiB)
+// however many and however long the table's column names.
+const maxNewColumnsHeaderBytes = 64 << 10
+
+// newColumnsHeader renders the Ingestd-New-Columns header: name:kind
+// pairs separated by commas, each name query-escaped, the pairs that fit
+// in maxNewColumnsHeaderBytes (all reports whether every one did;
+// docs/reference.md#drain-headers).
+func newColumnsHeader(cols []feed.Column) (h string, all bool) {
+	var sb strings.Builder
+	for i, c := range cols {
+		pair := url.QueryEscape(c.Name) + ":" + c.Kind.String()
+		if sb.Len()+1+len(pair) > maxNewColumnsHeaderBytes {
+			return sb.String(), false
+		}
+		if i > 0 {
+			sb.WriteByte(',')
+		}
+		sb.WriteString(pair)
+	}
+	return sb.String(), true
 }
 
 // appendPageHead appends the start of a JSON drain or rows page,

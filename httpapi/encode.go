@@ -111,6 +111,10 @@ type encoder struct {
 	lpKeys  [][]byte
 	lpName  string
 	lpTable []byte
+	// opTag, when set, is the tag key line renders x_op under
+	// (docs/contract.md#operation): a name of the client's choosing, so
+	// that the lines can be written back.
+	opTag string
 }
 
 // plainSlot returns the slot of e.plain for s's address (a Fibonacci
@@ -184,8 +188,20 @@ func (e *encoder) value(b []byte, v feed.Value) []byte {
 		return strconv.AppendBool(b, v.Num != 0)
 	case feed.KindString, feed.KindTag:
 		return e.appendString(b, v.Str)
+	case feed.KindOp:
+		b = append(b, '"')
+		b = append(b, opName(v)...)
+		return append(b, '"')
 	}
 	return append(b, "null"...)
+}
+
+// opName renders an x_op value (docs/contract.md#operation).
+func opName(v feed.Value) string {
+	if v.Num != 0 {
+		return "update"
+	}
+	return "insert"
 }
 
 // appendRFC3339Nano appends ns as time.RFC3339Nano renders it in UTC (the
@@ -445,10 +461,16 @@ func (e *encoder) line(table string, cols []feed.Column, vals []feed.Value) bool
 		slices.SortFunc(e.byName, func(a, b int) int { return strings.Compare(cols[a].Name, cols[b].Name) })
 	}
 	for _, i := range e.byName {
-		if v := vals[i]; v.Kind == feed.KindTag && v.Str != "" {
+		switch v := vals[i]; {
+		case v.Kind == feed.KindTag && v.Str != "":
 			e.buf = append(e.buf, ',')
 			e.buf = append(e.buf, e.lpKeys[i]...)
 			e.buf = appendLPEscaped(e.buf, v.Str, &lpKeySpecial)
+		case v.Kind == feed.KindOp && e.opTag != "":
+			e.buf = append(e.buf, ',')
+			e.buf = appendLPEscaped(e.buf, e.opTag, &lpKeySpecial)
+			e.buf = append(e.buf, '=')
+			e.buf = append(e.buf, opName(v)...)
 		}
 	}
 	sep := byte(' ')
@@ -456,7 +478,7 @@ func (e *encoder) line(table string, cols []feed.Column, vals []feed.Value) bool
 	hasTime := false
 	for i, v := range vals {
 		switch v.Kind {
-		case 0, feed.KindTag, feed.KindSeq:
+		case 0, feed.KindTag, feed.KindSeq, feed.KindOp:
 			continue
 		case feed.KindTime:
 			ts, hasTime = int64(v.Num), true

@@ -135,3 +135,43 @@ func TestEncoderPlainCache(t *testing.T) {
 	}
 	require.Equal(t, base[:6], *e.plainSlot(base), "the longest plain prefix is cached")
 }
+
+// TestSplitEscaped checks the drain's in: and has lists
+// (docs/contract.md#filters): commas split, a backslash escapes a comma or
+// a backslash, any other backslash stays.
+func TestSplitEscaped(t *testing.T) {
+	cases := []struct {
+		in   string
+		want []string
+	}{
+		{"a", []string{"a"}},
+		{"a,b", []string{"a", "b"}},
+		{`a\,b,c`, []string{"a,b", "c"}},
+		{`a\\,b`, []string{`a\`, "b"}},
+		{`a\b`, []string{`a\b`}},
+		{"a,", []string{"a", ""}},
+		{"", []string{""}},
+	}
+	for _, tc := range cases {
+		t.Run(tc.in, func(t *testing.T) {
+			require.Equal(t, tc.want, splitEscaped(tc.in))
+		})
+	}
+}
+
+// TestNewColumnsHeader checks the Ingestd-New-Columns header: names
+// query-escaped, kinds after the last colon, and at most
+// maxNewColumnsHeaderBytes of pairs, whatever the names.
+func TestNewColumnsHeader(t *testing.T) {
+	h, all := newColumnsHeader([]feed.Column{{Name: "a,b:c", Kind: feed.KindTag}, {Name: "é x", Kind: feed.KindFloat}})
+	require.True(t, all)
+	require.Equal(t, "a%2Cb%3Ac:tag,%C3%A9+x:float", h)
+	long := make([]feed.Column, 100)
+	for i := range long {
+		long[i] = feed.Column{Name: strings.Repeat(",", 1000) + strconv.Itoa(i), Kind: feed.KindInt}
+	}
+	h, all = newColumnsHeader(long)
+	require.False(t, all)
+	require.LessOrEqual(t, len(h), maxNewColumnsHeaderBytes)
+	require.Equal(t, 21, strings.Count(h, ":integer"), "the pairs that fit, each whole")
+}

@@ -42,6 +42,10 @@ func errorStatus(err error) (int, string) {
 		return http.StatusBadRequest, wire.CodeInvalidBody
 	case errors.Is(err, feed.ErrUnknownColumn):
 		return http.StatusBadRequest, wire.CodeUnknownColumn
+	case errors.Is(err, feed.ErrInvalidFilter):
+		return http.StatusBadRequest, wire.CodeInvalidFilter
+	case errors.Is(err, feed.ErrFilterLimit):
+		return http.StatusBadRequest, wire.CodeFilterLimit
 	case errors.Is(err, feed.ErrDuplicateColumn):
 		return http.StatusBadRequest, wire.CodeInvalidParameter
 	case errors.Is(err, feed.ErrInvalidLimit):

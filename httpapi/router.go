@@ -72,6 +72,10 @@ type Options struct {
 	// comparisons (the feed's columns per table, plus time); 0 means none
 	// beyond SQLMaxStatementBytes.
 	SQLMaxColumns int
+	// SQLMaxInValues bounds the values of one IN list of a SQL drain (the
+	// feed's --max-drain-filter-values); 0: no bound (the feed's own
+	// check still applies).
+	SQLMaxInValues int
 	// SubmitTimeout bounds how long a SQL INSERT waits for room in the
 	// sequencer's queue before 503; 0 means feed.DefaultSubmitTimeout.
 	SubmitTimeout time.Duration
@@ -193,7 +197,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 			Name: "ingestd_sql_scanned_rows_total", Help: "Rows SQL reads looked at (in their time range, before tag filters and ORDER BY).",
 		}),
 		sqlRefused: f.NewCounterVec(prometheus.CounterOpts{
-			Name: "ingestd_sql_limit_refusals_total", Help: "SQL requests refused at a limit: statement_bytes (--sql-max-statement-bytes), insert_rows (--sql-max-insert-rows), columns (--feed-max-columns-per-table) or scan_rows (--sql-max-scan-rows).",
+			Name: "ingestd_sql_limit_refusals_total", Help: "SQL requests refused at a limit: statement_bytes (--sql-max-statement-bytes), insert_rows (--sql-max-insert-rows), columns (--feed-max-columns-per-table), in_values (--max-drain-filter-values) or scan_rows (--sql-max-scan-rows).",
 		}, []string{"limit"}),
 		refused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_http_requests_refused_total",

@@ -55,7 +55,7 @@ func (a *API) sql(w http.ResponseWriter, r *http.Request) {
 	if !ok {
 		return
 	}
-	st, err := sqlp.Parse(q, sqlp.Limits{MaxInsertRows: a.opts.SQLMaxInsertRows, MaxColumns: a.opts.SQLMaxColumns})
+	st, err := sqlp.Parse(q, sqlp.Limits{MaxInsertRows: a.opts.SQLMaxInsertRows, MaxColumns: a.opts.SQLMaxColumns, MaxInValues: a.opts.SQLMaxInValues})
 	if err != nil {
 		e, ok := errors.AsType[*sqlp.Error](err)
 		switch {
@@ -95,7 +95,8 @@ func (a *API) sql(w http.ResponseWriter, r *http.Request) {
 			if st.Columns != nil {
 				req.Columns = names(st.Columns)
 			}
-			a.servePage(sw, r, req, format, tf)
+			drainFilter(st, &req)
+			a.servePage(sw, r, req, format, tf, "")
 			return
 		}
 		a.sqlRead(sw, r, st, csv, tf)
@@ -511,4 +512,20 @@ func literalValue(l sqlp.Literal, k feed.Kind) (feed.Value, bool) {
 		return boolValue(l.Bool), true
 	}
 	return feed.Value{}, false
+}
+
+// drainFilter sets req's filters from a SQL drain's WHERE
+// (docs/contract.md#filters): the feed checks the names and budgets.
+func drainFilter(st *sqlp.Select, req *feed.DrainRequest) {
+	for _, tf := range st.TagIn {
+		req.Filter.Tags = append(req.Filter.Tags, feed.TagFilter{Key: tf.Column.Name, Values: tf.Values})
+	}
+	req.Filter.Has = names(st.Has)
+	req.Filter.Start, req.Filter.End, req.Filter.HasStart, req.Filter.HasEnd = st.Start, st.End, st.HasStart, st.HasEnd
+	switch st.Op {
+	case "insert":
+		req.Operation = feed.OpInsert
+	case "update":
+		req.Operation = feed.OpUpdate
+	}
 }

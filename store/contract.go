@@ -105,12 +105,20 @@ type Reader interface {
 	// ReadSeq visits the fragments of instance tid with after < x_seq <=
 	// upto in x_seq order, at most limit, each as the coalesced row at its
 	// (series, time) (the later write wins per column, every fragment
-	// under its own x_seq). upto must be at most the watermark: everything
+	// under its own x_seq) with Row.Update telling whether it created its
+	// point. upto must be at most the watermark: everything
 	// below it is there, so a read never skips an acknowledged fragment.
+	// filter, when non-nil, leaves out the fragments it does not admit
+	// (without visiting them) and bounds the fragments examined.
+	// It returns through: every fragment with after < x_seq <= through
+	// was examined (visited or left out), through = upto when the read
+	// reached upto, the x_seq of the limit-th row when limit ended it, the
+	// last x_seq examined when filter.MaxScan did, and after when there was
+	// nothing to read (after >= upto, limit <= 0).
 	// ErrHistoryExpired when after+1 is below the instance's horizon as
 	// the read's own view sees it. The Row is valid only during visit; an
 	// error from visit ends the read and is returned.
-	ReadSeq(ctx context.Context, tid, after, upto uint64, limit int, visit func(*Row) error) error
+	ReadSeq(ctx context.Context, tid, after, upto uint64, limit int, filter *SeqFilter, visit func(*Row) error) (through uint64, err error)
 	// SeqTime returns when the block holding x_seq seq (or the next stored
 	// one) was committed, in Unix nanoseconds; ok=false when there is none.
 	SeqTime(ctx context.Context, tid, seq uint64) (ts int64, ok bool, err error)

@@ -34,6 +34,15 @@
 // written there, the later write winning per column. ReadRows delivers
 // each point once. Storetest: Coalescing, RowsOpaqueCursor.
 //
+// Operation and filters (docs/contract.md#operation,
+// docs/contract.md#filters). ReadSeq sets Row.Update on every fragment
+// but its point's oldest (the insert), however often and in however many
+// commits the point was written. A SeqFilter leaves out what it does not
+// admit without visiting it, steps over fragments of other series or
+// times without decoding their fields, and bounds the fragments examined;
+// ReadSeq's through says how far the read covered, returned or not.
+// Storetest: Operation, FilteredRead.
+//
 // DDL. Each change (create or update a table, TRUNCATE, DROP, pruning a
 // tombstone) is one atomic call: a crash leaves the table as before or as
 // after. TRUNCATE makes a new instance with the epoch one higher and the

@@ -118,6 +118,12 @@ type TableMeta struct {
 	// Retention, when set, is the table's own retention in nanoseconds
 	// (0: forever); nil follows the server's default.
 	Retention *int64 `json:"retention_ns,omitempty"`
+
+	// ColumnsSince[i] is the table's highest x_seq when Columns[i] was
+	// added: every fragment carrying it has a higher x_seq
+	// (docs/contract.md#schema-changes). Shorter than Columns in a table
+	// written before it was kept: the columns past it count as added at 0.
+	ColumnsSince []uint64 `json:"columns_since,omitempty"`
 }
 
 // TableCommit is what one commit writes to one table instance.
@@ -176,6 +182,71 @@ type Row struct {
 	// Fields are the coalesced row's values: per column, the latest
 	// fragment at the point that set it.
 	Fields []Field
+	// Update is set by ReadSeq when the fragment changed a point an older
+	// fragment created (docs/contract.md#operation): the point holds
+	// several fragments and this one is not the oldest. False for the
+	// fragment that created its point (an insert), and in ReadRows.
+	Update bool
+}
+
+// Operation selects drained fragments by what they did to their point
+// (Row.Update).
+type Operation uint8
+
+// The operations a SeqFilter selects; OpAny (zero) selects both.
+const (
+	OpAny Operation = iota
+	OpInsert
+	OpUpdate
+)
+
+// SeqFilter narrows a ReadSeq to the fragments a filtered drain returns
+// (docs/contract.md#filters). Every condition set must hold (AND); the
+// zero SeqFilter admits every fragment. A backend checks Series and the
+// time range before it decodes a fragment's fields.
+type SeqFilter struct {
+	// Series, when non-nil, admits a fragment of series id s only when
+	// s < len(Series) and Series[s].
+	Series []bool
+	// Start and End, when HasStart or HasEnd, bound the point's time
+	// (Unix nanoseconds): Start <= Time < End.
+	Start, End       int64
+	HasStart, HasEnd bool
+	// Has lists columns the coalesced row must set (field presence).
+	Has []uint32
+	// Op admits only inserts or only updates (OpAny: both).
+	Op Operation
+	// MaxScan, when positive, bounds the fragments the read examines
+	// (returned or not): the read stops before the one past it.
+	MaxScan int
+}
+
+// Admits reports whether a fragment of series sid at time ts passes the
+// filter's series and time conditions (those checked before decoding).
+func (f *SeqFilter) Admits(sid uint64, ts int64) bool {
+	if f.Series != nil && (sid >= uint64(len(f.Series)) || !f.Series[sid]) {
+		return false
+	}
+	return (!f.HasStart || ts >= f.Start) && (!f.HasEnd || ts < f.End)
+}
+
+// Keeps reports whether a row passes the filter's operation and
+// field-presence conditions (those that need the coalesced row).
+func (f *SeqFilter) Keeps(r *Row) bool {
+	switch {
+	case f.Op == OpInsert && r.Update, f.Op == OpUpdate && !r.Update:
+		return false
+	}
+next:
+	for _, c := range f.Has {
+		for _, fl := range r.Fields {
+			if fl.Col == c {
+				continue next
+			}
+		}
+		return false
+	}
+	return true
 }
 
 // SweepResult is what one SweepBefore batch did.

@@ -140,15 +140,16 @@ sensor,host=h1,site=north p00=1.6 1764410400000000000`)
 				name: "first page", query: "table=sensor&after=0&limit=3&format=ndjson&epoch=1",
 				env: map[string]string{"Ingestd-Epoch": "1", "Ingestd-After": "0", "Ingestd-Next": "3", "Ingestd-Seq": "4", "Ingestd-Watermark": "4", "Ingestd-More": "true"},
 				lines: []string{
-					`{"time":"2025-11-29T10:00:00Z","host":"h1","site":"north","p00":1.6,"p01":20,"x_seq":1}`,
-					`{"time":"2025-11-29T10:00:00Z","host":"h2","p00":2.5,"p02":true,"x_seq":2}`,
-					`{"time":"2025-11-29T10:00:10Z","host":"h1","site":"north","p01":-9223372036854775808,"p03":18446744073709551615,"s":"a \"q\" \\ b","x_seq":3}`,
+					`{"x_schema":{"new_columns":[{"name":"host","kind":"tag"},{"name":"site","kind":"tag"},{"name":"p00","kind":"float"},{"name":"p01","kind":"integer"},{"name":"p02","kind":"boolean"},{"name":"p03","kind":"unsigned"},{"name":"s","kind":"string"}]}}`,
+					`{"time":"2025-11-29T10:00:00Z","host":"h1","site":"north","p00":1.6,"p01":20,"x_seq":1,"x_op":"insert"}`,
+					`{"time":"2025-11-29T10:00:00Z","host":"h2","p00":2.5,"p02":true,"x_seq":2,"x_op":"insert"}`,
+					`{"time":"2025-11-29T10:00:10Z","host":"h1","site":"north","p01":-9223372036854775808,"p03":18446744073709551615,"s":"a \"q\" \\ b","x_seq":3,"x_op":"insert"}`,
 				},
 			},
 			{
 				name: "last page", query: "table=sensor&after=3&limit=3&format=ndjson",
 				env:   map[string]string{"Ingestd-Epoch": "1", "Ingestd-After": "3", "Ingestd-Next": "4", "Ingestd-Seq": "4", "Ingestd-Watermark": "4", "Ingestd-More": "false"},
-				lines: []string{`{"time":"2025-11-29T10:00:00Z","host":"h1","site":"north","p00":1.6,"p01":20,"x_seq":4}`},
+				lines: []string{`{"time":"2025-11-29T10:00:00Z","host":"h1","site":"north","p00":1.6,"p01":20,"x_seq":4,"x_op":"update"}`},
 			},
 			{
 				name: "empty page at the watermark", query: "table=sensor&after=4&limit=3&format=ndjson",
@@ -266,7 +267,7 @@ sensor,host=h1,site=north p00=1.6,p01=20i 1764410400000000000
 		}, got)
 
 		p, _ = c.drainOK(t, url.Values{"table": {"sensor"}, "after": {"0"}, "limit": {"10"}})
-		require.Equal(t, []string{"time", "host", "site", "p00", "p01", "p02", "p03", "s", "x_seq"}, p.Columns, "schema order, x_seq last")
+		require.Equal(t, []string{"time", "host", "site", "p00", "p01", "p02", "p03", "s", "x_seq", "x_op"}, p.Columns, "schema order, x_seq and x_op last")
 
 		requireCode(t, c.get(t, "/drain?table=sensor&after=0&limit=10&columns=time,nope"), http.StatusBadRequest, "unknown_column")
 		requireCode(t, c.get(t, "/drain?table=sensor&after=0&limit=10&format=lp&columns=time,host"), http.StatusBadRequest, "invalid_parameter")

@@ -591,7 +591,7 @@ func TestE2ETables(t *testing.T) {
 		c.mustWrite(t, "t v=1 "+strconv.FormatInt(baseTS, 10)+"\n")
 		var seqs []uint64
 		drainAll(t, c, "t", 10, nil, func(cols []string, row []json.RawMessage) {
-			s, err := strconv.ParseUint(string(row[len(row)-1]), 10, 64)
+			s, err := strconv.ParseUint(string(row[slices.Index(cols, "x_seq")]), 10, 64)
 			require.NoError(t, err)
 			seqs = append(seqs, s)
 		})
@@ -613,7 +613,7 @@ func TestE2EDrain(t *testing.T) {
 		"d,host=a s=\"hi\",ok=true 1767225600000000003\n")
 	require.Equal(t, syncState{Enabled: true, Epoch: 1, Seq: 3, Watermark: 3, Horizon: 1}, c.syncStatus(t, "d"),
 		"after a 204 every line is stamped and visible")
-	wantCols := []string{"time", "host", "v", "n", "u", "s", "ok", "x_seq"}
+	wantCols := []string{"time", "host", "v", "n", "u", "s", "ok", "x_seq", "x_op"}
 	q := func(kv ...string) url.Values {
 		v := url.Values{"table": {"d"}}
 		for i := 0; i < len(kv); i += 2 {
@@ -628,7 +628,7 @@ func TestE2EDrain(t *testing.T) {
 		require.Equal(t, http.StatusOK, r.Status, "%s", r.Body)
 		var env map[string]json.RawMessage
 		require.NoError(t, json.Unmarshal(r.Body, &env))
-		require.ElementsMatch(t, []string{"table", "epoch", "after", "next", "seq", "watermark", "more", "columns", "rows"},
+		require.ElementsMatch(t, []string{"table", "epoch", "after", "next", "seq", "watermark", "more", "scan_limited", "lag_fragments", "lag_seconds", "new_columns", "columns", "rows"},
 			mapKeys(env), "envelope fields: %s", r.Body)
 		pg, _ := c.drainOK(t, q("after", "0", "limit", "2"))
 		require.Equal(t, "d", pg.Table)
@@ -637,7 +637,7 @@ func TestE2EDrain(t *testing.T) {
 		require.Equal(t, uint64(3), pg.Seq)
 		require.Equal(t, uint64(3), pg.Watermark)
 		require.Equal(t, wantCols, pg.Columns)
-		require.Equal(t, "x_seq", pg.Columns[len(pg.Columns)-1])
+		require.Equal(t, "x_seq", pg.Columns[len(pg.Columns)-2])
 		require.Len(t, pg.Rows, 2)
 		require.True(t, pg.More)
 		require.Equal(t, string(pg.Rows[1][7]), strconv.FormatUint(pg.Next, 10), "a full page's next is its last x_seq")

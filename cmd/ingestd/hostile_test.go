@@ -112,15 +112,15 @@ func TestDrainPageBytes(t *testing.T) {
 						b, err := json.Marshal(row)
 						require.NoError(t, err)
 						rows = append(rows, b)
-						require.Equal(t, strconv.Itoa(seen+len(rows)), string(row[len(row)-1]), "x_seq in order, once")
+						require.Equal(t, strconv.Itoa(seen+len(rows)), string(row[len(row)-2]), "x_seq in order, once")
 					}
 				} else {
 					for _, l := range strings.SplitAfter(string(pg.Body), "\n") {
-						if l == "" {
+						if l == "" || strings.HasPrefix(l, `{"x_schema":`) {
 							continue
 						}
 						rows = append(rows, []byte(l))
-						want := `"x_seq":` + strconv.Itoa(seen+len(rows)) + "}"
+						want := `"x_seq":` + strconv.Itoa(seen+len(rows)) + `,"x_op":"insert"}`
 						if format == "lp" {
 							want = "v=" + strconv.Itoa(seen+len(rows)) + ","
 						}

@@ -575,7 +575,7 @@ func wire(cfg config, db store.Backend, logger *slog.Logger, reg *prometheus.Reg
 		APISpec: ingestd.APISpec(), Logger: logger, MaxPageBytes: cfg.http.DrainMaxPageBytes, MaxResponseBytesInflight: cfg.http.MaxResponseBytesInflight,
 		MaxDrainLimit: cfg.feed.MaxDrainLimit, SubmitTimeout: cfg.feed.SubmitTimeout,
 		SQLMaxStatementBytes: cfg.http.SQLMaxStatementBytes, SQLMaxScanRows: cfg.http.SQLMaxScanRows,
-		SQLMaxInsertRows: cfg.http.SQLMaxInsertRows, SQLMaxColumns: cfg.feed.MaxColumnsPerTable + 1,
+		SQLMaxInsertRows: cfg.http.SQLMaxInsertRows, SQLMaxColumns: cfg.feed.MaxColumnsPerTable + 1, SQLMaxInValues: cfg.feed.MaxDrainFilterValues,
 		Stats: drainer, Gatherer: reg, StatusSampleInterval: cfg.http.StatusSampleInterval,
 		StatusSamples: cfg.http.StatusSamples, StatusMaxTables: cfg.http.StatusMaxTables, StatusMaxConsumers: cfg.http.StatusMaxConsumers, MaxDatabases: cfg.http.MaxDatabases,
 		TLS: describeTLS(cfg.auth), Store: describeStore(cfg),

@@ -354,7 +354,7 @@ func checkTSBS(t testing.TB, c *apiClient, data *tsbsData) {
 		var plan *rowPlan
 		sum := drainAll(t, c, name, tsbsDrainLimit, url.Values{"time_format": {"ns"}}, func(cols []string, row []json.RawMessage) {
 			if plan == nil {
-				require.Equal(t, append(slices.Clone(schema), "x_seq"), cols, "table %s: drain columns are the schema, then x_seq", name)
+				require.Equal(t, append(slices.Clone(schema), "x_seq", "x_op"), cols, "table %s: drain columns are the schema, then x_seq and x_op", name)
 				plan = newRowPlan(tb, cols)
 			}
 			i := plan.check(t, name, tb, row)
@@ -410,19 +410,22 @@ func checkTSBSSchema(t testing.TB, c *apiClient, name string, tb *tsbsTable) []s
 type rowPlan struct {
 	cols      []string
 	time, seq int
+	op        int   // x_op: neither a tag nor a field
 	tags      []int // tag columns, sorted by name (to rebuild the series)
 	isTag     []bool
 	sb        strings.Builder
 }
 
 func newRowPlan(tb *tsbsTable, cols []string) *rowPlan {
-	p := &rowPlan{cols: cols, time: -1, seq: -1, isTag: make([]bool, len(cols))}
+	p := &rowPlan{cols: cols, time: -1, seq: -1, op: -1, isTag: make([]bool, len(cols))}
 	for i, col := range cols {
 		switch {
 		case col == "time":
 			p.time = i
 		case col == "x_seq":
 			p.seq = i
+		case col == "x_op":
+			p.op = i
 		case slices.Contains(tb.tagKeys, col):
 			p.isTag[i] = true
 			p.tags = append(p.tags, i)
@@ -466,7 +469,7 @@ func (p *rowPlan) check(t testing.TB, table string, tb *tsbsTable, row []json.Ra
 	require.NoError(t, err)
 	matched := 0
 	for i, cell := range row {
-		if i == p.time || i == p.seq {
+		if i == p.time || i == p.seq || i == p.op {
 			continue
 		}
 		col := p.cols[i]

@@ -51,7 +51,7 @@ func checkPage(r DrainRequest, pg *Page) error {
 		return badPage(op, "%d rows, limit %d", rows, r.Limit)
 	case uint64(rows) > pg.Next-r.After:
 		return badPage(op, "%d rows between after %d and next %d", rows, r.After, pg.Next)
-	case pg.More && rows == 0:
+	case pg.More && rows == 0 && !pg.ScanLimited:
 		return badPage(op, "more=true on an empty page")
 	}
 	switch pg.Format {

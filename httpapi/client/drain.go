@@ -55,7 +55,29 @@ type DrainRequest struct {
 	// Consumer, when set, records that this named consumer has applied
 	// everything up to After (feeds the lag metrics; docs/contract.md#consumers).
 	Consumer string
+	// Operation, OpInsert or OpUpdate, returns only the fragments that
+	// created their point or only those that changed one; empty: both
+	// (docs/contract.md#operation).
+	Operation string
+	// Tags filters by tag: a fragment is returned when, for every key,
+	// its tag holds one of the values (equality for one value, IN for
+	// several; keys ANDed; a key without values is left out). Has lists fields its row must set. Start and
+	// End, when HasStart or HasEnd, bound the point's time: Start <= time
+	// < End (docs/contract.md#filters).
+	Tags             map[string][]string
+	Has              []string
+	Start, End       time.Time
+	HasStart, HasEnd bool
+	// OpTag, for FormatLP, is the tag key the lines carry x_op under
+	// (insert or update), so that they can be written back.
+	OpTag string
 }
+
+// The operations of DrainRequest.Operation.
+const (
+	OpInsert = "insert"
+	OpUpdate = "update"
+)
 
 // query renders r as /drain's query string.
 func (r DrainRequest) query() string {
@@ -81,7 +103,42 @@ func (r DrainRequest) query() string {
 	if r.Consumer != "" {
 		q.Set("consumer", r.Consumer)
 	}
+	if r.Operation != "" {
+		q.Set("operation", r.Operation)
+	}
+	for k, vs := range r.Tags {
+		switch len(vs) {
+		case 0:
+		case 1:
+			q.Set("tag."+k, "eq:"+vs[0])
+		default:
+			q.Set("tag."+k, "in:"+joinEscaped(vs))
+		}
+	}
+	if len(r.Has) > 0 {
+		q.Set("has", joinEscaped(r.Has))
+	}
+	if r.HasStart {
+		q.Set("start", strconv.FormatInt(r.Start.UnixNano(), 10))
+	}
+	if r.HasEnd {
+		q.Set("end", strconv.FormatInt(r.End.UnixNano(), 10))
+	}
+	if r.OpTag != "" {
+		q.Set("op_tag", r.OpTag)
+	}
 	return q.Encode()
+}
+
+// joinEscaped joins vs with commas, a backslash before each comma or
+// backslash of a value (the drain's in: and has lists).
+func joinEscaped(vs []string) string {
+	esc := strings.NewReplacer(`\`, `\\`, `,`, `\,`)
+	out := make([]string, len(vs))
+	for i, v := range vs {
+		out[i] = esc.Replace(v)
+	}
+	return strings.Join(out, ",")
 }
 
 // Page is one page of a table's feed (docs/contract.md#paging, api.yaml Page).
@@ -116,10 +173,40 @@ type Page struct {
 	// Header holds the answer's headers (Content-Type, the Ingestd-*
 	// envelope of ndjson and lp pages, X-Influxdb-Version).
 	Header http.Header
+	// ScanLimited reports a filtered page that ended at the server's
+	// --max-drain-scan: Next advanced over the fragments examined, and
+	// the page may be empty although More (docs/contract.md#filters).
+	ScanLimited bool
+	// NewColumns are the table's columns added since After that the
+	// page's rows may carry, with their kinds: alter a typed target
+	// before applying the page (docs/contract.md#schema-changes).
+	NewColumns []NewColumn
+	// NewColumnsTruncated reports an lp or ndjson page whose header could
+	// not list every new column (names too long for a header): read the
+	// table's columns (Table) before applying it. An ndjson page's
+	// x_schema line lists them all.
+	NewColumnsTruncated bool
+	// LagFragments is how many x_seq numbers the table's sequence is
+	// ahead of Next; Lag how long ago the oldest fragment above Next was
+	// committed (docs/contract.md#lag). Both 0 when caught up.
+	LagFragments uint64
+	Lag          time.Duration
 
 	buf   []byte
 	cells []json.RawMessage
 }
+
+// NewColumn is a column a page reports as added (Page.NewColumns).
+type NewColumn struct {
+	// Name is the column's name.
+	Name string `json:"name"`
+	// Kind is tag, float, integer, unsigned, string or boolean.
+	Kind string `json:"kind"`
+}
+
+// schemaLine starts the first line of an ndjson page whose columns
+// changed: the x_schema object, not a row.
+var schemaLine = []byte(`{"x_schema":`)
 
 // Lines counts the rows of an ndjson or lp page (its lines, a newline
 // inside a string field of an lp line not ending it), or of a JSON page.
@@ -130,7 +217,11 @@ func (p *Page) Lines() int {
 	case FormatLP:
 		return countLines(p.Body)
 	}
-	return bytes.Count(p.Body, []byte{'\n'})
+	n := bytes.Count(p.Body, []byte{'\n'})
+	if bytes.HasPrefix(p.Body, schemaLine) {
+		n-- // the x_schema object
+	}
+	return n
 }
 
 // Drain asks for one page of r.Table's feed. Refusals are *Error:
@@ -170,20 +261,26 @@ func (c *Client) DrainInto(ctx context.Context, r DrainRequest, pg *Page) error 
 		return checkPage(r, pg)
 	}
 	var env struct {
-		Table     string          `json:"table"`
-		Epoch     uint64          `json:"epoch"`
-		After     uint64          `json:"after"`
-		Next      uint64          `json:"next"`
-		Seq       uint64          `json:"seq"`
-		Watermark uint64          `json:"watermark"`
-		More      bool            `json:"more"`
-		Columns   []string        `json:"columns"`
-		Rows      json.RawMessage `json:"rows"`
+		Table        string          `json:"table"`
+		Epoch        uint64          `json:"epoch"`
+		After        uint64          `json:"after"`
+		Next         uint64          `json:"next"`
+		Seq          uint64          `json:"seq"`
+		Watermark    uint64          `json:"watermark"`
+		More         bool            `json:"more"`
+		ScanLimited  bool            `json:"scan_limited"`
+		LagFragments uint64          `json:"lag_fragments"`
+		LagSeconds   float64         `json:"lag_seconds"`
+		NewColumns   []NewColumn     `json:"new_columns"`
+		Columns      []string        `json:"columns"`
+		Rows         json.RawMessage `json:"rows"`
 	}
 	if err := c.decodePage("GET /drain", pg.Body, &env, &env.Rows, &pg.Rows, &pg.cells); err != nil {
 		return err
 	}
 	pg.Table, pg.Epoch, pg.After, pg.Next, pg.Seq, pg.Watermark, pg.More = env.Table, env.Epoch, env.After, env.Next, env.Seq, env.Watermark, env.More
+	pg.ScanLimited, pg.LagFragments, pg.NewColumns = env.ScanLimited, env.LagFragments, env.NewColumns
+	pg.Lag = time.Duration(env.LagSeconds * float64(time.Second))
 	pg.Columns = env.Columns
 	if pg.Columns == nil {
 		return &ProtocolError{Op: "GET /drain", Err: fmt.Errorf("page without columns: %s", clip(pg.Body))}
@@ -209,6 +306,31 @@ func (c *Client) pageHeaders(h http.Header, pg *Page) error {
 		errs = append(errs, fmt.Errorf("header Ingestd-More: %w", err))
 	}
 	pg.More = more
+	// The lag and schema headers are absent from an older server's pages.
+	pg.ScanLimited, pg.LagFragments, pg.Lag = h.Get("Ingestd-Scan-Limited") == "true", 0, 0
+	if h.Get("Ingestd-Lag-Fragments") != "" {
+		pg.LagFragments = num("Ingestd-Lag-Fragments")
+	}
+	if v := h.Get("Ingestd-Lag-Seconds"); v != "" {
+		secs, err := strconv.ParseFloat(v, 64)
+		if err != nil {
+			errs = append(errs, fmt.Errorf("header Ingestd-Lag-Seconds: %w", err))
+		}
+		pg.Lag = time.Duration(secs * float64(time.Second))
+	}
+	pg.NewColumns = pg.NewColumns[:0]
+	pg.NewColumnsTruncated = h.Get("Ingestd-New-Columns-Truncated") == "true"
+	if nc := h.Get("Ingestd-New-Columns"); nc != "" {
+		for _, pair := range strings.Split(nc, ",") {
+			i := strings.LastIndexByte(pair, ':')
+			name, err := url.QueryUnescape(pair[:max(i, 0)])
+			if i <= 0 || err != nil {
+				errs = append(errs, fmt.Errorf("header Ingestd-New-Columns: bad pair %q", clip([]byte(pair))))
+				break
+			}
+			pg.NewColumns = append(pg.NewColumns, NewColumn{Name: name, Kind: pair[i+1:]})
+		}
+	}
 	if err := errors.Join(errs...); err != nil {
 		return &ProtocolError{Op: "GET /drain", Err: err}
 	}

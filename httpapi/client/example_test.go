@@ -42,11 +42,11 @@ func Example() {
 	}
 	fmt.Println("epoch", epoch, "next", next)
 	// Output:
-	// [time host p00 x_seq] next 2 more true
-	// ["2025-11-29T10:00:00Z" "h1" 1.5 1]
-	// ["2025-11-29T10:00:00Z" "h2" 2.5 2]
-	// [time host p00 x_seq] next 3 more false
-	// ["2025-11-29T10:00:10Z" "h1" 1.6 3]
+	// [time host p00 x_seq x_op] next 2 more true
+	// ["2025-11-29T10:00:00Z" "h1" 1.5 1 "insert"]
+	// ["2025-11-29T10:00:00Z" "h2" 2.5 2 "insert"]
+	// [time host p00 x_seq x_op] next 3 more false
+	// ["2025-11-29T10:00:10Z" "h1" 1.6 3 "insert"]
 	// epoch 1 next 3
 }
 
@@ -159,4 +159,31 @@ func ExampleClient_Consumers() {
 	// Output:
 	// billing epoch 1 position 2
 	// true
+}
+
+// A rule engine drains only what it reacts to: the updates of two hosts.
+// Next passes the fragments the filter left out, so the cursor is stored
+// as usual; NewColumns says which columns a typed sink must add first,
+// LagFragments how far behind the page ends.
+func ExampleClient_Drain_filters() {
+	ctx := context.Background()
+	c, _ := client.New(serverURL)
+	_, _, _ = c.CreateTable(ctx, "alerts", client.TableOptions{Sync: new(true)})
+	_ = c.Write(ctx, []byte("alerts,host=a level=1i 1\nalerts,host=b level=1i 1\nalerts,host=c level=1i 1\n"+
+		"alerts,host=b level=3i 1\nalerts,host=c level=2i,note=\"disk\" 1\n"), client.WriteOptions{})
+	pg, err := c.Drain(ctx, client.DrainRequest{Table: "alerts", Limit: 10, TimeFormat: "ns",
+		Tags: map[string][]string{"host": {"b", "c"}}, Operation: client.OpUpdate})
+	if err != nil {
+		panic(err)
+	}
+	fmt.Println(pg.Columns)
+	for _, row := range pg.Rows {
+		fmt.Println(client.CellTexts(row))
+	}
+	fmt.Println("new columns", pg.NewColumns, "next", pg.Next, "lag", pg.LagFragments)
+	// Output:
+	// [time host level note x_seq x_op]
+	// [1 "b" 3 null 4 "update"]
+	// [1 "c" 2 "disk" 5 "update"]
+	// new columns [{host tag} {level integer} {note string}] next 5 lag 0
 }

@@ -3,6 +3,7 @@ package client
 import (
 	"encoding/json"
 	"math/rand/v2"
+	"net/url"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -53,4 +54,19 @@ func TestSplitRowsRandom(t *testing.T) {
 		rows, cells = rows[:0], cells[:0]
 		require.Error(t, splitRows(raw[:cut], &rows, &cells), "%s cut at %d", raw, cut)
 	}
+}
+
+// TestDrainQueryFilters checks how DrainRequest renders its filters: one
+// value as eq:, several as an in: list, has as a list, each value's
+// commas and backslashes escaped (docs/contract.md#filters).
+func TestDrainQueryFilters(t *testing.T) {
+	r := DrainRequest{Table: "t", Limit: 1, Tags: map[string][]string{"host": {"a,b"}, "dc": {`x\`, "y,z"}},
+		Has: []string{"f,1", "g"}, Operation: OpUpdate, OpTag: "op"}
+	q, err := url.ParseQuery(r.query())
+	require.NoError(t, err)
+	require.Equal(t, "eq:a,b", q.Get("tag.host"))
+	require.Equal(t, `in:x\\,y\,z`, q.Get("tag.dc"))
+	require.Equal(t, `f\,1,g`, q.Get("has"))
+	require.Equal(t, "update", q.Get("operation"))
+	require.Equal(t, "op", q.Get("op_tag"))
 }

@@ -122,7 +122,20 @@ type Select struct {
 	Tags             []TagFilter // a read's tag equalities, all of which must hold
 	Order            Order       // a read's ORDER BY time
 
+	// A drain's filters (docs/contract.md#filters), ANDed with its time
+	// bounds: tag equalities and INs, fields that must be set (f IS NOT
+	// NULL) and the operation (x_op = 'insert' or 'update'; "" for both).
+	TagIn []TagIn
+	Has   []Name
+	Op    string
+
 	Limit int // LIMIT as written (the feed bounds it)
+}
+
+// TagIn is a drain's "tag = 'v'" (one value) or "tag IN ('a', 'b')".
+type TagIn struct {
+	Column Name     // the tag column
+	Values []string // the values, any of which it may equal
 }
 
 // TagFilter is a read's "tag = 'value'".

@@ -43,12 +43,14 @@ type parser struct {
 type Limits struct {
 	MaxInsertRows int // rows of one INSERT (--sql-max-insert-rows); 0: no bound
 	MaxColumns    int // names of a column list, comparisons of a WHERE; 0: no bound
+	MaxInValues   int // values of one IN list (--max-drain-filter-values); 0: no bound
 }
 
 // Limit names of Error.Limit.
 const (
 	LimitInsertRows = "insert_rows"
 	LimitColumns    = "columns"
+	LimitInValues   = "in_values"
 )
 
 // Parse parses one statement (an optional trailing ';' allowed) within
@@ -326,12 +328,14 @@ func (p *parser) literal() Literal {
 	return Literal{}
 }
 
-// cond is one comparison of a WHERE.
+// cond is one comparison of a WHERE: col op val, col IN (in…) (op
+// "IN"), or col IS NOT NULL (op "IS NOT NULL").
 type cond struct {
 	col   Name
 	op    string
 	opPos Pos
 	val   Literal
+	in    []Literal
 }
 
 var comparisons = map[string]bool{"=": true, ">": true, ">=": true, "<": true, "<=": true}
@@ -355,11 +359,28 @@ func (p *parser) selectStmt() *Select {
 			p.count(len(conds)+1, p.lim.MaxColumns, p.tok.pos, LimitColumns, "comparisons (one per column of a table, --feed-max-columns-per-table)")
 			c := cond{col: p.name("a column name")}
 			c.opPos, c.op = p.tok.pos, p.tok.text
-			if p.tok.kind != tokPunct || !comparisons[c.op] {
-				p.fail(expected(p.tok.pos, "a comparison: =, >, >=, < or <=", p.tok.describe()))
+			switch {
+			case p.keyword("IN"):
+				c.op = "IN"
+				p.expectPunct("(")
+				for {
+					p.count(len(c.in)+1, p.lim.MaxInValues, p.tok.pos, LimitInValues, "values in one IN list (--max-drain-filter-values)")
+					c.in = append(c.in, p.literal())
+					if !p.punct(",") {
+						break
+					}
+				}
+				p.expectPunct(")")
+			case p.keyword("IS"):
+				p.expectKeyword("NOT")
+				p.expectKeyword("NULL")
+				c.op = "IS NOT NULL"
+			case p.tok.kind != tokPunct || !comparisons[c.op]:
+				p.fail(expected(p.tok.pos, "a comparison: =, >, >=, < or <=, IN (…) or IS NOT NULL", p.tok.describe()))
+			default:
+				p.next()
+				c.val = p.literal()
 			}
-			p.next()
-			c.val = p.literal()
 			conds = append(conds, c)
 			if !p.keyword("AND") {
 				break
@@ -428,8 +449,39 @@ func (p *parser) drainWhere(st *Select, conds []cond) {
 				p.fail(expected(c.opPos, "= (x_epoch = E)", quote(c.op)))
 			}
 			st.Epoch, st.HasEpoch = p.uint(c.val, "x_epoch = E"), true
+		case "x_op":
+			if c.op != "=" || c.val.Kind != LitString || (c.val.Text != "insert" && c.val.Text != "update") || st.Op != "" {
+				p.fail(errAt(c.col.Pos, "a drain's operation is compared once: x_op = 'insert' or x_op = 'update'"))
+			}
+			st.Op = c.val.Text
+		case "time":
+			if c.op == "IN" || c.op == "IS NOT NULL" {
+				p.fail(expected(c.opPos, "a comparison of time: =, >, >=, < or <=", quote(c.op)))
+			}
+			p.timeBound(st, c)
 		default:
-			p.fail(errAt(c.col.Pos, "a drain's WHERE holds only [x_epoch = E AND] x_seq > N, not "+quote(c.col.Name)))
+			if strings.HasPrefix(c.col.Name, "x_") {
+				p.fail(errAt(c.col.Pos, "a drain's WHERE holds x_seq > N, [x_epoch = E], [x_op = 'insert'|'update'], time bounds, tag = 'v', tag IN ('a', …) and field IS NOT NULL, not "+quote(c.col.Name)))
+			}
+			switch c.op {
+			case "IS NOT NULL":
+				st.Has = append(st.Has, c.col)
+			case "=", "IN":
+				vals := c.in
+				if c.op == "=" {
+					vals = []Literal{c.val}
+				}
+				tf := TagIn{Column: c.col}
+				for _, v := range vals {
+					if v.Kind != LitString {
+						p.fail(expected(v.Pos, "a 'string' (tag values are strings)", "a "+litName(v.Kind)))
+					}
+					tf.Values = append(tf.Values, v.Text)
+				}
+				st.TagIn = append(st.TagIn, tf)
+			default:
+				p.fail(expected(c.opPos, "= or IN (columns other than time are tags, compared for equality) or IS NOT NULL (fields)", quote(c.op)))
+			}
 		}
 	}
 	if !seenSeq {
@@ -460,6 +512,9 @@ func (p *parser) readWhere(st *Select, conds []cond) {
 		}
 	}
 	for _, c := range conds {
+		if c.op == "IN" || c.op == "IS NOT NULL" {
+			p.fail(expected(c.opPos, "a comparison (IN and IS NOT NULL filter drains: WHERE x_seq > N AND …)", quote(c.op)))
+		}
 		if c.col.Name != "time" {
 			if c.op != "=" {
 				p.fail(expected(c.opPos, "= (columns other than time are tags, compared for equality)", quote(c.op)))
@@ -470,37 +525,42 @@ func (p *parser) readWhere(st *Select, conds []cond) {
 			st.Tags = append(st.Tags, TagFilter{Column: c.col, Value: c.val.Text})
 			continue
 		}
-		ns := p.timeValue(c.val)
-		lower := func(v int64) {
-			if !st.HasStart || v > st.Start {
-				st.Start, st.HasStart = v, true
-			}
+		p.timeBound(st, c)
+	}
+}
+
+// timeBound narrows st's time bounds by c, a comparison of time.
+func (p *parser) timeBound(st *Select, c cond) {
+	ns := p.timeValue(c.val)
+	lower := func(v int64) {
+		if !st.HasStart || v > st.Start {
+			st.Start, st.HasStart = v, true
 		}
-		upper := func(v int64) {
-			if !st.HasEnd || v < st.End {
-				st.End, st.HasEnd = v, true
-			}
+	}
+	upper := func(v int64) {
+		if !st.HasEnd || v < st.End {
+			st.End, st.HasEnd = v, true
 		}
-		switch c.op {
-		case ">=":
-			lower(ns)
-		case ">":
-			if ns == math.MaxInt64 {
-				upper(math.MinInt64) // nothing is later
-			} else {
-				lower(ns + 1)
-			}
-		case "<":
-			upper(ns)
-		case "<=":
-			if ns < math.MaxInt64 {
-				upper(ns + 1)
-			}
-		case "=":
-			lower(ns)
-			if ns < math.MaxInt64 {
-				upper(ns + 1)
-			}
+	}
+	switch c.op {
+	case ">=":
+		lower(ns)
+	case ">":
+		if ns == math.MaxInt64 {
+			upper(math.MinInt64) // nothing is later
+		} else {
+			lower(ns + 1)
+		}
+	case "<":
+		upper(ns)
+	case "<=":
+		if ns < math.MaxInt64 {
+			upper(ns + 1)
+		}
+	case "=":
+		lower(ns)
+		if ns < math.MaxInt64 {
+			upper(ns + 1)
 		}
 	}
 }

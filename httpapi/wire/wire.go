@@ -29,6 +29,8 @@ const (
 	CodeInvalidValue         = "invalid_value"
 	CodeRowRejected          = "row_rejected"
 	CodeScanLimit            = "scan_limit"
+	CodeInvalidFilter        = "invalid_filter"
+	CodeFilterLimit          = "filter_limit"
 	CodeTooLarge             = "request_too_large"
 	CodeMethodNotAllowed     = "method_not_allowed"
 	// CodeNotFound is a path no route serves (404); a table or consumer

@@ -250,12 +250,12 @@ func (db *DB) PruneTombstone(ctx context.Context, name string, floor store.Table
 }
 
 // ReadSeq implements store.Reader (see readSeq).
-func (db *DB) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int, visit func(*store.Row) error) error {
+func (db *DB) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int, filter *store.SeqFilter, visit func(*store.Row) error) (uint64, error) {
 	if err := db.enter(ctx); err != nil {
-		return err
+		return after, err
 	}
 	defer db.leave()
-	return db.readSeq(tid, after, upto, limit, visit)
+	return db.readSeq(tid, after, upto, limit, filter, visit)
 }
 
 // SeqTime implements store.Reader (see seqTime).

@@ -435,6 +435,78 @@ func (r *blockReader) next(f *store.Fragment) error {
 	return nil
 }
 
+// head decodes the series and time of the next fragment without moving
+// past it: a filtered read decides on them whether to decode the fragment
+// (next) or step over it (skip).
+func (r *blockReader) head() (sid uint64, ts int64, err error) {
+	if r.read >= r.count {
+		return 0, 0, errShort
+	}
+	sid, n := binary.Uvarint(r.b)
+	if n <= 0 {
+		return 0, 0, errShort
+	}
+	ts, k := binary.Varint(r.b[n:])
+	if k <= 0 {
+		return 0, 0, errShort
+	}
+	return sid, ts, nil
+}
+
+// skip moves past the next fragment without building its fields: it reads
+// only the lengths it needs to find the fragment's end.
+func (r *blockReader) skip() error {
+	if r.read >= r.count {
+		return errShort
+	}
+	b := r.b
+	for range 2 { // the series and the time: varints alike
+		_, n := binary.Uvarint(b)
+		if n <= 0 {
+			return errShort
+		}
+		b = b[n:]
+	}
+	nf, n := binary.Uvarint(b)
+	if n <= 0 || nf > uint64(len(b)) {
+		return errShort
+	}
+	b = b[n:]
+	for range nf {
+		_, n := binary.Uvarint(b)
+		if n <= 0 || len(b) < n+1 {
+			return errShort
+		}
+		kind := store.Kind(b[n])
+		b = b[n+1:]
+		switch kind {
+		case store.KindFloat:
+			n = 8
+		case store.KindBool:
+			n = 1
+		case store.KindInt, store.KindUint:
+			if _, n = binary.Uvarint(b); n <= 0 {
+				return errShort
+			}
+		case store.KindString, store.KindTag:
+			l, k := binary.Uvarint(b)
+			if k <= 0 || l > uint64(len(b)-k) {
+				return errShort
+			}
+			n = k + int(l)
+		default:
+			return fmt.Errorf("unknown value kind %d", kind)
+		}
+		if len(b) < n {
+			return errShort
+		}
+		b = b[n:]
+	}
+	r.b = b
+	r.read++
+	return nil
+}
+
 // appendSeries encodes a series' tag set.
 func appendSeries(dst []byte, tags []store.Field) []byte {
 	dst = binary.AppendUvarint(dst, uint64(len(tags)))

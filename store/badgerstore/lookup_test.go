@@ -457,14 +457,15 @@ func BenchmarkReadSeqResent(b *testing.B) {
 	for b.Loop() {
 		after, rows := uint64(0), 0
 		for after < seq {
-			require.NoError(b, db.readSeq(tid, after, seq, 10_000, func(r *store.Row) error {
+			_, err := db.readSeq(tid, after, seq, 10_000, nil, func(r *store.Row) error {
 				if len(r.Fields) != 10 || r.Fields[0] != intField(1, 2*r.Time) {
 					return fmt.Errorf("x_seq %d: %d fields", r.Seq, len(r.Fields))
 				}
 				after = r.Seq
 				rows++
 				return nil
-			}))
+			})
+			require.NoError(b, err)
 		}
 		require.Equal(b, int(seq), rows)
 	}

@@ -9,16 +9,23 @@ import (
 )
 
 // readSeq visits, in ascending x_seq, the fragments of table instance tid
-// with after < x_seq <= upto, at most limit of them, each as the coalesced
-// row at its (series, ts): the union of every fragment stored there, the
-// later write winning per column. It returns ErrHistoryExpired, before
-// visiting anything, when after is below the instance's history horizon
-// minus one as its read view sees it. The Row and its Fields are valid only
-// during the call to visit; visit's error stops the read and is returned.
-// Safe for concurrent use with Commit.
-func (db *DB) readSeq(tid, after, upto uint64, limit int, visit func(*store.Row) error) error {
+// with after < x_seq <= upto that flt admits (nil: all), at most limit of
+// them, each as the coalesced row at its (series, ts): the union of every
+// fragment stored there, the later write winning per column, with
+// Row.Update set when the point's oldest fragment is another one. It
+// returns through as store.Reader.ReadSeq specifies, and
+// ErrHistoryExpired, before visiting anything, when after is below the
+// instance's history horizon minus one as its read view sees it. A
+// fragment flt's series or time range leaves out is stepped over without
+// decoding its fields. The Row and its Fields are valid only during the
+// call to visit; visit's error stops the read and is returned. Safe for
+// concurrent use with Commit.
+func (db *DB) readSeq(tid, after, upto uint64, limit int, flt *store.SeqFilter, visit func(*store.Row) error) (uint64, error) {
 	if after >= upto || limit <= 0 {
-		return nil
+		return after, nil
+	}
+	if flt == nil {
+		flt = &store.SeqFilter{}
 	}
 	st := db.table(tid)
 	txn := db.bdb.NewTransaction(false)
@@ -27,14 +34,15 @@ func (db *DB) readSeq(tid, after, upto uint64, limit int, visit func(*store.Row)
 	// fragment above after committed its raised horizon first.
 	horizon, err := readHorizon(txn, tid)
 	if err != nil {
-		return err
+		return after, err
 	}
 	if after+1 < horizon {
-		return fmt.Errorf("%w: after=%d is below the horizon %d", store.ErrHistoryExpired, after, horizon)
+		return after, fmt.Errorf("%w: after=%d is below the horizon %d", store.ErrHistoryExpired, after, horizon)
 	}
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSync, tid)})
 	defer it.Close()
 	sc := blockScan{pts: pointRows{gets: &db.stats.readEntries}}
+	examined := 0
 	for it.Seek(tableKey(ksSync, tid, after+1)); it.Valid(); it.Next() {
 		item := it.Item()
 		// Owned: the fragments' strings alias it and, being strings, must
@@ -42,43 +50,66 @@ func (db *DB) readSeq(tid, after, upto uint64, limit int, visit func(*store.Row)
 		// not prefetch, which copied every block once more).
 		val, err := item.ValueCopy(nil)
 		if err != nil {
-			return err
+			return after, err
 		}
 		db.stats.readBlocks.Add(1)
 		if err := sc.br.init(val); err != nil {
-			return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
+			return after, &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 		}
 		seq := sc.br.firstSeq
 		if after >= seq {
 			if err := sc.br.seek(after + 1 - seq); err != nil {
-				return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
+				return after, &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 			}
 			seq = after + 1
 		}
 		for ; sc.br.read < sc.br.count; seq++ {
 			if seq > upto {
-				return nil
+				return upto, nil
+			}
+			if flt.MaxScan > 0 && examined == flt.MaxScan {
+				return seq - 1, nil
+			}
+			examined++
+			sid, ts, err := sc.br.head()
+			if err != nil {
+				return after, &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
+			}
+			if sid != removedSeries && !flt.Admits(sid, ts) {
+				if err := sc.br.skip(); err != nil {
+					return after, &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
+				}
+				continue
 			}
 			if err := sc.br.next(&sc.f); err != nil {
-				return &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
+				return after, &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 			}
 			if sc.f.Series == removedSeries {
 				// Below the horizon by construction; never skipped silently.
-				return fmt.Errorf("%w: x_seq %d was removed", store.ErrHistoryExpired, seq)
+				return after, fmt.Errorf("%w: x_seq %d was removed", store.ErrHistoryExpired, seq)
+			}
+			pt, err := sc.pts.row(st, txn, tid, &sc.f)
+			if err != nil {
+				return after, err
 			}
 			sc.row = store.Row{Seq: seq, Series: sc.f.Series, Time: sc.f.Time, Fields: sc.f.Fields}
-			if sc.row.Fields, err = sc.pts.rowFields(st, txn, tid, &sc.f); err != nil {
-				return err
+			if pt.dup {
+				// An insert is the point's oldest fragment
+				// (docs/contract.md#operation).
+				sc.row.Fields, sc.row.Update = pt.fields, pt.first != ref{seq: seq}
+			}
+			if !flt.Keeps(&sc.row) {
+				continue
 			}
 			if err := visit(&sc.row); err != nil {
-				return err
+				return after, err
 			}
 			if sc.n++; sc.n == limit {
-				return nil
+				return seq, nil
 			}
 		}
 	}
-	return nil
+	return upto, nil
 }
 
 // blockScan is the state of a read that decodes blocks into coalesced

@@ -142,7 +142,7 @@ func TestSweepRemovesExactlyAged(t *testing.T) {
 			}
 		}
 		require.Len(t, rows, retained, "a drain from horizon-1 reads every fragment above it")
-		err = db.readSeq(tid, h-2, seq, 10, func(*store.Row) error { return nil })
+		_, err = db.readSeq(tid, h-2, seq, 10, nil, func(*store.Row) error { return nil })
 		require.ErrorIs(t, err, store.ErrHistoryExpired)
 
 		// A second sweep finds nothing; a restart keeps the horizon.

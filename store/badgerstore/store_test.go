@@ -56,7 +56,7 @@ func readAll(t *testing.T, db *DB, tid, after, upto uint64, limit int) []store.R
 	var out []store.Row
 	for {
 		n := 0
-		err := db.readSeq(tid, after, upto, limit, func(r *store.Row) error {
+		_, err := db.readSeq(tid, after, upto, limit, nil, func(r *store.Row) error {
 			c := *r
 			c.Fields = append([]store.Field(nil), r.Fields...)
 			out = append(out, c)

@@ -66,12 +66,13 @@ func readAll(t *testing.T, s *Store, tid, after, upto uint64) rows {
 	var out rows
 	for {
 		n := 0
-		require.NoError(t, s.ReadSeq(ctx, tid, after, upto, 7, func(r *store.Row) error {
+		_, err := s.ReadSeq(ctx, tid, after, upto, 7, nil, func(r *store.Row) error {
 			out.Seq = append(out.Seq, cp(r))
 			after = r.Seq
 			n++
 			return nil
-		}))
+		})
+		require.NoError(t, err)
 		if n < 7 {
 			break
 		}
@@ -460,7 +461,7 @@ func TestDeletedCacheRebuilds(t *testing.T) {
 	got, err := s2.Horizon(ctx, m.ID)
 	require.NoError(t, err)
 	require.Equal(t, hz, got)
-	err = s2.ReadSeq(ctx, m.ID, 0, last, 10, func(*store.Row) error { return nil })
+	_, err = s2.ReadSeq(ctx, m.ID, 0, last, 10, nil, func(*store.Row) error { return nil })
 	require.ErrorIs(t, err, store.ErrHistoryExpired)
 	for _, r := range before.Points {
 		require.GreaterOrEqual(t, r.Time, int64(25), "swept rows stay gone")

@@ -13,12 +13,12 @@ import (
 // asks the cache.
 
 // ReadSeq implements store.Reader from the row cache.
-func (s *Store) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int, visit func(*store.Row) error) error {
+func (s *Store) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int, filter *store.SeqFilter, visit func(*store.Row) error) (uint64, error) {
 	if err := s.enter(ctx); err != nil {
-		return err
+		return after, err
 	}
 	defer s.leave()
-	return s.cache.ReadSeq(ctx, tid, after, upto, limit, visit)
+	return s.cache.ReadSeq(ctx, tid, after, upto, limit, filter, visit)
 }
 
 // ReadCounts returns the blocks and point-index entries the row cache's

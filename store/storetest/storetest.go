@@ -15,6 +15,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sync"
 	"syscall"
 	"testing"
@@ -56,6 +57,8 @@ func Run(t *testing.T, h Harness) {
 		{"StampedBeforeVisible", false, testStampedBeforeVisible},
 		{"DrainNeverSkipsAcknowledged", false, testDrainNeverSkips},
 		{"Coalescing", false, testCoalescing},
+		{"Operation", false, testOperation},
+		{"FilteredRead", false, testFilteredRead},
 		{"OverwriteReadsBounded", false, testOverwriteReads},
 		{"TruncateBumpsEpochKeepsSeq", false, testTruncate},
 		{"DropAndRecreateResumeAbove", false, testDropAndRecreate},
@@ -151,10 +154,11 @@ type row struct {
 	Seq    uint64
 	Time   int64
 	Fields map[uint32]int64
+	Update bool
 }
 
 func copyRow(r *store.Row) row {
-	out := row{Seq: r.Seq, Time: r.Time, Fields: map[uint32]int64{}}
+	out := row{Seq: r.Seq, Time: r.Time, Fields: map[uint32]int64{}, Update: r.Update}
 	for _, f := range r.Fields {
 		out.Fields[f.Col] = f.Value.Int()
 	}
@@ -167,7 +171,7 @@ func readSeq(t testing.TB, b store.Backend, tid, after, upto uint64, limit int) 
 	var out []row
 	for {
 		n := 0
-		err := b.ReadSeq(ctx, tid, after, upto, limit, func(r *store.Row) error {
+		_, err := b.ReadSeq(ctx, tid, after, upto, limit, nil, func(r *store.Row) error {
 			out = append(out, copyRow(r))
 			after = r.Seq
 			n++
@@ -275,7 +279,7 @@ func testDrainNeverSkips(t *testing.T, h Harness) {
 			}
 			for after < wm {
 				n := 0
-				err := b.ReadSeq(ctx, m.ID, after, wm, 7, func(r *store.Row) error {
+				_, err := b.ReadSeq(ctx, m.ID, after, wm, 7, nil, func(r *store.Row) error {
 					if r.Seq <= after || r.Seq > wm {
 						return fmt.Errorf("x_seq %d read after %d up to %d", r.Seq, after, wm)
 					}
@@ -332,8 +336,123 @@ func testCoalescing(t *testing.T, h Harness) {
 	want := map[uint32]int64{valCol: 2, 3: 31} // the later write wins per column
 	require.Equal(t, row{Seq: s1, Time: 100, Fields: want}, rows[0])
 	require.Equal(t, row{Seq: s1 + 1, Time: 200, Fields: map[uint32]int64{valCol: 7}}, rows[1])
-	require.Equal(t, row{Seq: s2, Time: 100, Fields: want}, rows[2])
-	require.Equal(t, row{Seq: s3, Time: 100, Fields: want}, rows[3])
+	require.Equal(t, row{Seq: s2, Time: 100, Fields: want, Update: true}, rows[2])
+	require.Equal(t, row{Seq: s3, Time: 100, Fields: want, Update: true}, rows[3])
+}
+
+// testOperation checks Row.Update (docs/contract.md#operation): a
+// fragment is an insert when it is its point's oldest, also when a later
+// one overwrote the point, in the same commit or another; an update
+// otherwise, also when the point's oldest fragment was written with sync
+// OFF (it has no x_seq).
+func testOperation(t *testing.T, h Harness) {
+	b := open(t, h)
+	m := createTable(t, b, "t", true)
+	s1, _ := write(t, b, m, true, frag(100, iv(valCol, 1)), frag(200, iv(valCol, 2)), frag(200, iv(valCol, 3)))
+	s2, _ := write(t, b, m, false, frag(100, iv(valCol, 4)), frag(300, iv(valCol, 5)))
+	off := createTable(t, b, "off", false)
+	write(t, b, off, true, frag(7, iv(valCol, 1)))
+	off.Sync, off.Epoch = true, 1
+	off, err := b.PutTable(ctx, off)
+	require.NoError(t, err)
+	o1, _ := write(t, b, off, false, frag(7, iv(valCol, 2)), frag(8, iv(valCol, 3)))
+
+	ops := func(rows []row) map[uint64]bool {
+		out := map[uint64]bool{}
+		for _, r := range rows {
+			out[r.Seq] = r.Update
+		}
+		return out
+	}
+	require.Equal(t, map[uint64]bool{s1: false, s1 + 1: false, s1 + 2: true, s2: true, s2 + 1: false},
+		ops(readSeq(t, b, m.ID, 0, s2+1, 2)), "insert: the point's oldest fragment")
+	require.Equal(t, map[uint64]bool{o1: true, o1 + 1: false}, ops(readSeq(t, b, off.ID, 0, o1+1, 10)),
+		"a point created with sync OFF is updated by its first synced fragment")
+}
+
+// testFilteredRead checks ReadSeq's filter: series, time range, field
+// presence and operation ANDed, through covering what was left out, and
+// MaxScan bounding the fragments examined.
+func testFilteredRead(t *testing.T, h Harness) {
+	b := open(t, h)
+	m := createTable(t, b, "t", true)
+	series2 := store.Series{ID: 2, Tags: []store.Field{{Col: tagCol, Value: store.Value{Kind: store.KindTag, Str: "b"}}}}
+	var frags []store.Fragment
+	for i := range 20 {
+		f := frag(int64(i%10), iv(valCol, int64(i)))
+		if i%4 == 0 {
+			f.Series = 2
+		}
+		if i%3 == 0 {
+			f.Fields = append(f.Fields, iv(3, 1))
+		}
+		frags = append(frags, f)
+	}
+	commits := []store.TableCommit{{TableID: m.ID, Sync: true, NewSeries: append(slices.Clone(series1), series2), CommitTime: 1, Fragments: frags}}
+	require.NoError(t, b.Append(ctx, commits, nil))
+	first := commits[0].FirstSeq
+	last := first + 19
+	all := readSeq(t, b, m.ID, first-1, last, 100)
+	require.Len(t, all, 20)
+	read := func(flt *store.SeqFilter, limit int) ([]uint64, uint64) {
+		var got []uint64
+		through, err := b.ReadSeq(ctx, m.ID, first-1, last, limit, flt, func(r *store.Row) error {
+			got = append(got, r.Seq)
+			return nil
+		})
+		require.NoError(t, err)
+		return got, through
+	}
+	// again tells whether fragment i's point holds an older fragment.
+	again := func(i int) bool {
+		for j := range i {
+			if j%10 == i%10 && (j%4 == 0) == (i%4 == 0) {
+				return true
+			}
+		}
+		return false
+	}
+	filters := []struct {
+		name string
+		flt  store.SeqFilter
+		want func(i int, r row) bool
+	}{
+		{"series", store.SeqFilter{Series: []bool{false, false, true}}, func(i int, _ row) bool { return i%4 == 0 }},
+		{"time range", store.SeqFilter{Start: 3, End: 6, HasStart: true, HasEnd: true}, func(i int, _ row) bool { return i%10 >= 3 && i%10 < 6 }},
+		{"has", store.SeqFilter{Has: []uint32{3}}, func(_ int, r row) bool { _, ok := r.Fields[3]; return ok }},
+		{"insert", store.SeqFilter{Op: store.OpInsert}, func(i int, _ row) bool { return !again(i) }},
+		{"update and series", store.SeqFilter{Op: store.OpUpdate, Series: []bool{false, true}}, func(i int, _ row) bool { return again(i) && i%4 != 0 }},
+	}
+	for i, r := range all {
+		require.Equal(t, again(i), r.Update, "x_seq %d", r.Seq)
+	}
+	for _, tc := range filters {
+		t.Run(tc.name, func(t *testing.T) {
+			var want []uint64
+			for i, r := range all {
+				if tc.want(i, r) {
+					want = append(want, r.Seq)
+				}
+			}
+			require.NotEmpty(t, want)
+			got, through := read(&tc.flt, 100)
+			require.Equal(t, want, got)
+			require.Equal(t, last, through, "a read that reached upto covers it")
+			got, through = read(&tc.flt, 1)
+			require.Equal(t, want[:1], got)
+			require.Equal(t, want[0], through, "limit: through is the last row")
+			bounded := tc.flt
+			bounded.MaxScan = 3
+			got, through = read(&bounded, 100)
+			require.Equal(t, first+2, through, "MaxScan: through is the last fragment examined")
+			for _, s := range got {
+				require.LessOrEqual(t, s, through)
+			}
+		})
+	}
+	through, err := b.ReadSeq(ctx, m.ID, last, last, 10, nil, func(*store.Row) error { return nil })
+	require.NoError(t, err)
+	require.Equal(t, last, through, "nothing to read: through is after")
 }
 
 // testOverwriteReads writes points 1, 8, 9, 10 and 100 times (one commit
@@ -365,10 +484,11 @@ func testOverwriteReads(t *testing.T, h Harness) {
 				for after < upto {
 					blocks0, entries0 := h.Reads(b)
 					var got []row
-					require.NoError(t, b.ReadSeq(ctx, m.ID, after, upto, limit, func(r *store.Row) error {
+					_, err := b.ReadSeq(ctx, m.ID, after, upto, limit, nil, func(r *store.Row) error {
 						got = append(got, copyRow(r))
 						return nil
-					}))
+					})
+					require.NoError(t, err)
 					require.NotEmpty(t, got)
 					blocks, entries := h.Reads(b)
 					// A page of limit rows lies in at most ceil(limit/points)+1
@@ -509,7 +629,7 @@ func testHorizon(t *testing.T, h Harness) {
 	hz, err = b.RaiseHorizon(ctx, m.ID, 1)
 	require.NoError(t, err)
 	require.Equal(t, first+1, hz, "the horizon never lowers")
-	err = b.ReadSeq(ctx, m.ID, first-1, last, 10, func(*store.Row) error { return nil })
+	_, err = b.ReadSeq(ctx, m.ID, first-1, last, 10, nil, func(*store.Row) error { return nil })
 	require.ErrorIs(t, err, store.ErrHistoryExpired, "a read starting below the horizon is refused, never a page that skips")
 	require.Len(t, readSeq(t, b, m.ID, first, last, 10), 2, "after = horizon-1 is still served")
 }
@@ -614,7 +734,7 @@ func testContextEnded(t *testing.T, h Harness) {
 	_, last := write(t, b, m, true, frag(1, iv(valCol, 1)))
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
-	err := b.ReadSeq(cctx, m.ID, 0, last, 10, func(*store.Row) error { return nil })
+	_, err := b.ReadSeq(cctx, m.ID, 0, last, 10, nil, func(*store.Row) error { return nil })
 	require.ErrorIs(t, err, context.Canceled)
 	_, _, err = b.ReadRows(cctx, m.ID, nil, math.MinInt64, math.MaxInt64, 10, func(*store.Row) error { return nil })
 	require.ErrorIs(t, err, context.Canceled)
@@ -644,7 +764,7 @@ func testErrClosed(t *testing.T, h Harness) {
 		"Truncate":   func() error { _, err := b.TruncateTable(ctx, m.ID); return err },
 		"Drop":       func() error { _, err := b.DropTable(ctx, m.ID); return err },
 		"Prune":      func() error { return b.PruneTombstone(ctx, "t", store.TableMeta{Name: "x_floor", Dropped: true}) },
-		"ReadSeq":    func() error { return b.ReadSeq(ctx, m.ID, 0, last, 10, visit) },
+		"ReadSeq":    func() error { _, err := b.ReadSeq(ctx, m.ID, 0, last, 10, nil, visit); return err },
 		"SeqTime":    func() error { _, _, err := b.SeqTime(ctx, m.ID, last); return err },
 		"ReadRows": func() error {
 			_, _, err := b.ReadRows(ctx, m.ID, nil, math.MinInt64, math.MaxInt64, 10, visit)

@@ -157,6 +157,7 @@ const (
 	colTime   = -1
 	colHost   = -2
 	colSeq    = -3
+	colOp     = -4 // x_op: not part of the model
 	colString = 100
 )
 
@@ -173,6 +174,8 @@ func newRowPlan(cols []string) (rowPlan, error) {
 			plan[i] = colHost
 		case c == "x_seq":
 			plan[i] = colSeq
+		case c == "x_op":
+			plan[i] = colOp
 		case writerIndex(c) >= 0:
 			plan[i] = writerIndex(c)
 		case w >= 0:
@@ -213,6 +216,7 @@ func (plan rowPlan) decodeRow(table int, row []json.RawMessage) (keyID, rowVals,
 			host, err = plainString(cell)
 		case role == colSeq:
 			seq, err = strconv.ParseUint(string(cell), 10, 64)
+		case role == colOp:
 		case role >= colString:
 			strs[role-colString], err = plainString(cell)
 		default:
