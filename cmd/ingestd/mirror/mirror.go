@@ -659,20 +659,26 @@ func (b *copyBudget) check(ctx context.Context, mr *Mirror, rows uint64) error {
 	return nil
 }
 
+// nextPage long-polls the page after cur into pg (retrying the source,
+// errResync on an epoch change) and checks its lines, returning their
+// count.
+func (mr *Mirror) nextPage(ctx context.Context, cur *Cursor, pg *client.Page) (int, error) {
+	req := client.DrainRequest{
+		Table: mr.cfg.Table, Epoch: cur.Epoch, After: cur.Next, Limit: mr.cfg.Limit,
+		Format: client.FormatLP, Wait: mr.cfg.Wait, Consumer: mr.cfg.Consumer,
+	}
+	if err := mr.retry(ctx, "source", func() error { return resync(mr.src.DrainInto(ctx, req, pg)) }); err != nil {
+		return 0, err
+	}
+	return mr.checkLines(pg.Body)
+}
+
 // follow drains the feed from cur with long-polls, writing each page to the
 // target and then persisting the cursor, until ctx ends or a resync is due.
 func (mr *Mirror) follow(ctx context.Context, cur *Cursor) error {
 	var pg client.Page
 	for ctx.Err() == nil {
-		req := client.DrainRequest{
-			Table: mr.cfg.Table, Epoch: cur.Epoch, After: cur.Next, Limit: mr.cfg.Limit,
-			Format: client.FormatLP, Wait: mr.cfg.Wait, Consumer: mr.cfg.Consumer,
-		}
-		err := mr.retry(ctx, "source", func() error { return resync(mr.src.DrainInto(ctx, req, &pg)) })
-		if err != nil {
-			return err
-		}
-		n, err := mr.checkLines(pg.Body)
+		n, err := mr.nextPage(ctx, cur, &pg)
 		if err != nil {
 			return err
 		}

@@ -863,15 +863,7 @@ func (mr *Mirror) committed(c *Cursor) {
 func (mr *Mirror) pgFollow(ctx context.Context, cur *Cursor) error {
 	var pg client.Page
 	for ctx.Err() == nil {
-		req := client.DrainRequest{
-			Table: mr.cfg.Table, Epoch: cur.Epoch, After: cur.Next, Limit: mr.cfg.Limit,
-			Format: client.FormatLP, Wait: mr.cfg.Wait, Consumer: mr.cfg.Consumer,
-		}
-		err := mr.retry(ctx, "source", func() error { return resync(mr.src.DrainInto(ctx, req, &pg)) })
-		if err != nil {
-			return err
-		}
-		n, err := mr.checkLines(pg.Body)
+		n, err := mr.nextPage(ctx, cur, &pg)
 		if err != nil {
 			return err
 		}
