@@ -523,21 +523,28 @@ func (mr *Mirror) Run(ctx context.Context) error {
 	return nil
 }
 
-// bootstrap copies the table by time range and returns the cursor to drain
-// from: the epoch and watermark the source read before the copy began.
-func (mr *Mirror) bootstrap(ctx context.Context) (*Cursor, error) {
+// resyncStatus counts a resync and returns the source's sync status of
+// the table (retrying the source), an error when sync is OFF there.
+func (mr *Mirror) resyncStatus(ctx context.Context) (client.SyncStatus, error) {
 	mr.m.resyncs.Inc()
 	var st client.SyncStatus
 	err := mr.retry(ctx, "source", func() (err error) {
 		st, err = mr.src.Sync(ctx, mr.cfg.Table)
 		return err
 	})
+	if err == nil && !st.Enabled {
+		err = fmt.Errorf("sync is OFF for table %q on the source: enable it first (PUT %s/api/v1/tables/%s/sync {\"enabled\":true})",
+			mr.cfg.Table, mr.cfg.Source, mr.cfg.Table)
+	}
+	return st, err
+}
+
+// bootstrap copies the table by time range and returns the cursor to drain
+// from: the epoch and watermark the source read before the copy began.
+func (mr *Mirror) bootstrap(ctx context.Context) (*Cursor, error) {
+	st, err := mr.resyncStatus(ctx)
 	if err != nil {
 		return nil, err
-	}
-	if !st.Enabled {
-		return nil, fmt.Errorf("sync is OFF for table %q on the source: enable it first (PUT %s/api/v1/tables/%s/sync {\"enabled\":true})",
-			mr.cfg.Table, mr.cfg.Source, mr.cfg.Table)
 	}
 	// The target answers ingestd's table API: truncate the target table
 	// first, so that rows deleted at the source go too.

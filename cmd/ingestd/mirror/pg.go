@@ -770,18 +770,9 @@ func (mr *Mirror) retryPG(ctx context.Context, fn func() error) error {
 // copy's epoch and watermark. A crash or a failure rolls all of it back.
 func (mr *Mirror) pgBootstrap(ctx context.Context, refused *Cursor) (*Cursor, error) {
 	t := mr.pg
-	mr.m.resyncs.Inc()
-	var st client.SyncStatus
-	err := mr.retry(ctx, "source", func() (err error) {
-		st, err = mr.src.Sync(ctx, mr.cfg.Table)
-		return err
-	})
+	st, err := mr.resyncStatus(ctx)
 	if err != nil {
 		return nil, err
-	}
-	if !st.Enabled {
-		return nil, fmt.Errorf("sync is OFF for table %q on the source: enable it first (PUT %s/api/v1/tables/%s/sync {\"enabled\":true})",
-			mr.cfg.Table, mr.cfg.Source, mr.cfg.Table)
 	}
 	budget, err := mr.newCopyBudget(ctx, st)
 	if err != nil {
