@@ -269,20 +269,33 @@
 //
 // A block is uvarint firstSeq (0 in unsynced blocks), varint commit time
 // (Unix nanoseconds: when the server committed it, for consumer lag in
-// seconds), uvarint count, a skip
-// index (uvarint n = ceil(count/64), then n uvarint byte offsets of fragments
-// 0, 64, 128, … into the body), then the body: count fragments, each uvarint sid, varint ts, uvarint nfields and nfields
-// times (uvarint column, kind byte, value) where a float is 8 bytes
+// seconds), uvarint count, a zero byte and a format byte (no skip index
+// has 0 entries, so the zero marks it), a skip index (uvarint n =
+// ceil(count/64), then n uvarint byte offsets of fragments 0, 64, 128, …
+// into the body), then the body: count fragments.
+//
+// A fragment is compact (format bit 2, layout 7): encoded against the
+// fragment before it, or against nothing at a skip-index entry, so that a
+// reader can start at any entry. It is the varint series delta, the
+// varint time delta, the shape (uvarint 0: the columns and kinds of the
+// fragment before; else the field count + 1 and per field the uvarint
+// column and kind byte) and each field's value: a float is 8 bytes
 // little-endian IEEE 754, an integer a zig-zag varint, an unsigned integer
 // a uvarint, a string a uvarint length and its bytes, a boolean one byte.
+// Many series written one point each per commit, the common load, make a
+// block of one fragment per series, consecutive ones sharing their
+// measurement's columns and lying microseconds apart: a line of integer
+// fields costs about a byte per field plus three. Blocks of layout 6 and
+// older hold plain fragments (no format bit 2: uvarint sid, varint ts,
+// uvarint nfields, and per field uvarint column, kind byte and value);
+// layout 4 and older have no format byte either. Point-index unions hold
+// one plain fragment.
+//
 // A body of 256 bytes or more is compressed (S2, Snappy's successor) when
-// that saves an eighth of it: the skip index is then preceded by a zero
-// byte (no index has 0 entries) and the format byte 1, and followed by
-// the uvarint decoded size of the body and the S2 block. A reader
-// decodes the body once, into memory of its own, where it copied a plain
-// block out of the value log. Blocks are values in badger's value log,
-// which compresses nothing: the TSBS file's backfill takes 8.6 MB on
-// disk instead of 15.1.
+// that saves an eighth of it (format bit 1): the skip index is then
+// followed by the uvarint decoded size of the body and the S2 block. A
+// reader decodes the body once, into memory of its own, where it copied a
+// plain block out of the value log. Badger compresses no value.
 //
 // # Retention and the history horizon
 //

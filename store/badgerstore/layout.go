@@ -43,8 +43,10 @@ const (
 // an overwritten point's entry and a reference entry ('q') at every
 // commit; 6 keeps them in the head and stores the references as
 // overwrite runs ('o'). A 5 store reads as it is (its 'q' entries stay
-// valid); an older build would not see 6's overwrite runs.
-const layoutVersion = 6
+// valid); an older build would not see 6's overwrite runs. Version 7
+// writes compact block bodies (bodyCompact), which a 6 build refuses to
+// decode; older blocks read as they are.
+const layoutVersion = 7
 
 // Block metadata (badger's user meta byte of a block's key).
 const (
@@ -157,19 +159,22 @@ func decodeRef(b []byte) (r ref, n int, err error) {
 // positions itself at any fragment by decoding at most skipEvery-1 others.
 const skipEvery = 64
 
-// appendBlock encodes fragments as a block (see doc.go). body and offs are
-// scratch space for the fragments and the skip index and are returned for
-// reuse; dst grows at most once, to the block's size. A body of at least
-// minCompressBytes is compressed when that saves an eighth of it
-// (bodyS2).
+// appendBlock encodes fragments as a block (see doc.go) with a compact
+// body (bodyCompact). body and offs are scratch space for the fragments
+// and the skip index and are returned for reuse; dst grows at most once,
+// to the block's size. A body of at least minCompressBytes is compressed
+// when that saves an eighth of it (bodyS2).
 func appendBlock(dst []byte, firstSeq uint64, commitTime int64, frags []store.Fragment, body []byte, offs []uint64) ([]byte, []byte, []uint64) {
 	body = body[:0]
 	offs = offs[:0]
+	var prev *store.Fragment
 	for i := range frags {
 		if i%skipEvery == 0 {
 			offs = append(offs, uint64(len(body)))
+			prev = nil
 		}
-		body = appendFragment(body, &frags[i])
+		body = appendCompactFragment(body, &frags[i], prev)
+		prev = &frags[i]
 	}
 	room := len(body)
 	if len(body) >= minCompressBytes {
@@ -179,36 +184,41 @@ func appendBlock(dst []byte, firstSeq uint64, commitTime int64, frags []store.Fr
 	dst = binary.AppendUvarint(dst, firstSeq)
 	dst = binary.AppendVarint(dst, commitTime)
 	dst = binary.AppendUvarint(dst, uint64(len(frags)))
-	if len(body) >= minCompressBytes {
-		h := len(dst)
-		dst = append(dst, 0, bodyS2) // no skip index has 0 entries: the mark of a format byte
-		dst = binary.AppendUvarint(dst, uint64(len(offs)))
-		for _, o := range offs {
-			dst = binary.AppendUvarint(dst, o)
-		}
-		dst = binary.AppendUvarint(dst, uint64(len(body)))
-		// Encoded in place: dst has room for the largest encoding.
-		if enc := s2.Encode(dst[len(dst):cap(dst)], body); len(enc) <= len(body)-len(body)/8 {
-			return dst[:len(dst)+len(enc)], body, offs
-		}
-		dst = dst[:h] // not worth it: stored as it is
-	}
+	h := len(dst)
+	dst = append(dst, 0, bodyCompact) // no skip index has 0 entries: the mark of a format byte
 	dst = binary.AppendUvarint(dst, uint64(len(offs)))
 	for _, o := range offs {
 		dst = binary.AppendUvarint(dst, o)
 	}
+	if len(body) >= minCompressBytes {
+		sizeAt := len(dst)
+		dst = binary.AppendUvarint(dst, uint64(len(body)))
+		// Encoded in place: dst has room for the largest encoding.
+		if enc := s2.Encode(dst[len(dst):cap(dst)], body); len(enc) <= len(body)-len(body)/8 {
+			dst[h+1] |= bodyS2
+			return dst[:len(dst)+len(enc)], body, offs
+		}
+		dst = dst[:sizeAt] // not worth it: stored as it is
+	}
 	return append(dst, body...), body, offs
 }
 
-// A block's body is stored as it is unless its header says otherwise: a
-// skip index of 0 entries (a block holds at least one fragment, so an
-// index at least one) followed by a format byte. bodyS2: the body is one
-// S2 block (a Snappy-compatible encoding, klauspost/compress/s2),
-// preceded by its decoded size. S2 rather than zstd: zstd's fastest
-// level stored a TSBS backfill in 6.5 MB where S2 takes 8.6 MB (15.1
-// uncompressed), but cost the sequencer 12 % of its backfill rate; S2's
-// cost is within the runs' noise.
-const bodyS2 = 1
+// A block's body is a list of fragments stored as it is unless its header
+// says otherwise: a skip index of 0 entries (a block holds at least one
+// fragment, so an index at least one) followed by a format byte, a set of
+// the flags below. Without the format byte (layout 4 and older) the
+// fragments are plain (appendFragment) and the body uncompressed.
+const (
+	// bodyS2: the body is one S2 block (a Snappy-compatible encoding,
+	// klauspost/compress/s2), preceded by its decoded size. S2 rather
+	// than zstd: zstd's fastest level stored a TSBS backfill in 6.5 MB
+	// where S2 takes 8.6 MB (15.1 uncompressed), but cost the sequencer
+	// 12 % of its backfill rate; S2's cost is within the runs' noise.
+	bodyS2 = 1
+	// bodyCompact (layout 7): the fragments are compact
+	// (appendCompactFragment), each encoded against the one before it.
+	bodyCompact = 2
+)
 
 // minCompressBytes is the smallest body appendBlock compresses: below it
 // the encoding's overhead eats the saving.
@@ -218,6 +228,10 @@ const minCompressBytes = 256
 // checked before the body is decoded: twice the largest store value.
 const maxBodyBytes = 2 * store.MaxValueBytes
 
+// appendFragment appends f plainly: uvarint series, varint time, uvarint
+// field count and per field uvarint column, kind byte and value
+// (appendValue). Point-index unions hold one such fragment, and blocks
+// written before layout 7 hold such fragments.
 func appendFragment(dst []byte, f *store.Fragment) []byte {
 	dst = binary.AppendUvarint(dst, f.Series)
 	dst = binary.AppendVarint(dst, f.Time)
@@ -229,8 +243,67 @@ func appendFragment(dst []byte, f *store.Fragment) []byte {
 	return dst
 }
 
+// appendCompactFragment appends f as a compact fragment, encoded against
+// prev, the block's fragment before it (nil at a skip-index entry, where
+// a reader may start): varint series delta and varint time delta (from
+// prev's, or from 0), the shape, then each field's value without its
+// kind (appendValueBody). The shape is uvarint 0 when f has prev's
+// columns with prev's kinds in prev's order, else uvarint field count + 1
+// followed by each field's uvarint column and kind byte.
+//
+// What it saves: a load of many series written one point each per commit
+// (the Telegraf case) gives a block one fragment per series, in which
+// consecutive fragments share their measurement's columns and lie close
+// in time, so a line of integer fields costs about a byte per field plus
+// three, against three per field plus eleven plainly. Within a block,
+// nothing is encoded against another series' earlier points: a reader of
+// any fragment decodes at most skipEvery-1 before it.
+func appendCompactFragment(dst []byte, f, prev *store.Fragment) []byte {
+	var prevSid uint64
+	var prevTime int64
+	if prev != nil {
+		prevSid, prevTime = prev.Series, prev.Time
+	}
+	dst = binary.AppendVarint(dst, int64(f.Series-prevSid))
+	dst = binary.AppendVarint(dst, f.Time-prevTime)
+	if prev != nil && sameShape(f.Fields, prev.Fields) {
+		dst = append(dst, 0)
+	} else {
+		dst = binary.AppendUvarint(dst, uint64(len(f.Fields))+1)
+		for _, fl := range f.Fields {
+			dst = binary.AppendUvarint(dst, uint64(fl.Col))
+			dst = append(dst, byte(fl.Value.Kind))
+		}
+	}
+	for _, fl := range f.Fields {
+		dst = appendValueBody(dst, fl.Value)
+	}
+	return dst
+}
+
+// sameShape reports whether a and b have the same columns with the same
+// kinds in the same order.
+func sameShape(a, b []store.Field) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Col != b[i].Col || a[i].Value.Kind != b[i].Value.Kind {
+			return false
+		}
+	}
+	return true
+}
+
+// appendValue appends v's kind byte and its value (appendValueBody).
 func appendValue(dst []byte, v store.Value) []byte {
-	dst = append(dst, byte(v.Kind))
+	return appendValueBody(append(dst, byte(v.Kind)), v)
+}
+
+// appendValueBody appends v's value: a float as 8 bytes little-endian, an
+// integer as a zig-zag varint, an unsigned one as a uvarint, a boolean as
+// a byte, a string or tag as a uvarint length and its bytes.
+func appendValueBody(dst []byte, v store.Value) []byte {
 	switch v.Kind {
 	case store.KindFloat:
 		return binary.LittleEndian.AppendUint64(dst, v.Num)
@@ -258,6 +331,19 @@ type blockReader struct {
 	count      uint64
 	read       uint64
 	fields     []store.Field
+
+	// A compact body's fragments are decoded against the one before
+	// (appendCompactFragment): its series, time and shape.
+	compact  bool
+	prevSid  uint64
+	prevTime int64
+	shape    []shapeField // valid when the fragment before is in the same skip interval
+}
+
+// shapeField is one field of a compact fragment's shape.
+type shapeField struct {
+	col  uint32
+	kind store.Kind
 }
 
 func (r *blockReader) init(b []byte) error {
@@ -279,11 +365,12 @@ func (r *blockReader) init(b []byte) error {
 	b = b[n:]
 	format := byte(0)
 	if len(b) >= 2 && b[0] == 0 {
-		if format = b[1]; format != bodyS2 {
+		if format = b[1]; format&^(bodyS2|bodyCompact) != 0 {
 			return fmt.Errorf("unknown block body format %d", format)
 		}
 		b = b[2:]
 	}
+	r.compact = format&bodyCompact != 0
 	nskip, n := binary.Uvarint(b)
 	if n <= 0 || nskip != (r.count+skipEvery-1)/skipEvery {
 		return errShort
@@ -298,7 +385,7 @@ func (r *blockReader) init(b []byte) error {
 		r.offs = append(r.offs, o)
 		b = b[n:]
 	}
-	if format == bodyS2 {
+	if format&bodyS2 != 0 {
 		size, n := binary.Uvarint(b)
 		if n <= 0 || size > maxBodyBytes {
 			return errShort
@@ -347,6 +434,9 @@ func (r *blockReader) next(f *store.Fragment) error {
 	if r.read >= r.count {
 		return errShort
 	}
+	if r.compact {
+		return r.nextCompact(f)
+	}
 	b := r.b
 	sid, n := binary.Uvarint(b)
 	if n <= 0 {
@@ -384,48 +474,14 @@ func (r *blockReader) next(f *store.Fragment) error {
 		fs = append(fs, store.Field{})
 		fl := &fs[len(fs)-1]
 		fl.Col, fl.Value.Kind = uint32(col), kind
-		v := &fl.Value
-		switch kind {
-		case store.KindFloat:
-			if len(b) < 8 {
-				return errShort
-			}
-			v.Num = binary.LittleEndian.Uint64(b)
-			b = b[8:]
-		case store.KindInt:
-			if len(b) > 0 && b[0] < 0x80 { // -64..63: one zig-zag byte
-				v.Num = uint64(int64(b[0]>>1) ^ -int64(b[0]&1))
-				b = b[1:]
-				break
-			}
-			x, n := binary.Varint(b)
-			if n <= 0 {
-				return errShort
-			}
-			v.Num = uint64(x)
-			b = b[n:]
-		case store.KindUint:
-			x, n := binary.Uvarint(b)
-			if n <= 0 {
-				return errShort
-			}
-			v.Num = x
-			b = b[n:]
-		case store.KindBool:
-			if len(b) < 1 {
-				return errShort
-			}
-			v.Num = uint64(b[0])
+		if kind == store.KindInt && len(b) > 0 && b[0] < 0x80 { // -64..63: one zig-zag byte
+			fl.Value.Num = uint64(int64(b[0]>>1) ^ -int64(b[0]&1))
 			b = b[1:]
-		case store.KindString, store.KindTag:
-			l, n := binary.Uvarint(b)
-			if n <= 0 || l > uint64(len(b)-n) {
-				return errShort
-			}
-			v.Str = bytesString(b[n : n+int(l)])
-			b = b[n+int(l):]
-		default:
-			return fmt.Errorf("unknown value kind %d", kind)
+			continue
+		}
+		var err error
+		if b, err = readValue(b, &fl.Value); err != nil {
+			return err
 		}
 	}
 	r.fields = fs
@@ -435,12 +491,168 @@ func (r *blockReader) next(f *store.Fragment) error {
 	return nil
 }
 
+// nextCompact is next of a compact body.
+func (r *blockReader) nextCompact(f *store.Fragment) error {
+	b, err := r.compactHead()
+	if err != nil {
+		return err
+	}
+	shape := r.shape
+	fs := r.fields[:0]
+	for i := range shape {
+		fs = append(fs, store.Field{}) // as in next
+		fl := &fs[len(fs)-1]
+		kind := shape[i].kind
+		fl.Col, fl.Value.Kind = shape[i].col, kind
+		if kind == store.KindInt && len(b) > 0 && b[0] < 0x80 {
+			fl.Value.Num = uint64(int64(b[0]>>1) ^ -int64(b[0]&1))
+			b = b[1:]
+			continue
+		}
+		if b, err = readValue(b, &fl.Value); err != nil {
+			return err
+		}
+	}
+	r.fields = fs
+	r.b = b
+	r.read++
+	*f = store.Fragment{Series: r.prevSid, Time: r.prevTime, Fields: fs}
+	return nil
+}
+
+// compactHead decodes the series, time and shape of the next compact
+// fragment into r.prevSid, r.prevTime and r.shape, and returns the bytes
+// of its values.
+func (r *blockReader) compactHead() ([]byte, error) {
+	if r.read%skipEvery == 0 { // a skip-index entry: encoded against nothing
+		r.prevSid, r.prevTime, r.shape = 0, 0, r.shape[:0]
+	}
+	b := r.b
+	ds, n := binary.Varint(b)
+	if n <= 0 {
+		return nil, errShort
+	}
+	b = b[n:]
+	dt, n := binary.Varint(b)
+	if n <= 0 {
+		return nil, errShort
+	}
+	b = b[n:]
+	nf, n := binary.Uvarint(b)
+	if n <= 0 || nf > uint64(len(b))+1 {
+		return nil, errShort
+	}
+	b = b[n:]
+	if nf == 0 {
+		if r.read%skipEvery == 0 {
+			return nil, errShort // no fragment before to take the shape of
+		}
+	} else {
+		r.shape = r.shape[:0]
+		for range nf - 1 {
+			col, n := binary.Uvarint(b)
+			if n <= 0 || col > math.MaxUint32 || len(b) < n+1 {
+				return nil, errShort
+			}
+			r.shape = append(r.shape, shapeField{col: uint32(col), kind: store.Kind(b[n])})
+			b = b[n+1:]
+		}
+	}
+	r.prevSid += uint64(ds)
+	r.prevTime += dt
+	return b, nil
+}
+
+// readValue decodes a value of v.Kind from the start of b into v and
+// returns the rest of b. A string aliases b.
+func readValue(b []byte, v *store.Value) ([]byte, error) {
+	switch v.Kind {
+	case store.KindFloat:
+		if len(b) < 8 {
+			return nil, errShort
+		}
+		v.Num = binary.LittleEndian.Uint64(b)
+		return b[8:], nil
+	case store.KindInt:
+		x, n := binary.Varint(b)
+		if n <= 0 {
+			return nil, errShort
+		}
+		v.Num = uint64(x)
+		return b[n:], nil
+	case store.KindUint:
+		x, n := binary.Uvarint(b)
+		if n <= 0 {
+			return nil, errShort
+		}
+		v.Num = x
+		return b[n:], nil
+	case store.KindBool:
+		if len(b) < 1 {
+			return nil, errShort
+		}
+		v.Num = uint64(b[0])
+		return b[1:], nil
+	case store.KindString, store.KindTag:
+		l, n := binary.Uvarint(b)
+		if n <= 0 || l > uint64(len(b)-n) {
+			return nil, errShort
+		}
+		v.Str = bytesString(b[n : n+int(l)])
+		return b[n+int(l):], nil
+	}
+	return nil, fmt.Errorf("unknown value kind %d", v.Kind)
+}
+
+// skipValue returns b past the value of kind at its start.
+func skipValue(b []byte, kind store.Kind) ([]byte, error) {
+	var n int
+	switch kind {
+	case store.KindFloat:
+		n = 8
+	case store.KindBool:
+		n = 1
+	case store.KindInt, store.KindUint:
+		if _, n = binary.Uvarint(b); n <= 0 {
+			return nil, errShort
+		}
+	case store.KindString, store.KindTag:
+		l, k := binary.Uvarint(b)
+		if k <= 0 || l > uint64(len(b)-k) {
+			return nil, errShort
+		}
+		n = k + int(l)
+	default:
+		return nil, fmt.Errorf("unknown value kind %d", kind)
+	}
+	if len(b) < n {
+		return nil, errShort
+	}
+	return b[n:], nil
+}
+
 // head decodes the series and time of the next fragment without moving
 // past it: a filtered read decides on them whether to decode the fragment
 // (next) or step over it (skip).
 func (r *blockReader) head() (sid uint64, ts int64, err error) {
 	if r.read >= r.count {
 		return 0, 0, errShort
+	}
+	if r.compact {
+		var base uint64
+		var baseTime int64
+		if r.read%skipEvery != 0 {
+			base, baseTime = r.prevSid, r.prevTime
+		}
+		ds, n := binary.Varint(r.b)
+		if n <= 0 {
+			return 0, 0, errShort
+		}
+		dt, k := binary.Varint(r.b[n:])
+		if k <= 0 {
+			return 0, 0, errShort
+		}
+		return base + uint64(ds), baseTime + dt, nil
 	}
 	sid, n := binary.Uvarint(r.b)
 	if n <= 0 {
@@ -458,6 +670,20 @@ func (r *blockReader) head() (sid uint64, ts int64, err error) {
 func (r *blockReader) skip() error {
 	if r.read >= r.count {
 		return errShort
+	}
+	if r.compact {
+		b, err := r.compactHead()
+		if err != nil {
+			return err
+		}
+		for _, sf := range r.shape {
+			if b, err = skipValue(b, sf.kind); err != nil {
+				return err
+			}
+		}
+		r.b = b
+		r.read++
+		return nil
 	}
 	b := r.b
 	for range 2 { // the series and the time: varints alike
@@ -478,29 +704,10 @@ func (r *blockReader) skip() error {
 			return errShort
 		}
 		kind := store.Kind(b[n])
-		b = b[n+1:]
-		switch kind {
-		case store.KindFloat:
-			n = 8
-		case store.KindBool:
-			n = 1
-		case store.KindInt, store.KindUint:
-			if _, n = binary.Uvarint(b); n <= 0 {
-				return errShort
-			}
-		case store.KindString, store.KindTag:
-			l, k := binary.Uvarint(b)
-			if k <= 0 || l > uint64(len(b)-k) {
-				return errShort
-			}
-			n = k + int(l)
-		default:
-			return fmt.Errorf("unknown value kind %d", kind)
+		var err error
+		if b, err = skipValue(b[n+1:], kind); err != nil {
+			return err
 		}
-		if len(b) < n {
-			return errShort
-		}
-		b = b[n:]
 	}
 	r.b = b
 	r.read++

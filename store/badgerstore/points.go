@@ -4,7 +4,6 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
-	"math"
 	"sync/atomic"
 	"unsafe"
 
@@ -237,7 +236,6 @@ func (p *pointRows) pointFields(st *tableState, txn *badger.Txn, tid uint64, f *
 // after a torn commit). It keeps the last few blocks it read: the
 // fragments a resend or a replay overwrites lie in a few blocks, in order.
 type fetcher struct {
-	br    blockReader
 	it    *badger.Iterator // over the synced blocks, opened on first use
 	cache []*cachedBlock   // most recent last, at most fetcherCache
 	reads *atomic.Uint64   // the store's count of block reads
@@ -247,16 +245,14 @@ type fetcher struct {
 const fetcherCache = 8
 
 // cachedBlock is a block value a fetcher read: a synced block holding
-// x_seq lo..hi, or unsynced block number lo (= hi). at holds the body
-// offsets of fragments 0..len(at)-1, extended by each fetch past them, so
-// that fetches going forward through a block decode each fragment once.
+// x_seq lo..hi, or unsynced block number lo (= hi), with a reader left
+// where the last fetch from it ended: fetches going forward through a
+// block decode each fragment once, and one going back starts at the skip
+// index entry at or below it.
 type cachedBlock struct {
 	unsynced bool
 	lo, hi   uint64
-	firstSeq uint64
-	count    uint64 // fragments in the block
-	body     []byte // the fragments, aliasing the owned block value
-	at       []uint32
+	rd       blockReader // over the owned block value
 }
 
 // close releases the iterator; the transaction it belongs to must still be
@@ -279,34 +275,23 @@ func (c *fetcher) fetch(txn *badger.Txn, tid uint64, r ref, f *store.Fragment) (
 		return false, err
 	}
 	if r.seq != 0 {
-		idx = r.seq - b.firstSeq
+		idx = r.seq - b.rd.firstSeq
 	}
-	if err := c.decodeAt(b, idx, f); err != nil {
+	if err := b.decode(idx, f); err != nil {
 		return false, &store.CorruptionError{Key: tableKey(ksSync, tid, r.seq), Err: err}
 	}
 	return f.Series != removedSeries, nil
 }
 
-// decodeAt decodes fragment i of b into f, from the nearest offset at or
-// below it in b.at, recording the offsets of the fragments it passes.
-func (c *fetcher) decodeAt(b *cachedBlock, i uint64, f *store.Fragment) error {
-	if i >= b.count {
+// decode decodes fragment i of b into f.
+func (b *cachedBlock) decode(i uint64, f *store.Fragment) error {
+	if i >= b.rd.count {
 		return errShort
 	}
-	k := min(i, uint64(len(b.at)-1))
-	c.br.body, c.br.count, c.br.read = b.body, b.count, k
-	c.br.b = b.body[b.at[k]:]
-	for {
-		if err := c.br.next(f); err != nil {
-			return err
-		}
-		if c.br.read == uint64(len(b.at)) && c.br.read < b.count {
-			b.at = append(b.at, uint32(len(b.body)-len(c.br.b)))
-		}
-		if c.br.read > i {
-			return nil
-		}
+	if err := b.rd.seek(i); err != nil {
+		return err
 	}
+	return b.rd.next(f)
 }
 
 // block returns the block holding r (from the cache when it is there) and,
@@ -348,15 +333,15 @@ func (c *fetcher) block(txn *badger.Txn, tid uint64, r ref) (_ *cachedBlock, idx
 	if err != nil {
 		return nil, 0, false, err
 	}
-	if err := c.br.init(val); err != nil {
+	b := &cachedBlock{unsynced: r.seq == 0, lo: r.block, hi: r.block}
+	if err := b.rd.init(val); err != nil {
 		return nil, 0, false, &store.CorruptionError{Key: item.KeyCopy(nil), Err: err}
 	}
-	if c.br.count == 0 || uint64(len(c.br.body)) > math.MaxUint32 {
+	if b.rd.count == 0 {
 		return nil, 0, false, &store.CorruptionError{Key: item.KeyCopy(nil), Err: errShort}
 	}
-	b := &cachedBlock{unsynced: r.seq == 0, lo: r.block, hi: r.block, firstSeq: c.br.firstSeq, count: c.br.count, body: c.br.body, at: make([]uint32, 1, min(c.br.count, 1024))}
 	if r.seq != 0 {
-		b.lo, b.hi = c.br.firstSeq, binary.BigEndian.Uint64(item.Key()[9:17])
+		b.lo, b.hi = b.rd.firstSeq, binary.BigEndian.Uint64(item.Key()[9:17])
 		if r.seq < b.lo {
 			return nil, 0, false, nil // the next stored block starts above it
 		}
