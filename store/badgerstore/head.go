@@ -152,15 +152,42 @@ func minStep(a, b int64) int64 {
 	return a
 }
 
-// appendHeadRun appends one run of a head record: uvarint series id,
-// varint first time, flags, uvarint length and the run value (runBuilder.encode).
-func appendHeadRun(dst []byte, rb *runBuilder, flags byte, kind byte, base uint64) []byte {
-	dst = binary.AppendUvarint(dst, rb.sid)
-	dst = binary.AppendVarint(dst, rb.firstTs)
-	dst = append(dst, flags)
-	v := rb.encode(kind, base)
-	dst = binary.AppendUvarint(dst, uint64(len(v)))
-	return append(dst, v...)
+// A head record (layout 7) is a zero byte, the kind of its block's
+// references ('L' synced, 'U' unsynced), uvarint base (the block's first
+// x_seq or its number) and one section per run or series of overwrites:
+// varint series delta and varint first-time delta (from the section
+// before, the first from 0), flags, uvarint length and the section's
+// body: a run's body (runBuilder.appendBody) or the overwrites
+// (appendHeadOver). A layout 6 record (no leading zero: no series has id
+// 0) held the absolute series and first time, and each body began with
+// the kind and base; Open replays such records as they are.
+const recordCompact = 0
+
+// headWriter appends the sections of a head record.
+type headWriter struct {
+	rec     []byte
+	sid     uint64
+	firstTs int64
+}
+
+// newHeadWriter begins the record of a block of kind and base.
+func newHeadWriter(kind byte, base uint64) headWriter {
+	return headWriter{rec: binary.AppendUvarint([]byte{recordCompact, kind}, base)}
+}
+
+func (w *headWriter) section(sid uint64, firstTs int64, flags byte) {
+	w.rec = binary.AppendVarint(w.rec, int64(sid-w.sid))
+	w.rec = binary.AppendVarint(w.rec, firstTs-w.firstTs)
+	w.rec = append(w.rec, flags)
+	w.sid, w.firstTs = sid, firstTs
+}
+
+// appendRun appends one run.
+func (w *headWriter) appendRun(rb *runBuilder, flags byte) {
+	w.section(rb.sid, rb.firstTs, flags)
+	body := rb.appendBody(nil)
+	w.rec = binary.AppendUvarint(w.rec, uint64(len(body)))
+	w.rec = append(w.rec, body...)
 }
 
 // overwrite is a fragment that overwrote a point, as a commit places
@@ -171,20 +198,16 @@ type overwrite struct {
 	entry []byte
 }
 
-// appendHeadOver appends the overwrites of series sid in one block to a
-// head record (ows in ascending time, a point's in block order): uvarint
-// sid, varint first time, the flag headOverwrite, uvarint length, then
-// the kind ('L' or 'U'), uvarint base (the block's first x_seq or its
-// number), uvarint count and per fragment the uvarint time delta, uvarint
-// block index, uvarint entry length and the entry.
-func appendHeadOver(dst []byte, sid uint64, ows []overwrite, kind byte, base uint64) []byte {
-	size := 1 + 2*binary.MaxVarintLen64
+// appendOver appends the overwrites of series sid in one block (ows in
+// ascending time, a point's in block order). Their body is uvarint count
+// and per fragment the uvarint time delta, uvarint block index, uvarint
+// entry length and the entry.
+func (w *headWriter) appendOver(sid uint64, ows []overwrite) {
+	size := binary.MaxVarintLen64
 	for _, o := range ows {
 		size += 3*binary.MaxVarintLen64 + len(o.entry)
 	}
-	v := append(make([]byte, 0, size), kind)
-	v = binary.AppendUvarint(v, base)
-	v = binary.AppendUvarint(v, uint64(len(ows)))
+	v := binary.AppendUvarint(make([]byte, 0, size), uint64(len(ows)))
 	prev := ows[0].ts
 	for _, o := range ows {
 		v = binary.AppendUvarint(v, uint64(o.ts-prev))
@@ -193,25 +216,15 @@ func appendHeadOver(dst []byte, sid uint64, ows []overwrite, kind byte, base uin
 		v = append(v, o.entry...)
 		prev = o.ts
 	}
-	dst = binary.AppendUvarint(dst, sid)
-	dst = binary.AppendVarint(dst, ows[0].ts)
-	dst = append(dst, headOverwrite)
-	dst = binary.AppendUvarint(dst, uint64(len(v)))
-	return append(dst, v...)
+	w.section(sid, ows[0].ts, headOverwrite)
+	w.rec = binary.AppendUvarint(w.rec, uint64(len(v)))
+	w.rec = append(w.rec, v...)
 }
 
 // scanHeadOver calls fn with each overwrite of an overwrite section's
-// value v (appendHeadOver), its reference and entry aliasing v.
-func scanHeadOver(v []byte, firstTs int64, fn func(ts int64, r ref, entry []byte)) error {
-	if len(v) < 1 || (v[0] != 'L' && v[0] != 'U') {
-		return errShort
-	}
-	kind := v[0]
-	base, n := binary.Uvarint(v[1:])
-	if n <= 0 {
-		return errShort
-	}
-	v = v[1+n:]
+// body v (appendOver) in a block of kind and base, its reference and
+// entry aliasing v.
+func scanHeadOver(kind byte, base uint64, v []byte, firstTs int64, fn func(ts int64, r ref, entry []byte)) error {
 	count, n := binary.Uvarint(v)
 	if n <= 0 || count == 0 || count > uint64(len(v)) {
 		return errShort
@@ -241,6 +254,65 @@ func scanHeadOver(v []byte, firstTs int64, fn func(ts int64, r ref, entry []byte
 		return errShort
 	}
 	return nil
+}
+
+// recordReader walks the sections of a head record of either layout.
+type recordReader struct {
+	rec     []byte
+	compact bool
+	kind    byte
+	base    uint64
+	sid     uint64
+	firstTs int64
+}
+
+func newRecordReader(rec []byte) (recordReader, error) {
+	if len(rec) == 0 || rec[0] != recordCompact {
+		return recordReader{rec: rec}, nil // layout 6
+	}
+	kind, base, rest, err := runHeader(rec[1:])
+	return recordReader{rec: rest, compact: true, kind: kind, base: base}, err
+}
+
+// next returns the next section: its series, first time, flags, the kind
+// and base of its block and its body (aliasing the record). done is true
+// after the last one.
+func (r *recordReader) next() (sid uint64, firstTs int64, flags byte, kind byte, base uint64, body []byte, done bool, err error) {
+	if len(r.rec) == 0 {
+		return 0, 0, 0, 0, 0, nil, true, nil
+	}
+	b := r.rec
+	var n int
+	if r.compact {
+		var ds int64
+		if ds, n = binary.Varint(b); n <= 0 {
+			return 0, 0, 0, 0, 0, nil, false, errShort
+		}
+		sid = r.sid + uint64(ds)
+	} else if sid, n = binary.Uvarint(b); n <= 0 {
+		return 0, 0, 0, 0, 0, nil, false, errShort
+	}
+	b = b[n:]
+	if firstTs, n = binary.Varint(b); n <= 0 || len(b) < n+1 {
+		return 0, 0, 0, 0, 0, nil, false, errShort
+	}
+	if r.compact {
+		firstTs += r.firstTs
+	}
+	flags = b[n]
+	b = b[n+1:]
+	l, n := binary.Uvarint(b)
+	if n <= 0 || uint64(len(b)-n) < l {
+		return 0, 0, 0, 0, 0, nil, false, errShort
+	}
+	body = b[n : n+int(l)]
+	r.rec = b[n+int(l):]
+	r.sid, r.firstTs = sid, firstTs
+	if r.compact {
+		return sid, firstTs, flags, r.kind, r.base, body, false, nil
+	}
+	kind, base, body, err = runHeader(body)
+	return sid, firstTs, flags, kind, base, body, false, err
 }
 
 // unionCount is the fragment count of a union entry (0 when v is not one).
@@ -292,27 +364,21 @@ func (h *tableHead) apply(k, rec []byte, entry func(id pointID, entry []byte)) (
 	}
 	fresh := len(h.fresh)
 	defer func() { newDups = len(h.fresh) - fresh }()
-	for len(rec) > 0 {
-		sid, n := binary.Uvarint(rec)
-		if n <= 0 {
-			return added, newDups, &store.CorruptionError{Key: k, Err: errShort}
+	rr, err := newRecordReader(rec)
+	if err != nil {
+		return 0, 0, &store.CorruptionError{Key: k, Err: err}
+	}
+	for {
+		sid, first, flags, kind, base, v, done, err := rr.next()
+		if err != nil {
+			return added, newDups, &store.CorruptionError{Key: k, Err: err}
 		}
-		rec = rec[n:]
-		first, n := binary.Varint(rec)
-		if n <= 0 || len(rec) < n+1 {
-			return added, newDups, &store.CorruptionError{Key: k, Err: errShort}
+		if done {
+			break
 		}
-		flags := rec[n]
-		rec = rec[n+1:]
-		l, n := binary.Uvarint(rec)
-		if n <= 0 || uint64(len(rec)-n) < l {
-			return added, newDups, &store.CorruptionError{Key: k, Err: errShort}
-		}
-		v := rec[n : n+int(l)]
-		rec = rec[n+int(l):]
 		if flags&headOverwrite != 0 {
 			over := h.over[sid]
-			err := scanHeadOver(v, first, func(ts int64, r ref, e []byte) {
+			err := scanHeadOver(kind, base, v, first, func(ts int64, r ref, e []byte) {
 				over = append(over, runEntry{ts: ts, r: r})
 				entry(pointID{sid, ts}, e)
 				added++
@@ -323,7 +389,7 @@ func (h *tableHead) apply(k, rec []byte, entry func(id pointID, entry []byte)) (
 			}
 			continue
 		}
-		ents, err := decodeRun(v, first)
+		ents, err := decodeRunBody(kind, base, v, first)
 		if err != nil || len(ents) == 0 {
 			return added, newDups, &store.CorruptionError{Key: k, Err: errors.Join(err, errShort)}
 		}
@@ -338,7 +404,7 @@ func (h *tableHead) apply(k, rec []byte, entry func(id pointID, entry []byte)) (
 			top.ents = append(top.ents, ents...)
 			continue
 		}
-		r := &headRun{kind: v[0], inOrder: flags&headInOrder != 0, step: step, ents: ents}
+		r := &headRun{kind: kind, inOrder: flags&headInOrder != 0, step: step, ents: ents}
 		if r.kind == 'U' {
 			r.block = ents[0].r.block
 		}

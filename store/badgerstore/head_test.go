@@ -1,6 +1,7 @@
 package badgerstore
 
 import (
+	"encoding/binary"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
@@ -145,5 +146,84 @@ func TestSealedHeadConsulted(t *testing.T) {
 		if r.Time == 50 {
 			require.Equal(t, []store.Field{intField(1, 500)}, r.Fields, "x_seq %d: the overwrite wins", r.Seq)
 		}
+	}
+}
+
+// TestHeadRecordLayouts checks that a head record reads the same in both
+// layouts: the compact one this build writes and layout 6's, whose
+// sections held absolute series and times and whose bodies began with
+// the block's kind and base (a crash may leave such records for Open to
+// replay).
+func TestHeadRecordLayouts(t *testing.T) {
+	type section struct {
+		sid   uint64
+		first int64
+		flags byte
+		body  string
+	}
+	runs := []*runBuilder{newRunBuilder(7, -50, 0, 2), newRunBuilder(3, 1e18, 0, 1), newRunBuilder(300, 1e18+5, 0, 1)}
+	runs[0].add(-50, 0)
+	runs[0].add(-20, 4)
+	runs[1].add(1e18, 1)
+	runs[2].add(1e18+5, 2)
+	ows := []overwrite{{ts: 9, idx: 3, entry: []byte("e1")}, {ts: 12, idx: 5, entry: []byte("e2")}}
+	for _, kind := range []byte{'L', 'U'} {
+		base := uint64(1000)
+		hw := newHeadWriter(kind, base)
+		old := []byte(nil) // layout 6: absolute series and time, kind and base in every body
+		for i, rb := range runs {
+			hw.appendRun(rb, byte(i))
+			old = binary.AppendUvarint(old, rb.sid)
+			old = binary.AppendVarint(old, rb.firstTs)
+			old = append(old, byte(i))
+			v := rb.encode(kind, base)
+			old = binary.AppendUvarint(old, uint64(len(v)))
+			old = append(old, v...)
+		}
+		hw.appendOver(5, ows)
+		rr, err := newRecordReader(hw.rec)
+		require.NoError(t, err)
+		var over []byte
+		for range 4 {
+			_, _, _, _, _, over, _, err = rr.next()
+			require.NoError(t, err)
+		}
+		ov := binary.AppendUvarint([]byte{kind}, base)
+		ov = append(ov, over...)
+		old = binary.AppendUvarint(old, 5)
+		old = binary.AppendVarint(old, 9)
+		old = append(old, headOverwrite)
+		old = binary.AppendUvarint(old, uint64(len(ov)))
+		old = append(old, ov...)
+
+		var got [2][]section
+		for i, rec := range [][]byte{hw.rec, old} {
+			rr, err := newRecordReader(rec)
+			require.NoError(t, err)
+			for {
+				sid, first, flags, k, b, body, done, err := rr.next()
+				require.NoError(t, err)
+				if done {
+					break
+				}
+				require.Equal(t, kind, k)
+				require.Equal(t, base, b)
+				got[i] = append(got[i], section{sid, first, flags, string(body)})
+			}
+			r, err := headRecordBlock(rec)
+			require.NoError(t, err)
+			want := ref{seq: base}
+			if kind == 'U' {
+				want = ref{block: base}
+			}
+			require.Equal(t, want, r)
+		}
+		require.Len(t, got[0], 4)
+		require.Equal(t, got[0], got[1], "kind %c", kind)
+		var seen []int64
+		require.NoError(t, scanHeadOver(kind, base, []byte(got[0][3].body), got[0][3].first, func(ts int64, _ ref, e []byte) {
+			seen = append(seen, ts)
+		}))
+		require.Equal(t, []int64{9, 12}, seen)
 	}
 }

@@ -803,13 +803,19 @@ func (rb *runBuilder) find(ts int64) (uint64, bool) {
 }
 
 // encode renders the run value: kind ('L' synced, base = the block's first
-// x_seq; 'U' unsynced, base = the block number), uvarint count, then per
-// fragment uvarint time delta (from the previous time, the first from the
-// key's first time) and uvarint index delta (from the previous index).
+// x_seq; 'U' unsynced, base = the block number), then the run's body
+// (encodeBody).
 func (rb *runBuilder) encode(kind byte, base uint64) []byte {
 	b := make([]byte, 0, 12+4*len(rb.ts))
 	b = append(b, kind)
 	b = binary.AppendUvarint(b, base)
+	return rb.appendBody(b)
+}
+
+// appendBody appends the run's body: uvarint count, then per fragment
+// uvarint time delta (from the previous time, the first from the key's
+// first time) and uvarint index delta (from the previous index).
+func (rb *runBuilder) appendBody(b []byte) []byte {
 	b = binary.AppendUvarint(b, uint64(len(rb.ts)))
 	prevTs, prevIdx := rb.firstTs, uint64(0)
 	for i, t := range rb.ts {
@@ -820,53 +826,50 @@ func (rb *runBuilder) encode(kind byte, base uint64) []byte {
 	return b
 }
 
-// runCount returns the count of a run value (0 when it does not decode).
-func runCount(v []byte) int {
-	if len(v) < 1 {
-		return 0
-	}
-	_, n := binary.Uvarint(v[1:])
-	if n <= 0 {
-		return 0
-	}
-	count, m := binary.Uvarint(v[1+n:])
-	if m <= 0 || count > uint64(len(v)) {
-		return 0
-	}
-	return int(count)
-}
-
 // runScan walks a run value, calling fn with each fragment's time and
 // block index until fn returns false.
 func runScan(v []byte, firstTs int64, fn func(ts int64, idx uint64) bool) (kind byte, base uint64, err error) {
+	kind, base, v, err = runHeader(v)
+	if err != nil {
+		return 0, 0, err
+	}
+	return kind, base, runScanBody(v, firstTs, fn)
+}
+
+// runHeader splits a run value (or a head record's overwrite section,
+// appendHeadOver) into its kind, its base and the rest.
+func runHeader(v []byte) (kind byte, base uint64, body []byte, err error) {
 	if len(v) < 1 {
-		return 0, 0, errShort
+		return 0, 0, nil, errShort
 	}
-	kind = v[0]
-	if kind != 'L' && kind != 'U' {
-		return 0, 0, fmt.Errorf("unknown run kind %q", kind)
+	if kind = v[0]; kind != 'L' && kind != 'U' {
+		return 0, 0, nil, fmt.Errorf("unknown run kind %q", kind)
 	}
-	v = v[1:]
-	base, n := binary.Uvarint(v)
+	base, n := binary.Uvarint(v[1:])
 	if n <= 0 {
-		return 0, 0, errShort
+		return 0, 0, nil, errShort
 	}
-	v = v[n:]
+	return kind, base, v[1+n:], nil
+}
+
+// runScanBody calls fn with each time and block index of a run's body
+// (runBuilder.appendBody) until fn returns false.
+func runScanBody(v []byte, firstTs int64, fn func(ts int64, idx uint64) bool) error {
 	count, n := binary.Uvarint(v)
 	if n <= 0 || count > uint64(len(v)) {
-		return 0, 0, errShort
+		return errShort
 	}
 	v = v[n:]
 	ts, idx := firstTs, uint64(0)
 	for range count {
 		dt, n := binary.Uvarint(v)
 		if n <= 0 {
-			return 0, 0, errShort
+			return errShort
 		}
 		v = v[n:]
 		di, n := binary.Uvarint(v)
 		if n <= 0 {
-			return 0, 0, errShort
+			return errShort
 		}
 		v = v[n:]
 		ts, idx = ts+int64(dt), idx+di
@@ -874,7 +877,7 @@ func runScan(v []byte, firstTs int64, fn func(ts int64, idx uint64) bool) (kind 
 			break
 		}
 	}
-	return kind, base, nil
+	return nil
 }
 
 // runLastTs returns the last time of a run value.

@@ -2,6 +2,7 @@ package badgerstore
 
 import (
 	"bytes"
+	"encoding/binary"
 	"errors"
 	"math"
 	"sort"
@@ -243,11 +244,19 @@ func (l *lookup) gap(sid uint64, ts int64) (lo, hi int64, ok bool, err error) {
 
 // decodeRun decodes a run value (see doc.go) whose key holds firstTs.
 func decodeRun(v []byte, firstTs int64) (storedRun, error) {
-	var r storedRun
-	kind, base, err := runScan(v, firstTs, func(t int64, idx uint64) bool {
-		if r == nil {
-			r = make(storedRun, 0, runCount(v))
-		}
+	kind, base, body, err := runHeader(v)
+	if err != nil {
+		return nil, err
+	}
+	return decodeRunBody(kind, base, body, firstTs)
+}
+
+// decodeRunBody decodes the body of a run of kind and base
+// (runBuilder.appendBody) whose first time is firstTs.
+func decodeRunBody(kind byte, base uint64, body []byte, firstTs int64) (storedRun, error) {
+	count, _ := binary.Uvarint(body)
+	r := make(storedRun, 0, min(count, uint64(len(body))))
+	err := runScanBody(body, firstTs, func(t int64, idx uint64) bool {
 		r = append(r, runEntry{ts: t, r: ref{idx: idx}})
 		return true
 	})

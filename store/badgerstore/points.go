@@ -510,34 +510,22 @@ func (db *DB) tornRecords(tids []uint64) ([][]byte, error) {
 }
 
 // headRecordBlock returns a reference to the first fragment of the block a
-// head record indexes, from its first section (a run or overwrites: both
-// begin with the kind and the block's base).
+// head record indexes.
 func headRecordBlock(rec []byte) (ref, error) {
-	_, n := binary.Uvarint(rec)
-	if n <= 0 {
-		return ref{}, errShort
+	rr, err := newRecordReader(rec)
+	if err != nil {
+		return ref{}, err
 	}
-	rec = rec[n:]
-	_, n = binary.Varint(rec)
-	if n <= 0 || len(rec) < n+1 {
-		return ref{}, errShort
-	}
-	rec = rec[n+1:]
-	l, n := binary.Uvarint(rec)
-	if n <= 0 || l < 2 || uint64(len(rec)-n) < l {
-		return ref{}, errShort
-	}
-	v := rec[n : n+int(l)]
-	base, k := binary.Uvarint(v[1:])
+	_, _, _, kind, base, _, done, err := rr.next()
 	switch {
-	case k <= 0:
+	case err != nil:
+		return ref{}, err
+	case done:
 		return ref{}, errShort
-	case v[0] == 'L':
+	case kind == 'L':
 		return ref{seq: base}, nil
-	case v[0] == 'U':
-		return ref{block: base}, nil
 	}
-	return ref{}, errShort
+	return ref{block: base}, nil
 }
 
 // rebuildEntries rebuilds, in the table instances tids (nil: all), every

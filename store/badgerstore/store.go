@@ -687,17 +687,22 @@ func (db *DB) commit(commits []store.TableCommit) error {
 
 // valueThreshold is the size from which badger keeps a value in its
 // value log, the LSM tree holding only a pointer: every block but the
-// smallest, and the larger head records. Kept in the LSM tree, a block
-// is rewritten by every compaction that moves it down a level; under a
-// load of many small commits (one or two 1,000-line writes each, spread
-// over nine tables) the blocks filled a memtable every 20 s and the
-// flushes and compactions they caused stalled commits for seconds (at
-// 4 KiB). Run values, point entries, series and table metadata stay in
-// the tree, where a look-up reads them without a value-log read: at
-// 1 KiB, a create/drop churn of tables with 1 KiB names sent every
-// metadata value to the value log and left its files open until
-// collected.
-const valueThreshold = 2 << 10
+// smallest, every head record but the smallest, and table metadata
+// beyond a few columns. Kept in the LSM tree, a value is copied into a
+// memtable, written again by the memtable's flush and by every
+// compaction that moves it down a level, and those flushes and
+// compactions take a core for a second at a time: on a 2-core machine
+// under a soak of many small commits (one 1,000-line write each, spread
+// over nine tables) the blocks below 4 KiB in the tree stalled commits
+// for seconds, and with compact blocks and head records (about 1 KiB for
+// a commit's 111 points of a table) in the tree below 1.5 KiB, 4 to 5
+// windows of 12 missed a p99 of 100 ms where at 512 bytes none did
+// (docs/performance.md#sustained-load). The value log's cost is space: a
+// flushed head record is garbage in a file of live blocks until that
+// file is rewritten (a file at least half garbage, gcDiscardRatio).
+// Run values (a few hundred bytes), point entries and series stay in
+// the tree, where a look-up reads them without a value-log read.
+const valueThreshold = 512
 
 // maxScratchBodyBytes bounds the block encoder's scratch space kept
 // between commits: a block of a 5,000-line TSBS write is about 250 KB, one
@@ -979,7 +984,7 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 	}
 	if len(order) > 0 || len(overSids) > 0 {
 		// The block's runs and overwrites, as one head record (head.go).
-		var rec []byte
+		hw := newHeadWriter(kind, base)
 		tops := map[uint64]runTop{} // each series' last head run as the record leaves it
 		for _, rb := range order {
 			flags := byte(0)
@@ -998,13 +1003,14 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 					flags |= headJoins
 				}
 			}
-			rec = appendHeadRun(rec, rb, flags, kind, base)
+			hw.appendRun(rb, flags)
 		}
 		for _, sid := range overSids {
 			ows := overs[sid]
 			slices.SortFunc(ows, func(a, b overwrite) int { return cmp.Or(cmp.Compare(a.ts, b.ts), cmp.Compare(a.idx, b.idx)) })
-			rec = appendHeadOver(rec, sid, ows, kind, base)
+			hw.appendOver(sid, ows)
 		}
+		rec := hw.rec
 		k := headKey(tc.TableID, w.db.headSeq)
 		w.db.headSeq++
 		if err := w.set(k, rec); err != nil {
