@@ -400,6 +400,7 @@ func (db *DB) getMeta(name string) (m store.TableMeta, found bool, err error) {
 		if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &m) }); err != nil {
 			return &store.CorruptionError{Key: metaKey(name), Err: err}
 		}
+		m.Name = name // the key's (encodeMeta)
 		return nil
 	})
 	return m, found, err
@@ -407,7 +408,7 @@ func (db *DB) getMeta(name string) (m store.TableMeta, found bool, err error) {
 
 // setMeta writes m under its name and the instance id high-water in txn.
 func (db *DB) setMeta(txn *badger.Txn, m store.TableMeta) error {
-	v, err := json.Marshal(m)
+	v, err := encodeMeta(m)
 	if err != nil {
 		return err
 	}

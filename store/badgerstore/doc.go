@@ -42,7 +42,7 @@
 // big-endian so that byte order is numeric order; timestamps are stored with
 // the sign bit flipped so that negative times sort before positive ones.
 //
-//	'm' name                      -> table meta (JSON): instance id, sync, epoch, seq lease, columns, columns_since (optional: the x_seq each column was added at; absent in older stores, read as 0)
+//	'm' name                      -> table meta (JSON, its name empty: the key's): instance id, sync, epoch, seq lease, columns, columns_since (optional: the x_seq each column was added at; absent in older stores, read as 0)
 //	'n'                           -> next table instance id and next unsynced block number
 //	's' tid sid                   -> series: the tag set as (column, value) pairs
 //	'l' tid lastSeq               -> sync block: the fragments a commit wrote to the table, x_seq firstSeq..lastSeq

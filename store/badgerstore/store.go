@@ -1062,9 +1062,20 @@ func (w *committer) extend(tid uint64, old []byte, r ref, f *store.Fragment, loc
 	return w.unions[start:len(w.unions):len(w.unions)], e.count + 1, nil
 }
 
+// encodeMeta encodes a table's metadata value: JSON without the name,
+// which its key holds byte for byte. A table's name may be 1 KiB long;
+// in the value it would send a name-heavy table's metadata to the value
+// log (valueThreshold), where a churn of such tables left value-log
+// files, each a descriptor and a mapping, until collected. Values of
+// older layouts hold the name too; readers take the key's.
+func encodeMeta(m store.TableMeta) ([]byte, error) {
+	m.Name = ""
+	return json.Marshal(m)
+}
+
 // putMeta writes a table's metadata and the instance id high-water.
 func (w *committer) putMeta(m *store.TableMeta) error {
-	v, err := json.Marshal(m)
+	v, err := encodeMeta(*m)
 	if err != nil {
 		return err
 	}

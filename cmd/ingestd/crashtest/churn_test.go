@@ -24,7 +24,7 @@ var churnCycles = flag.Int("churn.cycles", 160, "TestHostileTableChurnDisk: crea
 // flushes the memtable), which badger rewrites once it records 10,000
 // deletions: the size saws between about 100 and 300 KiB on an empty
 // store, see docs/operations.md#disk for the figures of a 32,000-cycle
-// run. A cycle's table metadata, head records and blocks above 512
+// run. A cycle's head records and blocks above 512
 // bytes go to badger's value log, where they are garbage once dropped,
 // taken back when the collector rewrites their file, never the file
 // being written: value-log files of 16 values and a pass every 50 ms
