@@ -583,7 +583,7 @@ func (db *DB) reapFlush(wait bool) error {
 // grouped otherwise and name a fragment twice, which retention and
 // repairs tolerate). The sealed heads do not change while it runs.
 func (db *DB) storeHeads(f *headFlush) error {
-	w := &committer{db: db, txn: db.bdb.NewTransaction(true)}
+	w := &committer{db: db, txn: db.bdb.NewTransaction(true), maxKeys: flushTxnKeys}
 	defer func() { w.txn.Discard() }()
 	for i, st := range f.sts {
 		h, tid := st.sealed, f.tids[i]

@@ -49,6 +49,27 @@ func TestHeadJoinsCommits(t *testing.T) {
 	require.Zero(t, st.db.headEntries(true))
 }
 
+// TestHeadFlushSplit checks that a flush of more run keys than
+// flushTxnKeys commits them in several transactions, so that commits
+// are not held behind one large one, and stores every run all the same.
+func TestHeadFlushSplit(t *testing.T) {
+	st := newSeqTable(t)
+	const series = 2*flushTxnKeys + 100
+	for c := range int64(2) {
+		frags := make([]store.Fragment, series)
+		for s := range frags {
+			frags[s] = store.Fragment{Series: uint64(s + 1), Time: 10 * c, Fields: []store.Field{intField(1, c)}}
+		}
+		st.commit(t, frags...)
+	}
+	before := st.db.bdb.MaxVersion()
+	require.NoError(t, st.db.flushHeads())
+	require.GreaterOrEqual(t, st.db.bdb.MaxVersion()-before, uint64(3), "transactions the flush committed")
+	require.Equal(t, series, keysIn(t, st.db, ksRun, st.tid), "one run per series")
+	require.Zero(t, keysIn(t, st.db, ksHead, st.tid), "the flush deletes the records")
+	require.Len(t, readAll(t, st.db, st.tid, 0, st.seq, 2*series), 2*series)
+}
+
 // TestHeadReplayedAfterCrash stops the store as a crash would (badger
 // closed, the head never flushed) and checks that Open rebuilds the head
 // from its records: every point written before is still found, so the

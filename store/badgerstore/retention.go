@@ -491,7 +491,9 @@ func (w *committer) rewriteBlock(view *badger.Txn, b *sweepBlock) (int, error) {
 // delete deletes k, committing and starting a new transaction when the
 // current one is full.
 func (w *committer) delete(k []byte) error {
-	w.db.keysWritten.Inc()
+	if err := w.count(); err != nil {
+		return err
+	}
 	err := w.txn.Delete(k)
 	if errors.Is(err, badger.ErrTxnTooBig) {
 		if err := w.split(); err != nil {

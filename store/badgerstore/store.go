@@ -723,7 +723,18 @@ type committer struct {
 	torn   bool         // the commit was split: its mark is written
 	tids   []uint64     // the tables the commit writes, for its mark
 	heads  []headRecord // the head records written, added to the heads once durable
+	// maxKeys, when above 0, splits the transaction every maxKeys keys
+	// (flushTxnKeys), keys counting those in the current one.
+	maxKeys, keys int
 }
+
+// flushTxnKeys bounds a head flush's transactions. Badger applies write
+// requests one at a time: a flush committed as one transaction of about
+// 100,000 run keys (100,000 series, one head) held every commit behind
+// it for 300-700 ms at each flush, every 23 s at 45,000 lines/s. Split
+// at this many keys, commits go between a flush's transactions; each
+// costs an fsync.
+const flushTxnKeys = 2048
 
 // headRecord is a head record a commit wrote.
 type headRecord struct {
@@ -737,7 +748,9 @@ func (w *committer) set(k, v []byte) error { return w.setMeta(k, v, 0) }
 
 // setMeta is set with badger's user meta byte of the key (metaNoFirst).
 func (w *committer) setMeta(k, v []byte, meta byte) error {
-	w.db.keysWritten.Inc()
+	if err := w.count(); err != nil {
+		return err
+	}
 	e := badger.NewEntry(k, v).WithMeta(meta)
 	err := w.txn.SetEntry(e)
 	if errors.Is(err, badger.ErrTxnTooBig) {
@@ -747,6 +760,22 @@ func (w *committer) setMeta(k, v []byte, meta byte) error {
 		err = w.txn.SetEntry(badger.NewEntry(k, v).WithMeta(meta))
 	}
 	return err
+}
+
+// count counts a key about to be written, splitting the transaction
+// first when it holds w.maxKeys.
+func (w *committer) count() error {
+	w.db.keysWritten.Inc()
+	if w.maxKeys <= 0 {
+		return nil
+	}
+	if w.keys == w.maxKeys {
+		if err := w.split(); err != nil {
+			return err
+		}
+	}
+	w.keys++
+	return nil
 }
 
 // split commits the transaction so far and starts the next one. The first
@@ -768,6 +797,7 @@ func (w *committer) split() error {
 		return err
 	}
 	w.txn = w.db.bdb.NewTransaction(true)
+	w.keys = 0
 	return nil
 }
 
