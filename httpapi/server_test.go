@@ -357,9 +357,11 @@ func TestServerEarlyAnswer(t *testing.T) {
 		cfg.BodyTimeout = timeout
 		ts := startServer(t, cfg, refuse)
 		c := ts.dial(t)
+		// Taken before the request is sent: the server's body deadline
+		// starts once it has read the headers, never before this.
+		start := time.Now()
 		_, err := io.WriteString(c, "POST /write HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\nab")
 		require.NoError(t, err)
-		start := time.Now()
 		got := waitClosed(t, c)
 		require.GreaterOrEqual(t, time.Since(start), timeout)
 		require.Less(t, time.Since(start), 10*time.Second)
