@@ -166,6 +166,7 @@ const recordCompact = 0
 // headWriter appends the sections of a head record.
 type headWriter struct {
 	rec     []byte
+	body    []byte // scratch space for a run's body, reused across runs
 	sid     uint64
 	firstTs int64
 }
@@ -185,9 +186,9 @@ func (w *headWriter) section(sid uint64, firstTs int64, flags byte) {
 // appendRun appends one run.
 func (w *headWriter) appendRun(rb *runBuilder, flags byte) {
 	w.section(rb.sid, rb.firstTs, flags)
-	body := rb.appendBody(nil)
-	w.rec = binary.AppendUvarint(w.rec, uint64(len(body)))
-	w.rec = append(w.rec, body...)
+	w.body = rb.appendBody(w.body[:0])
+	w.rec = binary.AppendUvarint(w.rec, uint64(len(w.body)))
+	w.rec = append(w.rec, w.body...)
 }
 
 // overwrite is a fragment that overwrote a point, as a commit places
