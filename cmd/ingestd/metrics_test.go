@@ -148,7 +148,7 @@ func TestMetricsAfterKnownActions(t *testing.T) {
 	t.Run("present", func(t *testing.T) {
 		for _, name := range []string{
 			"ingestd_feed_commit_duration_seconds", "ingestd_feed_commit_batch_points", "ingestd_ilp_wire_bytes_total",
-			"ingestd_feed_consumer_lag_seconds", "ingestd_store_size_bytes", "ingestd_store_free_bytes", "go_goroutines", "process_resident_memory_bytes",
+			"ingestd_feed_consumer_lag_seconds", "ingestd_store_size_bytes", "ingestd_store_files", "ingestd_store_free_bytes", "go_goroutines", "process_resident_memory_bytes",
 		} {
 			require.Contains(t, fams, name)
 		}

@@ -306,8 +306,11 @@
 //   - its fragment in a block: about 19 bytes (compact fragments, S2);
 //   - its share of a head record, which the head flush deletes: about 10
 //     bytes, left as garbage in the value-log file the record shares with
-//     live blocks until the collector rewrites that file (a file at least
-//     half garbage: these stay below, so this space is not yet given back);
+//     live blocks (about a third of the file) until the collector
+//     rewrites that file, which --store-gc-discard-ratio (0.3) allows;
+//     badger counts the garbage only once a compaction has merged the
+//     record's deletion with it, after the memtable's flush, so this
+//     space comes back minutes after it was written, not seconds;
 //   - its share of its series' run keys: about 5 bytes (a run names up to
 //     128 points, about 4 bytes each for the time delta and 1 for the
 //     x_seq delta);
@@ -367,14 +370,16 @@
 // Blocks live in badger's value log, which only a value-log garbage
 // collection shrinks: badger's compactions count the bytes of deleted and
 // overwritten values per value-log file, and RunValueLogGC rewrites a
-// file at least half garbage (copying its live values forward) and
-// deletes it. collectGarbage runs such passes, one file at a time,
+// file at least --store-gc-discard-ratio garbage (0.3: copying at most
+// 2.3 bytes of live values forward per byte given back) and deletes it. collectGarbage runs such passes, one file at a time,
 // pausing after each as long as rewriting that file takes at
 // --store-gc-max-bytes-per-second; a background loop calls it every
 // --store-gc-interval (2 s). badger never collects the file it is
-// writing, so --store-value-log-max-entries (256 values) starts a new file
-// sooner than the 256 MiB size limit would: this bounds the garbage the
-// newest file can hold. (badger's size limit is also its largest value,
+// writing, so --store-value-log-max-entries (4,096 values) starts a new
+// file sooner than the 256 MiB size limit would: this bounds the garbage
+// the newest file can hold. Every file stays open and mapped while it
+// lives (ingestd_store_files): the count is also what keeps a store of
+// small blocks within the process's descriptors. (badger's size limit is also its largest value,
 // so it stays at store.MaxValueBytes: a count is the bound that leaves a
 // large group commit's block room.) ingestd_store_size_bytes walks the
 // data directory at every

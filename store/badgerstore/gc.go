@@ -14,11 +14,6 @@ import (
 	"github.com/ingestd/ingestd/store"
 )
 
-// gcDiscardRatio is the share of a value-log file that must be garbage
-// for the collector to rewrite it (badger's recommended 0.5: a lifetime
-// write amplification of at most 2).
-const gcDiscardRatio = 0.5
-
 // gcState is the background value-log collector (see doc.go, "Space
 // given back").
 type gcState struct {
@@ -63,9 +58,9 @@ func (db *DB) runGC(interval time.Duration, bytesPerSecond int64) {
 }
 
 // collectGarbage runs one value-log garbage collection pass now: it
-// rewrites, one at a time, every value-log file at least half of which is
-// garbage (values of deleted or rewritten keys, as badger's compactions
-// have counted them), deleting the old file, and waits between two
+// rewrites, one at a time, every value-log file at least
+// Config.GCDiscardRatio of which is garbage (values of deleted or
+// rewritten keys, as badger's compactions have counted them), deleting the old file, and waits between two
 // rewrites as long as writing one file takes at --store-gc-max-bytes-
 // per-second. It returns how many files it rewrote. The file badger is
 // writing to is never rewritten. Safe for concurrent use; passes run one
@@ -93,7 +88,7 @@ func (db *DB) collect(bytesPerSecond int64) (n int, err error) {
 	}()
 	for {
 		_, before := db.diskSize()
-		err := db.bdb.RunValueLogGC(gcDiscardRatio)
+		err := db.bdb.RunValueLogGC(db.gcDiscardRatio)
 		if errors.Is(err, badger.ErrNoRewrite) || errors.Is(err, badger.ErrRejected) {
 			return n, nil
 		}
@@ -124,13 +119,20 @@ func (db *DB) collect(bytesPerSecond int64) (n int, err error) {
 // files sparsely), the LSM tree's (.sst) and the value log's (.vlog)
 // apart; the memtable logs, manifest and other files count as lsm.
 func (db *DB) diskSize() (lsm, vlog int64) {
+	lsm, vlog, _, _ = db.diskFiles()
+	return lsm, vlog
+}
+
+// diskFiles is diskSize with the number of files of each part: badger
+// keeps every one of them open and mapped.
+func (db *DB) diskFiles() (lsm, vlog int64, lsmFiles, vlogFiles int) {
 	if db.dir == "" || db.lock == nil {
 		l, v := db.bdb.Size()
-		return l, v
+		return l, v, 0, 0
 	}
 	entries, err := os.ReadDir(db.dir)
 	if err != nil {
-		return 0, 0
+		return 0, 0, 0, 0
 	}
 	for _, e := range entries {
 		info, err := e.Info()
@@ -143,11 +145,13 @@ func (db *DB) diskSize() (lsm, vlog int64) {
 		}
 		if filepath.Ext(e.Name()) == ".vlog" {
 			vlog += size
+			vlogFiles++
 		} else {
 			lsm += size
+			lsmFiles++
 		}
 	}
-	return lsm, vlog
+	return lsm, vlog, lsmFiles, vlogFiles
 }
 
 // sizeCollector reports the data directory's size at every scrape.
@@ -157,10 +161,16 @@ var sizeDesc = prometheus.NewDesc("ingestd_store_size_bytes",
 	"Bytes the data directory occupies on disk (allocated blocks, measured at each scrape) by part: vlog (value-log files), lsm (everything else: LSM tables, memtable logs, manifest).",
 	[]string{"part"}, nil)
 
-func (c sizeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sizeDesc }
+var filesDesc = prometheus.NewDesc("ingestd_store_files",
+	"Files in the data directory by part (as ingestd_store_size_bytes): badger keeps each open and memory-mapped, so they count against the process's descriptor limit and Linux's vm.max_map_count (65,530 by default); --store-value-log-max-entries sets how many values a value-log file holds.",
+	[]string{"part"}, nil)
+
+func (c sizeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- sizeDesc; ch <- filesDesc }
 
 func (c sizeCollector) Collect(ch chan<- prometheus.Metric) {
-	lsm, vlog := c.db.diskSize()
+	lsm, vlog, lsmFiles, vlogFiles := c.db.diskFiles()
 	ch <- prometheus.MustNewConstMetric(sizeDesc, prometheus.GaugeValue, float64(lsm), "lsm")
 	ch <- prometheus.MustNewConstMetric(sizeDesc, prometheus.GaugeValue, float64(vlog), "vlog")
+	ch <- prometheus.MustNewConstMetric(filesDesc, prometheus.GaugeValue, float64(lsmFiles), "lsm")
+	ch <- prometheus.MustNewConstMetric(filesDesc, prometheus.GaugeValue, float64(vlogFiles), "vlog")
 }

@@ -40,16 +40,24 @@ const (
 	DefaultGCInterval = 2 * time.Second
 	// DefaultGCMaxBytesPerSecond bounds the collector's I/O.
 	DefaultGCMaxBytesPerSecond = 64 << 20
+	// DefaultGCDiscardRatio is the garbage share at which the collector
+	// rewrites a value-log file. A commit writes its blocks and its head
+	// records side by side, and the head flush deletes the records: a
+	// file of the common load (many series, a point each per commit) ends
+	// about a third garbage, which badger's usual 0.5 never collects
+	// (doc.go, "Bytes per line").
+	DefaultGCDiscardRatio = 0.3
 	// DefaultValueLogMaxEntries is how many values a value-log file holds
 	// at most before badger starts the next one. The newest file's
 	// garbage is never collected, so fewer means space back sooner; but
 	// every file is a creation (a mapping sized for the largest value,
-	// synced), a descriptor and a mapping, and under many small commits
-	// (a block per table per commit) 16 made a file every two commits:
-	// a quarter of the server's CPU in a soak, and Linux's mapping limit
-	// near 12 GB of value log. 256 holds about three rounds of `ingestd
-	// diskbench` (docs/performance.md#disk-given-back).
-	DefaultValueLogMaxEntries = 256
+	// synced), a descriptor and a mapping for as long as it lives, and
+	// under many small commits (a block and a head record per table per
+	// commit, about 1.7 KB each at 1,000 series) 256 made files of 430 KB:
+	// six a second at 90,000 lines/s, a process's 20,000 descriptors
+	// within the hour. 4,096 makes files of about 7 MB there, and caps a
+	// file of large blocks at badger's 256 MiB size bound.
+	DefaultValueLogMaxEntries = 4096
 )
 
 // Config configures the store.
@@ -81,6 +89,12 @@ type Config struct {
 	// file it pauses as long as reading and writing that file takes at this
 	// rate. 0: no pause.
 	GCMaxBytesPerSecond int64
+	// GCDiscardRatio is the share of a value-log file (0 < r < 1) that
+	// must be garbage, as badger's compactions have counted it, for the
+	// collector to rewrite the file: lower gives more space back at the
+	// cost of copying more live values forward (at most (1-r)/r bytes
+	// copied per byte given back).
+	GCDiscardRatio float64
 	// ValueLogMaxEntries is how many values (blocks, and index values
 	// above 4 KiB) one value-log file holds before badger starts the next
 	// (also past MaxValueBytes). Only a file badger no longer writes can be
@@ -106,7 +120,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Dir: DefaultDir, BlockCacheBytes: DefaultBlockCacheBytes, MemTableBytes: DefaultMemTableBytes, MinFreeBytes: DefaultMinFreeBytes,
-		GCInterval: DefaultGCInterval, GCMaxBytesPerSecond: DefaultGCMaxBytesPerSecond, ValueLogMaxEntries: DefaultValueLogMaxEntries,
+		GCInterval: DefaultGCInterval, GCMaxBytesPerSecond: DefaultGCMaxBytesPerSecond, GCDiscardRatio: DefaultGCDiscardRatio, ValueLogMaxEntries: DefaultValueLogMaxEntries,
 		TableStatsMaxAge: DefaultTableStatsMaxAge, HeadMaxEntries: DefaultHeadMaxEntries}
 }
 
@@ -119,6 +133,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MinFreeBytes, "store-min-free-bytes", c.MinFreeBytes, "free space the data directory must keep: below it writes fail and ingestd stops (0: no check)")
 	fs.DurationVar(&c.GCInterval, "store-gc-interval", c.GCInterval, "how often the value-log garbage collector gives the space of removed data back (0: never)")
 	fs.Int64Var(&c.GCMaxBytesPerSecond, "store-gc-max-bytes-per-second", c.GCMaxBytesPerSecond, "I/O bound of the value-log garbage collector: after rewriting a file it pauses as long as that file takes at this rate (0: no pause)")
+	fs.Float64Var(&c.GCDiscardRatio, "store-gc-discard-ratio", c.GCDiscardRatio, "share of a value-log file that must be garbage (deleted or rewritten values) for the collector to rewrite it, within (0, 1): lower gives more space back and copies more live values forward")
 	fs.IntVar(&c.ValueLogMaxEntries, "store-value-log-max-entries", c.ValueLogMaxEntries, "values (blocks) per value-log file before the next is started: only files badger no longer writes are collected, so lower gives space back sooner, at the cost of more files (each a descriptor and a memory mapping; raise it on a large store that rarely deletes)")
 	fs.DurationVar(&c.TableStatsMaxAge, "store-table-stats-max-age", c.TableStatsMaxAge, "how long a table's counted fragments, rows and bytes are reused before they are counted again (0: every request counts)")
 	fs.IntVar(&c.HeadMaxEntries, "store-head-max-entries", c.HeadMaxEntries, "head entries (one per new point, about 40 bytes, or per overwrite, about 40 bytes plus the point's row) kept in memory before they are stored as run keys and point entries: more means fewer LSM writes per point and a longer replay after a crash (1: store them at every commit)")
@@ -143,6 +158,9 @@ func (c *Config) Validate() error {
 	}
 	if c.GCMaxBytesPerSecond < 0 {
 		return errors.New("store: --store-gc-max-bytes-per-second must not be negative")
+	}
+	if !(c.GCDiscardRatio > 0 && c.GCDiscardRatio < 1) {
+		return errors.New("store: --store-gc-discard-ratio must be within (0, 1)")
 	}
 	if c.ValueLogMaxEntries < 1 || c.ValueLogMaxEntries > math.MaxInt32 {
 		return errors.New("store: --store-value-log-max-entries must be within 1..2147483647")
@@ -206,10 +224,12 @@ type DB struct {
 	// layoutVersion (0 otherwise), until upgrade converted it.
 	upgradeFrom uint64
 
-	// gc is the value-log collector (nil in memory); gcBytesPerSecond is
+	// gc is the value-log collector (nil in memory); gcDiscardRatio is
+	// Config.GCDiscardRatio; gcBytesPerSecond is
 	// Config.GCMaxBytesPerSecond.
 	gc               *gcState
 	gcBytesPerSecond int64
+	gcDiscardRatio   float64
 	// statsMaxAge is Config.TableStatsMaxAge.
 	statsMaxAge time.Duration
 	tableStats  tableStatsCache
@@ -326,7 +346,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		return nil, errors.Join(err, db.bdb.Close())
 	}
 	if !cfg.InMemory {
-		db.gc, db.gcBytesPerSecond = newGCState(), cfg.GCMaxBytesPerSecond
+		db.gc, db.gcBytesPerSecond, db.gcDiscardRatio = newGCState(), cfg.GCMaxBytesPerSecond, cfg.GCDiscardRatio
 		if reg != nil {
 			reg.MustRegister(db.gc.runs, db.gc.seconds, db.gc.rewrites)
 		}
@@ -699,7 +719,7 @@ func (db *DB) commit(commits []store.TableCommit) error {
 // windows of 12 missed a p99 of 100 ms where at 512 bytes none did
 // (docs/performance.md#sustained-load). The value log's cost is space: a
 // flushed head record is garbage in a file of live blocks until that
-// file is rewritten (a file at least half garbage, gcDiscardRatio).
+// file is rewritten (a file at least --store-gc-discard-ratio garbage).
 // Run values (a few hundred bytes), point entries and series stay in
 // the tree, where a look-up reads them without a value-log read.
 const valueThreshold = 512
