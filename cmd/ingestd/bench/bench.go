@@ -363,10 +363,16 @@ func runBenchMode(ctx context.Context, cfg *benchConfig, out io.Writer) (res ben
 // newBenchTarget connects to the server at --url (and --write-urls) and
 // waits until it answers.
 func newBenchTarget(ctx context.Context, cfg *benchConfig) (*benchTarget, error) {
+	// At most one connection per request the mode keeps in flight and
+	// per tailing consumer, and a few for the checks: a server that
+	// closes connections it refuses (503, Connection: close) would
+	// otherwise see the client open new ones faster than it has let the
+	// old ones go, and count them against --http-max-conns-per-client.
+	conns := max(cfg.concurrency, cfg.maxInflight) + cfg.tails + 8
 	hc := &http.Client{
 		Timeout: 2 * time.Minute,
 		Transport: &http.Transport{
-			MaxIdleConns: 1024, MaxIdleConnsPerHost: 1024, IdleConnTimeout: time.Minute,
+			MaxConnsPerHost: conns, MaxIdleConns: conns, MaxIdleConnsPerHost: conns, IdleConnTimeout: time.Minute,
 			DisableCompression: true,
 		},
 	}
