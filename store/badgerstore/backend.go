@@ -59,15 +59,25 @@ func (db *DB) Close() error {
 	if err := db.releaseLeases(); err != nil {
 		db.logger.Warn("x_seq leases not released: a restart skips the unused numbers", "err", err)
 	}
-	if db.gc != nil {
-		close(db.gc.stop)
-		<-db.gc.done
-	}
+	db.stopBackground()
 	err := db.bdb.Close()
 	if db.lock != nil {
 		err = errors.Join(err, db.lock.Close())
 	}
 	return err
+}
+
+// stopBackground stops the value-log collector and the mapped-pages
+// bound and waits for them, before badger closes.
+func (db *DB) stopBackground() {
+	if db.gc != nil {
+		close(db.gc.stop)
+		<-db.gc.done
+	}
+	if db.mapped != nil {
+		close(db.mapped.stop)
+		<-db.mapped.done
+	}
 }
 
 // LoadTables implements store.Loader: every table's metadata, tombstones

@@ -112,8 +112,7 @@ func TestHeadReplayedAfterCrash(t *testing.T) {
 			require.Equal(t, series*(len(inOrder)+len(backfill)), entries)
 
 			// The crash: badger's files as the last commit left them.
-			close(db.gc.stop)
-			<-db.gc.done
+			db.stopBackground()
 			require.NoError(t, db.bdb.Close())
 			require.NoError(t, db.lock.Close())
 			db, err = Open(cfg, nil, nil)

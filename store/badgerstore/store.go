@@ -34,9 +34,10 @@ const (
 	DefaultHeadMaxEntries = 1 << 20
 	DefaultMinFreeBytes   = 256 << 20
 	// DefaultGCInterval is how often the value-log garbage collector runs.
-	// A pass that finds no file at least half garbage costs a look at
-	// badger's discard counts, so it runs often enough that space comes
-	// back within seconds of a TRUNCATE, DROP or retention sweep.
+	// A pass that finds no file at least --store-gc-discard-ratio garbage
+	// costs a look at badger's discard counts, so it runs often enough
+	// that space comes back within seconds of a TRUNCATE, DROP or
+	// retention sweep.
 	DefaultGCInterval = 2 * time.Second
 	// DefaultGCMaxBytesPerSecond bounds the collector's I/O.
 	DefaultGCMaxBytesPerSecond = 64 << 20
@@ -47,6 +48,10 @@ const (
 	// about a third garbage, which badger's usual 0.5 never collects
 	// (doc.go, "Bytes per line").
 	DefaultGCDiscardRatio = 0.3
+	// DefaultMaxMappedBytes bounds the resident pages of badger's mapped
+	// files (mapped.go): with the Go heap under --memory-limit-bytes
+	// (512 MiB), the process's RSS stays near 1 GiB.
+	DefaultMaxMappedBytes = 512 << 20
 	// DefaultValueLogMaxEntries is how many values a value-log file holds
 	// at most before badger starts the next one. The newest file's
 	// garbage is never collected, so fewer means space back sooner; but
@@ -95,6 +100,12 @@ type Config struct {
 	// cost of copying more live values forward (at most (1-r)/r bytes
 	// copied per byte given back).
 	GCDiscardRatio float64
+	// MaxMappedBytes bounds the pages of badger's memory-mapped files the
+	// process keeps resident (RssFile, checked every second): past it the
+	// value-log files badger no longer writes and the LSM tables are
+	// paged out (Linux; see mappedState). 0: no bound, the kernel alone
+	// decides.
+	MaxMappedBytes int64
 	// ValueLogMaxEntries is how many values (blocks, and index values
 	// above 4 KiB) one value-log file holds before badger starts the next
 	// (also past MaxValueBytes). Only a file badger no longer writes can be
@@ -120,7 +131,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Dir: DefaultDir, BlockCacheBytes: DefaultBlockCacheBytes, MemTableBytes: DefaultMemTableBytes, MinFreeBytes: DefaultMinFreeBytes,
-		GCInterval: DefaultGCInterval, GCMaxBytesPerSecond: DefaultGCMaxBytesPerSecond, GCDiscardRatio: DefaultGCDiscardRatio, ValueLogMaxEntries: DefaultValueLogMaxEntries,
+		GCInterval: DefaultGCInterval, GCMaxBytesPerSecond: DefaultGCMaxBytesPerSecond, GCDiscardRatio: DefaultGCDiscardRatio, MaxMappedBytes: DefaultMaxMappedBytes, ValueLogMaxEntries: DefaultValueLogMaxEntries,
 		TableStatsMaxAge: DefaultTableStatsMaxAge, HeadMaxEntries: DefaultHeadMaxEntries}
 }
 
@@ -134,6 +145,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.GCInterval, "store-gc-interval", c.GCInterval, "how often the value-log garbage collector gives the space of removed data back (0: never)")
 	fs.Int64Var(&c.GCMaxBytesPerSecond, "store-gc-max-bytes-per-second", c.GCMaxBytesPerSecond, "I/O bound of the value-log garbage collector: after rewriting a file it pauses as long as that file takes at this rate (0: no pause)")
 	fs.Float64Var(&c.GCDiscardRatio, "store-gc-discard-ratio", c.GCDiscardRatio, "share of a value-log file that must be garbage (deleted or rewritten values) for the collector to rewrite it, within (0, 1): lower gives more space back and copies more live values forward")
+	fs.Int64Var(&c.MaxMappedBytes, "store-max-mapped-bytes", c.MaxMappedBytes, "resident pages of badger's memory-mapped files (the process's RssFile) past which the value-log files badger no longer writes and the LSM tables are paged out, checked every second (Linux 5.4 and later; 0: no bound); the memtable logs and the value-log file being written stay resident")
 	fs.IntVar(&c.ValueLogMaxEntries, "store-value-log-max-entries", c.ValueLogMaxEntries, "values (blocks) per value-log file before the next is started: only files badger no longer writes are collected, so lower gives space back sooner, at the cost of more files (each a descriptor and a memory mapping; raise it on a large store that rarely deletes)")
 	fs.DurationVar(&c.TableStatsMaxAge, "store-table-stats-max-age", c.TableStatsMaxAge, "how long a table's counted fragments, rows and bytes are reused before they are counted again (0: every request counts)")
 	fs.IntVar(&c.HeadMaxEntries, "store-head-max-entries", c.HeadMaxEntries, "head entries (one per new point, about 40 bytes, or per overwrite, about 40 bytes plus the point's row) kept in memory before they are stored as run keys and point entries: more means fewer LSM writes per point and a longer replay after a crash (1: store them at every commit)")
@@ -161,6 +173,9 @@ func (c *Config) Validate() error {
 	}
 	if !(c.GCDiscardRatio > 0 && c.GCDiscardRatio < 1) {
 		return errors.New("store: --store-gc-discard-ratio must be within (0, 1)")
+	}
+	if c.MaxMappedBytes < 0 {
+		return errors.New("store: --store-max-mapped-bytes must not be negative")
 	}
 	if c.ValueLogMaxEntries < 1 || c.ValueLogMaxEntries > math.MaxInt32 {
 		return errors.New("store: --store-value-log-max-entries must be within 1..2147483647")
@@ -230,6 +245,9 @@ type DB struct {
 	gc               *gcState
 	gcBytesPerSecond int64
 	gcDiscardRatio   float64
+	// mapped bounds the resident pages of badger's mapped files (nil:
+	// no bound, or in memory).
+	mapped *mappedState
 	// statsMaxAge is Config.TableStatsMaxAge.
 	statsMaxAge time.Duration
 	tableStats  tableStatsCache
@@ -354,6 +372,13 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 			go db.runGC(cfg.GCInterval, cfg.GCMaxBytesPerSecond)
 		} else {
 			close(db.gc.done)
+		}
+		if cfg.MaxMappedBytes > 0 {
+			db.mapped = newMappedState(cfg.MaxMappedBytes)
+			if reg != nil {
+				reg.MustRegister(db.mapped.resident, db.mapped.pageOuts)
+			}
+			go db.runMappedBound(db.mapped)
 		}
 	}
 	if reg != nil {

@@ -361,8 +361,7 @@ func TestTornSplitCommit(t *testing.T) {
 				return txn.Delete(lost)
 			}))
 			// The crash: badger's files as the torn commit left them.
-			close(db.gc.stop)
-			<-db.gc.done
+			db.stopBackground()
 			require.NoError(t, db.bdb.Close())
 			require.NoError(t, db.lock.Close())
 

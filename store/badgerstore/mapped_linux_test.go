@@ -1,0 +1,111 @@
+package badgerstore
+
+import (
+	"bufio"
+	"math"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/testdeadline"
+)
+
+// residentVlog sums the resident bytes (smaps Rss) of the process's
+// mappings of the value-log files in dir but the newest, and counts
+// them.
+func residentVlog(t *testing.T, dir string) (bytes int64, files int) {
+	dir, err := filepath.EvalSymlinks(dir)
+	require.NoError(t, err)
+	f, err := os.Open("/proc/self/smaps")
+	require.NoError(t, err)
+	defer f.Close()
+	type m struct {
+		path string
+		rss  int64
+	}
+	var ms []m
+	newest := ""
+	cur := -1
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		fields := strings.Fields(sc.Text())
+		switch {
+		case len(fields) >= 6 && strings.Contains(fields[0], "-"):
+			cur = -1
+			path := strings.Join(fields[5:], " ")
+			if filepath.Dir(path) == dir && filepath.Ext(path) == ".vlog" {
+				ms = append(ms, m{path: path})
+				cur = len(ms) - 1
+				newest = max(newest, path)
+			}
+		case cur >= 0 && len(fields) == 3 && fields[0] == "Rss:":
+			kb, err := strconv.ParseInt(fields[1], 10, 64)
+			require.NoError(t, err)
+			ms[cur].rss += kb << 10
+		}
+	}
+	require.NoError(t, sc.Err())
+	for _, x := range ms {
+		if x.path != newest {
+			bytes += x.rss
+			files++
+		}
+	}
+	return bytes, files
+}
+
+// TestMaxMappedBytes writes blocks over several value-log files, reads
+// them back so that their pages are resident, and checks that past
+// --store-max-mapped-bytes the files badger no longer writes are paged
+// out, every block still reading as written.
+func TestMaxMappedBytes(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Dir = t.TempDir()
+	cfg.MinFreeBytes = 0
+	cfg.GCInterval = 0
+	cfg.ValueLogMaxEntries = 16
+	cfg.MaxMappedBytes = 0 // off while the pages are made resident
+	db, err := Open(cfg, nil, nil)
+	require.NoError(t, err)
+	tid := db.allocTableID()
+	// Values that do not compress, so that the files span many pages.
+	const commits, points = 32, 10000
+	rnd := rand.New(rand.NewPCG(1, 2))
+	seq := uint64(0)
+	for c := range commits {
+		tc := store.TableCommit{TableID: tid, FirstSeq: seq + 1}
+		if c == 0 {
+			tc.NewSeries = []store.Series{{ID: 1}}
+		}
+		for j := range points {
+			tc.Fragments = append(tc.Fragments, store.Fragment{Series: 1, Time: int64(c*points + j),
+				Fields: []store.Field{{Col: 1, Value: store.Value{Kind: store.KindFloat, Num: math.Float64bits(rnd.Float64())}}}})
+		}
+		seq += points
+		require.NoError(t, db.commit([]store.TableCommit{tc}))
+	}
+	require.Len(t, readPoints(t, db, tid), commits*points)
+	before, files := residentVlog(t, cfg.Dir)
+	require.Greater(t, files, 2, "the blocks fill several value-log files")
+	require.Positive(t, before, "reading the blocks made their pages resident")
+	require.NoError(t, db.Close())
+
+	cfg.MaxMappedBytes = 1 // every check finds RssFile above it
+	db, err = Open(cfg, nil, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	require.Len(t, readPoints(t, db, tid), commits*points)
+	require.Eventually(t, func() bool { return testutil.ToFloat64(db.mapped.pageOuts) >= 2 },
+		testdeadline.Scale(10*mappedInterval), mappedInterval/10, "the bound pages out")
+	after, _ := residentVlog(t, cfg.Dir)
+	t.Logf("resident bytes of %d older value-log files: %d read back, %d paged out", files, before, after)
+	require.Less(t, after, before/4, "resident bytes of the older value-log files: %d before the bound, %d after", before, after)
+	require.Len(t, readPoints(t, db, tid), commits*points, "paged-out blocks read again")
+}
