@@ -388,9 +388,9 @@
 //
 // # Version rule
 //
-// The layout is version 2, recorded under 'v'. Version 1 (no series runs:
-// every point had a point-index entry) is read as is, version 2's rules
-// finding every point through its entry, and its mark is upgraded. A newer
-// version is refused with store.ErrVersion; a change to the layout bumps the
-// version and ships a migration.
+// The layout's version is recorded under 'v' (layoutVersion in layout.go
+// lists what each version changed). Older versions are read as they are
+// or converted at Open, and their mark is upgraded. A newer version is
+// refused with store.ErrVersion; a change to the layout bumps the
+// version and ships what reads or converts the older one.
 package badgerstore

@@ -169,11 +169,12 @@ func TestSealedHeadConsulted(t *testing.T) {
 	}
 }
 
-// TestHeadRecordLayouts checks that a head record reads the same in both
-// layouts: the compact one this build writes and layout 6's, whose
-// sections held absolute series and times and whose bodies began with
-// the block's kind and base (a crash may leave such records for Open to
-// replay).
+// TestHeadRecordLayouts checks that a head record reads the same in
+// every layout: the one this build writes (layout 8, whose runs of one
+// point carry their index alone), layout 7's (a body for every run) and
+// layout 6's, whose sections held absolute series and times and whose
+// bodies began with the block's kind and base (a crash may leave such
+// records for Open to replay).
 func TestHeadRecordLayouts(t *testing.T) {
 	type section struct {
 		sid   uint64
@@ -201,6 +202,15 @@ func TestHeadRecordLayouts(t *testing.T) {
 			old = append(old, v...)
 		}
 		hw.appendOver(5, ows)
+		l7 := newHeadWriter(kind, base)
+		for i, rb := range runs {
+			l7.section(rb.sid, rb.firstTs, byte(i))
+			body := rb.appendBody(nil)
+			l7.rec = binary.AppendUvarint(l7.rec, uint64(len(body)))
+			l7.rec = append(l7.rec, body...)
+		}
+		l7.appendOver(5, ows)
+		require.Equal(t, len(l7.rec)-2*3, len(hw.rec), "each run of one point saves its body's length, count and time delta")
 		rr, err := newRecordReader(hw.rec)
 		require.NoError(t, err)
 		var over []byte
@@ -216,8 +226,8 @@ func TestHeadRecordLayouts(t *testing.T) {
 		old = binary.AppendUvarint(old, uint64(len(ov)))
 		old = append(old, ov...)
 
-		var got [2][]section
-		for i, rec := range [][]byte{hw.rec, old} {
+		var got [3][]section
+		for i, rec := range [][]byte{hw.rec, old, l7.rec} {
 			rr, err := newRecordReader(rec)
 			require.NoError(t, err)
 			for {
@@ -239,7 +249,8 @@ func TestHeadRecordLayouts(t *testing.T) {
 			require.Equal(t, want, r)
 		}
 		require.Len(t, got[0], 4)
-		require.Equal(t, got[0], got[1], "kind %c", kind)
+		require.Equal(t, got[0], got[1], "kind %c: layout 6", kind)
+		require.Equal(t, got[0], got[2], "kind %c: layout 7", kind)
 		var seen []int64
 		require.NoError(t, scanHeadOver(kind, base, []byte(got[0][3].body), got[0][3].first, func(ts int64, _ ref, e []byte) {
 			seen = append(seen, ts)

@@ -45,8 +45,10 @@ const (
 // overwrite runs ('o'). A 5 store reads as it is (its 'q' entries stay
 // valid); an older build would not see 6's overwrite runs. Version 7
 // writes compact block bodies (bodyCompact), which a 6 build refuses to
-// decode; older blocks read as they are.
-const layoutVersion = 7
+// decode; older blocks read as they are. Version 8 writes head-record
+// sections of one point (headSingle), which a 7 build would misread
+// after a crash; older records replay as they are.
+const layoutVersion = 8
 
 // Block metadata (badger's user meta byte of a block's key).
 const (
