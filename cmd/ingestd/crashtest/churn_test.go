@@ -29,7 +29,7 @@ var churnCycles = flag.Int("churn.cycles", 160, "TestHostileTableChurnDisk: crea
 // taken back when the collector rewrites their file, never the file
 // being written: value-log files of 16 values and a pass every 50 ms
 // make that happen within the run instead of once every few hundred
-// cycles (256 values a file).
+// cycles (4,096 values a file by default).
 func TestHostileTableChurnDisk(t *testing.T) {
 	n := *churnCycles
 	require.GreaterOrEqual(t, n, 32, "-churn.cycles")
