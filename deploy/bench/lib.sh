@@ -103,8 +103,10 @@ start() {
       SURL="http://127.0.0.1:$(port 1)"
       local ret=()
       [ "$sys" = ingestd ] || ret=(--default-retention 7d --retention-sweep-interval 1s --store-gc-interval 1s)
+      # INGESTD_FLAGS: further flags for the ingestd under test (a tuning to compare with the defaults).
+      # shellcheck disable=SC2086
       "$WORK/ingestd" --data-dir "$dir/data" --http-addr "127.0.0.1:$(port 1)" --tcp-addr "127.0.0.1:$(port 2)" \
-        --log-level warn "${ret[@]}" >"$dir/log" 2>&1 &
+        --log-level warn "${ret[@]}" ${INGESTD_FLAGS:-} >"$dir/log" 2>&1 &
       ;;
     influxdb)
       SURL="http://127.0.0.1:$(port 3)"

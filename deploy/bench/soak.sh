@@ -7,6 +7,7 @@
 #   deploy/bench/soak.sh                                  # 10 min at 100,000 lines/s over 1,000 series
 #   RATES="50000 100000" SERIES="1000 100000" TAILS=9 deploy/bench/soak.sh
 #   SYSTEMS=ingestd DURATION=60s RATES=200000 deploy/bench/soak.sh   # a quick look at one rate
+#   INGESTD_FLAGS="--store-memtable-bytes 16777216" SYSTEMS=ingestd deploy/bench/soak.sh   # a tuning
 #
 # The load (see `ingestd bench --help`, soak mode): SERIES series over the
 # 9 TSBS devops tables, each line stamped with the time it is due, sent in
