@@ -304,13 +304,16 @@
 // writes, about 9 integer fields a line; ingestd bench --mode soak):
 //
 //   - its fragment in a block: about 19 bytes (compact fragments, S2);
-//   - its share of a head record, which the head flush deletes: about 10
-//     bytes, left as garbage in the value-log file the record shares with
-//     live blocks (about a third of the file) until the collector
-//     rewrites that file, which --store-gc-discard-ratio (0.3) allows;
-//     badger counts the garbage only once a compaction has merged the
-//     record's deletion with it, after the memtable's flush, so this
-//     space comes back minutes after it was written, not seconds;
+//   - its share of a head record, which the head flush deletes: about 7
+//     bytes (10 before layout 8 gave a run of one point a section
+//     without a body), left as garbage in the value-log file the record
+//     shares with live blocks (about a third of the file) until the
+//     collector rewrites that file, which --store-gc-discard-ratio (0.3)
+//     allows; badger counts the garbage only once a compaction has
+//     merged the record's deletion with it, after the memtable's flush,
+//     so this space comes back minutes after it was written (at 1,000
+//     series, whose runs cost the LSM 0.035 keys a line, after more than
+//     10 minutes), not seconds;
 //   - its share of its series' run keys: about 5 bytes (a run names up to
 //     128 points, about 4 bytes each for the time delta and 1 for the
 //     x_seq delta);
