@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -31,28 +32,49 @@ func residentFileBytes() (int64, error) {
 	return 0, errors.New("no RssFile in /proc/self/status")
 }
 
-// pageOutMappings advises the kernel to page out every mapping of a file
-// in dir that is a value-log file other than the newest (the one badger
-// writes) or an LSM table (.sst), as /proc/self/maps lists them.
+// pageOutMappings advises the kernel to page out every mapping
+// pageOutTargets selects in /proc/self/maps.
 func pageOutMappings(dir string) error {
+	f, err := os.Open("/proc/self/maps")
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	targets, err := pageOutTargets(dir, f)
+	if err != nil {
+		return err
+	}
+	for _, m := range targets {
+		_, _, errno := unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_PAGEOUT)
+		switch errno {
+		case 0, unix.ENOMEM: // ENOMEM: unmapped since the listing
+		default:
+			return fmt.Errorf("madvise %s: %w", m.path, errno)
+		}
+	}
+	return nil
+}
+
+// mapping is one line of /proc/self/maps: an address range and the file
+// mapped there.
+type mapping struct {
+	start, end uintptr
+	path       string
+}
+
+// pageOutTargets returns the mappings, listed as in /proc/self/maps, of
+// the files in dir that are value-log files other than the newest (the
+// one badger writes) or LSM tables (.sst).
+func pageOutTargets(dir string, maps io.Reader) ([]mapping, error) {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
 	if real, err := filepath.EvalSymlinks(dir); err == nil {
 		dir = real
 	}
-	f, err := os.Open("/proc/self/maps")
-	if err != nil {
-		return err
-	}
-	defer f.Close()
-	type mapping struct {
-		start, end uintptr
-		path       string
-	}
-	var maps []mapping
+	var all []mapping
 	newest := ""
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(maps)
 	for sc.Scan() {
 		// start-end perms offset dev inode path
 		fields := strings.Fields(sc.Text())
@@ -73,7 +95,7 @@ func pageOutMappings(dir string) error {
 		if !ok || err1 != nil || err2 != nil || end <= start {
 			continue
 		}
-		maps = append(maps, mapping{uintptr(start), uintptr(end), path})
+		all = append(all, mapping{uintptr(start), uintptr(end), path})
 		// Value-log files are numbered, zero-padded: the greatest name is
 		// the newest.
 		if ext == ".vlog" && path > newest {
@@ -81,18 +103,13 @@ func pageOutMappings(dir string) error {
 		}
 	}
 	if err := sc.Err(); err != nil {
-		return err
+		return nil, err
 	}
-	for _, m := range maps {
-		if m.path == newest {
-			continue
-		}
-		_, _, errno := unix.Syscall(unix.SYS_MADVISE, m.start, m.end-m.start, unix.MADV_PAGEOUT)
-		switch errno {
-		case 0, unix.ENOMEM: // ENOMEM: unmapped since the listing
-		default:
-			return fmt.Errorf("madvise %s: %w", m.path, errno)
+	targets := all[:0]
+	for _, m := range all {
+		if m.path != newest {
+			targets = append(targets, m)
 		}
 	}
-	return nil
+	return targets, nil
 }
