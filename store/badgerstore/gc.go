@@ -60,9 +60,9 @@ func (db *DB) runGC(interval time.Duration, bytesPerSecond int64) {
 // collectGarbage runs one value-log garbage collection pass now: it
 // rewrites, one at a time, every value-log file at least
 // Config.GCDiscardRatio of which is garbage (values of deleted or
-// rewritten keys, as badger's compactions have counted them), deleting the old file, and waits between two
-// rewrites as long as writing one file takes at --store-gc-max-bytes-
-// per-second. It returns how many files it rewrote. The file badger is
+// rewritten keys, as badger's compactions have counted them), deleting
+// the old file, and waits between two rewrites as long as writing one
+// file takes at --store-gc-max-bytes-per-second. It returns how many files it rewrote. The file badger is
 // writing to is never rewritten. Safe for concurrent use; passes run one
 // at a time.
 func (db *DB) collectGarbage() (int, error) { return db.collect(db.gcBytesPerSecond) }

@@ -166,9 +166,10 @@ func minStep(a, b int64) int64 {
 // body: a run's body (runBuilder.appendBody) or the overwrites
 // (appendHeadOver). Layout 8 ends a run of one point with its uvarint
 // block index instead (headSingle): 3 bytes less for each series written
-// one point per commit, about a third of such a record. A layout 6 record (no leading zero: no series has id
-// 0) held the absolute series and first time, and each body began with
-// the kind and base; Open replays such records as they are.
+// one point per commit, about a third of such a record. A layout 6
+// record (no leading zero: no series has id 0) held the absolute series
+// and first time, and each body began with the kind and base; Open
+// replays such records as they are.
 const recordCompact = 0
 
 // headWriter appends the sections of a head record.
