@@ -133,6 +133,52 @@ func TestHeadReplayedAfterCrash(t *testing.T) {
 	}
 }
 
+// TestMaxTsAfterCrash checks a series' highest time as a commit after a
+// crash first loads it: the head's runs count even when a point-index
+// entry below them was stored, so that a point written again inside the
+// head's runs is an overwrite, not a second point.
+func TestMaxTsAfterCrash(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Dir = t.TempDir()
+	cfg.UnsafeNoSync = true
+	db, err := Open(cfg, nil, nil)
+	require.NoError(t, err)
+	tid := db.allocTableID()
+	seq := uint64(0)
+	commit := func(db *DB, col uint32, times ...int64) {
+		t.Helper()
+		var frags []store.Fragment
+		for _, ts := range times {
+			frags = append(frags, store.Fragment{Series: 1, Time: ts, Fields: []store.Field{intField(col, ts)}})
+		}
+		require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: seq + 1, Fragments: frags}}))
+		seq += uint64(len(frags))
+	}
+	commit(db, 1, 10, 20, 30)
+	commit(db, 1, 7, 6) // late, descending in one gap: 6 gets a point-index entry
+	require.Equal(t, 1, pointEntries(t, db, tid))
+
+	// The crash: the head's runs are left as records only.
+	db.stopBackground()
+	require.NoError(t, db.bdb.Close())
+	require.NoError(t, db.lock.Close())
+	db, err = Open(cfg, nil, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+
+	commit(db, 2, 20)
+	require.Len(t, db.table(tid).dups, 1, "the point at 20 written again is an overwrite")
+	rows := readAll(t, db, tid, 0, seq, 100)
+	require.Len(t, rows, int(seq))
+	for _, r := range rows {
+		want := []store.Field{intField(1, r.Time)}
+		if r.Time == 20 {
+			want = append(want, intField(2, 20))
+		}
+		require.Equal(t, want, r.Fields, "x_seq %d", r.Seq)
+	}
+}
+
 // TestSealedHeadConsulted holds a flush between sealing and storing, as a
 // background flush may be, and checks that commits meanwhile see the
 // sealed runs: a repeated point found only there is an overwrite (its

@@ -283,7 +283,7 @@ func (l *lookup) maxTs(sid uint64) (int64, error) {
 	}
 	last := pointKey(nil, ksPoint, l.tid, sid, math.MaxInt64)
 	if l.ptIt.Seek(last); l.ptIt.Valid() && bytes.HasPrefix(l.ptIt.Item().Key(), last[:17]) {
-		hi = pointKeyTime(l.ptIt.Item().Key())
+		hi = max(hi, pointKeyTime(l.ptIt.Item().Key()))
 	}
 	last[0] = ksRun
 	if l.runIt.Seek(last); l.runIt.Valid() && bytes.HasPrefix(l.runIt.Item().Key(), last[:17]) {
