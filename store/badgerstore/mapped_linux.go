@@ -3,11 +3,13 @@ package badgerstore
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -32,15 +34,15 @@ func residentFileBytes() (int64, error) {
 	return 0, errors.New("no RssFile in /proc/self/status")
 }
 
-// pageOutMappings advises the kernel to page out every mapping
-// pageOutTargets selects in /proc/self/maps.
-func pageOutMappings(dir string) error {
-	f, err := os.Open("/proc/self/maps")
+// pageOutMappings advises the kernel to page out the mappings
+// pageOutTargets selects in /proc/self/smaps to free need bytes.
+func pageOutMappings(dir string, need int64) error {
+	f, err := os.Open("/proc/self/smaps")
 	if err != nil {
 		return err
 	}
 	defer f.Close()
-	targets, err := pageOutTargets(dir, f)
+	targets, err := pageOutTargets(dir, f, need)
 	if err != nil {
 		return err
 	}
@@ -55,17 +57,22 @@ func pageOutMappings(dir string) error {
 	return nil
 }
 
-// mapping is one line of /proc/self/maps: an address range and the file
-// mapped there.
+// mapping is one mapping of /proc/self/smaps: an address range, the file
+// mapped there and how many of its bytes are resident.
 type mapping struct {
 	start, end uintptr
 	path       string
+	rss        int64
 }
 
-// pageOutTargets returns the mappings, listed as in /proc/self/maps, of
-// the files in dir that are value-log files other than the newest (the
-// one badger writes) or LSM tables (.sst).
-func pageOutTargets(dir string, maps io.Reader) ([]mapping, error) {
+// pageOutTargets returns, from a listing in the format of
+// /proc/self/smaps, the resident mappings of the files in dir that are
+// value-log files other than the newest (the one badger writes) or LSM
+// tables (.sst), until their resident bytes add up to need: the value-log
+// files first, oldest first, whose blocks the fewest reads still want (a
+// tailing consumer reads the newest), then the tables, which every late
+// point's look-up and every drain's block look-up reads.
+func pageOutTargets(dir string, smaps io.Reader, need int64) ([]mapping, error) {
 	if abs, err := filepath.Abs(dir); err == nil {
 		dir = abs
 	}
@@ -73,11 +80,26 @@ func pageOutTargets(dir string, maps io.Reader) ([]mapping, error) {
 		dir = real
 	}
 	var all []mapping
+	cur := -1 // all's index of the mapping whose fields are being read
 	newest := ""
-	sc := bufio.NewScanner(maps)
+	sc := bufio.NewScanner(smaps)
 	for sc.Scan() {
-		// start-end perms offset dev inode path
 		fields := strings.Fields(sc.Text())
+		if len(fields) == 0 {
+			continue
+		}
+		if strings.HasSuffix(fields[0], ":") { // a field of the mapping above: "Rss: 12 kB"
+			if cur >= 0 && fields[0] == "Rss:" && len(fields) >= 2 {
+				kb, err := strconv.ParseInt(fields[1], 10, 64)
+				if err != nil {
+					return nil, fmt.Errorf("smaps Rss of %s: %w", all[cur].path, err)
+				}
+				all[cur].rss = kb << 10
+			}
+			continue
+		}
+		// start-end perms offset dev inode path
+		cur = -1
 		if len(fields) < 6 {
 			continue
 		}
@@ -95,7 +117,8 @@ func pageOutTargets(dir string, maps io.Reader) ([]mapping, error) {
 		if !ok || err1 != nil || err2 != nil || end <= start {
 			continue
 		}
-		all = append(all, mapping{uintptr(start), uintptr(end), path})
+		all = append(all, mapping{start: uintptr(start), end: uintptr(end), path: path})
+		cur = len(all) - 1
 		// Value-log files are numbered, zero-padded: the greatest name is
 		// the newest.
 		if ext == ".vlog" && path > newest {
@@ -105,11 +128,20 @@ func pageOutTargets(dir string, maps io.Reader) ([]mapping, error) {
 	if err := sc.Err(); err != nil {
 		return nil, err
 	}
-	targets := all[:0]
+	// Value-log files before tables, each kind oldest (lowest number) first.
+	slices.SortStableFunc(all, func(a, b mapping) int {
+		return cmp.Or(-cmp.Compare(filepath.Ext(a.path), filepath.Ext(b.path)), cmp.Compare(a.path, b.path))
+	})
+	var targets []mapping
 	for _, m := range all {
-		if m.path != newest {
-			targets = append(targets, m)
+		if need <= 0 {
+			break
 		}
+		if m.path == newest || m.rss == 0 {
+			continue
+		}
+		targets = append(targets, m)
+		need -= m.rss
 	}
 	return targets, nil
 }

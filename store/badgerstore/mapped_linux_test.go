@@ -2,6 +2,7 @@ package badgerstore
 
 import (
 	"bufio"
+	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -113,29 +114,46 @@ func TestMaxMappedBytes(t *testing.T) {
 }
 
 // TestPageOutTargets: the mappings paged out are those of the store's
-// LSM tables and value-log files but the newest, and nothing else.
+// value-log files but the newest, oldest first, then its LSM tables,
+// those with resident pages only, and only as many as free what is
+// asked; nothing else.
 func TestPageOutTargets(t *testing.T) {
 	dir := t.TempDir()
-	maps := strings.Join([]string{
-		"55d4c0a00000-55d4c0a21000 r--p 00000000 fe:00 123 /usr/bin/ingestd",
-		"7f0000000000-7f0020000000 rw-s 00000000 fe:00 1 " + dir + "/000001.vlog",
-		"7f0020000000-7f0040000000 rw-s 00000000 fe:00 2 " + dir + "/000010.vlog",
-		"7f0040000000-7f0060000000 rw-s 00000000 fe:00 3 " + dir + "/000002.vlog",
-		"7f0060000000-7f0068000000 rw-s 00000000 fe:00 4 " + dir + "/00001.mem",
-		"7f0068000000-7f0068100000 r--s 00000000 fe:00 5 " + dir + "/000007.sst",
-		"7f0068100000-7f0068200000 rw-s 00000000 fe:00 6 " + dir + "/DISCARD",
-		"7f0068200000-7f0068300000 rw-s 00000000 fe:00 7 " + dir + "/other/000003.vlog",
-		"7f0068300000-7f0068400000 rw-p 00000000 00:00 0 ",
-		"7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0                          [stack]",
-	}, "\n")
-	got, err := pageOutTargets(dir, strings.NewReader(maps))
-	require.NoError(t, err)
-	var paths []string
-	for _, m := range got {
-		paths = append(paths, filepath.Base(m.path))
-		require.Less(t, m.start, m.end)
+	var smaps strings.Builder
+	for _, m := range []struct {
+		line  string
+		rssKB int
+	}{
+		{"55d4c0a00000-55d4c0a21000 r--p 00000000 fe:00 123 /usr/bin/ingestd", 100},
+		{"7f0000000000-7f0020000000 rw-s 00000000 fe:00 1 " + dir + "/000003.vlog", 300},
+		{"7f0020000000-7f0040000000 rw-s 00000000 fe:00 2 " + dir + "/000010.vlog", 500},
+		{"7f0040000000-7f0060000000 rw-s 00000000 fe:00 3 " + dir + "/000002.vlog", 200},
+		{"7f0060000000-7f0068000000 rw-s 00000000 fe:00 4 " + dir + "/00001.mem", 400},
+		{"7f0068000000-7f0068100000 r--s 00000000 fe:00 5 " + dir + "/000007.sst", 50},
+		{"7f0068100000-7f0068200000 rw-s 00000000 fe:00 6 " + dir + "/DISCARD", 4},
+		{"7f0068200000-7f0068300000 rw-s 00000000 fe:00 7 " + dir + "/other/000001.vlog", 600},
+		{"7f0068300000-7f0068400000 r--s 00000000 fe:00 8 " + dir + "/000001.vlog", 0},
+		{"7f0068400000-7f0068500000 rw-p 00000000 00:00 0 ", 1000},
+		{"7ffc00000000-7ffc00021000 rw-p 00000000 00:00 0                          [stack]", 8},
+	} {
+		fmt.Fprintf(&smaps, "%s\nSize:  4096 kB\nRss:  %d kB\nPss:  %d kB\nVmFlags: rd wr sh mr mw me ms sd\n", m.line, m.rssKB, m.rssKB)
 	}
-	require.Equal(t, []string{"000001.vlog", "000002.vlog", "000007.sst"}, paths)
-	require.Equal(t, uintptr(0x7f0000000000), got[0].start)
-	require.Equal(t, uintptr(0x7f0020000000), got[0].end)
+	targets := func(need int64) []string {
+		got, err := pageOutTargets(dir, strings.NewReader(smaps.String()), need)
+		require.NoError(t, err)
+		var paths []string
+		for _, m := range got {
+			paths = append(paths, filepath.Base(m.path))
+			require.Less(t, m.start, m.end)
+			require.Positive(t, m.rss)
+		}
+		return paths
+	}
+	require.Equal(t, []string{"000002.vlog", "000003.vlog", "000007.sst"}, targets(1<<30), "everything there is")
+	require.Equal(t, []string{"000002.vlog"}, targets(200<<10), "the oldest file frees enough")
+	require.Equal(t, []string{"000002.vlog", "000003.vlog"}, targets(201<<10), "the next oldest")
+	require.Empty(t, targets(0))
+	got, err := pageOutTargets(dir, strings.NewReader(smaps.String()), 1)
+	require.NoError(t, err)
+	require.Equal(t, mapping{start: 0x7f0040000000, end: 0x7f0060000000, path: got[0].path, rss: 200 << 10}, got[0])
 }

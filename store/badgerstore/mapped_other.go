@@ -8,4 +8,4 @@ var errNoMappedBound = errors.New("only Linux reports and pages out a process's 
 
 func residentFileBytes() (int64, error) { return 0, errNoMappedBound }
 
-func pageOutMappings(string) error { return errNoMappedBound }
+func pageOutMappings(string, int64) error { return errNoMappedBound }

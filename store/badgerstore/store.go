@@ -102,9 +102,9 @@ type Config struct {
 	GCDiscardRatio float64
 	// MaxMappedBytes bounds the pages of badger's memory-mapped files the
 	// process keeps resident (RssFile, checked every second): past it the
-	// value-log files badger no longer writes and the LSM tables are
-	// paged out (Linux; see mappedState). 0: no bound, the kernel alone
-	// decides.
+	// value-log files badger no longer writes, oldest first, then the LSM
+	// tables are paged out until a quarter of it is free (Linux; see
+	// mappedState). 0: no bound, the kernel alone decides.
 	MaxMappedBytes int64
 	// ValueLogMaxEntries is how many values (blocks, and index values
 	// above 4 KiB) one value-log file holds before badger starts the next
@@ -145,7 +145,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.GCInterval, "store-gc-interval", c.GCInterval, "how often the value-log garbage collector gives the space of removed data back (0: never)")
 	fs.Int64Var(&c.GCMaxBytesPerSecond, "store-gc-max-bytes-per-second", c.GCMaxBytesPerSecond, "I/O bound of the value-log garbage collector: after rewriting a file it pauses as long as that file takes at this rate (0: no pause)")
 	fs.Float64Var(&c.GCDiscardRatio, "store-gc-discard-ratio", c.GCDiscardRatio, "share of a value-log file that must be garbage (deleted or rewritten values) for the collector to rewrite it, within (0, 1): lower gives more space back and copies more live values forward")
-	fs.Int64Var(&c.MaxMappedBytes, "store-max-mapped-bytes", c.MaxMappedBytes, "resident pages of badger's memory-mapped files (the process's RssFile) past which the value-log files badger no longer writes and the LSM tables are paged out, checked every second (Linux 5.4 and later; 0: no bound); the memtable logs and the value-log file being written stay resident")
+	fs.Int64Var(&c.MaxMappedBytes, "store-max-mapped-bytes", c.MaxMappedBytes, "resident pages of badger's memory-mapped files (the process's RssFile) past which the value-log files badger no longer writes (oldest first), then the LSM tables, are paged out until a quarter of it is free, checked every second (Linux 5.4 and later; 0: no bound); the memtable logs and the value-log file being written stay resident")
 	fs.IntVar(&c.ValueLogMaxEntries, "store-value-log-max-entries", c.ValueLogMaxEntries, "values (blocks) per value-log file before the next is started: only files badger no longer writes are collected, so lower gives space back sooner, at the cost of more files (each a descriptor and a memory mapping; raise it on a large store that rarely deletes)")
 	fs.DurationVar(&c.TableStatsMaxAge, "store-table-stats-max-age", c.TableStatsMaxAge, "how long a table's counted fragments, rows and bytes are reused before they are counted again (0: every request counts)")
 	fs.IntVar(&c.HeadMaxEntries, "store-head-max-entries", c.HeadMaxEntries, "head entries (one per new point, about 40 bytes, or per overwrite, about 40 bytes plus the point's row) kept in memory before they are stored as run keys and point entries: more means fewer LSM writes per point and a longer replay after a crash (1: store them at every commit)")
