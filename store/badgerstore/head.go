@@ -526,6 +526,7 @@ func (db *DB) seal() *headFlush {
 	defer db.mu.Unlock()
 	for tid, st := range db.tables {
 		if st.head.entries > 0 || len(st.head.records) > 0 {
+			st.storing(&st.head)
 			sealed := st.head
 			st.sealed, st.head = &sealed, tableHead{}
 			f.sts, f.tids = append(f.sts, st), append(f.tids, tid)
@@ -536,6 +537,24 @@ func (db *DB) seal() *headFlush {
 	}
 	db.flush = f
 	return f
+}
+
+// storing raises the stored bound (seriesMax) of every series of h, a
+// head about to be sealed, to its highest time: from now on lookups may
+// find its runs and point entries in the tree. Writer only.
+func (st *tableState) storing(h *tableHead) {
+	raise := func(sid uint64) {
+		if m, ok := st.maxTs[sid]; ok && m.stored < m.all {
+			m.stored = m.all
+			st.maxTs[sid] = m
+		}
+	}
+	for sid := range h.series {
+		raise(sid)
+	}
+	for sid := range h.over {
+		raise(sid)
+	}
 }
 
 // startFlush seals the live heads and stores them in the background,

@@ -72,7 +72,8 @@ type lookup struct {
 	key   []byte
 	runs  map[uint64]storedRun // by series id, for the current table
 	tid   uint64
-	heads heads   // the current table's heads: runs not stored as keys yet
+	heads heads // the current table's heads: runs not stored as keys yet
+	st    *tableState
 	fetch fetcher // the fragments whose fields a point's union starts from
 }
 
@@ -124,7 +125,7 @@ func (l *lookup) close() {
 // table starts the lookups of table instance tid, whose state is st (the
 // decoded runs of the previous table are dropped).
 func (l *lookup) table(tid uint64, st *tableState) {
-	l.heads = heads{&st.head, st.sealed}
+	l.heads, l.st = heads{&st.head, st.sealed}, st
 	if l.tid != tid || l.runs == nil {
 		l.tid, l.runs = tid, map[uint64]storedRun{}
 		l.fetch.close()
@@ -140,9 +141,21 @@ func (l *lookup) fragment(r ref, f *store.Fragment) (bool, error) {
 	return l.fetch.fetch(l.view, l.tid, r, f)
 }
 
+// aboveStored reports whether the LSM tree holds no run key or
+// point-index entry of series sid at or after ts (seriesMax), so that
+// the heads alone answer a lookup there.
+func (l *lookup) aboveStored(sid uint64, ts int64) bool {
+	m, ok := l.st.maxTs[sid]
+	return ok && ts > m.stored
+}
+
 // point returns the point-index entry at (sid, ts) as stored by earlier
-// commits (a copy), nil when there is none. One get.
+// commits (a copy), nil when there is none. One get, none above the
+// series' stored bound.
 func (l *lookup) point(sid uint64, ts int64) ([]byte, error) {
+	if l.aboveStored(sid, ts) {
+		return nil, nil
+	}
 	l.open()
 	l.db.stats.pointGets.Add(1)
 	l.key = pointKey(l.key, ksPoint, l.tid, sid, ts)
@@ -175,14 +188,21 @@ func (l *lookup) run(sid uint64, ts int64) (ref, bool, error) {
 
 // runBefore returns the run of series sid with the greatest first time at
 // or below ts (nil when there is none), in the head or stored, decoded
-// and kept as the series' last decoded run. One reverse seek.
+// and kept as the series' last decoded run. One reverse seek, none above
+// the series' stored bound.
 func (l *lookup) runBefore(sid uint64, ts int64) (storedRun, error) {
-	l.open()
-	l.db.stats.runSeeks.Add(1)
 	var r storedRun
 	if h, _ := l.heads.before(sid, ts); h != nil {
 		r = h.ents
 	}
+	if l.aboveStored(sid, ts) {
+		if r != nil {
+			l.runs[sid] = r
+		}
+		return r, nil
+	}
+	l.open()
+	l.db.stats.runSeeks.Add(1)
 	prefix := tableKey(ksRun, l.tid, sid)
 	l.key = pointKey(l.key, ksRun, l.tid, sid, ts)
 	l.runIt.Seek(l.key)
@@ -210,8 +230,9 @@ func (l *lookup) runBefore(sid uint64, ts int64) (storedRun, error) {
 // the last time of the run before ts or of the point-index entry below hi,
 // whichever is greater; hi is the first time of the next run
 // (math.MaxInt64 when none). No seek when the series' last decoded run
-// spans ts; else one reverse and one forward seek among runs and one
-// reverse seek among point-index entries.
+// spans ts or ts lies above the series' stored bound (the heads answer);
+// else one reverse and one forward seek among runs and one reverse seek
+// among point-index entries.
 func (l *lookup) gap(sid uint64, ts int64) (lo, hi int64, ok bool, err error) {
 	if l.runs[sid].covers(ts) {
 		return 0, 0, false, nil // the last decoded run spans ts: no seek
@@ -224,8 +245,11 @@ func (l *lookup) gap(sid uint64, ts int64) (lo, hi int64, ok bool, err error) {
 	if len(before) > 0 {
 		lo = before[len(before)-1].ts
 	}
-	l.db.stats.gapSeeks.Add(2)
 	_, hi = l.heads.before(sid, ts)
+	if l.aboveStored(sid, ts) {
+		return lo, hi, true, nil
+	}
+	l.db.stats.gapSeeks.Add(2)
 	prefix := tableKey(ksRun, l.tid, sid)
 	l.key = pointKey(l.key, ksRun, l.tid, sid, ts)
 	if l.fwdIt.Seek(l.key); l.fwdIt.Valid() && bytes.HasPrefix(l.fwdIt.Item().Key(), prefix) {

@@ -74,6 +74,9 @@ func newLateHarness(tb testing.TB, cfg Config) *lateHarness {
 		}
 		require.NoError(tb, db.commit(commits))
 	}
+	// Stored, as points written again long after: their look-ups read
+	// the tree, not the head.
+	require.NoError(tb, db.flushHeads())
 	return h
 }
 
@@ -344,6 +347,55 @@ func TestGapBetweenWrites(t *testing.T) {
 	}
 }
 
+// TestLateAboveStoredNoReads checks the late points of concurrent
+// writers between two head flushes: a write that commits after a later
+// one of the same series is placed from the head alone, without a read
+// of the LSM tree, also after a flush for the points above what it
+// stored; points at or below that are looked up, and every row holds
+// what was written.
+func TestLateAboveStoredNoReads(t *testing.T) {
+	const series, perWrite = 30, 20
+	st := newSeqTable(t)
+	db := st.db
+	write := func(w int, col uint32) {
+		t.Helper()
+		var frags []store.Fragment
+		for k := range int64(perWrite) {
+			for s := range series {
+				ts := int64(w*perWrite) + k
+				frags = append(frags, store.Fragment{Series: uint64(s + 1), Time: ts, Fields: []store.Field{intField(col, ts)}})
+			}
+		}
+		st.commit(t, frags...)
+	}
+	reads := func(c lookupCounts) uint64 { return c.pointGets + c.runSeeks + c.gapSeeks }
+	write(0, 1)
+	write(2, 1)
+	before := db.stats.load()
+	write(1, 1) // late: writes 0 and 2 are in the head
+	require.Equal(t, reads(before), reads(db.stats.load()), "late points above the stored bound: no read")
+
+	require.NoError(t, db.flushHeads())
+	write(4, 1)
+	before = db.stats.load()
+	write(3, 1) // late, above what the flush stored (write 2)
+	require.Equal(t, reads(before), reads(db.stats.load()), "late points above the flushed ones: no read")
+	write(1, 2) // write 1 again: its points are stored, and must be found
+	require.Greater(t, reads(db.stats.load()), reads(before), "points at or below the stored bound are looked up")
+
+	rows := readAll(t, db, st.tid, 0, st.seq, 10000)
+	require.Len(t, rows, int(st.seq))
+	for _, r := range rows {
+		want := []store.Field{intField(1, r.Time)}
+		if r.Time >= perWrite && r.Time < 2*perWrite {
+			want = append(want, intField(2, r.Time))
+		}
+		require.Equal(t, want, r.Fields, "x_seq %d", r.Seq)
+	}
+	require.NoError(t, db.flushHeads())
+	require.Equal(t, series*perWrite, pointEntries(t, db, st.tid), "point-index entries only for the points written twice")
+}
+
 // TestLatePlacementModel writes random commits mixing in-order, backfilled
 // (descending), random and repeated points over a few series, with
 // restarts, and checks every fragment against a model: its row holds, per
@@ -483,6 +535,7 @@ func TestGapRunsBounded(t *testing.T) {
 		st.commit(t, store.Fragment{Series: 1, Time: 10 * i, Fields: []store.Field{intField(1, 10*i)}},
 			store.Fragment{Series: 1, Time: 10*i + 1, Fields: []store.Field{intField(1, 10*i+1)}})
 	}
+	require.NoError(t, db.flushHeads()) // the runs in the tree: the gaps are looked up there
 	var late []store.Fragment
 	for i := range int64(gaps) {
 		late = append(late, store.Fragment{Series: 1, Time: 10*i + 5, Fields: []store.Field{intField(1, 10*i+5)}})

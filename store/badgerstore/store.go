@@ -263,9 +263,10 @@ type tableState struct {
 	live       bool
 	seq, lease uint64
 
-	// maxTs is each series' highest stored timestamp, for series whose
-	// maximum is known; touched by Commit only.
-	maxTs map[uint64]int64
+	// maxTs is, for each series whose figures are known, its highest
+	// timestamp and the bound above which the LSM tree holds nothing of
+	// it; touched by Commit only.
+	maxTs map[uint64]seriesMax
 
 	dupMu sync.RWMutex // guards dups
 	// head holds the series runs of commits since the last flush
@@ -283,6 +284,17 @@ type tableState struct {
 	// reader does not see are skipped, as after a split commit.
 	dups map[pointID]string
 }
+
+// seriesMax is what the writer knows of a series' times. all is the
+// highest time committed (in a stored key or a head). stored bounds the
+// times of the series' run keys and point-index entries in the LSM tree,
+// written or being written by a head flush: none lies above it. A late
+// point above stored (the common one: a write that committed after a
+// later one of the same series, both since the last flush) is placed
+// from the head alone, without a read of the tree (lookup.go). stored is
+// raised when a flush is sealed and when a late point's entry is
+// written; a maximum loaded from the store sets it to all.
+type seriesMax struct{ all, stored int64 }
 
 type pointID struct {
 	sid uint64
@@ -577,7 +589,7 @@ func (db *DB) loadInstances() error {
 func (db *DB) tableLocked(tid uint64) *tableState {
 	ts, ok := db.tables[tid]
 	if !ok {
-		ts = &tableState{maxTs: map[uint64]int64{}, dups: map[pointID]string{}}
+		ts = &tableState{maxTs: map[uint64]seriesMax{}, dups: map[pointID]string{}}
 		db.tables[tid] = ts
 	}
 	return ts
@@ -863,7 +875,7 @@ func (w *committer) table(tc *store.TableCommit) error {
 			return err
 		}
 		if _, known := st.maxTs[s.ID]; !known { // ApplyAt may repeat a series (store/jsstore's dictionary snapshots)
-			st.maxTs[s.ID] = math.MinInt64
+			st.maxTs[s.ID] = seriesMax{math.MinInt64, math.MinInt64}
 		}
 	}
 	if len(tc.Fragments) == 0 {
@@ -975,7 +987,9 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 			return err
 		}
 		if f.Time > hi {
-			st.maxTs[f.Series] = f.Time
+			m := st.maxTs[f.Series]
+			m.all = f.Time
+			st.maxTs[f.Series] = m
 			first := runs[f.Series]
 			switch {
 			case first == nil:
@@ -1049,6 +1063,10 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 			keys = keys[len(keys):]
 			if err := w.set(pk, l.entry); err != nil {
 				return err
+			}
+			if m := st.maxTs[f.Series]; f.Time > m.stored {
+				m.stored = f.Time
+				st.maxTs[f.Series] = m
 			}
 			continue
 		}
@@ -1163,14 +1181,16 @@ func (w *committer) putMeta(m *store.TableMeta) error {
 // maxTs returns a series' highest stored time, looking it up once per
 // process.
 func (w *committer) maxTs(st *tableState, sid uint64) (int64, error) {
-	if hi, ok := st.maxTs[sid]; ok {
-		return hi, nil
+	if m, ok := st.maxTs[sid]; ok {
+		return m.all, nil
 	}
 	hi, err := w.look.maxTs(sid)
 	if err != nil {
 		return 0, err
 	}
-	st.maxTs[sid] = hi
+	// Whatever the store and the heads hold may lie in the tree by the
+	// time it is next read (a flush may be storing the sealed head).
+	st.maxTs[sid] = seriesMax{hi, hi}
 	return hi, nil
 }
 
