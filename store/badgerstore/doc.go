@@ -246,6 +246,18 @@
 // in-order points a block adds later lie above every gap found before
 // them.
 //
+// Each series also carries the bound above which the tree holds none of
+// its run keys or point-index entries: raised to the series' highest time
+// when a head flush is sealed and to a late point's time when its entry
+// is written, and set to the highest time when that is first loaded from
+// the store. Steps 2, 3 and 5 read only the heads for a point above it:
+// the common late point, a write that committed after a later write of
+// the same series, both since the last flush, costs no read of the tree
+// at all. Without it, concurrent writers near capacity paid thousands of
+// seeks a second on the sequencer's goroutine, and more as L0 tables
+// piled up, which slowed commits and reordered still more writes
+// (TestLateAboveStoredNoReads).
+//
 // So a late point costs at most one get and four seeks, whatever the size
 // of the commit and whatever else it holds, and a new late point in a gap
 // nothing after the first of its series. Steps 2, 3 and 5 read a read-only
@@ -260,10 +272,13 @@
 // backfills and interleaved commits, and BenchmarkCommitLate measures the
 // cost per point at several commit sizes.
 //
-// A run value is a kind byte ('L': synced, then uvarint first x_seq of the
-// block; 'U': unsynced, then uvarint block number), uvarint count, and count
-// pairs of uvarint time delta (the first from the key's firstTs) and uvarint
-// block-index delta.
+// A run value is a kind byte ('l': synced, then uvarint first x_seq of the
+// block; 'u': unsynced, then uvarint block number), uvarint count, and count
+// pairs of varint (zig-zag) changes of the time delta (the first from the
+// key's firstTs) and of the block-index delta from the pair before: a
+// series written at a fixed interval costs two bytes a point. Runs of
+// layout 8 and before ('L' and 'U') hold plain uvarint deltas instead, as
+// head records still do, and read as they are.
 //
 // # Block encoding
 //

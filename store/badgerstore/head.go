@@ -287,9 +287,16 @@ func newRecordReader(rec []byte) (recordReader, error) {
 	if len(rec) == 0 || rec[0] != recordCompact {
 		return recordReader{rec: rec}, nil // layout 6
 	}
-	kind, base, rest, err := runHeader(rec[1:])
+	kind, base, rest, dod, err := runHeader(rec[1:])
+	if err == nil && dod {
+		err = errRecordDoD
+	}
 	return recordReader{rec: rest, compact: true, kind: kind, base: base}, err
 }
+
+// errRecordDoD reports a head record whose kind claims a body of deltas of
+// deltas, which only run values hold.
+var errRecordDoD = errors.New("head record: a run value's kind")
 
 // next returns the next section: its series, first time, flags, the kind
 // and base of its block and its body (aliasing the record, or r's own
@@ -340,7 +347,10 @@ func (r *recordReader) next() (sid uint64, firstTs int64, flags byte, kind byte,
 	if r.compact {
 		return sid, firstTs, flags, r.kind, r.base, body, false, nil
 	}
-	kind, base, body, err = runHeader(body)
+	kind, base, body, dod, err := runHeader(body)
+	if err == nil && dod {
+		err = errRecordDoD
+	}
 	return sid, firstTs, flags, kind, base, body, false, err
 }
 
@@ -418,7 +428,7 @@ func (h *tableHead) apply(k, rec []byte, entry func(id pointID, entry []byte)) (
 			}
 			continue
 		}
-		ents, err := decodeRunBody(kind, base, v, first)
+		ents, err := decodeRunBody(kind, base, v, first, false)
 		if err != nil || len(ents) == 0 {
 			return added, newDups, &store.CorruptionError{Key: k, Err: errors.Join(err, errShort)}
 		}

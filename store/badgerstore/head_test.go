@@ -243,7 +243,7 @@ func TestHeadRecordLayouts(t *testing.T) {
 			old = binary.AppendUvarint(old, rb.sid)
 			old = binary.AppendVarint(old, rb.firstTs)
 			old = append(old, byte(i))
-			v := rb.encode(kind, base)
+			v := rb.appendBody(binary.AppendUvarint([]byte{kind}, base)) // a run value of layout 8
 			old = binary.AppendUvarint(old, uint64(len(v)))
 			old = append(old, v...)
 		}

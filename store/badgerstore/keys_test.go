@@ -3,12 +3,15 @@ package badgerstore
 import (
 	"bytes"
 	"encoding/binary"
+	"math"
 	mrand "math/rand"
 	"math/rand/v2"
 	"reflect"
 	"strings"
 	"testing"
 	"testing/quick"
+
+	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
 )
@@ -112,4 +115,68 @@ func cmpInt(a, b int64) int {
 		return 1
 	}
 	return 0
+}
+
+// TestRunValues checks run values both ways: the deltas-of-deltas body
+// (layout 9) and the plain one of layout 8 name the same times and
+// references, for regular series, jittered ones, indexes that go down and
+// deltas near the int64 limits; a series at a fixed interval costs two
+// bytes a point.
+func TestRunValues(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	const step = int64(10e9) // 10 s in nanoseconds, a 5-byte uvarint
+	cases := map[string]func(i int) (int64, uint64){
+		"regular":  func(i int) (int64, uint64) { return 1_700_000_000e9 + int64(i)*step, uint64(3 * i) },
+		"jittered": func(i int) (int64, uint64) { return int64(i)*step + rng.Int64N(1e6), uint64(i*50 + rng.IntN(9)) },
+		"extreme":  func(i int) (int64, uint64) { return math.MinInt64 + int64(i)*(math.MaxInt64/64), uint64(i) << 57 },
+	}
+	for name, at := range cases {
+		for _, n := range []int{1, 2, 128} {
+			rb := runBuilder{}
+			for i := range n {
+				ts, idx := at(i)
+				if i == 0 {
+					rb.firstTs = ts
+				}
+				rb.add(ts, idx)
+			}
+			for _, kind := range []byte{'L', 'U'} {
+				base := uint64(1 << 40)
+				want := make(storedRun, n)
+				for i := range n {
+					want[i] = runEntry{ts: rb.ts[i], r: ref{block: base, idx: rb.idx[i]}}
+					if kind == 'L' {
+						want[i].r = ref{seq: base + rb.idx[i]}
+					}
+				}
+				plain := rb.appendBody(binary.AppendUvarint([]byte{kind}, base))
+				if name != "extreme" { // the plain body takes ascending times and indexes only
+					got, err := decodeRun(plain, rb.firstTs)
+					require.NoError(t, err)
+					require.Equal(t, want, got, "%s/%d/%c layout 8", name, n, kind)
+				}
+				v := rb.encode(kind, base)
+				got, err := decodeRun(v, rb.firstTs)
+				require.NoError(t, err)
+				require.Equal(t, want, got, "%s/%d/%c", name, n, kind)
+				last, err := runLastTs(v, rb.firstTs)
+				require.NoError(t, err)
+				require.Equal(t, rb.ts[n-1], last)
+				if name == "regular" && n == 128 {
+					require.LessOrEqual(t, len(v), 1+6+2+4+2*n, "two bytes a point, and the interval once")
+					require.Greater(t, len(plain), 6*n, "against six")
+				}
+			}
+		}
+	}
+	// Descending indexes (no run writes them today) survive too.
+	rb := runBuilder{firstTs: 5}
+	for i := range 5 {
+		rb.add(5+int64(i), uint64(100-7*i))
+	}
+	got, err := decodeRun(rb.encode('U', 1), 5)
+	require.NoError(t, err)
+	for i, e := range got {
+		require.Equal(t, ref{block: 1, idx: uint64(100 - 7*i)}, e.r)
+	}
 }

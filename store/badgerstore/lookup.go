@@ -268,19 +268,20 @@ func (l *lookup) gap(sid uint64, ts int64) (lo, hi int64, ok bool, err error) {
 
 // decodeRun decodes a run value (see doc.go) whose key holds firstTs.
 func decodeRun(v []byte, firstTs int64) (storedRun, error) {
-	kind, base, body, err := runHeader(v)
+	kind, base, body, dod, err := runHeader(v)
 	if err != nil {
 		return nil, err
 	}
-	return decodeRunBody(kind, base, body, firstTs)
+	return decodeRunBody(kind, base, body, firstTs, dod)
 }
 
 // decodeRunBody decodes the body of a run of kind and base
-// (runBuilder.appendBody) whose first time is firstTs.
-func decodeRunBody(kind byte, base uint64, body []byte, firstTs int64) (storedRun, error) {
+// (runBuilder.appendBodyDoD when dod, else appendBody) whose first time
+// is firstTs.
+func decodeRunBody(kind byte, base uint64, body []byte, firstTs int64, dod bool) (storedRun, error) {
 	count, _ := binary.Uvarint(body)
 	r := make(storedRun, 0, min(count, uint64(len(body))))
-	err := runScanBody(body, firstTs, func(t int64, idx uint64) bool {
+	err := runScanBody(body, firstTs, dod, func(t int64, idx uint64) bool {
 		r = append(r, runEntry{ts: t, r: ref{idx: idx}})
 		return true
 	})

@@ -183,8 +183,7 @@ func (db *DB) sweepBefore(tid uint64, cutoff int64, maxFragments int) (store.Swe
 		if err != nil {
 			return false, &store.CorruptionError{Key: key, Err: err}
 		}
-		kind := v[0]
-		base, _ := binary.Uvarint(v[1:]) // decodeRun checked it
+		kind, base, _, _, _ := runHeader(v) // decodeRun checked it
 		n := 0
 		for n < len(run) && run[n].ts < cutoff && target < maxFragments {
 			if err := removeRef(run[n].r); err != nil {
