@@ -329,9 +329,10 @@
 //     so this space comes back minutes after it was written (at 1,000
 //     series, whose runs cost the LSM 0.035 keys a line, after more than
 //     10 minutes), not seconds;
-//   - its share of its series' run keys: about 5 bytes (a run names up to
-//     128 points, about 4 bytes each for the time delta and 1 for the
-//     x_seq delta);
+//   - its share of its series' run keys: about 2 bytes (a run names up to
+//     128 points, a byte each for the change of the time delta and of the
+//     x_seq delta at a steady interval; 5 before layout 9 stored plain
+//     deltas);
 //   - the LSM tree's own keys and indexes: under 1 byte.
 //
 // None of these grows with the store: a block holds what one commit

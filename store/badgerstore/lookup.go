@@ -72,9 +72,9 @@ type lookup struct {
 	key   []byte
 	runs  map[uint64]storedRun // by series id, for the current table
 	tid   uint64
-	heads heads // the current table's heads: runs not stored as keys yet
-	st    *tableState
-	fetch fetcher // the fragments whose fields a point's union starts from
+	heads heads       // the current table's heads: runs not stored as keys yet
+	st    *tableState // the current table's state: its series' stored bounds
+	fetch fetcher     // the fragments whose fields a point's union starts from
 }
 
 // storedRun is a stored series run, decoded: the fragments it names in
