@@ -70,6 +70,20 @@ func TestHeadFlushSplit(t *testing.T) {
 	require.Len(t, readAll(t, st.db, st.tid, 0, st.seq, 2*series), 2*series)
 }
 
+// crashReopen ends db as a crash would, leaving badger's files as its last
+// commit left them (no head flush, no memtable flush), and opens the
+// store again with cfg; the new store is closed when the test ends.
+func crashReopen(t *testing.T, db *DB, cfg Config) *DB {
+	t.Helper()
+	db.stopBackground()
+	require.NoError(t, db.bdb.Close())
+	require.NoError(t, db.lock.Close())
+	db, err := Open(cfg, nil, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	return db
+}
+
 // TestHeadReplayedAfterCrash stops the store as a crash would (badger
 // closed, the head never flushed) and checks that Open rebuilds the head
 // from its records: every point written before is still found, so the
@@ -111,13 +125,7 @@ func TestHeadReplayedAfterCrash(t *testing.T) {
 			entries := db.headEntries(true)
 			require.Equal(t, series*(len(inOrder)+len(backfill)), entries)
 
-			// The crash: badger's files as the last commit left them.
-			db.stopBackground()
-			require.NoError(t, db.bdb.Close())
-			require.NoError(t, db.lock.Close())
-			db, err = Open(cfg, nil, nil)
-			require.NoError(t, err)
-			defer func() { require.NoError(t, db.Close()) }()
+			db = crashReopen(t, db, cfg) // badger's files as the last commit left them
 			require.Equal(t, entries, db.headEntries(true), "the head rebuilt from its records")
 
 			pass(db, 2, append(inOrder, backfill...))
@@ -158,13 +166,7 @@ func TestMaxTsAfterCrash(t *testing.T) {
 	commit(db, 1, 7, 6) // late, descending in one gap: 6 gets a point-index entry
 	require.Equal(t, 1, pointEntries(t, db, tid))
 
-	// The crash: the head's runs are left as records only.
-	db.stopBackground()
-	require.NoError(t, db.bdb.Close())
-	require.NoError(t, db.lock.Close())
-	db, err = Open(cfg, nil, nil)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, db.Close()) }()
+	db = crashReopen(t, db, cfg) // the head's runs are left as records only
 
 	commit(db, 2, 20)
 	require.Len(t, db.table(tid).dups, 1, "the point at 20 written again is an overwrite")

@@ -896,31 +896,18 @@ func runScanBody(v []byte, firstTs int64, dod bool, fn func(ts int64, idx uint64
 	ts, idx := firstTs, uint64(0)
 	var dt, di int64
 	for range count {
-		var a, b int64
+		a, n := runDelta(v, dod)
+		if n <= 0 {
+			return errShort
+		}
+		v = v[n:]
+		b, n := runDelta(v, dod)
+		if n <= 0 {
+			return errShort
+		}
+		v = v[n:]
 		if dod {
-			ddt, n := binary.Varint(v)
-			if n <= 0 {
-				return errShort
-			}
-			v = v[n:]
-			ddi, n := binary.Varint(v)
-			if n <= 0 {
-				return errShort
-			}
-			v = v[n:]
-			a, b = dt+ddt, di+ddi
-		} else {
-			udt, n := binary.Uvarint(v)
-			if n <= 0 {
-				return errShort
-			}
-			v = v[n:]
-			udi, n := binary.Uvarint(v)
-			if n <= 0 {
-				return errShort
-			}
-			v = v[n:]
-			a, b = int64(udt), int64(udi)
+			a, b = dt+a, di+b
 		}
 		dt, di = a, b
 		ts, idx = ts+dt, idx+uint64(di)
@@ -929,6 +916,16 @@ func runScanBody(v []byte, firstTs int64, dod bool, fn func(ts int64, idx uint64
 		}
 	}
 	return nil
+}
+
+// runDelta reads one number of a run body: a zig-zag varint in a body of
+// deltas of deltas, else a uvarint. n is binary.Uvarint's.
+func runDelta(v []byte, dod bool) (int64, int) {
+	if dod {
+		return binary.Varint(v)
+	}
+	u, n := binary.Uvarint(v)
+	return int64(u), n
 }
 
 // runLastTs returns the last time of a run value.

@@ -360,14 +360,7 @@ func TestTornSplitCommit(t *testing.T) {
 				}
 				return txn.Delete(lost)
 			}))
-			// The crash: badger's files as the torn commit left them.
-			db.stopBackground()
-			require.NoError(t, db.bdb.Close())
-			require.NoError(t, db.lock.Close())
-
-			db, err = Open(cfg, nil, nil)
-			require.NoError(t, err)
-			defer func() { require.NoError(t, db.Close()) }()
+			db = crashReopen(t, db, cfg) // badger's files as the torn commit left them
 			want := []store.Field{intField(1, 1), intField(2, 2)}
 			var got [][]store.Field
 			_, done, err := db.readRows(tid, nil, math.MinInt64, math.MaxInt64, 10, func(r *store.Row) error {
