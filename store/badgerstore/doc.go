@@ -99,8 +99,10 @@
 // took half the CPU, and the cost per line grew with the store.
 //
 // Instead a commit writes its block's runs as one head record ('k' tid
-// n: series, first time, flags and the run value of each), in the same
-// transaction as the block, and once durable adds them to the table's
+// n: series, first time, flags and the run value of each; a run of one
+// point only its flags and its fragment's index in the block, whose
+// series and time the block holds), in the same transaction as the
+// block, and once durable adds them to the table's
 // head in memory. There a series' in-order run joins the series' last
 // head run when both name x_seqs (synced tables), the last one is in
 // order too (nothing of the series lies between them), no gap run of the
@@ -182,8 +184,9 @@
 // take; the contract suite bounds them per page at 1 to 100 fragments
 // per point (store/storetest, OverwriteReadsBounded).
 //
-// Open replays the head records a crash left: each overwrite's union
-// becomes the point's entry in memory again, the latest record winning.
+// Open replays the head records a crash left, reading the block of each
+// that names fragments: each overwrite's union becomes the point's entry
+// in memory again, the latest record winning.
 // A record is written before its block (in the same transaction, or in an
 // earlier one of a split commit): Open drops the records of a torn commit
 // whose block was never stored, with the torn mark, so that no union
@@ -319,16 +322,14 @@
 // writes, about 9 integer fields a line; ingestd bench --mode soak):
 //
 //   - its fragment in a block: about 19 bytes (compact fragments, S2);
-//   - its share of a head record, which the head flush deletes: about 7
-//     bytes (10 before layout 8 gave a run of one point a section
-//     without a body), left as garbage in the value-log file the record
-//     shares with live blocks (about a third of the file) until the
-//     collector rewrites that file, which --store-gc-discard-ratio (0.3)
-//     allows; badger counts the garbage only once a compaction has
-//     merged the record's deletion with it, after the memtable's flush,
-//     so this space comes back minutes after it was written (at 1,000
-//     series, whose runs cost the LSM 0.035 keys a line, after more than
-//     10 minutes), not seconds;
+//   - its share of a head record, which the head flush deletes: about 2
+//     bytes (layout 10: a run of one point names its fragment in the
+//     block, whose series and time the record no longer repeats; 7 in
+//     layout 8, 10 before). A commit's record of a table then stays under
+//     valueThreshold up to about 250 points, in the LSM tree, where the
+//     flush's deletion drops it at the next compaction; a layout 8 record
+//     went to the value log and stayed there as garbage among live blocks
+//     (about a quarter of the file) until the collector rewrote the file;
 //   - its share of its series' run keys: about 2 bytes (a run names up to
 //     128 points, a byte each for the change of the time delta and of the
 //     x_seq delta at a steady interval; 5 before layout 9 stored plain

@@ -1,6 +1,7 @@
 package badgerstore
 
 import (
+	"math"
 	"testing"
 	"time"
 
@@ -10,10 +11,11 @@ import (
 	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
-// TestGCDiscardRatio stores the common load (many series, one point each
-// per commit), whose value-log files end about a third head records once
-// the head flush has deleted them: the default ratio gives that space
-// back, badger's usual 0.5 does not.
+// TestGCDiscardRatio stores two tables side by side, one a third of the
+// bytes, and sweeps that one away (its retention): the value-log files
+// they share end about a third garbage, which the default ratio gives
+// back and badger's usual 0.5 does not. Head records of one point per
+// series stay in the LSM tree (layout 10), so they add none.
 func TestGCDiscardRatio(t *testing.T) {
 	for _, tc := range []struct {
 		ratio   float64
@@ -28,32 +30,46 @@ func TestGCDiscardRatio(t *testing.T) {
 		cfg.ValueLogMaxEntries = 64
 		db, err := Open(cfg, nil, nil)
 		require.NoError(t, err)
-		tid := db.allocTableID()
-		const series, commits, rounds = 500, 60, 6
-		seq := uint64(0)
+		swept, kept := db.allocTableID(), db.allocTableID()
+		// Series per commit: the swept table's a third of the bytes, and
+		// both tables' head records under valueThreshold.
+		const sweptSeries, keptSeries, commits, rounds = 120, 240, 60, 6
+		seqs := map[uint64]uint64{}
+		commitOf := func(tid uint64, series, c int) store.TableCommit {
+			tc := store.TableCommit{TableID: tid, FirstSeq: seqs[tid] + 1}
+			for s := range series {
+				if c == 0 {
+					tc.NewSeries = append(tc.NewSeries, store.Series{ID: uint64(s + 1)})
+				}
+				tc.Fragments = append(tc.Fragments, store.Fragment{Series: uint64(s + 1), Time: int64(c)*10e9 + int64(s)*1000,
+					Fields: []store.Field{intField(1, int64(c*s*7919)), intField(2, int64(c+s)*104729), intField(3, int64(s))}})
+			}
+			seqs[tid] += uint64(series)
+			return tc
+		}
 		began := time.Now()
-		// Each round's deleted records go to an LSM table of their own
-		// (Close flushes the memtable); past badger's 5 level-0 tables a
-		// compaction merges them, which counts the deleted records'
-		// values as garbage.
+		// Each round's deletions go to an LSM table of their own (Close
+		// flushes the memtable); past badger's 5 level-0 tables a
+		// compaction merges them, which counts the deleted blocks' values
+		// as garbage.
 		for r := range rounds {
 			for c := r * commits; c < (r+1)*commits; c++ {
-				tc := store.TableCommit{TableID: tid, FirstSeq: seq + 1}
-				for s := range series {
-					if c == 0 {
-						tc.NewSeries = append(tc.NewSeries, store.Series{ID: uint64(s + 1)})
-					}
-					tc.Fragments = append(tc.Fragments, store.Fragment{Series: uint64(s + 1), Time: int64(c)*10e9 + int64(s)*1000,
-						Fields: []store.Field{intField(1, int64(c*s)), intField(2, int64(c+s)), intField(3, int64(s))}})
-				}
-				seq += series
-				require.NoError(t, db.commit([]store.TableCommit{tc}))
+				require.NoError(t, db.commit([]store.TableCommit{commitOf(swept, sweptSeries, c), commitOf(kept, keptSeries, c)}))
 			}
 			require.NoError(t, db.flushHeads())
 			require.NoError(t, db.Close())
 			db, err = Open(cfg, nil, nil)
 			require.NoError(t, err)
 		}
+		for more := true; more; {
+			res, err := db.sweepBefore(swept, math.MaxInt64, 1<<20)
+			require.NoError(t, err)
+			more = res.More
+		}
+		require.Empty(t, readPoints(t, db, swept))
+		require.NoError(t, db.Close())
+		db, err = Open(cfg, nil, nil)
+		require.NoError(t, err)
 		// Compacting the tables rewrites a fraction of what the rounds
 		// wrote: ten times their time, scaled by the machine's load.
 		wrote := time.Since(began)
@@ -76,11 +92,11 @@ func TestGCDiscardRatio(t *testing.T) {
 		n, err := db.collectGarbage()
 		require.NoError(t, err)
 		if tc.rewrite {
-			require.Positive(t, n, "ratio %v: files a third head records rewritten", tc.ratio)
+			require.Positive(t, n, "ratio %v: files a third swept blocks rewritten", tc.ratio)
 		} else {
 			require.Zero(t, n, "ratio %v", tc.ratio)
 		}
-		require.Len(t, readPoints(t, db, tid), series*commits*rounds)
+		require.Len(t, readPoints(t, db, kept), keptSeries*commits*rounds)
 		require.NoError(t, db.Close())
 	}
 }

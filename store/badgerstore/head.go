@@ -74,6 +74,13 @@ const (
 	// place of a body's length, count and time delta. Readers see the
 	// body and flags of the plain section.
 	headSingle = 8
+	// headFrag (layout 10) marks a run of one point whose series and time
+	// are those of the block's fragment it names: the section is its
+	// flags and the zig-zag varint change of that fragment's index from
+	// the previous headFrag section's (the first from 0), nothing else.
+	// Readers resolve the fragment (recordReader.frag) and see the body
+	// and flags of the plain section.
+	headFrag = 16
 )
 
 // headKey is 'k' tid n: the table's n-th head record.
@@ -170,33 +177,51 @@ func minStep(a, b int64) int64 {
 // record (no leading zero: no series has id 0) held the absolute series
 // and first time, and each body began with the kind and base; Open
 // replays such records as they are.
+//
+// A layout 10 record begins with two zero bytes (no kind is 0), and each
+// section with its flags: a run of one point then names its fragment in
+// the block (headFrag), whose series and time the reader takes from the
+// block, 2 bytes where a layout 8 section took about 7; other sections
+// go on as in layout 7 (series and first-time deltas, then the length
+// and body, or the block index of headSingle). A commit of one point per
+// series, the common load, so writes about 2 bytes per point: under
+// valueThreshold for up to about 250 points, its record stays in the LSM
+// tree, and the flush's deletion drops it there, where a layout 8 record
+// went to the value log and stayed as garbage among live blocks
+// (doc.go, "Bytes per line").
 const recordCompact = 0
 
-// headWriter appends the sections of a head record.
+// recordFlagsFirst, after recordCompact, marks a layout 10 record.
+const recordFlagsFirst = 0
+
+// headWriter appends the sections of a head record (layout 10).
 type headWriter struct {
 	rec     []byte
 	body    []byte // scratch space for a run's body, reused across runs
 	sid     uint64
 	firstTs int64
+	fragIdx uint64 // the block index of the last headFrag section
 }
 
 // newHeadWriter begins the record of a block of kind and base.
 func newHeadWriter(kind byte, base uint64) headWriter {
-	return headWriter{rec: binary.AppendUvarint([]byte{recordCompact, kind}, base)}
+	return headWriter{rec: binary.AppendUvarint([]byte{recordCompact, recordFlagsFirst, kind}, base)}
 }
 
 func (w *headWriter) section(sid uint64, firstTs int64, flags byte) {
+	w.rec = append(w.rec, flags)
 	w.rec = binary.AppendVarint(w.rec, int64(sid-w.sid))
 	w.rec = binary.AppendVarint(w.rec, firstTs-w.firstTs)
-	w.rec = append(w.rec, flags)
 	w.sid, w.firstTs = sid, firstTs
 }
 
-// appendRun appends one run.
+// appendRun appends one run, rb's indexes naming fragments of the
+// record's block whose series and times are rb's.
 func (w *headWriter) appendRun(rb *runBuilder, flags byte) {
 	if len(rb.ts) == 1 && rb.ts[0] == rb.firstTs {
-		w.section(rb.sid, rb.firstTs, flags|headSingle)
-		w.rec = binary.AppendUvarint(w.rec, rb.idx[0])
+		w.rec = append(w.rec, flags|headFrag)
+		w.rec = binary.AppendVarint(w.rec, int64(rb.idx[0]-w.fragIdx))
+		w.sid, w.firstTs, w.fragIdx = rb.sid, rb.firstTs, rb.idx[0]
 		return
 	}
 	w.section(rb.sid, rb.firstTs, flags)
@@ -273,25 +298,60 @@ func scanHeadOver(kind byte, base uint64, v []byte, firstTs int64, fn func(ts in
 
 // recordReader walks the sections of a head record of any layout.
 type recordReader struct {
-	rec     []byte
-	compact bool
-	kind    byte
-	base    uint64
-	sid     uint64
-	firstTs int64
-	// single holds the body of a headSingle section, rebuilt.
+	rec        []byte
+	compact    bool
+	flagsFirst bool // layout 10
+	kind       byte
+	base       uint64
+	sid        uint64
+	firstTs    int64
+	fragIdx    uint64
+	// frag resolves a headFrag section: the series and time of the
+	// fragment at index idx of the record's block. nil: such a section is
+	// an error.
+	frag fragSource
+	// single holds the body of a headSingle or headFrag section, rebuilt.
 	single [2 + binary.MaxVarintLen64]byte
 }
 
-func newRecordReader(rec []byte) (recordReader, error) {
+// fragSource returns the series and time of the fragment at index idx
+// of a head record's block.
+type fragSource func(idx uint64) (sid uint64, ts int64, err error)
+
+// fragmentsSource is the fragSource of a block being committed.
+func fragmentsSource(frags []store.Fragment) fragSource {
+	return func(idx uint64) (uint64, int64, error) {
+		if idx >= uint64(len(frags)) {
+			return 0, 0, errShort
+		}
+		return frags[idx].Series, frags[idx].Time, nil
+	}
+}
+
+// newRecordReader reads rec, resolving its headFrag sections with frag.
+func newRecordReader(rec []byte, frag fragSource) (recordReader, error) {
 	if len(rec) == 0 || rec[0] != recordCompact {
 		return recordReader{rec: rec}, nil // layout 6
 	}
-	kind, base, rest, dod, err := runHeader(rec[1:])
+	rest := rec[1:]
+	flagsFirst := len(rest) > 0 && rest[0] == recordFlagsFirst
+	if flagsFirst {
+		rest = rest[1:]
+	}
+	kind, base, rest, dod, err := runHeader(rest)
 	if err == nil && dod {
 		err = errRecordDoD
 	}
-	return recordReader{rec: rest, compact: true, kind: kind, base: base}, err
+	return recordReader{rec: rest, compact: true, flagsFirst: flagsFirst, kind: kind, base: base, frag: frag}, err
+}
+
+// block is a reference to the first fragment of the record's block
+// (layouts 7 and later).
+func (r *recordReader) block() ref {
+	if r.kind == 'L' {
+		return ref{seq: r.base}
+	}
+	return ref{block: r.base}
 }
 
 // errRecordDoD reports a head record whose kind claims a body of deltas of
@@ -300,14 +360,33 @@ var errRecordDoD = errors.New("head record: a run value's kind")
 
 // next returns the next section: its series, first time, flags, the kind
 // and base of its block and its body (aliasing the record, or r's own
-// memory until the next call for a headSingle section, whose flags and
-// body are those of the plain section). done is true after the last one.
+// memory until the next call for a headSingle or headFrag section, whose
+// flags and body are those of the plain section). done is true after the
+// last one.
 func (r *recordReader) next() (sid uint64, firstTs int64, flags byte, kind byte, base uint64, body []byte, done bool, err error) {
 	if len(r.rec) == 0 {
 		return 0, 0, 0, 0, 0, nil, true, nil
 	}
 	b := r.rec
 	var n int
+	if r.flagsFirst {
+		flags = b[0]
+		b = b[1:]
+		if flags&headFrag != 0 {
+			d, n := binary.Varint(b)
+			if n <= 0 || r.frag == nil {
+				return 0, 0, 0, 0, 0, nil, false, errShort
+			}
+			idx := r.fragIdx + uint64(d)
+			if sid, firstTs, err = r.frag(idx); err != nil {
+				return 0, 0, 0, 0, 0, nil, false, err
+			}
+			r.rec = b[n:]
+			r.sid, r.firstTs, r.fragIdx = sid, firstTs, idx
+			body = binary.AppendUvarint(append(r.single[:0], 1, 0), idx)
+			return sid, firstTs, flags &^ headFrag, r.kind, r.base, body, false, nil
+		}
+	}
 	if r.compact {
 		var ds int64
 		if ds, n = binary.Varint(b); n <= 0 {
@@ -318,14 +397,19 @@ func (r *recordReader) next() (sid uint64, firstTs int64, flags byte, kind byte,
 		return 0, 0, 0, 0, 0, nil, false, errShort
 	}
 	b = b[n:]
-	if firstTs, n = binary.Varint(b); n <= 0 || len(b) < n+1 {
+	if firstTs, n = binary.Varint(b); n <= 0 {
 		return 0, 0, 0, 0, 0, nil, false, errShort
 	}
 	if r.compact {
 		firstTs += r.firstTs
 	}
-	flags = b[n]
-	b = b[n+1:]
+	b = b[n:]
+	if !r.flagsFirst {
+		if len(b) == 0 {
+			return 0, 0, 0, 0, 0, nil, false, errShort
+		}
+		flags, b = b[0], b[1:]
+	}
 	if r.compact && flags&headSingle != 0 {
 		idx, n := binary.Uvarint(b)
 		if n <= 0 {
@@ -371,10 +455,11 @@ func unionCount(v []byte) uint64 {
 // point's entry in memory (st.dups), the latest record winning: a commit
 // applies its records once durable (owned: the strings share rec's bytes,
 // which nothing writes again), Open the records it replays (copied out of
-// badger). A point absent from st.dups became overwritten in this head.
-func (db *DB) applyHead(st *tableState, k, rec []byte, owned bool) error {
+// badger). frag resolves the record's headFrag sections from its block.
+// A point absent from st.dups became overwritten in this head.
+func (db *DB) applyHead(st *tableState, k, rec []byte, owned bool, frag fragSource) error {
 	st.dupMu.Lock()
-	added, newDups, err := st.head.apply(k, rec, func(id pointID, entry []byte) {
+	added, newDups, err := st.head.apply(k, rec, frag, func(id pointID, entry []byte) {
 		e := string(entry)
 		if owned {
 			e = unsafe.String(unsafe.SliceData(entry), len(entry))
@@ -394,16 +479,17 @@ func (db *DB) applyHead(st *tableState, k, rec []byte, owned bool) error {
 
 // apply adds the runs and overwrites of head record rec (key k) to h but
 // for its counts and its fresh points; each overwrite's point and entry
-// are passed to entry, which may add the point to h.fresh. It returns how
-// many entries it added and how many points entry added to h.fresh.
-func (h *tableHead) apply(k, rec []byte, entry func(id pointID, entry []byte)) (added, newDups int, err error) {
+// are passed to entry, which may add the point to h.fresh. frag resolves
+// headFrag sections. It returns how many entries it added and how many
+// points entry added to h.fresh.
+func (h *tableHead) apply(k, rec []byte, frag fragSource, entry func(id pointID, entry []byte)) (added, newDups int, err error) {
 	if h.series == nil {
 		h.series = map[uint64][]*headRun{}
 		h.over = map[uint64][]runEntry{}
 	}
 	fresh := len(h.fresh)
 	defer func() { newDups = len(h.fresh) - fresh }()
-	rr, err := newRecordReader(rec)
+	rr, err := newRecordReader(rec, frag)
 	if err != nil {
 		return 0, 0, &store.CorruptionError{Key: k, Err: err}
 	}
@@ -723,9 +809,17 @@ func (w *committer) storeUnions(st *tableState, tid uint64, h *tableHead) error 
 }
 
 // loadHeads rebuilds every table's head from the head records Open finds
-// and sets the next record number above them.
+// and sets the next record number above them. A record's block, which
+// its headFrag sections name, is read when one is met: Open has voided
+// the records of blocks a crash kept from being stored (upgrade).
 func (db *DB) loadHeads() error {
 	return db.bdb.View(func(txn *badger.Txn) error {
+		fetchers := map[uint64]*fetcher{} // by table: a fetcher reads one table's blocks
+		defer func() {
+			for _, f := range fetchers {
+				f.close()
+			}
+		}()
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{ksHead}, PrefetchValues: true})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -737,11 +831,44 @@ func (db *DB) loadHeads() error {
 			tid, n := binary.BigEndian.Uint64(k[1:9]), binary.BigEndian.Uint64(k[9:])
 			db.headSeq = max(db.headSeq, n+1)
 			st := db.table(tid)
-			err := item.Value(func(v []byte) error { return db.applyHead(st, k, v, false) }) // v is badger's, valid only here: copied
+			fetch := fetchers[tid]
+			if fetch == nil {
+				fetch = &fetcher{}
+				fetchers[tid] = fetch
+			}
+			err := item.Value(func(v []byte) error { // v is badger's, valid only here: copied
+				return db.applyHead(st, k, v, false, storedFragSource(txn, fetch, tid, v))
+			})
 			if err != nil {
 				return err
 			}
 		}
 		return nil
 	})
+}
+
+// storedFragSource resolves the headFrag sections of head record rec of
+// table tid from its stored block, read at the first.
+func storedFragSource(txn *badger.Txn, fetch *fetcher, tid uint64, rec []byte) fragSource {
+	var rd *blockReader
+	return func(idx uint64) (uint64, int64, error) {
+		if rd == nil {
+			r, err := headRecordBlock(rec)
+			if err != nil {
+				return 0, 0, err
+			}
+			b, _, found, err := fetch.block(txn, tid, r)
+			if err != nil {
+				return 0, 0, err
+			}
+			if !found {
+				return 0, 0, fmt.Errorf("head record of a block not stored: %w", errShort)
+			}
+			rd = &b.rd
+		}
+		if err := rd.seek(idx); err != nil {
+			return 0, 0, err
+		}
+		return rd.head()
+	}
 }

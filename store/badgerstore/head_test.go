@@ -2,6 +2,7 @@ package badgerstore
 
 import (
 	"encoding/binary"
+	"slices"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
@@ -236,10 +237,31 @@ func TestHeadRecordLayouts(t *testing.T) {
 	runs[1].add(1e18, 1)
 	runs[2].add(1e18+5, 2)
 	ows := []overwrite{{ts: 9, idx: 3, entry: []byte("e1")}, {ts: 12, idx: 5, entry: []byte("e2")}}
+	// The block the records index: each fragment where the runs and
+	// overwrites above put it.
+	frags := make([]store.Fragment, 6)
+	for _, rb := range runs {
+		for i, idx := range rb.idx {
+			frags[idx] = store.Fragment{Series: rb.sid, Time: rb.ts[i]}
+		}
+	}
+	for _, o := range ows {
+		frags[o.idx] = store.Fragment{Series: 5, Time: o.ts}
+	}
+	// legacy appends a section of layouts 7 and 8 (flags after the deltas).
+	legacy := func(rec []byte, prev *[2]int64, sid uint64, first int64, flags byte) []byte {
+		rec = binary.AppendVarint(rec, int64(sid)-prev[0])
+		rec = binary.AppendVarint(rec, first-prev[1])
+		*prev = [2]int64{int64(sid), first}
+		return append(rec, flags)
+	}
 	for _, kind := range []byte{'L', 'U'} {
 		base := uint64(1000)
 		hw := newHeadWriter(kind, base)
 		old := []byte(nil) // layout 6: absolute series and time, kind and base in every body
+		l7 := binary.AppendUvarint([]byte{recordCompact, kind}, base)
+		l8 := slices.Clone(l7)
+		var p7, p8 [2]int64
 		for i, rb := range runs {
 			hw.appendRun(rb, byte(i))
 			old = binary.AppendUvarint(old, rb.sid)
@@ -248,23 +270,31 @@ func TestHeadRecordLayouts(t *testing.T) {
 			v := rb.appendBody(binary.AppendUvarint([]byte{kind}, base)) // a run value of layout 8
 			old = binary.AppendUvarint(old, uint64(len(v)))
 			old = append(old, v...)
+			body := rb.appendBody(nil)
+			l7 = legacy(l7, &p7, rb.sid, rb.firstTs, byte(i))
+			l7 = binary.AppendUvarint(l7, uint64(len(body)))
+			l7 = append(l7, body...)
+			if len(rb.ts) == 1 {
+				l8 = legacy(l8, &p8, rb.sid, rb.firstTs, byte(i)|headSingle)
+				l8 = binary.AppendUvarint(l8, rb.idx[0])
+			} else {
+				l8 = legacy(l8, &p8, rb.sid, rb.firstTs, byte(i))
+				l8 = binary.AppendUvarint(l8, uint64(len(body)))
+				l8 = append(l8, body...)
+			}
 		}
 		hw.appendOver(5, ows)
-		l7 := newHeadWriter(kind, base)
-		for i, rb := range runs {
-			l7.section(rb.sid, rb.firstTs, byte(i))
-			body := rb.appendBody(nil)
-			l7.rec = binary.AppendUvarint(l7.rec, uint64(len(body)))
-			l7.rec = append(l7.rec, body...)
-		}
-		l7.appendOver(5, ows)
-		require.Equal(t, len(l7.rec)-2*3, len(hw.rec), "each run of one point saves its body's length, count and time delta")
-		rr, err := newRecordReader(hw.rec)
+		rr, err := newRecordReader(hw.rec, fragmentsSource(frags))
 		require.NoError(t, err)
 		var over []byte
 		for range 4 {
 			_, _, _, _, _, over, _, err = rr.next()
 			require.NoError(t, err)
+		}
+		for _, rec := range []*[]byte{&l7, &l8} {
+			*rec = legacy(*rec, map[*[]byte]*[2]int64{&l7: &p7, &l8: &p8}[rec], 5, 9, headOverwrite)
+			*rec = binary.AppendUvarint(*rec, uint64(len(over)))
+			*rec = append(*rec, over...)
 		}
 		ov := binary.AppendUvarint([]byte{kind}, base)
 		ov = append(ov, over...)
@@ -274,9 +304,9 @@ func TestHeadRecordLayouts(t *testing.T) {
 		old = binary.AppendUvarint(old, uint64(len(ov)))
 		old = append(old, ov...)
 
-		var got [3][]section
-		for i, rec := range [][]byte{hw.rec, old, l7.rec} {
-			rr, err := newRecordReader(rec)
+		var got [4][]section
+		for i, rec := range [][]byte{hw.rec, old, l7, l8} {
+			rr, err := newRecordReader(rec, fragmentsSource(frags))
 			require.NoError(t, err)
 			for {
 				sid, first, flags, k, b, body, done, err := rr.next()
@@ -299,10 +329,35 @@ func TestHeadRecordLayouts(t *testing.T) {
 		require.Len(t, got[0], 4)
 		require.Equal(t, got[0], got[1], "kind %c: layout 6", kind)
 		require.Equal(t, got[0], got[2], "kind %c: layout 7", kind)
+		require.Equal(t, got[0], got[3], "kind %c: layout 8", kind)
 		var seen []int64
 		require.NoError(t, scanHeadOver(kind, base, []byte(got[0][3].body), got[0][3].first, func(ts int64, _ ref, e []byte) {
 			seen = append(seen, ts)
 		}))
 		require.Equal(t, []int64{9, 12}, seen)
+
+		// A record's headFrag section cannot be read without its block.
+		rr, err = newRecordReader(hw.rec, nil)
+		require.NoError(t, err)
+		_, _, _, _, _, _, _, err = rr.next() // the run of two points
+		require.NoError(t, err)
+		_, _, _, _, _, _, _, err = rr.next()
+		require.Error(t, err)
 	}
+
+	// One point per series, the common load: 2 bytes a point, where
+	// layout 8 took 4 or more (series and time deltas, flags, index).
+	hw := newHeadWriter('U', 1)
+	l8 := binary.AppendUvarint([]byte{recordCompact, 'U'}, 1)
+	var p8 [2]int64
+	for i := range 200 {
+		rb := newRunBuilder(uint64(1000+i), int64(i)*22_000, 0, 1)
+		rb.add(rb.firstTs, uint64(i))
+		hw.appendRun(rb, headInOrder)
+		l8 = legacy(l8, &p8, rb.sid, rb.firstTs, headInOrder|headSingle)
+		l8 = binary.AppendUvarint(l8, uint64(i))
+	}
+	require.Equal(t, 4+2*200, len(hw.rec))
+	require.Less(t, len(hw.rec), valueThreshold, "such a record stays in the LSM tree")
+	require.GreaterOrEqual(t, len(l8), 4+6*200)
 }

@@ -49,8 +49,11 @@ const (
 // sections of one point (headSingle), which a 7 build would misread
 // after a crash; older records replay as they are. Version 9 writes run
 // values of deltas of deltas (runDoD), which an 8 build refuses as an
-// unknown run kind; older runs read as they are.
-const layoutVersion = 9
+// unknown run kind; older runs read as they are. Version 10 writes head
+// records whose one-point runs name their fragment in the block
+// (headFrag), which a 9 build would misread after a crash; older records
+// replay as they are.
+const layoutVersion = 10
 
 // Block metadata (badger's user meta byte of a block's key).
 const (

@@ -512,9 +512,12 @@ func (db *DB) tornRecords(tids []uint64) ([][]byte, error) {
 // headRecordBlock returns a reference to the first fragment of the block a
 // head record indexes.
 func headRecordBlock(rec []byte) (ref, error) {
-	rr, err := newRecordReader(rec)
+	rr, err := newRecordReader(rec, nil)
 	if err != nil {
 		return ref{}, err
+	}
+	if rr.compact {
+		return rr.block(), nil
 	}
 	_, _, _, kind, base, _, done, err := rr.next()
 	switch {

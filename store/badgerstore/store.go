@@ -42,11 +42,12 @@ const (
 	// DefaultGCMaxBytesPerSecond bounds the collector's I/O.
 	DefaultGCMaxBytesPerSecond = 64 << 20
 	// DefaultGCDiscardRatio is the garbage share at which the collector
-	// rewrites a value-log file. A commit writes its blocks and its head
-	// records side by side, and the head flush deletes the records: a
-	// file of the common load (many series, a point each per commit) ends
-	// about a third garbage, which badger's usual 0.5 never collects
-	// (doc.go, "Bytes per line").
+	// rewrites a value-log file. Tables share value-log files, so one
+	// table's retention, truncation or drop leaves files of another's live
+	// blocks partly garbage, and so does the head flush where a head
+	// record went to the value log (a commit of more than about 250
+	// points of a table): a third of a file is space badger's usual 0.5
+	// never gives back (doc.go, "Bytes per line").
 	DefaultGCDiscardRatio = 0.3
 	// DefaultMaxMappedBytes bounds the resident pages of badger's mapped
 	// files (mapped.go): with the Go heap under --memory-limit-bytes
@@ -732,7 +733,7 @@ func (db *DB) commit(commits []store.TableCommit) error {
 	// Once durable, never before: a reader must not see a union a crash
 	// could take back.
 	for _, h := range w.heads {
-		if err := db.applyHead(h.st, h.key, h.rec, true); err != nil {
+		if err := db.applyHead(h.st, h.key, h.rec, true, fragmentsSource(h.frags)); err != nil {
 			return err
 		}
 	}
@@ -793,10 +794,11 @@ type committer struct {
 // costs an fsync.
 const flushTxnKeys = 2048
 
-// headRecord is a head record a commit wrote.
+// headRecord is a head record a commit wrote, and its block's fragments.
 type headRecord struct {
 	st       *tableState
 	key, rec []byte
+	frags    []store.Fragment
 }
 
 // set writes k=v, committing and starting a new transaction when the current
@@ -1109,7 +1111,7 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 		if err := w.set(k, rec); err != nil {
 			return err
 		}
-		w.heads = append(w.heads, headRecord{st, k, rec})
+		w.heads = append(w.heads, headRecord{st, k, rec, tc.Fragments})
 	}
 	if !hasFirst {
 		return w.setMeta(key, block, metaNoFirst)
