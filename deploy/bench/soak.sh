@@ -16,8 +16,11 @@
 # also runs TAILS tailing consumers (one per table, long-polling). A rate
 # is sustained when every window acknowledged 99 % of the offered lines
 # with p99 <= 100 ms. Every figure is printed, then one summary line per
-# run. Not run by CI (it takes DURATION per run and installs packages);
-# needs root for apt-get unless influxd and victoria-metrics are on PATH.
+# run; its last column is the windows missed, and how many of them the
+# harness's disk probe (--disk-probe) saw the machine's storage stall in
+# (a sync of one rewritten 4 KiB block slower than 100 ms). Not run by
+# CI (it takes DURATION per run and installs packages); needs root for
+# apt-get unless influxd and victoria-metrics are on PATH.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 
@@ -62,10 +65,11 @@ done
 
 echo
 echo "summary ($OUT):"
-printf '%-16s %8s %8s %10s %9s %9s %9s %8s %10s %10s %10s %10s %11s %8s\n' system series offered acked/s sustained p99_ms max_ms refused ref_p99_ms ref_ans_ms cpu_s/Ml anon_mib bytes/line lag_s
+printf '%-16s %8s %8s %10s %9s %9s %9s %8s %10s %10s %10s %10s %11s %8s %11s\n' system series offered acked/s sustained p99_ms max_ms refused ref_p99_ms ref_ans_ms cpu_s/Ml anon_mib bytes/line lag_s missed/disk
 grep '^RESULT' "$OUT" | awk '{
   for (i = 2; i <= NF; i++) { split($i, kv, "="); v[kv[1]] = kv[2] }
-  printf "%-16s %8s %8.0f %10.0f %9s %9.1f %9.1f %8s %10.1f %10.1f %10.2f %10.0f %11.1f %8s\n", v["target"], v["series"], v["rate"], v["acked_per_s"], v["sustained"],
-    v["p99_ms"], v["max_ms"], v["refused"], v["refused_p99_ms"], v["refused_answer_p99_ms"], v["cpu_s_per_mline"], v["rss_anon_max_mib"], v["store_bytes_per_line"], (v["lag_max_s"] == "" ? "-" : v["lag_max_s"])
+  printf "%-16s %8s %8.0f %10.0f %9s %9.1f %9.1f %8s %10.1f %10.1f %10.2f %10.0f %11.1f %8s %11s\n", v["target"], v["series"], v["rate"], v["acked_per_s"], v["sustained"],
+    v["p99_ms"], v["max_ms"], v["refused"], v["refused_p99_ms"], v["refused_answer_p99_ms"], v["cpu_s_per_mline"], v["rss_anon_max_mib"], v["store_bytes_per_line"], (v["lag_max_s"] == "" ? "-" : v["lag_max_s"]),
+    (v["windows"] - v["windows_ok"]) "/" (v["missed_disk_stall_windows"] == "" ? "-" : v["missed_disk_stall_windows"])
   delete v
 }'

@@ -93,6 +93,7 @@ type benchConfig struct {
 	maxInflight  int
 	tails        int
 	storeDir     string
+	diskProbe    time.Duration
 }
 
 func (c *benchConfig) registerFlags(fs *flag.FlagSet) {
@@ -104,6 +105,7 @@ func (c *benchConfig) registerFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.maxInflight, "max-inflight", 64, "soak mode: most requests outstanding; a due request waits for a slot, and its wait counts in its latency")
 	fs.IntVar(&c.tails, "tails", 0, "soak mode, ingestd: tailing consumers, one per table (long-polling lp pages of --drain-limit rows), their lag reported per window")
 	fs.StringVar(&c.storeDir, "store-dir", "", "soak mode: the server's data directory, whose size is reported per window")
+	fs.DurationVar(&c.diskProbe, "disk-probe", 20*time.Millisecond, "soak mode, with --store-dir: every this long, rewrite and fdatasync one 4 KiB block of a file beside the data directory, and report per window the slowest such sync (disk_ms): a stall of the machine's storage, which every durable write waits for, apart from the server's own (0: off)")
 	fs.IntVar(&c.overwrites, "overwrites", 10, "overwrite mode: fragments written per point")
 	fs.IntVar(&c.overwritePoints, "overwrite-points", 10000, "overwrite mode: points (over --scale series)")
 	fs.IntVar(&c.overwritesPerRequest, "overwrites-per-request", 1, "overwrite mode: fragments of every point per request (one commit)")

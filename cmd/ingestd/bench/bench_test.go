@@ -14,6 +14,7 @@ import (
 
 	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/ilp"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 // TestBenchRefusesPatternOutsideHTTP checks that the patterns other than
@@ -208,4 +209,28 @@ func TestSoakHist(t *testing.T) {
 		require.InEpsilon(t, float64(want), float64(got), 0.021, "p%v", p*100)
 	}
 	require.Equal(t, all[len(all)-1], h.pct(1))
+}
+
+// TestDiskProbe checks the disk probe: it syncs its own file, reports
+// the slowest sync of each window, and stops and removes its file when
+// closed.
+func TestDiskProbe(t *testing.T) {
+	dir := t.TempDir()
+	began := time.Now()
+	p, err := startDiskProbe(dir, time.Millisecond) // creates, writes and syncs its block
+	require.NoError(t, err)
+	setUp := time.Since(began)
+	files, err := os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Len(t, files, 1)
+	// The first timed sync comes a tick later: a thousand set-ups' time
+	// bounds it on this machine.
+	require.Eventually(t, func() bool { return p.window() > 0 }, testdeadline.Scale(1000*setUp), time.Millisecond, "a sync is timed")
+	p.close()
+	p.window() // a sync may have ended since the last window
+	require.Zero(t, p.window(), "no sync after close")
+	files, err = os.ReadDir(dir)
+	require.NoError(t, err)
+	require.Empty(t, files, "the probe's file is removed")
+	require.Zero(t, (*diskProbe)(nil).window())
 }

@@ -261,6 +261,79 @@ func lastLineTime(b []byte) (int64, bool) {
 	return ts, err == nil
 }
 
+// diskProbe measures the machine's storage apart from the server: it
+// rewrites one 4 KiB block of its own file in place and fdatasyncs it
+// every interval, and keeps the slowest sync of the window. The block is
+// allocated once, so a slow sync is the device's or the file system's
+// journal's, which a server's fsync waits for as well.
+type diskProbe struct {
+	f       *os.File
+	slowest atomic.Int64 // ns, this window
+	stop    chan struct{}
+	done    chan struct{}
+}
+
+// startDiskProbe starts a probe writing to a file in dir, removed by stop.
+func startDiskProbe(dir string, every time.Duration) (*diskProbe, error) {
+	f, err := os.CreateTemp(dir, ".ingestd-bench-disk-probe-*")
+	if err != nil {
+		return nil, err
+	}
+	block := make([]byte, 4096)
+	if _, err := f.WriteAt(block, 0); err == nil {
+		err = f.Sync()
+	}
+	if err != nil {
+		_ = f.Close()
+		_ = os.Remove(f.Name())
+		return nil, err
+	}
+	p := &diskProbe{f: f, stop: make(chan struct{}), done: make(chan struct{})}
+	go func() {
+		defer close(p.done)
+		t := time.NewTicker(every)
+		defer t.Stop()
+		for n := byte(0); ; n++ {
+			select {
+			case <-p.stop:
+				return
+			case <-t.C:
+			}
+			block[0] = n
+			began := time.Now()
+			if _, err := f.WriteAt(block, 0); err != nil {
+				return
+			}
+			if err := syscall.Fdatasync(int(f.Fd())); err != nil {
+				return
+			}
+			d := int64(time.Since(began))
+			for old := p.slowest.Load(); d > old && !p.slowest.CompareAndSwap(old, d); old = p.slowest.Load() {
+			}
+		}
+	}()
+	return p, nil
+}
+
+// window returns the slowest sync since the last call and starts the
+// next window (0 for a nil probe).
+func (p *diskProbe) window() time.Duration {
+	if p == nil {
+		return 0
+	}
+	return time.Duration(p.slowest.Swap(0))
+}
+
+func (p *diskProbe) close() {
+	if p == nil {
+		return
+	}
+	close(p.stop)
+	<-p.done
+	_ = p.f.Close()
+	_ = os.Remove(p.f.Name())
+}
+
 // soakSample is the server's state at a window's end.
 type soakSample struct {
 	cpu             time.Duration
@@ -353,6 +426,18 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 	fmt.Fprintf(out, "soak (%s): %d series over %d tables, %.0f lines/s offered in requests of %d lines (one every %s), at most %d in flight, for %s; windows of %s\n",
 		cfg.target, len(g.prefixes), len(g.tables), cfg.rate, lines, every, cfg.maxInflight, cfg.soakDuration, cfg.window)
 
+	var probe *diskProbe
+	if cfg.storeDir != "" && cfg.diskProbe > 0 {
+		// Beside the data directory: the same file system, not the
+		// server's files.
+		p, err := startDiskProbe(filepath.Dir(filepath.Clean(cfg.storeDir)), cfg.diskProbe)
+		if err != nil {
+			return fmt.Errorf("--disk-probe: %w", err)
+		}
+		probe = p
+		defer probe.close()
+	}
+
 	runCtx, stopTails := context.WithCancel(ctx)
 	defer stopTails()
 	var tails []*soakTail
@@ -403,12 +488,15 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 		}
 	}
 
-	fmt.Fprintf(out, "%7s %9s %9s %8s %8s %8s %8s %10s %8s %6s %9s %9s %9s %8s\n",
-		"t_s", "offered", "acked/s", "p50_ms", "p99_ms", "max_ms", "refused", "ref_p99_ms", "failed", "cpu_s", "anon_mib", "file_mib", "store_mb", "lag_s")
+	fmt.Fprintf(out, "%7s %9s %9s %8s %8s %8s %8s %10s %8s %6s %9s %9s %9s %8s %8s\n",
+		"t_s", "offered", "acked/s", "p50_ms", "p99_ms", "max_ms", "refused", "ref_p99_ms", "failed", "cpu_s", "anon_mib", "file_mib", "store_mb", "lag_s", "disk_ms")
 	prev := sampleServer(cfg.serverPID, cfg.storeDir)
 	first := prev
 	winStart := start
 	windows, good := 0, 0
+	// Windows that missed while the disk probe saw a sync slower than
+	// soakP99, and windows in which it did.
+	missedStalled, stalled := 0, 0
 	var worstLag time.Duration
 	var peakAnon, peakFile int64 = -1, -1
 	// The requests due by at: offered load follows the schedule, whether
@@ -440,15 +528,22 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 		}
 		worstLag = max(worstLag, lag)
 		peakAnon, peakFile = max(peakAnon, s.rssAnon), max(peakFile, s.rssFil)
+		disk := probe.window()
 		ok := float64(w.acked) >= soakAckShare*float64(offered) && w.reqs.pct(0.99) <= soakP99
 		if ok {
 			good++
 		}
+		if disk > soakP99 {
+			stalled++
+			if !ok {
+				missedStalled++
+			}
+		}
 		windows++
-		fmt.Fprintf(out, "%7.0f %9.0f %9.0f %8.1f %8.1f %8.1f %8d %10.1f %8d %6.1f %9.0f %9.0f %9.0f %8.2f\n",
+		fmt.Fprintf(out, "%7.0f %9.0f %9.0f %8.1f %8.1f %8.1f %8d %10.1f %8d %6.1f %9.0f %9.0f %9.0f %8.2f %8.1f\n",
 			now.Sub(start).Seconds(), float64(offered)/secs, float64(w.acked)/secs,
 			ms(w.reqs.pct(0.5)), ms(w.reqs.pct(0.99)), ms(w.reqs.pct(1)), w.refused, ms(w.refusals.pct(0.99)), w.failed,
-			(s.cpu - prev.cpu).Seconds(), mib(s.rssAnon), mib(s.rssFil), float64(s.store)/1e6, lag.Seconds())
+			(s.cpu - prev.cpu).Seconds(), mib(s.rssAnon), mib(s.rssFil), float64(s.store)/1e6, lag.Seconds(), ms(disk))
 		prev = s
 	}
 
@@ -552,6 +647,12 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 		fmt.Fprintf(out, "soak: %d lines were due but never sent: the server was more than a window behind at the run's end\n", unsent)
 	}
 	fmt.Fprintf(out, "soak windows: %d of %d met %.0f %% acknowledged with p99 <= %s (sustained: %v)\n", good, windows, soakAckShare*100, soakP99, good == windows)
+	if probe != nil {
+		fmt.Fprintf(out, "disk probe: a sync slower than %s in %d of %d windows; %d of the %d windows missed were among them\n",
+			soakP99, stalled, windows, missedStalled, windows-good)
+		res.set("disk_stall_windows", stalled)
+		res.set("missed_disk_stall_windows", missedStalled)
+	}
 	res.set("rate", cfg.rate)
 	res.set("series", len(g.prefixes))
 	res.set("secs", dur.Seconds())
