@@ -39,7 +39,11 @@ func (p *Parser) plainFields(rest []byte, ks *knownSeries, prec Precision, now i
 	// same: fields hold shape's first keys. A shape key holds none of the
 	// bytes that end a key (plainFields scanned it), so where its bytes
 	// and an '=' follow, the scan below would find that key.
-	shape, same := ks.shape, true
+	var shape []string
+	if sh := ks.shape.Load(); sh != nil {
+		shape = *sh
+	}
+	same := true
 	for {
 		var key string
 		start := i
@@ -170,14 +174,12 @@ func (p *Parser) plainKey(k []byte, tags []feed.Tag, fields []feed.PointField) (
 // keepShape makes the keys of fields, a line of ks that plainFields
 // accepted, ks's shape unless they are already (same, and as many).
 func (p *Parser) keepShape(ks *knownSeries, fields []feed.PointField, same bool) []feed.PointField {
-	if !same || len(fields) != len(ks.shape) {
-		if cap(ks.shape) < len(fields) {
-			ks.shape = make([]string, len(fields))
-		}
-		ks.shape = ks.shape[:len(fields)]
+	if sh := ks.shape.Load(); !same || sh == nil || len(fields) != len(*sh) {
+		shape := make([]string, len(fields))
 		for i := range fields {
-			ks.shape[i] = fields[i].Key
+			shape[i] = fields[i].Key
 		}
+		ks.shape.Store(&shape)
 	}
 	return fields
 }
