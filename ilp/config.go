@@ -23,10 +23,7 @@ const (
 	// flight (64 in the soak harness, one per Telegraf output) is
 	// answered before its own queue grows: at 170 writes a second, 64
 	// slots hold writes of at most 0.38 s.
-	DefaultMaxWriteDelay = 250 * time.Millisecond
-	// DefaultSeriesCacheBytes holds the sections of about 150,000 series
-	// of TSBS devops lines (about 200 bytes of tags each).
-	DefaultSeriesCacheBytes = 64 << 20
+	DefaultMaxWriteDelay    = 250 * time.Millisecond
 	DefaultTCPAddr          = ":9009"
 	DefaultTCPFlushInterval = 100 * time.Millisecond
 	DefaultTCPBatchLines    = 10_000
@@ -61,11 +58,6 @@ type Config struct {
 	// of holding writes for seconds, and keeps the latency of those it
 	// takes near this bound. 0: never.
 	MaxWriteDelay time.Duration
-	// SeriesCacheBytes bounds the known series the HTTP handler's Parsers
-	// share (estimated bytes: each measurement and tag section twice,
-	// plus its tags): a write whose series any earlier write sent is
-	// parsed from its field sets on. 0: each Parser keeps its own 4,096.
-	SeriesCacheBytes int64
 	// TCPAddr is the TCP listen address; empty disables TCP.
 	TCPAddr string
 	// TCPFlushInterval is the longest a line read over TCP waits before it
@@ -95,7 +87,6 @@ func DefaultConfig() Config {
 		MaxBodyBytes:          DefaultMaxBodyBytes,
 		MaxInflightWriteBytes: DefaultMaxInflightWriteBytes,
 		MaxWriteDelay:         DefaultMaxWriteDelay,
-		SeriesCacheBytes:      DefaultSeriesCacheBytes,
 		TCPAddr:               DefaultTCPAddr,
 		TCPFlushInterval:      DefaultTCPFlushInterval,
 		TCPBatchLines:         DefaultTCPBatchLines,
@@ -112,8 +103,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 		"bytes of HTTP write bodies held at once, after decompression (must exceed --max-body-bytes); past it a write waits --feed-submit-timeout for room, then 503")
 	fs.DurationVar(&c.MaxWriteDelay, "http-write-max-delay", c.MaxWriteDelay,
 		"answer HTTP writes 503 with Retry-After at once, unread, while writes take longer than this in the server, a body over 1 MiB per MiB (0: never)")
-	fs.Int64Var(&c.SeriesCacheBytes, "ilp-series-cache-bytes", c.SeriesCacheBytes,
-		"estimated bytes of parsed measurement and tag sections the HTTP writes share, so that a line of a series sent before is parsed from its field set on (0: each of the 8 pooled parsers keeps its last 4,096)")
 	fs.IntVar(&c.Limits.MaxLineBytes, "max-line-bytes", c.Limits.MaxLineBytes, "longest ILP line in bytes; a longer line is rejected")
 	fs.IntVar(&c.Limits.MaxStringBytes, "ilp-max-string-bytes", c.Limits.MaxStringBytes, "longest tag value or string field in bytes")
 	fs.StringVar(&c.TCPAddr, "tcp-addr", c.TCPAddr, "ILP TCP listen address (empty disables TCP)")
@@ -131,8 +120,6 @@ func (c *Config) Validate() error {
 		return errors.New("ilp: --max-body-bytes must be positive")
 	case c.MaxWriteDelay < 0:
 		return errors.New("ilp: --http-write-max-delay must not be negative")
-	case c.SeriesCacheBytes < 0:
-		return errors.New("ilp: --ilp-series-cache-bytes must not be negative")
 	case c.MaxInflightWriteBytes <= c.MaxBodyBytes:
 		return fmt.Errorf("ilp: --http-max-inflight-write-bytes=%d must exceed --max-body-bytes=%d", c.MaxInflightWriteBytes, c.MaxBodyBytes)
 	case c.Limits.MaxLineBytes < 1 || c.Limits.MaxLineBytes > MaxLineBytesCeiling:

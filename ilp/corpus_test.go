@@ -267,19 +267,6 @@ func parseTwice(data []byte, lim Limits, prec Precision) []string {
 	return renderResults(b.Points, errs)
 }
 
-// parseShared parses data through one Parser sharing a series cache, then
-// again through another sharing it: the second finds the series the first
-// stored.
-func parseShared(data []byte, lim Limits, prec Precision) []string {
-	c := newSeriesCache(DefaultSeriesCacheBytes, nil)
-	first, second := NewParser(lim), NewParser(lim)
-	first.shared, second.shared = c, c
-	first.ParseAll(&feed.Batch{}, TrimBOM(data), 1, prec, corpusNow)
-	b := &feed.Batch{}
-	errs, _ := second.ParseAll(b, TrimBOM(data), 1, prec, corpusNow)
-	return renderResults(b.Points, errs)
-}
-
 // parsePieces parses data arriving in pieces cut at cuts (ascending), as
 // the TCP listener reads it: through a lineReader, each complete line
 // parsed as it ends. Unlike TCP (which drops a partial line at EOF) a

@@ -32,11 +32,7 @@
 // same bytes parsed twice). Measurement and tag section are the bulk of a
 // typical line (TSBS: two thirds), so a known series halves the cost of a
 // line. A Parser holds at most 4,096 known series of at most 1 MiB of
-// sections together, emptied when full; the HTTP handler's Parsers share
-// one cache instead (seriesCache, --ilp-series-cache-bytes, 64 MiB: about
-// 150,000 TSBS series), in shards emptied when full, so that at 100,000
-// series, written one line each per interval by any writer, a line still
-// finds its series known. A known series also remembers the
+// sections together, emptied when full. A known series also remembers the
 // field keys of its last plain line (its shape): a line with the same keys
 // in the same order, as writers send them, has them matched byte for byte
 // instead of scanned and checked again.

@@ -39,11 +39,7 @@ func (p *Parser) plainFields(rest []byte, ks *knownSeries, prec Precision, now i
 	// same: fields hold shape's first keys. A shape key holds none of the
 	// bytes that end a key (plainFields scanned it), so where its bytes
 	// and an '=' follow, the scan below would find that key.
-	var shape []string
-	if sh := ks.shape.Load(); sh != nil {
-		shape = *sh
-	}
-	same := true
+	shape, same := ks.shape, true
 	for {
 		var key string
 		start := i
@@ -174,12 +170,14 @@ func (p *Parser) plainKey(k []byte, tags []feed.Tag, fields []feed.PointField) (
 // keepShape makes the keys of fields, a line of ks that plainFields
 // accepted, ks's shape unless they are already (same, and as many).
 func (p *Parser) keepShape(ks *knownSeries, fields []feed.PointField, same bool) []feed.PointField {
-	if sh := ks.shape.Load(); !same || sh == nil || len(fields) != len(*sh) {
-		shape := make([]string, len(fields))
-		for i := range fields {
-			shape[i] = fields[i].Key
+	if !same || len(fields) != len(ks.shape) {
+		if cap(ks.shape) < len(fields) {
+			ks.shape = make([]string, len(fields))
 		}
-		ks.shape.Store(&shape)
+		ks.shape = ks.shape[:len(fields)]
+		for i := range fields {
+			ks.shape[i] = fields[i].Key
+		}
 	}
 	return fields
 }

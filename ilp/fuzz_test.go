@@ -70,7 +70,6 @@ func FuzzParse(f *testing.F) {
 		require.Equal(t, whole, parsePieces(data, cuts, lim, prec), "whole and cut at %v", cuts)
 		require.Equal(t, whole, parseAlone(data, lim, prec), "whole and each line by a fresh parser")
 		require.Equal(t, whole, parseTwice(data, lim, prec), "whole and the same bytes again through a parser that knows their series")
-		require.Equal(t, whole, parseShared(data, lim, prec), "whole and the same bytes again through a parser sharing the series another stored")
 
 		for _, pt := range pts {
 			line, ok := encodePoint(pt)

@@ -131,16 +131,13 @@ const (
 	maxPooledPoints = 16 << 10 // 1.5 MiB of points
 )
 
-// get returns an idle Parser, or a new one enforcing lim and sharing
-// the known series of shared (nil: its own).
-func (pp parserPool) get(lim Limits, shared *seriesCache) *pooledParser {
+// get returns an idle Parser, or a new one enforcing lim.
+func (pp parserPool) get(lim Limits) *pooledParser {
 	select {
 	case x := <-pp:
 		return x
 	default:
-		p := NewParser(lim)
-		p.shared = shared
-		return &pooledParser{p: p}
+		return &pooledParser{p: NewParser(lim)}
 	}
 }
 
@@ -288,7 +285,7 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	in.overload.begin(read, n)
 	committed := false // reached the sequencer: its latency counts
 	defer func() { in.overload.done(read, in.now(), committed, n) }()
-	parser := in.parsers.get(in.cfg.Limits, in.series)
+	parser := in.parsers.get(in.cfg.Limits)
 	batch := &feed.Batch{Points: parser.points}
 	perrs, _ := parser.p.ParseAll(batch, TrimBOM(buf.Bytes()), 1, prec, recv.UnixNano())
 	// Pooled again unless the sequencer may still read the batch.

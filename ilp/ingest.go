@@ -50,8 +50,6 @@ type Ingest struct {
 	auth     Auth
 	// parsers are the HTTP handler's idle Parsers (parserPool).
 	parsers parserPool
-	// series is the known series they share (nil: each its own).
-	series *seriesCache
 	// overload refuses HTTP writes while writes take longer than
 	// Config.MaxWriteDelay.
 	overload *overload
@@ -107,7 +105,6 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 		logLimit: rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},
 		storeLog: rateLimit{every: time.Second},
 		inflight: newWriteQuota(cfg.MaxInflightWriteBytes), parsers: make(parserPool, pooledParsers),
-		series: newSeriesCache(cfg.SeriesCacheBytes, reg),
 	}, nil
 }
 

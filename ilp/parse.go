@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync/atomic"
 	"unicode/utf8"
 	"unsafe"
 
@@ -70,10 +69,7 @@ type Parser struct {
 	// (see parseKnown); seriesBytes is the sum of its keys' lengths.
 	series      map[string]*knownSeries
 	seriesBytes int
-	// shared, when set, holds the known series in place of series: the
-	// cache the HTTP handler's Parsers share (seriesCache).
-	shared *seriesCache
-	rest   []byte // a field section behind a one-byte measurement
+	rest        []byte // a field section behind a one-byte measurement
 	// usedSlabs are the field slabs handed out since the last Reuse (at
 	// most maxReusedSlabs of them are remembered), spareSlabs the ones
 	// Reuse gave back, handed out again before any new one is made.
@@ -88,9 +84,8 @@ type knownSeries struct {
 	series string
 	// shape is the field keys, in line order, of the series' last line
 	// that plainFields accepted (interned, each checked): a later line with
-	// the same keys skips their checks. Replaced whole, never written in
-	// place: Parsers sharing the series read it concurrently.
-	shape atomic.Pointer[[]string]
+	// the same keys skips their checks.
+	shape []string
 }
 
 // Bounds of one Parser's caches: the measurement and key intern table
@@ -282,7 +277,7 @@ func valueErr(err error) *ParseError {
 func (p *Parser) parse(line []byte, prec Precision, now int64) (feed.Point, *ParseError) {
 	sp := bytes.IndexByte(line, ' ')
 	if sp > 0 && sp <= maxKnownPrefix {
-		if ks := p.known(line[:sp]); ks != nil {
+		if ks := p.series[string(line[:sp])]; ks != nil {
 			if pt, ok := p.parseKnown(ks, line[sp:], prec, now); ok {
 				return pt, nil
 			}
@@ -367,26 +362,12 @@ func (p *Parser) remember(line []byte, sp, fieldsAt int, pt *feed.Point) {
 		len(bytes.Trim(line[sp:fieldsAt], " ")) > 0 {
 		return
 	}
-	ks := &knownSeries{table: pt.Table, tags: pt.Tags, series: pt.Series}
-	if p.shared != nil {
-		p.shared.put(line[:sp], ks)
-		return
-	}
 	if len(p.series) >= maxKnownSeries || p.seriesBytes+sp > maxKnownSeriesBytes {
 		clear(p.series)
 		p.seriesBytes = 0
 	}
-	p.series[string(line[:sp])] = ks
+	p.series[string(line[:sp])] = &knownSeries{table: pt.Table, tags: pt.Tags, series: pt.Series}
 	p.seriesBytes += sp
-}
-
-// known returns the known series of a measurement and tag section, nil
-// when it is not known.
-func (p *Parser) known(section []byte) *knownSeries {
-	if p.shared != nil {
-		return p.shared.get(section)
-	}
-	return p.series[string(section)]
 }
 
 // parseKnown parses a line whose measurement and tag section is ks, rest
