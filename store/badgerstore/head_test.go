@@ -231,7 +231,8 @@ func TestHeadRecordLayouts(t *testing.T) {
 		flags byte
 		body  string
 	}
-	runs := []*runBuilder{newRunBuilder(7, -50, 0, 2), newRunBuilder(3, 1e18, 0, 1), newRunBuilder(300, 1e18+5, 0, 1)}
+	arena := newArena(3, 1)
+	runs := []*runBuilder{arena.run(7, -50, 0, 2), arena.run(3, 1e18, 0, 1), arena.run(300, 1e18+5, 0, 1)}
 	runs[0].add(-50, 0)
 	runs[0].add(-20, 4)
 	runs[1].add(1e18, 1)
@@ -350,8 +351,9 @@ func TestHeadRecordLayouts(t *testing.T) {
 	hw := newHeadWriter('U', 1)
 	l8 := binary.AppendUvarint([]byte{recordCompact, 'U'}, 1)
 	var p8 [2]int64
+	arena = newArena(200, 1)
 	for i := range 200 {
-		rb := newRunBuilder(uint64(1000+i), int64(i)*22_000, 0, 1)
+		rb := arena.run(uint64(1000+i), int64(i)*22_000, 0, 1)
 		rb.add(rb.firstTs, uint64(i))
 		hw.appendRun(rb, headInOrder)
 		l8 = legacy(l8, &p8, rb.sid, rb.firstTs, headInOrder|headSingle)

@@ -769,6 +769,11 @@ type runBuilder struct {
 	write      int
 	next, last *runBuilder
 	gap        bool // a gap run (committer.gapFor), not an in-order one
+	// top, kept by a series' first in-order run of the block once set
+	// (hasTop), is the series' last head run as the runs of the block
+	// so far leave it (committer.index).
+	top    runTop
+	hasTop bool
 }
 
 // step is the smallest time between two of rb's points (0: one point).
@@ -780,10 +785,36 @@ func (rb *runBuilder) step() int64 {
 	return s
 }
 
-// newRunBuilder starts the run of series sid at firstTs for write, with
-// room for hint fragments.
-func newRunBuilder(sid uint64, firstTs int64, write, hint int) *runBuilder {
-	return &runBuilder{sid: sid, firstTs: firstTs, write: write, ts: make([]int64, 0, hint), idx: make([]uint64, 0, hint)}
+// runArena hands out the run builders of one block from a few shared
+// arrays: a block of one point per series (a load of many series, each
+// written every few seconds) starts a run per fragment, and three
+// allocations each cost more than indexing the fragment. A builder stays
+// valid until the arena is dropped; a run that outgrows its room grows
+// on its own. Not safe for concurrent use.
+type runArena struct {
+	rbs []runBuilder
+	ts  []int64
+	idx []uint64
+}
+
+// newArena returns an arena with room for n runs of hint fragments.
+func newArena(n, hint int) runArena {
+	return runArena{rbs: make([]runBuilder, 0, n), ts: make([]int64, 0, n*hint), idx: make([]uint64, 0, n*hint)}
+}
+
+// run starts the run of series sid at firstTs for write, with room for
+// hint fragments.
+func (a *runArena) run(sid uint64, firstTs int64, write, hint int) *runBuilder {
+	if len(a.rbs) == cap(a.rbs) {
+		a.rbs = make([]runBuilder, 0, max(16, cap(a.rbs))) // the full array stays with its builders
+	}
+	if cap(a.ts)-len(a.ts) < hint {
+		a.ts, a.idx = make([]int64, 0, max(256, 4*hint)), make([]uint64, 0, max(256, 4*hint))
+	}
+	n := len(a.ts)
+	a.ts, a.idx = a.ts[:n+hint], a.idx[:n+hint]
+	a.rbs = append(a.rbs, runBuilder{sid: sid, firstTs: firstTs, write: write, ts: a.ts[n : n : n+hint], idx: a.idx[n : n : n+hint]})
+	return &a.rbs[len(a.rbs)-1]
 }
 
 func (rb *runBuilder) add(ts int64, idx uint64) {

@@ -933,7 +933,8 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 	// spread evenly over the table's series: one allocation for a run of
 	// an in-order load instead of one per doubling (at most 256: 4 KiB).
 	hint := min(max(len(tc.Fragments)/max(len(st.maxTs), 1), 4), 256)
-	runs := map[uint64]*runBuilder{}
+	arena := newArena(min(len(tc.Fragments), 4096), hint)
+	runs := make(map[uint64]*runBuilder, min(len(tc.Fragments), 4096))
 	var order []*runBuilder        // every run of the block: in-order and gap runs
 	gaps := map[uint64][]*gapRun{} // by series, the gap runs of this block
 	type late struct {
@@ -984,23 +985,22 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 			write++
 		}
 		f := &tc.Fragments[i]
-		hi, err := w.maxTs(st, f.Series)
+		m, err := w.maxTs(st, f.Series)
 		if err != nil {
 			return err
 		}
-		if f.Time > hi {
-			m := st.maxTs[f.Series]
+		if f.Time > m.all {
 			m.all = f.Time
 			st.maxTs[f.Series] = m
 			first := runs[f.Series]
 			switch {
 			case first == nil:
-				first = newRunBuilder(f.Series, f.Time, write, hint)
+				first = arena.run(f.Series, f.Time, write, hint)
 				first.last = first
 				runs[f.Series] = first
 				order = append(order, first)
 			case first.last.write != write:
-				rb := newRunBuilder(f.Series, f.Time, write, 0)
+				rb := arena.run(f.Series, f.Time, write, 1)
 				first.last.next, first.last = rb, rb
 				order = append(order, rb)
 			}
@@ -1024,7 +1024,7 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 			if g != nil {
 				if g.rb == nil || g.rb.write != write {
 					// one run per write, as in-order runs
-					g.rb = newRunBuilder(f.Series, f.Time, write, 0)
+					g.rb = arena.run(f.Series, f.Time, write, 1)
 					g.rb.gap = true
 					order = append(order, g.rb)
 				}
@@ -1080,21 +1080,21 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 	if len(order) > 0 || len(overSids) > 0 {
 		// The block's runs and overwrites, as one head record (head.go).
 		hw := newHeadWriter(kind, base)
-		tops := map[uint64]runTop{} // each series' last head run as the record leaves it
 		for _, rb := range order {
 			flags := byte(0)
 			if !rb.gap {
 				flags = headInOrder
-				prev, ok := tops[rb.sid]
-				if !ok {
-					prev = st.head.topOf(rb.sid)
+				first := runs[rb.sid] // keeps the series' top as the record leaves it
+				if !first.hasTop {
+					first.top = st.head.topOf(rb.sid)
 					// A gap run of this block may lie between the head's
 					// last run and this one: joining them would make a run
 					// that spans it.
-					prev.open = prev.open && len(gaps[rb.sid]) == 0
+					first.top.open = first.top.open && len(gaps[rb.sid]) == 0
+					first.hasTop = true
 				}
 				var joined bool
-				if tops[rb.sid], joined = prev.join(kind, rb); joined {
+				if first.top, joined = first.top.join(kind, rb); joined {
 					flags |= headJoins
 				}
 			}
@@ -1180,20 +1180,21 @@ func (w *committer) putMeta(m *store.TableMeta) error {
 	return w.set([]byte{ksNext, 't'}, binary.AppendUvarint(nil, w.db.nextTID))
 }
 
-// maxTs returns a series' highest stored time, looking it up once per
-// process.
-func (w *committer) maxTs(st *tableState, sid uint64) (int64, error) {
+// maxTs returns a series' highest times (seriesMax), looking them up
+// once per process.
+func (w *committer) maxTs(st *tableState, sid uint64) (seriesMax, error) {
 	if m, ok := st.maxTs[sid]; ok {
-		return m.all, nil
+		return m, nil
 	}
 	hi, err := w.look.maxTs(sid)
 	if err != nil {
-		return 0, err
+		return seriesMax{}, err
 	}
 	// Whatever the store and the heads hold may lie in the tree by the
 	// time it is next read (a flush may be storing the sealed head).
-	st.maxTs[sid] = seriesMax{hi, hi}
-	return hi, nil
+	m := seriesMax{hi, hi}
+	st.maxTs[sid] = m
+	return m, nil
 }
 
 // maxGapRuns bounds the gaps of one series in one block (a gap costs
