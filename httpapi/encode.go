@@ -101,16 +101,19 @@ type encoder struct {
 	// text, copied without being scanned again. Holding the string
 	// keeps its memory from being reused for another.
 	plain [256]string
-	// byName is the order of lpCols by name: line writes a row's tags in
-	// key order, and every row of a page has the same columns. lpKeys
-	// holds each column's name escaped as an ILP key followed by '=',
-	// and lpTable the measurement escaped: made once per page, not per
-	// row.
-	lpCols  []feed.Column
-	byName  []int
-	lpKeys  [][]byte
-	lpName  string
-	lpTable []byte
+	// lpTags lists lpCols' tag and x_op columns in name order (line
+	// writes a row's tags in key order), lpFields its field columns in
+	// column order and lpTime its time column (-1: none); every row of a
+	// page has the same columns. lpKeys holds each column's name escaped
+	// as an ILP key followed by '=', and lpTable the measurement escaped:
+	// made once per page, not per row.
+	lpCols   []feed.Column
+	lpTags   []int
+	lpFields []int
+	lpTime   int
+	lpKeys   [][]byte
+	lpName   string
+	lpTable  []byte
 	// opTag, when set, is the tag key line renders x_op under
 	// (docs/contract.md#operation): a name of the client's choosing, so
 	// that the lines can be written back.
@@ -451,69 +454,85 @@ func (e *encoder) line(table string, cols []feed.Column, vals []feed.Value) bool
 	if table != e.lpName || e.lpTable == nil {
 		e.lpName, e.lpTable = table, appendLPEscaped(e.lpTable[:0], table, &lpMeasurementSpecial)
 	}
-	e.buf = append(e.buf, e.lpTable...)
 	if len(cols) != len(e.lpCols) || (len(cols) > 0 && &cols[0] != &e.lpCols[0]) {
-		e.lpCols, e.byName, e.lpKeys = cols, e.byName[:0], e.lpKeys[:0]
-		for i := range cols {
-			e.byName = append(e.byName, i)
-			e.lpKeys = append(e.lpKeys, append(appendLPEscaped(nil, cols[i].Name, &lpKeySpecial), '='))
-		}
-		slices.SortFunc(e.byName, func(a, b int) int { return strings.Compare(cols[a].Name, cols[b].Name) })
+		e.columns(cols)
 	}
-	for _, i := range e.byName {
-		switch v := vals[i]; {
+	b := append(e.buf, e.lpTable...) // a local: appends through e would reload e.buf
+	for _, i := range e.lpTags {
+		switch v := &vals[i]; {
 		case v.Kind == feed.KindTag && v.Str != "":
-			e.buf = append(e.buf, ',')
-			e.buf = append(e.buf, e.lpKeys[i]...)
-			e.buf = appendLPEscaped(e.buf, v.Str, &lpKeySpecial)
+			b = append(b, ',')
+			b = append(b, e.lpKeys[i]...)
+			b = appendLPEscaped(b, v.Str, &lpKeySpecial)
 		case v.Kind == feed.KindOp && e.opTag != "":
-			e.buf = append(e.buf, ',')
-			e.buf = appendLPEscaped(e.buf, e.opTag, &lpKeySpecial)
-			e.buf = append(e.buf, '=')
-			e.buf = append(e.buf, opName(v)...)
+			b = append(b, ',')
+			b = appendLPEscaped(b, e.opTag, &lpKeySpecial)
+			b = append(b, '=')
+			b = append(b, opName(*v)...)
 		}
 	}
 	sep := byte(' ')
-	var ts int64
-	hasTime := false
-	for i, v := range vals {
-		switch v.Kind {
-		case 0, feed.KindTag, feed.KindSeq, feed.KindOp:
-			continue
-		case feed.KindTime:
-			ts, hasTime = int64(v.Num), true
+	for _, i := range e.lpFields {
+		v := &vals[i]
+		if v.Kind == 0 {
 			continue
 		}
-		e.buf = append(e.buf, sep)
+		b = append(b, sep)
 		sep = ','
-		e.buf = append(e.buf, e.lpKeys[i]...)
+		b = append(b, e.lpKeys[i]...)
 		switch v.Kind {
 		case feed.KindFloat:
-			e.buf = appendFloat(e.buf, v.Float())
+			b = appendFloat(b, v.Float())
 		case feed.KindInt:
-			e.buf = strconv.AppendInt(e.buf, int64(v.Num), 10)
-			e.buf = append(e.buf, 'i')
+			if n := int64(v.Num); n < 0 {
+				b = appendUint(append(b, '-'), uint64(^n)+1)
+			} else {
+				b = appendUint(b, v.Num)
+			}
+			b = append(b, 'i')
 		case feed.KindUint:
-			e.buf = strconv.AppendUint(e.buf, v.Num, 10)
-			e.buf = append(e.buf, 'u')
+			b = append(appendUint(b, v.Num), 'u')
 		case feed.KindBool:
-			e.buf = strconv.AppendBool(e.buf, v.Num != 0)
+			b = strconv.AppendBool(b, v.Num != 0)
 		case feed.KindString:
-			e.buf = append(e.buf, '"')
-			e.buf = appendLPEscaped(e.buf, v.Str, &lpStringSpecial)
-			e.buf = append(e.buf, '"')
+			b = append(b, '"')
+			b = appendLPEscaped(b, v.Str, &lpStringSpecial)
+			b = append(b, '"')
 		}
 	}
 	if sep == ' ' {
-		e.buf = e.buf[:start]
+		e.buf = b[:start]
 		return false
 	}
-	if hasTime {
-		e.buf = append(e.buf, ' ')
-		e.buf = strconv.AppendInt(e.buf, ts, 10)
+	if e.lpTime >= 0 && vals[e.lpTime].Kind == feed.KindTime {
+		b = append(b, ' ')
+		if ts := int64(vals[e.lpTime].Num); ts < 0 {
+			b = appendUint(append(b, '-'), uint64(^ts)+1)
+		} else {
+			b = appendUint(b, uint64(ts))
+		}
 	}
-	e.buf = append(e.buf, '\n')
+	e.buf = append(b, '\n')
 	return true
+}
+
+// columns prepares line for the columns of a page: their ILP keys, the
+// tags in name order, the fields and the time column.
+func (e *encoder) columns(cols []feed.Column) {
+	e.lpCols, e.lpTags, e.lpFields, e.lpTime, e.lpKeys = cols, e.lpTags[:0], e.lpFields[:0], -1, e.lpKeys[:0]
+	for i, c := range cols {
+		e.lpKeys = append(e.lpKeys, append(appendLPEscaped(nil, c.Name, &lpKeySpecial), '='))
+		switch c.Kind {
+		case feed.KindTag, feed.KindOp:
+			e.lpTags = append(e.lpTags, i)
+		case feed.KindTime:
+			e.lpTime = i
+		case feed.KindSeq:
+		default:
+			e.lpFields = append(e.lpFields, i)
+		}
+	}
+	slices.SortFunc(e.lpTags, func(a, b int) int { return strings.Compare(cols[a].Name, cols[b].Name) })
 }
 
 // lpSpecial marks the bytes ILP escapes with a backslash in one kind of
