@@ -64,3 +64,5 @@ require (
 	golang.org/x/time v0.16.0 // indirect
 	google.golang.org/protobuf v1.36.12 // indirect
 )
+
+replace github.com/dgraph-io/badger/v4 => ./store/badgerfork
