@@ -231,7 +231,7 @@ func TestHeadRecordLayouts(t *testing.T) {
 		flags byte
 		body  string
 	}
-	arena := newArena(3, 1)
+	arena := newArena(3, 4)
 	runs := []*runBuilder{arena.run(7, -50, 0, 2), arena.run(3, 1e18, 0, 1), arena.run(300, 1e18+5, 0, 1)}
 	runs[0].add(-50, 0)
 	runs[0].add(-20, 4)
@@ -351,7 +351,7 @@ func TestHeadRecordLayouts(t *testing.T) {
 	hw := newHeadWriter('U', 1)
 	l8 := binary.AppendUvarint([]byte{recordCompact, 'U'}, 1)
 	var p8 [2]int64
-	arena = newArena(200, 1)
+	arena = newArena(200, 200)
 	for i := range 200 {
 		rb := arena.run(uint64(1000+i), int64(i)*22_000, 0, 1)
 		rb.add(rb.firstTs, uint64(i))

@@ -797,9 +797,10 @@ type runArena struct {
 	idx []uint64
 }
 
-// newArena returns an arena with room for n runs of hint fragments.
-func newArena(n, hint int) runArena {
-	return runArena{rbs: make([]runBuilder, 0, n), ts: make([]int64, 0, n*hint), idx: make([]uint64, 0, n*hint)}
+// newArena returns an arena with room for runs runs and slots fragments
+// (each run takes its hint of them).
+func newArena(runs, slots int) runArena {
+	return runArena{rbs: make([]runBuilder, 0, runs), ts: make([]int64, 0, slots), idx: make([]uint64, 0, slots)}
 }
 
 // run starts the run of series sid at firstTs for write, with room for

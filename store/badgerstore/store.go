@@ -933,8 +933,11 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 	// spread evenly over the table's series: one allocation for a run of
 	// an in-order load instead of one per doubling (at most 256: 4 KiB).
 	hint := min(max(len(tc.Fragments)/max(len(st.maxTs), 1), 4), 256)
-	arena := newArena(min(len(tc.Fragments), 4096), hint)
-	runs := make(map[uint64]*runBuilder, min(len(tc.Fragments), 4096))
+	// At most a run per fragment or per series, and the fragments'
+	// room: a block of 500 points of 10 series needs 10 runs of 50.
+	nRuns := min(len(tc.Fragments), len(st.maxTs)+1, 4096)
+	arena := newArena(nRuns, len(tc.Fragments)+hint)
+	runs := make(map[uint64]*runBuilder, nRuns)
 	var order []*runBuilder        // every run of the block: in-order and gap runs
 	gaps := map[uint64][]*gapRun{} // by series, the gap runs of this block
 	type late struct {
