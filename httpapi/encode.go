@@ -181,10 +181,7 @@ func (e *encoder) value(b []byte, v feed.Value) []byte {
 	case feed.KindSeq, feed.KindUint:
 		return appendUint(b, v.Num)
 	case feed.KindInt:
-		if i := int64(v.Num); i < 0 {
-			return appendUint(append(b, '-'), uint64(^i)+1)
-		}
-		return appendUint(b, v.Num)
+		return appendInt(b, int64(v.Num))
 	case feed.KindFloat:
 		return appendFloat(b, v.Float())
 	case feed.KindBool:
@@ -285,6 +282,15 @@ func appendUint(b []byte, v uint64) []byte {
 		d[0] = byte('0' + v)
 	}
 	return b
+}
+
+// appendInt appends v in decimal as appendUint does, with a '-' when
+// negative (math.MinInt64 included: its magnitude fits a uint64).
+func appendInt(b []byte, v int64) []byte {
+	if v < 0 {
+		return appendUint(append(b, '-'), uint64(^v)+1)
+	}
+	return appendUint(b, uint64(v))
 }
 
 // pow10 holds 10^0 to 10^19.
@@ -484,12 +490,7 @@ func (e *encoder) line(table string, cols []feed.Column, vals []feed.Value) bool
 		case feed.KindFloat:
 			b = appendFloat(b, v.Float())
 		case feed.KindInt:
-			if n := int64(v.Num); n < 0 {
-				b = appendUint(append(b, '-'), uint64(^n)+1)
-			} else {
-				b = appendUint(b, v.Num)
-			}
-			b = append(b, 'i')
+			b = append(appendInt(b, int64(v.Num)), 'i')
 		case feed.KindUint:
 			b = append(appendUint(b, v.Num), 'u')
 		case feed.KindBool:
@@ -505,12 +506,7 @@ func (e *encoder) line(table string, cols []feed.Column, vals []feed.Value) bool
 		return false
 	}
 	if e.lpTime >= 0 && vals[e.lpTime].Kind == feed.KindTime {
-		b = append(b, ' ')
-		if ts := int64(vals[e.lpTime].Num); ts < 0 {
-			b = appendUint(append(b, '-'), uint64(^ts)+1)
-		} else {
-			b = appendUint(b, uint64(ts))
-		}
+		b = appendInt(append(b, ' '), int64(vals[e.lpTime].Num))
 	}
 	e.buf = append(b, '\n')
 	return true
