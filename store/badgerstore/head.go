@@ -727,7 +727,7 @@ func (db *DB) reapFlush(wait bool) error {
 // grouped otherwise and name a fragment twice, which retention and
 // repairs tolerate). The sealed heads do not change while it runs.
 func (db *DB) storeHeads(f *headFlush) error {
-	w := &committer{db: db, txn: db.bdb.NewTransaction(true), maxKeys: flushTxnKeys}
+	w := &committer{db: db, txn: db.bdb.NewTransaction(true), maxKeys: flushTxnKeys, flush: true}
 	defer func() { w.txn.Discard() }()
 	for i, st := range f.sts {
 		h, tid := st.sealed, f.tids[i]
@@ -765,7 +765,11 @@ func (db *DB) storeHeads(f *headFlush) error {
 			}
 		}
 	}
-	return w.txn.Commit()
+	if err := w.txn.Commit(); err != nil {
+		return err
+	}
+	db.flushGen.Add(1)
+	return nil
 }
 
 // storeUnions writes the entry of every point sealed head h overwrote as

@@ -363,3 +363,36 @@ func TestHeadRecordLayouts(t *testing.T) {
 	require.Less(t, len(hw.rec), valueThreshold, "such a record stays in the LSM tree")
 	require.GreaterOrEqual(t, len(l8), 4+6*200)
 }
+
+// TestLookupRenewsViewAfterFlush: a commit's look-up view is renewed
+// once a head flush has committed since it began, so that its seeks
+// see the run keys the flush stored rather than step over each of them
+// (keys newer than a view cost it as much as visible ones, and a
+// commit of late points seeking through an old view among a flush's
+// keys took a minute); the renewed view finds the newer run.
+func TestLookupRenewsViewAfterFlush(t *testing.T) {
+	st := newSeqTable(t)
+	st.commit(t, store.Fragment{Series: 1, Time: 10, Fields: []store.Field{intField(1, 1)}})
+	require.NoError(t, st.db.flushHeads())
+	l := lookup{db: st.db}
+	t.Cleanup(l.close)
+	l.table(st.tid, st.db.tables[st.tid])
+	r, err := l.runBefore(1, 10)
+	require.NoError(t, err)
+	require.Len(t, r, 1)
+	require.Equal(t, int64(10), r[0].ts)
+	view := l.view
+
+	st.commit(t, store.Fragment{Series: 1, Time: 20, Fields: []store.Field{intField(1, 2)}})
+	require.NoError(t, st.db.flushHeads())
+	r, err = l.runBefore(1, 20)
+	require.NoError(t, err)
+	require.NotSame(t, view, l.view, "a new view")
+	require.Len(t, r, 1)
+	require.Equal(t, int64(20), r[0].ts, "the run the flush stored after the first view began")
+
+	view = l.view
+	_, err = l.runBefore(1, 10)
+	require.NoError(t, err)
+	require.Same(t, view, l.view, "no flush since: the same view")
+}

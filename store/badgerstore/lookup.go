@@ -69,6 +69,8 @@ type lookup struct {
 	runIt *badger.Iterator // reverse over ksRun
 	fwdIt *badger.Iterator // forward over ksRun
 	ptIt  *badger.Iterator // reverse over ksPoint
+	// gen is DB.flushGen when the view began.
+	gen   uint64
 	key   []byte
 	runs  map[uint64]storedRun // by series id, for the current table
 	tid   uint64
@@ -99,9 +101,22 @@ func (r storedRun) find(ts int64) (ref, bool) {
 }
 
 func (l *lookup) open() {
+	gen := l.db.flushGen.Load()
 	if l.view != nil {
-		return
+		if gen == l.gen {
+			return
+		}
+		// A head flush committed run keys since the view began: keys
+		// newer than a view are invisible to it but not free, as its
+		// iterators step over every one of them between a seek's target
+		// and the nearest key it sees. A flush of a head of reordered
+		// writes stores a run key per few points; a commit of late
+		// points seeking among them through an older view spent a
+		// minute. The heads answer for the sealed runs either way, so
+		// the fresh view sees nothing the look-ups do not already know.
+		l.closeView()
 	}
+	l.gen = gen
 	l.view = l.db.bdb.NewTransaction(false)
 	l.runIt = l.view.NewIterator(badger.IteratorOptions{Prefix: []byte{ksRun}, Reverse: true})
 	l.fwdIt = l.view.NewIterator(badger.IteratorOptions{Prefix: []byte{ksRun}})
@@ -109,8 +124,16 @@ func (l *lookup) open() {
 	l.db.stats.iterators.Add(3)
 }
 
-// close releases the view; the lookup may be opened again.
+// close releases the view and the decoded runs; the lookup may be
+// opened again.
 func (l *lookup) close() {
+	l.closeView()
+	l.runs = nil
+}
+
+// closeView releases the view, its iterators and the fetcher's blocks;
+// the decoded runs stay (stored runs do not change while a commit runs).
+func (l *lookup) closeView() {
 	if l.view == nil {
 		return
 	}
@@ -119,7 +142,7 @@ func (l *lookup) close() {
 	l.ptIt.Close()
 	l.fetch.close()
 	l.view.Discard()
-	l.view, l.runIt, l.fwdIt, l.ptIt, l.runs = nil, nil, nil, nil, nil
+	l.view, l.runIt, l.fwdIt, l.ptIt = nil, nil, nil, nil
 }
 
 // table starts the lookups of table instance tid, whose state is st (the

@@ -14,6 +14,7 @@ import (
 	"slices"
 	"sort"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 	"unsafe"
@@ -234,6 +235,9 @@ type DB struct {
 	// the error of one that failed (head.go, reapFlush). Writer only.
 	flush    *headFlush
 	flushErr error
+	// flushGen counts the transactions head flushes committed: a commit's
+	// look-up view older than the last of them is renewed (lookup.open).
+	flushGen atomic.Uint64
 	// keysWritten counts the keys commits and flushes write (LSM writes).
 	keysWritten prometheus.Counter
 	// upgradeFrom is the layout version Open found when older than
@@ -784,6 +788,9 @@ type committer struct {
 	// maxKeys, when above 0, splits the transaction every maxKeys keys
 	// (flushTxnKeys), keys counting those in the current one.
 	maxKeys, keys int
+	// flush marks a head flush's committer (storeHeads): each of its
+	// transactions counts in DB.flushGen.
+	flush bool
 }
 
 // flushTxnKeys bounds a head flush's transactions. Badger applies write
@@ -854,6 +861,9 @@ func (w *committer) split() error {
 	}
 	if err := w.txn.Commit(); err != nil {
 		return err
+	}
+	if w.flush {
+		w.db.flushGen.Add(1)
 	}
 	w.txn = w.db.bdb.NewTransaction(true)
 	w.keys = 0
