@@ -23,13 +23,18 @@ const (
 	// flight (64 in the soak harness, one per Telegraf output) is
 	// answered before its own queue grows: at 170 writes a second, 64
 	// slots hold writes of at most 0.38 s.
-	DefaultMaxWriteDelay    = 250 * time.Millisecond
-	DefaultTCPAddr          = ":9009"
-	DefaultTCPFlushInterval = 100 * time.Millisecond
-	DefaultTCPBatchLines    = 10_000
-	DefaultTCPBatchBytes    = 4 << 20
-	DefaultTCPMaxConns      = 1024
-	DefaultTCPIdleTimeout   = 5 * time.Minute
+	DefaultMaxWriteDelay = 100 * time.Millisecond
+	// DefaultWriteQueueTimeout leaves a refused write's answer well
+	// inside 100 ms of its arrival, and is ten times the parse of a
+	// 5,000-line body, so that a burst of a few bodies per slot waits
+	// rather than being refused.
+	DefaultWriteQueueTimeout = 50 * time.Millisecond
+	DefaultTCPAddr           = ":9009"
+	DefaultTCPFlushInterval  = 100 * time.Millisecond
+	DefaultTCPBatchLines     = 10_000
+	DefaultTCPBatchBytes     = 4 << 20
+	DefaultTCPMaxConns       = 1024
+	DefaultTCPIdleTimeout    = 5 * time.Minute
 )
 
 // MaxLineBytesCeiling bounds --max-line-bytes: one line's fragment must fit
@@ -49,7 +54,7 @@ type Config struct {
 	// timeout for it, then is answered 503. Must exceed MaxBodyBytes.
 	MaxInflightWriteBytes int64
 	// MaxWriteDelay refuses HTTP writes with 503 and Retry-After, before
-	// their bodies are read, while writes take longer than it in the
+	// their bodies are parsed, while writes take longer than it in the
 	// server: for the next interval of this length once even the
 	// fastest write answered in the last one took longer (or none was
 	// answered while some were in flight), and at once while the
@@ -58,6 +63,14 @@ type Config struct {
 	// of holding writes for seconds, and keeps the latency of those it
 	// takes near this bound. 0: never.
 	MaxWriteDelay time.Duration
+	// WriteConcurrency is how many HTTP write bodies are parsed at once;
+	// a read body waits for one of these slots in arrival order (see
+	// parseSlots). 0: GOMAXPROCS.
+	WriteConcurrency int
+	// WriteQueueTimeout is the longest a read HTTP write body waits for a
+	// parse slot; past it the write is answered 503 with Retry-After
+	// and nothing of it is written.
+	WriteQueueTimeout time.Duration
 	// TCPAddr is the TCP listen address; empty disables TCP.
 	TCPAddr string
 	// TCPFlushInterval is the longest a line read over TCP waits before it
@@ -87,6 +100,7 @@ func DefaultConfig() Config {
 		MaxBodyBytes:          DefaultMaxBodyBytes,
 		MaxInflightWriteBytes: DefaultMaxInflightWriteBytes,
 		MaxWriteDelay:         DefaultMaxWriteDelay,
+		WriteQueueTimeout:     DefaultWriteQueueTimeout,
 		TCPAddr:               DefaultTCPAddr,
 		TCPFlushInterval:      DefaultTCPFlushInterval,
 		TCPBatchLines:         DefaultTCPBatchLines,
@@ -102,7 +116,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxInflightWriteBytes, "http-max-inflight-write-bytes", c.MaxInflightWriteBytes,
 		"bytes of HTTP write bodies held at once, after decompression (must exceed --max-body-bytes); past it a write waits --feed-submit-timeout for room, then 503")
 	fs.DurationVar(&c.MaxWriteDelay, "http-write-max-delay", c.MaxWriteDelay,
-		"answer HTTP writes 503 with Retry-After at once, unread, while writes take longer than this in the server, a body over 1 MiB per MiB (0: never)")
+		"answer HTTP writes 503 with Retry-After at once, unparsed, while writes take longer than this in the server, a body over 1 MiB per MiB (0: never)")
+	fs.IntVar(&c.WriteConcurrency, "http-write-concurrency", c.WriteConcurrency,
+		"HTTP write bodies parsed at once (0: GOMAXPROCS); a read body waits its turn at most --http-write-queue-timeout")
+	fs.DurationVar(&c.WriteQueueTimeout, "http-write-queue-timeout", c.WriteQueueTimeout,
+		"longest a read HTTP write body waits for one of --http-write-concurrency parse slots; past it 503 with Retry-After, nothing written")
 	fs.IntVar(&c.Limits.MaxLineBytes, "max-line-bytes", c.Limits.MaxLineBytes, "longest ILP line in bytes; a longer line is rejected")
 	fs.IntVar(&c.Limits.MaxStringBytes, "ilp-max-string-bytes", c.Limits.MaxStringBytes, "longest tag value or string field in bytes")
 	fs.StringVar(&c.TCPAddr, "tcp-addr", c.TCPAddr, "ILP TCP listen address (empty disables TCP)")
@@ -120,6 +138,10 @@ func (c *Config) Validate() error {
 		return errors.New("ilp: --max-body-bytes must be positive")
 	case c.MaxWriteDelay < 0:
 		return errors.New("ilp: --http-write-max-delay must not be negative")
+	case c.WriteConcurrency < 0:
+		return errors.New("ilp: --http-write-concurrency must not be negative")
+	case c.WriteQueueTimeout <= 0:
+		return errors.New("ilp: --http-write-queue-timeout must be positive")
 	case c.MaxInflightWriteBytes <= c.MaxBodyBytes:
 		return fmt.Errorf("ilp: --http-max-inflight-write-bytes=%d must exceed --max-body-bytes=%d", c.MaxInflightWriteBytes, c.MaxBodyBytes)
 	case c.Limits.MaxLineBytes < 1 || c.Limits.MaxLineBytes > MaxLineBytesCeiling:

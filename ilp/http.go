@@ -171,6 +171,21 @@ func getGzipReader(r io.Reader) (*gzip.Reader, error) {
 	return zr, nil
 }
 
+// discardSmallBody reads and drops the body of a write refused unparsed
+// when it declares at most overloadUnitBytes, so that its connection
+// stays open for the client's next request. Left unread, net/http
+// closes a connection whose body exceeds 256 KiB (a 1,000-line body of
+// 10 fields does) after half a second in which it still counts against
+// --http-max-conns-per-client: an overloaded server refusing a few
+// hundred writes a second then refused the client's new connections,
+// its tailing consumers' among them. Reading a body costs a copy, a
+// hundredth of parsing it; a larger or undeclared one is left unread.
+func discardSmallBody(r *http.Request) {
+	if r.ContentLength > 0 && r.ContentLength <= overloadUnitBytes {
+		_, _ = io.Copy(io.Discard, r.Body)
+	}
+}
+
 // countingReader counts the bytes read through it.
 type countingReader struct {
 	r io.Reader
@@ -193,6 +208,7 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	admitted, delay := in.overload.admit(recv)
 	if !admitted {
 		in.m.overloadRefused.Inc()
+		discardSmallBody(r)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, codeUnavailable,
 			fmt.Sprintf("overloaded: writes take %s or more in the server, over --http-write-max-delay=%s; nothing was read or written, retry later",
@@ -285,9 +301,20 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	in.overload.begin(read, n)
 	committed := false // reached the sequencer: its latency counts
 	defer func() { in.overload.done(read, in.now(), committed, n) }()
+	if err := in.slots.acquire(r.Context()); err != nil {
+		if errors.Is(err, errQueueTimeout) {
+			in.m.queueRefused.Inc()
+			w.Header().Set("Retry-After", "1")
+			writeError(w, http.StatusServiceUnavailable, codeUnavailable,
+				fmt.Sprintf("overloaded: no parse slot of %d (--http-write-concurrency) came free within --http-write-queue-timeout=%s; nothing was written, retry later",
+					cap(in.slots.c), in.cfg.WriteQueueTimeout), 0)
+		}
+		return // else the client went away while its write waited
+	}
 	parser := in.parsers.get(in.cfg.Limits)
 	batch := &feed.Batch{Points: parser.points}
 	perrs, _ := parser.p.ParseAll(batch, TrimBOM(buf.Bytes()), 1, prec, recv.UnixNano())
+	in.slots.release()
 	// Pooled again unless the sequencer may still read the batch.
 	pool := true
 	defer func() {

@@ -10,6 +10,7 @@ import (
 	"net"
 	"net/http"
 	"net/http/httptest"
+	"net/http/httptrace"
 	"runtime"
 	"strings"
 	"sync"
@@ -806,6 +807,119 @@ func TestHTTPWriteOverloadRefused(t *testing.T) {
 	require.Len(t, r.drain("cpu"), 2)
 	require.Equal(t, len(body), wire())
 	require.Equal(t, 2, metricValue(t, r.in.m.overloadRefused))
+}
+
+// TestHTTPWriteOverloadKeepsConnection: a write of a body up to 1 MiB
+// refused while the server is overloaded is answered on a connection
+// that stays open, so the client's next request reuses it instead of
+// opening another (net/http closes a connection whose body over 256 KiB
+// was left unread, and holds it half a second first). Nothing of the
+// body is parsed or stored.
+func TestHTTPWriteOverloadKeepsConnection(t *testing.T) {
+	app := &delayedAppender{}
+	r := newRigOpts(t, rigOptions{
+		mod:  func(c *Config) { c.MaxWriteDelay = 500 * time.Millisecond },
+		wrap: func(seq Appender) Appender { app.Appender = seq; return app },
+	}, "cpu")
+	var body strings.Builder
+	for i := 0; body.Len() <= 300<<10; i++ {
+		fmt.Fprintf(&body, "cpu,host=h%d usage_user=%d,usage_system=%d %d\n", i%1000, i, i, i+1)
+	}
+	require.Greater(t, body.Len(), 256<<10, "over what net/http drains by itself")
+
+	app.delay.Store(int64(time.Second))
+	var reused []bool
+	for range 3 {
+		req, err := http.NewRequest(http.MethodPost, r.srv.URL+"/write", strings.NewReader(body.String()))
+		require.NoError(t, err)
+		req = req.WithContext(httptrace.WithClientTrace(req.Context(), &httptrace.ClientTrace{
+			GotConn: func(ci httptrace.GotConnInfo) { reused = append(reused, ci.Reused) },
+		}))
+		resp, err := r.srv.Client().Do(req)
+		require.NoError(t, err)
+		b, err := io.ReadAll(resp.Body)
+		require.NoError(t, err)
+		require.NoError(t, resp.Body.Close())
+		requireUnavailable(t, httpResult{status: resp.StatusCode, header: resp.Header, body: b}, "--http-write-max-delay")
+	}
+	require.Equal(t, []bool{false, true, true}, reused, "one connection for the three refusals")
+	require.Equal(t, 3, metricValue(t, r.in.m.overloadRefused))
+	require.Empty(t, r.drain("cpu"), "nothing stored")
+}
+
+// TestHTTPWriteQueueTimeout checks --http-write-queue-timeout: a body
+// that finds every parse slot (--http-write-concurrency) taken for that
+// long is answered 503 with Retry-After, counted, nothing of it stored;
+// once a slot is free the same write goes through.
+func TestHTTPWriteQueueTimeout(t *testing.T) {
+	r := newRigOpts(t, rigOptions{mod: func(c *Config) {
+		c.WriteConcurrency = 1
+		c.WriteQueueTimeout = 20 * time.Millisecond
+	}}, "cpu")
+	body := "cpu v=1 1\ncpu v=2 2\n"
+	require.NoError(t, r.in.slots.acquire(context.Background()), "the only slot")
+	requireUnavailable(t, r.post("/write", strings.NewReader(body), nil), "--http-write-queue-timeout")
+	require.Equal(t, 1, metricValue(t, r.in.m.queueRefused))
+	require.Empty(t, r.drain("cpu"), "nothing stored")
+
+	r.in.slots.release()
+	res := r.post("/write", strings.NewReader(body), nil)
+	require.Equal(t, http.StatusNoContent, res.status, "body: %s", res.body)
+	require.Len(t, r.drain("cpu"), 2)
+	require.Equal(t, 1, metricValue(t, r.in.m.queueRefused))
+}
+
+// TestParseSlotsOrder: writers waiting for a parse slot take it in the
+// order they began to wait, and one whose client went away stops
+// waiting with its context's error.
+func TestParseSlotsOrder(t *testing.T) {
+	s := newParseSlots(1, time.Hour)
+	require.NoError(t, s.acquire(context.Background()))
+	const waiters = 5
+	got := make(chan int, waiters)
+	for i := range waiters {
+		go func() {
+			require.NoError(t, s.acquire(context.Background()))
+			got <- i
+		}()
+		// The next waiter starts once this one waits (a send blocked
+		// on the full channel shows as a goroutine in chan send).
+		waitForBlockedSenders(t, i+1)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	gone := make(chan error, 1)
+	go func() { gone <- s.acquire(ctx) }()
+	waitForBlockedSenders(t, waiters+1)
+	cancel()
+	require.ErrorIs(t, <-gone, context.Canceled)
+	for want := range waiters {
+		s.release()
+		require.Equal(t, want, <-got)
+	}
+	s.release()
+}
+
+// waitForBlockedSenders waits until n goroutines wait in
+// parseSlots.acquire.
+func waitForBlockedSenders(t *testing.T, n int) {
+	t.Helper()
+	deadline := time.Now().Add(testdeadline.Scale(10 * time.Second))
+	buf := make([]byte, 1<<20)
+	for {
+		waiting := 0
+		for _, g := range strings.Split(string(buf[:runtime.Stack(buf, true)]), "\n\n") {
+			if strings.Contains(g, "[select") && strings.Contains(g, "ilp.(*parseSlots).acquire") {
+				waiting++
+			}
+		}
+		if waiting >= n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d goroutines wait for a parse slot at the deadline", waiting, n)
+		}
+		runtime.Gosched()
+	}
 }
 
 // requireUnavailable checks a 503 answer: Retry-After 1, the project's

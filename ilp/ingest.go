@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime"
 	"sync"
 	"time"
 
@@ -53,6 +54,9 @@ type Ingest struct {
 	// overload refuses HTTP writes while writes take longer than
 	// Config.MaxWriteDelay.
 	overload *overload
+	// slots bound the HTTP write bodies parsed at once
+	// (Config.WriteConcurrency).
+	slots *parseSlots
 }
 
 // Grant limits what one writer may write (docs/operations.md#scopes); package
@@ -95,6 +99,10 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
+	slots := cfg.WriteConcurrency
+	if slots == 0 {
+		slots = runtime.GOMAXPROCS(0)
+	}
 	var delay func() time.Duration
 	if d, ok := app.(queueDelayer); ok {
 		delay = d.QueueDelay
@@ -105,6 +113,7 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 		logLimit: rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},
 		storeLog: rateLimit{every: time.Second},
 		inflight: newWriteQuota(cfg.MaxInflightWriteBytes), parsers: make(parserPool, pooledParsers),
+		slots: newParseSlots(slots, cfg.WriteQueueTimeout),
 	}, nil
 }
 

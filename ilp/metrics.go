@@ -40,9 +40,12 @@ type metrics struct {
 	// counts writes answered 503 for want of room.
 	inflight        prometheus.Gauge
 	inflightRefused prometheus.Counter
-	// overloadRefused counts writes answered 503 unread because writes
+	// overloadRefused counts writes answered 503 unparsed because writes
 	// take longer than Config.MaxWriteDelay (overload).
 	overloadRefused prometheus.Counter
+	// queueRefused counts writes answered 503 because no parse slot came
+	// free within Config.WriteQueueTimeout.
+	queueRefused prometheus.Counter
 	// tooLarge counts writes answered 413: a body over Config.MaxBodyBytes.
 	tooLarge prometheus.Counter
 }
@@ -80,7 +83,11 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		overloadRefused: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_http_write_overload_refused_total",
-			Help: "HTTP writes answered 503 with Retry-After, their bodies unread, because writes took longer than --http-write-max-delay in the server.",
+			Help: "HTTP writes answered 503 with Retry-After, unparsed, because writes took longer than --http-write-max-delay in the server.",
+		}),
+		queueRefused: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_http_write_queue_refused_total",
+			Help: "HTTP writes answered 503 with Retry-After because their read body waited --http-write-queue-timeout for one of --http-write-concurrency parse slots; nothing of them was written.",
 		}),
 		tooLarge: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_http_write_too_large_total",

@@ -5,7 +5,7 @@ import (
 	"time"
 )
 
-// overload decides whether HTTP writes are refused unread (503), after
+// overload decides whether HTTP writes are refused unparsed (503), after
 // CoDel: on the time writes spend in the server, not on a queue's length.
 // Over each interval of target it keeps the least latency of the writes
 // answered (from the end of the body, which a client may send as slowly
@@ -13,7 +13,7 @@ import (
 // commit); when even that least one took longer than target, or none was
 // answered while some were in flight all interval long, the server is
 // overloaded for the next interval: its writes are refused at once,
-// their bodies unread, which frees the CPU and the queue for those in
+// their bodies unparsed (discardSmallBody), which frees the CPU and the queue for those in
 // flight and the ones after. A sequencer
 // whose own queue delay passes target (queueDelayer: a commit stalled)
 // counts as overloaded at once. A body larger than overloadUnitBytes
