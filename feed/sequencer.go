@@ -456,7 +456,7 @@ func (s *Sequencer) monotonic() int64 { return int64(time.Since(s.clock)) + 1 }
 // committed, else the longer of how long the oldest write of the last
 // group taken had waited and how long that group has been committing so
 // far. The HTTP write handler refuses writes past
-// --http-write-max-queue-delay with it, before reading their bodies.
+// --http-write-max-delay with it, before parsing their bodies.
 // Safe for concurrent use; costs two atomic loads.
 func (s *Sequencer) QueueDelay() time.Duration {
 	busy := s.busySince.Load()

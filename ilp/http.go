@@ -211,7 +211,7 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 		discardSmallBody(r)
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, codeUnavailable,
-			fmt.Sprintf("overloaded: writes take %s or more in the server, over --http-write-max-delay=%s; nothing was read or written, retry later",
+			fmt.Sprintf("overloaded: writes take %s or more in the server, over --http-write-max-delay=%s; nothing was written, retry later",
 				delay.Round(time.Millisecond), in.cfg.MaxWriteDelay), 0)
 		return
 	}
