@@ -85,6 +85,9 @@ func newRigOpts(t testing.TB, opts rigOptions, tables ...string) *rig {
 	})
 
 	cfg := DefaultConfig()
+	// Writes slowed by the race detector would find no parse slot in
+	// time; the tests of that refusal set their own timeout.
+	cfg.WriteQueueTimeout = time.Minute
 	if mod != nil {
 		mod(&cfg)
 	}

@@ -39,8 +39,9 @@ func testConfig(dir string) config {
 	cfg.store.Dir = dir
 	cfg.ilp.TCPAddr = "127.0.0.1:0"
 	// Writes slowed by the race detector on a busy machine would trip
-	// the overload refusal, which ilp's tests check on their own.
+	// the overload refusals, which ilp's tests check on their own.
 	cfg.ilp.MaxWriteDelay = 0
+	cfg.ilp.WriteQueueTimeout = time.Minute
 	return cfg
 }
 

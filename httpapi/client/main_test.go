@@ -7,6 +7,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -56,7 +57,11 @@ func startIngestd() (string, func() error, error) {
 	if err != nil {
 		return "", nil, err
 	}
-	in, err := ilp.New(ilp.DefaultConfig(), seq, fcfg.SubmitTimeout, logger, reg)
+	icfg := ilp.DefaultConfig()
+	// Writes slowed by the race detector would find no parse slot in
+	// time; ilp's tests check that refusal.
+	icfg.WriteQueueTimeout = time.Minute
+	in, err := ilp.New(icfg, seq, fcfg.SubmitTimeout, logger, reg)
 	if err != nil {
 		return "", nil, err
 	}

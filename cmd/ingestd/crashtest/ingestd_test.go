@@ -116,7 +116,7 @@ func launch(t testing.TB, logPath string, args ...string) *proc {
 // ports, the data directory, and no overload refusal (these tests count
 // what was acknowledged; writes a loaded machine slows would trip it).
 func daemonArgs(dataDir string, extra ...string) []string {
-	return append([]string{"--data-dir", dataDir, "--http-addr", "127.0.0.1:0", "--tcp-addr", "127.0.0.1:0", "--http-write-max-delay", "0"}, extra...)
+	return append([]string{"--data-dir", dataDir, "--http-addr", "127.0.0.1:0", "--tcp-addr", "127.0.0.1:0", "--http-write-max-delay", "0", "--http-write-queue-timeout", "1m"}, extra...)
 }
 
 // startIngestd launches ingestd and waits until its listeners are bound
