@@ -869,6 +869,34 @@ func TestHTTPWriteQueueTimeout(t *testing.T) {
 	require.Equal(t, 1, metricValue(t, r.in.m.queueRefused))
 }
 
+// TestSlowBodyHoldsNoParseSlot: a client that sends its body slowly
+// (here: never finishes it) holds no parse slot, since a body is read
+// before it waits for one; with a single slot another write still goes
+// through at once.
+func TestSlowBodyHoldsNoParseSlot(t *testing.T) {
+	r := newRigOpts(t, rigOptions{mod: func(c *Config) {
+		c.WriteConcurrency = 1
+		c.WriteQueueTimeout = 20 * time.Millisecond
+	}}, "cpu")
+	pr, pw := io.Pipe()
+	t.Cleanup(func() { _ = pw.CloseWithError(errors.New("test over")) })
+	slow, err := http.NewRequest(http.MethodPost, r.srv.URL+"/write", pr)
+	require.NoError(t, err)
+	slow.ContentLength = 1 << 20
+	go func() {
+		if resp, err := r.srv.Client().Do(slow); err == nil {
+			_ = resp.Body.Close()
+		}
+	}()
+	_, err = pw.Write([]byte("cpu v=1 1\ncpu v="))
+	require.NoError(t, err) // the server is reading the slow body now
+
+	res := r.post("/write", strings.NewReader("cpu v=2 2\n"), nil)
+	require.Equal(t, http.StatusNoContent, res.status, "body: %s", res.body)
+	require.Zero(t, metricValue(t, r.in.m.queueRefused))
+	require.Len(t, r.drain("cpu"), 1)
+}
+
 // TestParseSlotsOrder: writers waiting for a parse slot take it in the
 // order they began to wait, and one whose client went away stops
 // waiting with its context's error.
