@@ -617,5 +617,5 @@ func TestReadmeTestCommand(t *testing.T) {
 	require.True(t, strings.HasPrefix(cmd, "go test "), "%q", cmd)
 	readme, err := os.ReadFile(filepath.Join(root, "README.md"))
 	require.NoError(t, err)
-	require.Contains(t, string(readme), "\n"+cmd+" ", "README.md shows .ci/run's test command as is")
+	require.Contains(t, string(readme), "\n"+cmd+"\n", "README.md shows .ci/run's test command as is, on a line of its own")
 }

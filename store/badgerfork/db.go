@@ -882,6 +882,9 @@ func (db *DB) writeRequests(reqs []*request) error {
 		done(err)
 		return err
 	}
+	if db.vlogWrittenHook != nil {
+		db.vlogWrittenHook()
+	}
 
 	db.opt.Debugf("Writing to memtable")
 	var count int
@@ -903,6 +906,10 @@ func (db *DB) writeRequests(reqs []*request) error {
 			done(err)
 			return y.Wrap(err, "writeRequests")
 		}
+	}
+
+	if !db.opt.InMemory {
+		db.vlog.markApplied()
 	}
 
 	db.opt.Debugf("Sending updates to subscribers")

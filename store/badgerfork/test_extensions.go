@@ -46,6 +46,11 @@ type testOnlyDBExtensions struct {
 	// inject a delete + compaction into the race window to reproduce the
 	// GC write-back race deterministically.
 	vlogGCPauseHook func()
+
+	// vlogWrittenHook is called inside writeRequests after a batch's values
+	// are in the value log and before its keys are in the memtable. Nil in
+	// production.
+	vlogWrittenHook func()
 }
 
 // logToSyncChan sends a message to the DB's syncChan. Note that we expect

@@ -170,6 +170,10 @@ func (vlog *valueLog) rewrite(f *logFile) error {
 	maxFid := vlog.maxFid
 	y.AssertTruef(f.fid < maxFid, "fid to move: %d. Current max fid: %d", f.fid, maxFid)
 	vlog.filesLock.RUnlock()
+	if f.fid >= vlog.appliedFid.Load() {
+		// Some of its values may not be in the LSM tree yet (appliedFid).
+		return ErrNoRewrite
+	}
 
 	vlog.opt.Infof("Rewriting fid: %d", f.fid)
 
@@ -477,6 +481,23 @@ type valueLog struct {
 
 	garbageCh    chan struct{}
 	discardStats *discardStats
+
+	// appliedFid is a value-log file id below which every entry written is
+	// in the LSM tree: writeRequests writes a batch's values to the log
+	// (rotating files as they fill) before it inserts the batch into the
+	// memtable, and may wait for a flush in between. Only files below it
+	// are rewritten; a file the writer has just left may hold values whose
+	// keys no lookup finds yet, and a rewrite would drop them as garbage
+	// and delete the file under their pointers.
+	appliedFid atomic.Uint32
+}
+
+// markApplied records that every value written so far is in the LSM tree.
+// Only the write goroutine (writeRequests) and open call it.
+func (vlog *valueLog) markApplied() {
+	vlog.filesLock.RLock()
+	vlog.appliedFid.Store(vlog.maxFid)
+	vlog.filesLock.RUnlock()
 }
 
 func vlogFilePath(dirPath string, fid uint32) string {
@@ -596,6 +617,7 @@ func (vlog *valueLog) open(db *DB) error {
 			return nil
 		}
 		_, err := vlog.createVlogFile()
+		vlog.markApplied()
 		return y.Wrapf(err, "Error while creating log file in valueLog.open")
 	}
 	fids := vlog.sortedFids()
@@ -645,6 +667,9 @@ func (vlog *valueLog) open(db *DB) error {
 	if _, err := vlog.createVlogFile(); err != nil {
 		return y.Wrapf(err, "Error while creating log file in valueLog.open")
 	}
+	// The memtables replayed their write-ahead logs before the value log
+	// opened (DB.Open): every pointer into an older file is in the tree.
+	vlog.markApplied()
 	return nil
 }
 

@@ -40,8 +40,9 @@ func (c *captureLogger) Debugf(f string, a ...any) {
 	}
 }
 
-// TestGCMoveSurvivesL0Compaction checks the one change ingestd makes to
-// badger (store/badgerfork, docs/design.md#badger): no L0->L0 compaction.
+// TestGCMoveSurvivesL0Compaction checks the first of the changes ingestd
+// makes to badger (store/badgerfork, docs/design.md#badger): no L0->L0
+// compaction.
 // Upstream, this sequence loses a value:
 //
 //  1. key k is written; its value goes to value-log file 1 and its pointer
