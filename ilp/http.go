@@ -209,9 +209,9 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	if !admitted {
 		in.m.overloadRefused.Inc()
 		discardSmallBody(r)
-		w.Header().Set("Retry-After", "1")
+		w.Header().Set("Retry-After", overloadRetryAfter())
 		writeError(w, http.StatusServiceUnavailable, codeUnavailable,
-			fmt.Sprintf("overloaded: writes take %s or more in the server, over --http-write-max-delay=%s; nothing was written, retry later",
+			fmt.Sprintf("overloaded: writes take %s or more in the server, over --http-write-max-delay=%s, and a share of them is refused until they are faster; nothing was written, retry later",
 				delay.Round(time.Millisecond), in.cfg.MaxWriteDelay), 0)
 		return
 	}
@@ -304,7 +304,7 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	if err := in.slots.acquire(r.Context()); err != nil {
 		if errors.Is(err, errQueueTimeout) {
 			in.m.queueRefused.Inc()
-			w.Header().Set("Retry-After", "1")
+			w.Header().Set("Retry-After", overloadRetryAfter())
 			writeError(w, http.StatusServiceUnavailable, codeUnavailable,
 				fmt.Sprintf("overloaded: no parse slot of %d (--http-write-concurrency) came free within --http-write-queue-timeout=%s; nothing was written, retry later",
 					cap(in.slots.c), in.cfg.WriteQueueTimeout), 0)

@@ -1,6 +1,8 @@
 package ilp
 
 import (
+	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 )
@@ -10,18 +12,23 @@ import (
 // Over each interval of target it keeps the least latency of the writes
 // answered (from the end of the body, which a client may send as slowly
 // as it likes, to the answer: parsing, the sequencer's queue and the
-// commit); when even that least one took longer than target, or none was
-// answered while some were in flight all interval long, the server is
-// overloaded for the next interval: its writes are refused at once,
-// their bodies unparsed (discardSmallBody), which frees the CPU and the queue for those in
-// flight and the ones after. A sequencer
-// whose own queue delay passes target (queueDelayer: a commit stalled)
-// counts as overloaded at once. A body larger than overloadUnitBytes
-// takes its time to parse and commit however idle the server: its
-// latency counts per overloadUnitBytes (a 10 MiB body answered in 1 s
-// counts as 100 ms), and it is never a write held over an interval, so
-// that one client sending large bodies one after the other is never
-// refused. Safe for concurrent use.
+// commit). An interval is over when even that least one took longer than
+// target, or none was answered while some were in flight all interval
+// long. The share of writes refused grows by shareStep after each
+// interval over and shrinks by shareStep/2 after each one under, so that
+// it settles near the share the server cannot take: offered twice what it
+// commits, it refuses about half, spread evenly over the arrivals, and
+// commits at full speed with writes near target, where refusing every
+// write of an interval would leave it idle and send every refused client
+// back at once. Refused writes' bodies are read and dropped unparsed
+// (discardSmallBody), which frees the CPU and the queue for those in
+// flight and the ones after. A sequencer whose own queue delay passes
+// target (queueDelayer: a commit stalled) refuses every write at once. A
+// body larger than overloadUnitBytes takes its time to parse and commit
+// however idle the server: its latency counts per overloadUnitBytes (a 10
+// MiB body answered in 1 s counts as 100 ms), and it is never a write held
+// over an interval, so that one client sending large bodies one after the
+// other is never refused. Safe for concurrent use.
 type overload struct {
 	target time.Duration // 0: never refuse
 	delay  func() time.Duration
@@ -31,7 +38,9 @@ type overload struct {
 	least    time.Duration // least latency answered in it; -1: none yet
 	inflight int           // writes of at most overloadUnitBytes read (begin), not yet answered
 	heldOver bool          // such a write was in flight all through the current interval so far
-	over     bool          // the verdict of the last interval
+	share    int           // per mille of the writes arriving now that are refused
+	credit   int           // share accumulated per arrival: at 1000 a write is refused
+	lastSlow time.Duration // the least latency of the last interval over target
 }
 
 // overloadUnitBytes is the body size up to which a write's whole latency
@@ -39,17 +48,30 @@ type overload struct {
 // InfluxDB clients.
 const overloadUnitBytes = 1 << 20
 
+// shareStep is how much of the arrivals (per mille) one interval over
+// target adds to the refused share; half of it comes off per interval
+// under. From none to half in five intervals.
+const shareStep = 100
+
 func newOverload(target time.Duration, delay func() time.Duration) *overload {
 	return &overload{target: target, delay: delay, least: -1}
 }
 
-// roll ends the current interval when it is over and sets the verdict.
+// roll ends the current interval when it is over and moves the share.
 // Called with o.mu held.
 func (o *overload) roll(now time.Time) {
 	if now.Sub(o.start) < o.target {
 		return
 	}
-	o.over = o.least > o.target || (o.least < 0 && o.heldOver)
+	if o.least > o.target || (o.least < 0 && o.heldOver) {
+		o.share = min(1000, o.share+shareStep)
+		o.lastSlow = max(o.least, o.target)
+	} else {
+		o.share = max(0, o.share-shareStep/2)
+	}
+	if o.share == 0 {
+		o.credit = 0
+	}
 	o.start, o.least, o.heldOver = now, -1, o.inflight > 0
 }
 
@@ -67,8 +89,9 @@ func (o *overload) admit(now time.Time) (bool, time.Duration) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.roll(now)
-	if o.over {
-		return false, max(o.least, o.target)
+	if o.credit += o.share; o.credit >= 1000 {
+		o.credit -= 1000
+		return false, o.lastSlow
 	}
 	return true, 0
 }
@@ -101,4 +124,11 @@ func (o *overload) done(start, now time.Time, measured bool, bytes int64) {
 	if measured && (o.least < 0 || d < o.least) {
 		o.least = d
 	}
+}
+
+// overloadRetryAfter is the Retry-After of a write refused because the
+// server is overloaded: 1 to 3 seconds at random, so that the clients
+// refused in one moment do not all come back in the same one.
+func overloadRetryAfter() string {
+	return strconv.Itoa(1 + rand.IntN(3))
 }

@@ -7,76 +7,95 @@ import (
 	"github.com/stretchr/testify/require"
 )
 
-// TestOverloadVerdict walks the refusal test through its cases on a clock
-// of its own: a write slower than the target refuses the next interval's
-// writes, and the verdict holds for that interval; an interval with
-// nothing slow admits again; a write held all through an interval with
-// no answer refuses the next one; the least latency of an interval
-// decides; answers refused before the sequencer do not count; a body
-// being read is not a write in flight; a sequencer queue delay over the
-// target refuses at once.
-func TestOverloadVerdict(t *testing.T) {
+// TestOverloadShare walks the refusal law through its cases on a clock of
+// its own, one interval (the target, 1 s) at a time: an interval whose
+// fastest answer was slower than the target adds a tenth of the arrivals
+// to the share refused, spread evenly over them; one under it takes off a
+// twentieth; the least latency of an interval decides; answers refused
+// before the sequencer do not count; a write in flight all through an
+// interval with nothing answered counts as slow; ten slow intervals in a
+// row refuse everything; a sequencer queue delay over the target refuses
+// at once; a large body counts per overloadUnitBytes.
+func TestOverloadShare(t *testing.T) {
 	const target = time.Second
 	const small = 100 << 10 // a body of 100 KiB
+	const ms = time.Millisecond
 	var queue time.Duration
 	o := newOverload(target, func() time.Duration { return queue })
 	t0 := time.Unix(1000, 0)
-	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
-	admit := func(ms int) bool {
-		ok, _ := o.admit(at(ms))
-		return ok
+	at := func(msec int) time.Time { return t0.Add(time.Duration(msec) * ms) }
+	refused := func(msec int) int { return refusedBy(t, o, at(msec)) }
+	// answer answers at msec a write that took lat.
+	answer := func(msec int, lat time.Duration, measured bool) {
+		o.begin(at(msec), small)
+		o.done(at(msec).Add(-lat), at(msec), measured, small)
 	}
 
-	require.True(t, admit(0))
-	o.begin(at(0), small)
-	o.done(at(0), at(1500), true, small) // 1.5 s in the server
-	require.False(t, admit(2600), "the fastest write of the last interval was slower than the target")
-	require.False(t, admit(3500), "the verdict holds for the interval")
-	require.True(t, admit(3700), "nothing answered slowly in the last interval")
+	require.Zero(t, refused(0))
+	answer(500, 1500*ms, true)
+	require.Equal(t, 10, refused(1000), "one interval over the target: a tenth refused")
+	answer(1500, 1200*ms, true)
+	require.Equal(t, 20, refused(2000), "two in a row: a fifth")
+	answer(2100, 100*ms, true)
+	answer(2200, 1500*ms, true)
+	require.Equal(t, 15, refused(3000), "the fastest answer was under the target: half a step off")
+	answer(3100, 10*ms, false)
+	answer(3200, 1500*ms, true)
+	require.Equal(t, 25, refused(4000), "only answers that reached the sequencer count")
 
-	// A write read at 3.7 s is not answered for a while.
-	o.begin(at(3700), small)
-	require.True(t, admit(4800), "not yet held a whole interval")
-	require.False(t, admit(5900), "a write was in flight all through the interval, none answered")
-	o.done(at(3700), at(6000), true, small) // 2.3 s
-	require.False(t, admit(7000), "the last interval's only answer was slow")
+	// A write read at 4.1 s is not answered until 6.5 s.
+	o.begin(at(4100), small)
+	require.Equal(t, 20, refused(5000), "in flight since after the interval began: not held over")
+	require.Equal(t, 30, refused(6000), "in flight all through the interval, nothing answered")
+	o.done(at(4100), at(6500), true, small)
+	require.Equal(t, 40, refused(7000), "the interval's only answer took 2.4 s")
 
-	// The least latency of an interval decides. (A latency lands in
-	// the interval its answer does.)
-	require.True(t, admit(8100), "nothing in flight, nothing answered")
-	o.begin(at(8150), small)
-	o.done(at(8150), at(8250), true, small) // 0.1 s
-	o.begin(at(8200), small)
-	o.done(at(8200), at(9050), true, small) // 0.85 s
-	o.begin(at(9050), small)
-	require.True(t, admit(9200), "the fastest answer of the last interval took 0.1 s")
+	for i := range 6 {
+		answer(7500+1000*i, 1500*ms, true)
+	}
+	require.Equal(t, 100, refused(13500), "ten slow intervals: everything refused")
+	require.Equal(t, 95, refused(14500), "nothing answered, nothing in flight: half a step off")
 
-	// Answers refused before the sequencer do not count.
-	o.begin(at(9250), small)
-	o.done(at(9250), at(9300), false, small)
-	o.done(at(9050), at(10150), true, small) // 1.1 s
-	require.False(t, admit(10300), "only the answers that reached the sequencer count")
-	require.True(t, admit(11400))
-
-	// A stalled sequencer refuses at once, whatever the last interval.
-	queue = target + time.Millisecond
-	ok, delay := o.admit(at(11500))
+	// A stalled sequencer refuses at once, whatever the share.
+	o2 := newOverload(target, func() time.Duration { return queue })
+	queue = target + ms
+	ok, delay := o2.admit(at(0))
 	require.False(t, ok)
 	require.Equal(t, queue, delay)
 	queue = 0
-	require.True(t, admit(11600))
+	ok, _ = o2.admit(at(1))
+	require.True(t, ok)
 
 	ok, _ = newOverload(0, nil).admit(at(0))
 	require.True(t, ok, "a zero target never refuses")
 
 	// A large body counts its latency per overloadUnitBytes, and is never
 	// held over an interval.
-	require.True(t, admit(12700))
-	o.begin(at(12700), 20*overloadUnitBytes)
-	require.True(t, admit(14000), "a large body in flight all interval long is not held over")
-	o.done(at(12700), at(15700), true, 20*overloadUnitBytes) // 3 s for 20 MiB: 150 ms per MiB
-	require.True(t, admit(16800), "the large body's latency per MiB was under the target")
-	o.begin(at(16800), 2*overloadUnitBytes)
-	o.done(at(16800), at(19800), true, 2*overloadUnitBytes) // 3 s for 2 MiB: 1.5 s per MiB
-	require.False(t, admit(20900), "a large body slower than the target per MiB")
+	o3 := newOverload(target, nil)
+	require.Zero(t, refusedBy(t, o3, at(0)))
+	o3.begin(at(0), 20*overloadUnitBytes)
+	require.Zero(t, refusedBy(t, o3, at(1100)))
+	require.Zero(t, refusedBy(t, o3, at(2200)), "a large body in flight all interval long is not held over")
+	o3.done(at(0), at(3000), true, 20*overloadUnitBytes) // 3 s for 20 MiB: 150 ms per MiB
+	require.Zero(t, refusedBy(t, o3, at(4000)), "the large body's latency per MiB was under the target")
+	o3.begin(at(4000), 2*overloadUnitBytes)
+	o3.done(at(2000), at(4900), true, 2*overloadUnitBytes) // 2.9 s for 2 MiB: 1.45 s per MiB
+	require.Equal(t, 10, refusedBy(t, o3, at(5000)), "a large body slower than the target per MiB")
+}
+
+// refusedBy offers o 100 writes at now and returns how many it refused,
+// checking that the refusals are spread: never two in a row while it
+// refuses less than half.
+func refusedBy(t *testing.T, o *overload, now time.Time) int {
+	t.Helper()
+	n, prev := 0, true
+	for range 100 {
+		ok, _ := o.admit(now)
+		require.False(t, !ok && !prev && o.share < 500, "two refusals in a row at a share of %d per mille", o.share)
+		if !ok {
+			n++
+		}
+		prev = ok
+	}
+	return n
 }
