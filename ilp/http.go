@@ -298,8 +298,6 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 		return
 	}
 	read := in.now()
-	ticket := in.order.ticket()
-	defer in.order.done(ticket)
 	in.overload.begin(read, n)
 	committed := false // reached the sequencer: its latency counts
 	defer func() { in.overload.done(read, in.now(), committed, n) }()
@@ -340,7 +338,7 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	}
 	var res feed.Result
 	if len(batch.Points) > 0 {
-		res, err = feed.AppendWithin(r.Context(), orderedSubmitter{in.app, in.order, ticket}, batch, in.submitTimeout)
+		res, err = in.append(r.Context(), batch)
 		committed = err == nil
 		if err != nil {
 			pool = false
@@ -456,6 +454,12 @@ func (in *Ingest) release(n int64) {
 
 // errBusy marks a write refused because the sequencer queue stayed full.
 var errBusy = feed.ErrBusy
+
+// append submits a batch, waiting at most submitTimeout for queue room, then
+// waits for the commit.
+func (in *Ingest) append(ctx context.Context, b *feed.Batch) (feed.Result, error) {
+	return feed.AppendWithin(ctx, in.app, b, in.submitTimeout)
+}
 
 func (in *Ingest) writeAppendError(w http.ResponseWriter, err error) {
 	switch {

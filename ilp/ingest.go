@@ -57,8 +57,6 @@ type Ingest struct {
 	// slots bound the HTTP write bodies parsed at once
 	// (Config.WriteConcurrency).
 	slots *parseSlots
-	// order hands parsed HTTP writes to the sequencer in arrival order.
-	order *submitOrder
 }
 
 // Grant limits what one writer may write (docs/operations.md#scopes); package
@@ -115,7 +113,7 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 		logLimit: rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},
 		storeLog: rateLimit{every: time.Second},
 		inflight: newWriteQuota(cfg.MaxInflightWriteBytes), parsers: make(parserPool, pooledParsers),
-		slots: newParseSlots(slots, cfg.WriteQueueTimeout), order: newSubmitOrder(maxOrderWait),
+		slots: newParseSlots(slots, cfg.WriteQueueTimeout),
 	}, nil
 }
 
