@@ -107,11 +107,13 @@
 // head run when both name x_seqs (synced tables), the last one is in
 // order too (nothing of the series lies between them), no gap run of the
 // same block lies between them, the joined run stays within 128
-// entries (a look-up decodes a whole run), and the time between them is at most twice the series' step
-// (the smallest time between two of its points so far): a regular
-// series' points, one per commit, form one run, while concurrent
-// writers' batches of a series committed out of order keep their gap,
-// which the late batch fills without look-ups (see "Late points"). Look-
+// entries (a look-up decodes a whole run), and the time between them is
+// at most 16 times the series' step (the smallest time between two of
+// its points so far; maxJoinSteps): a regular series' points, one per
+// commit, form one run even with holes (writes refused and never sent
+// again), while concurrent writers' batches of a series committed out of
+// order, each many steps long, keep their gap, which the late batch
+// fills without look-ups (see "Late points"). Look-
 // ups consult the head beside the stored runs: the run before a time is
 // the one with the greater first time of the two, the next run's first
 // time the smaller.

@@ -531,14 +531,14 @@ func TestGapRunsBounded(t *testing.T) {
 	const gaps = maxGapRuns + 4
 	st := newSeqTable(t)
 	db := st.db
-	for i := range int64(gaps + 1) { // runs at 0-1, 10-11, 20-21, …: gaps between them (too wide for the head to join them)
-		st.commit(t, store.Fragment{Series: 1, Time: 10 * i, Fields: []store.Field{intField(1, 10*i)}},
-			store.Fragment{Series: 1, Time: 10*i + 1, Fields: []store.Field{intField(1, 10*i+1)}})
+	for i := range int64(gaps + 1) { // runs at 0-1, 100-101, 200-201, …: gaps between them (too wide for the head to join them)
+		st.commit(t, store.Fragment{Series: 1, Time: 100 * i, Fields: []store.Field{intField(1, 100*i)}},
+			store.Fragment{Series: 1, Time: 100*i + 1, Fields: []store.Field{intField(1, 100*i+1)}})
 	}
 	require.NoError(t, db.flushHeads()) // the runs in the tree: the gaps are looked up there
 	var late []store.Fragment
 	for i := range int64(gaps) {
-		late = append(late, store.Fragment{Series: 1, Time: 10*i + 5, Fields: []store.Field{intField(1, 10*i+5)}})
+		late = append(late, store.Fragment{Series: 1, Time: 100*i + 50, Fields: []store.Field{intField(1, 100*i+50)}})
 	}
 	before := db.stats.load()
 	st.commit(t, late...)
