@@ -62,11 +62,13 @@ type Config struct {
 	// which even the fastest write answered took longer (or none was
 	// answered while some were in flight) adds a tenth of the arrivals
 	// to the share refused, spread evenly, and each interval under it
-	// takes a twentieth off; every write is refused while the
-	// sequencer's queue delay (feed.Sequencer's QueueDelay) exceeds it.
-	// An overloaded server answers at once what it cannot take instead
-	// of holding writes for seconds, and keeps the latency of those it
-	// takes near this bound. 0: never.
+	// takes a twentieth off, but the writes taken in a second are never
+	// cut below nine tenths of the most answered in one of the ten
+	// seconds before; every write is refused while the sequencer's queue
+	// delay (feed.Sequencer's QueueDelay) exceeds it. An overloaded
+	// server answers at once what it cannot take instead of holding
+	// writes for seconds, keeps the latency of those it takes near this
+	// bound, and keeps committing near its capacity. 0: never.
 	MaxWriteDelay time.Duration
 	// WriteConcurrency is how many HTTP write bodies are parsed at once;
 	// a read body waits for one of these slots in arrival order (see
@@ -74,7 +76,9 @@ type Config struct {
 	WriteConcurrency int
 	// WriteQueueTimeout is the longest a read HTTP write body waits for a
 	// parse slot; past it the write is answered 503 with Retry-After
-	// and nothing of it is written.
+	// and nothing of it is written, at once when its wait, predicted
+	// from the bodies ahead and how long a body holds a slot of late,
+	// is longer.
 	WriteQueueTimeout time.Duration
 	// TCPAddr is the TCP listen address; empty disables TCP.
 	TCPAddr string
@@ -121,11 +125,11 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxInflightWriteBytes, "http-max-inflight-write-bytes", c.MaxInflightWriteBytes,
 		"bytes of HTTP write bodies held at once, after decompression (must exceed --max-body-bytes); past it a write waits --feed-submit-timeout for room, then 503")
 	fs.DurationVar(&c.MaxWriteDelay, "http-write-max-delay", c.MaxWriteDelay,
-		"answer a growing share of HTTP writes 503 with Retry-After at once, unparsed, while writes take longer than this in the server, a body over 1 MiB per MiB (0: never)")
+		"answer a growing share of HTTP writes 503 with Retry-After at once, unparsed, while writes take longer than this in the server, a body over 1 MiB per MiB, never below 0.9 of the most writes answered in a second of the last 10 s (0: never)")
 	fs.IntVar(&c.WriteConcurrency, "http-write-concurrency", c.WriteConcurrency,
 		"HTTP write bodies parsed at once (0: GOMAXPROCS); a read body waits its turn at most --http-write-queue-timeout")
 	fs.DurationVar(&c.WriteQueueTimeout, "http-write-queue-timeout", c.WriteQueueTimeout,
-		"longest a read HTTP write body waits for one of --http-write-concurrency parse slots; past it 503 with Retry-After, nothing written")
+		"longest a read HTTP write body waits for one of --http-write-concurrency parse slots; past it, or at once when its predicted wait is longer, 503 with Retry-After, nothing written")
 	fs.IntVar(&c.Limits.MaxLineBytes, "max-line-bytes", c.Limits.MaxLineBytes, "longest ILP line in bytes; a longer line is rejected")
 	fs.IntVar(&c.Limits.MaxStringBytes, "ilp-max-string-bytes", c.Limits.MaxStringBytes, "longest tag value or string field in bytes")
 	fs.StringVar(&c.TCPAddr, "tcp-addr", c.TCPAddr, "ILP TCP listen address (empty disables TCP)")

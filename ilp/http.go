@@ -205,9 +205,9 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 		writeError(w, http.StatusBadRequest, codeInvalid, err.Error(), 0)
 		return
 	}
-	admitted, delay := in.overload.admit(recv)
+	admitted, cause, delay := in.overload.admit(recv)
 	if !admitted {
-		in.m.overloadRefused.Inc()
+		in.m.overloadRefused.WithLabelValues(cause).Inc()
 		discardSmallBody(r)
 		w.Header().Set("Retry-After", overloadRetryAfter())
 		writeError(w, http.StatusServiceUnavailable, codeUnavailable,
@@ -301,12 +301,13 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	in.overload.begin(read, n)
 	committed := false // reached the sequencer: its latency counts
 	defer func() { in.overload.done(read, in.now(), committed, n) }()
-	if err := in.slots.acquire(r.Context()); err != nil {
+	taken, err := in.slots.acquire(r.Context())
+	if err != nil {
 		if errors.Is(err, errQueueTimeout) {
 			in.m.queueRefused.Inc()
 			w.Header().Set("Retry-After", overloadRetryAfter())
 			writeError(w, http.StatusServiceUnavailable, codeUnavailable,
-				fmt.Sprintf("overloaded: no parse slot of %d (--http-write-concurrency) came free within --http-write-queue-timeout=%s; nothing was written, retry later",
+				fmt.Sprintf("overloaded: no parse slot of %d (--http-write-concurrency) came free, or would have, within --http-write-queue-timeout=%s; nothing was written, retry later",
 					cap(in.slots.c), in.cfg.WriteQueueTimeout), 0)
 		}
 		return // else the client went away while its write waited
@@ -314,7 +315,7 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	parser := in.parsers.get(in.cfg.Limits)
 	batch := &feed.Batch{Points: parser.points}
 	perrs, _ := parser.p.ParseAll(batch, TrimBOM(buf.Bytes()), 1, prec, recv.UnixNano())
-	in.slots.release()
+	in.slots.release(taken)
 	// Pooled again unless the sequencer may still read the batch.
 	pool := true
 	defer func() {

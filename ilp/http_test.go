@@ -797,7 +797,7 @@ func TestHTTPWriteOverloadRefused(t *testing.T) {
 	for _, path := range []string{"/write", "/api/v2/write?bucket=b&org=o"} {
 		requireUnavailable(t, r.post(path, strings.NewReader(body), nil), "--http-write-max-delay")
 	}
-	require.Equal(t, 2, metricValue(t, r.in.m.overloadRefused))
+	require.Equal(t, 2, metricValue(t, r.in.m.overloadRefused.WithLabelValues(causeStalled)))
 	require.Zero(t, wire(), "no body byte read")
 	require.Empty(t, r.drain("cpu"), "nothing stored")
 
@@ -806,7 +806,7 @@ func TestHTTPWriteOverloadRefused(t *testing.T) {
 	require.Equal(t, http.StatusNoContent, res.status, "body: %s", res.body)
 	require.Len(t, r.drain("cpu"), 2)
 	require.Equal(t, len(body), wire())
-	require.Equal(t, 2, metricValue(t, r.in.m.overloadRefused))
+	require.Equal(t, 2, metricValue(t, r.in.m.overloadRefused.WithLabelValues(causeStalled)))
 }
 
 // TestHTTPWriteOverloadKeepsConnection: a write of a body up to 1 MiB
@@ -843,7 +843,7 @@ func TestHTTPWriteOverloadKeepsConnection(t *testing.T) {
 		requireUnavailable(t, httpResult{status: resp.StatusCode, header: resp.Header, body: b}, "--http-write-max-delay")
 	}
 	require.Equal(t, []bool{false, true, true}, reused, "one connection for the three refusals")
-	require.Equal(t, 3, metricValue(t, r.in.m.overloadRefused))
+	require.Equal(t, 3, metricValue(t, r.in.m.overloadRefused.WithLabelValues(causeStalled)))
 	require.Empty(t, r.drain("cpu"), "nothing stored")
 }
 
@@ -857,12 +857,13 @@ func TestHTTPWriteQueueTimeout(t *testing.T) {
 		c.WriteQueueTimeout = 20 * time.Millisecond
 	}}, "cpu")
 	body := "cpu v=1 1\ncpu v=2 2\n"
-	require.NoError(t, r.in.slots.acquire(context.Background()), "the only slot")
+	taken, err := r.in.slots.acquire(context.Background())
+	require.NoError(t, err, "the only slot")
 	requireUnavailable(t, r.post("/write", strings.NewReader(body), nil), "--http-write-queue-timeout")
 	require.Equal(t, 1, metricValue(t, r.in.m.queueRefused))
 	require.Empty(t, r.drain("cpu"), "nothing stored")
 
-	r.in.slots.release()
+	r.in.slots.release(taken)
 	res := r.post("/write", strings.NewReader(body), nil)
 	require.Equal(t, http.StatusNoContent, res.status, "body: %s", res.body)
 	require.Len(t, r.drain("cpu"), 2)
@@ -902,12 +903,14 @@ func TestSlowBodyHoldsNoParseSlot(t *testing.T) {
 // waiting with its context's error.
 func TestParseSlotsOrder(t *testing.T) {
 	s := newParseSlots(1, time.Hour)
-	require.NoError(t, s.acquire(context.Background()))
+	taken, err := s.acquire(context.Background())
+	require.NoError(t, err)
 	const waiters = 5
 	got := make(chan int, waiters)
 	for i := range waiters {
 		go func() {
-			require.NoError(t, s.acquire(context.Background()))
+			_, err := s.acquire(context.Background())
+			require.NoError(t, err)
 			got <- i
 		}()
 		// The next waiter starts once this one waits (a send blocked
@@ -916,15 +919,40 @@ func TestParseSlotsOrder(t *testing.T) {
 	}
 	ctx, cancel := context.WithCancel(context.Background())
 	gone := make(chan error, 1)
-	go func() { gone <- s.acquire(ctx) }()
+	go func() { _, err := s.acquire(ctx); gone <- err }()
 	waitForBlockedSenders(t, waiters+1)
 	cancel()
 	require.ErrorIs(t, <-gone, context.Canceled)
 	for want := range waiters {
-		s.release()
+		s.release(taken)
 		require.Equal(t, want, <-got)
 	}
-	s.release()
+	s.release(taken)
+}
+
+// TestParseSlotsPredictedWait: a body whose wait for a slot, predicted
+// from the bodies ahead of it and the average hold, is longer than the
+// queue timeout is refused at once (here the timeout is an hour, so only
+// the prediction can refuse it), while those predicted within it wait
+// their turn; each release moves the average toward its own hold.
+func TestParseSlotsPredictedWait(t *testing.T) {
+	s := newParseSlots(1, time.Hour)
+	s.hold.Store(int64(40 * time.Minute))
+	taken, err := s.acquire(context.Background())
+	require.NoError(t, err)
+	got := make(chan error, 2)
+	for i := range 2 { // predicted 20 and 60 minutes
+		go func() { _, err := s.acquire(context.Background()); got <- err }()
+		waitForBlockedSenders(t, i+1)
+	}
+	_, err = s.acquire(context.Background()) // predicted 100 minutes
+	require.ErrorIs(t, err, errQueueTimeout)
+	s.release(taken)
+	require.NoError(t, <-got)
+	require.Less(t, s.hold.Load(), int64(36*time.Minute), "an eighth of the way to a hold of microseconds")
+	s.release(taken)
+	require.NoError(t, <-got)
+	s.release(taken)
 }
 
 // waitForBlockedSenders waits until n goroutines wait in

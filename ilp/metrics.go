@@ -41,8 +41,9 @@ type metrics struct {
 	inflight        prometheus.Gauge
 	inflightRefused prometheus.Counter
 	// overloadRefused counts writes answered 503 unparsed because writes
-	// take longer than Config.MaxWriteDelay (overload).
-	overloadRefused prometheus.Counter
+	// take longer than Config.MaxWriteDelay (overload), by cause
+	// (causeShare, causeStalled).
+	overloadRefused *prometheus.CounterVec
 	// queueRefused counts writes answered 503 because no parse slot came
 	// free within Config.WriteQueueTimeout.
 	queueRefused prometheus.Counter
@@ -81,10 +82,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ingestd_http_write_inflight_refused_total",
 			Help: "HTTP writes answered 503 because their body found no room under --http-max-inflight-write-bytes within --feed-submit-timeout.",
 		}),
-		overloadRefused: f.NewCounter(prometheus.CounterOpts{
+		overloadRefused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_http_write_overload_refused_total",
-			Help: "HTTP writes answered 503 with Retry-After, unparsed, because writes took longer than --http-write-max-delay in the server.",
-		}),
+			Help: "HTTP writes answered 503 with Retry-After, unparsed, because writes took longer than --http-write-max-delay in the server, by cause: share (the share refused while writes are slower than the bound), stalled (the sequencer's queue delay is over the bound: every write refused).",
+		}, []string{"cause"}),
 		queueRefused: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_http_write_queue_refused_total",
 			Help: "HTTP writes answered 503 with Retry-After because their read body waited --http-write-queue-timeout for one of --http-write-concurrency parse slots; nothing of them was written.",
@@ -96,6 +97,9 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	}
 	for _, r := range []string{closedIdleTimeout, closedEvicted, closedRefused, closedRevoked} {
 		m.closed.WithLabelValues(r)
+	}
+	for _, c := range []string{causeShare, causeStalled} {
+		m.overloadRefused.WithLabelValues(c)
 	}
 	for _, t := range []string{transportHTTP, transportTCP} {
 		m.lines.WithLabelValues(t)

@@ -28,7 +28,16 @@ import (
 // however idle the server: its latency counts per overloadUnitBytes (a 10
 // MiB body answered in 1 s counts as 100 ms), and it is never a write held
 // over an interval, so that one client sending large bodies one after the
-// other is never refused. Safe for concurrent use.
+// other is never refused. The share never cuts the writes taken below a
+// floor: floorPerMille of the most writes answered in one of the last
+// floorSeconds seconds, taken evenly over each second. Latency can pass
+// target for reasons refusing does not cure (a compaction sharing the
+// cores, a slow fsync); the share then climbs past what the server
+// cannot take, and without the floor an overloaded server took a third of
+// what it commits for tens of seconds. The floor follows a capacity
+// that really drops at a tenth per floorSeconds, while the parse slots'
+// queue (parseSlots) refuses at once what it could not start in time.
+// Safe for concurrent use.
 type overload struct {
 	target time.Duration // 0: never refuse
 	delay  func() time.Duration
@@ -41,7 +50,29 @@ type overload struct {
 	share    int           // per mille of the writes arriving now that are refused
 	credit   int           // share accumulated per arrival: at 1000 a write is refused
 	lastSlow time.Duration // the least latency of the last interval over target
+
+	// answered counts the writes answered after reaching the sequencer in
+	// each of the last floorSeconds seconds (since the Unix epoch, at
+	// index second % floorSeconds), second the second each one counts.
+	answered [floorSeconds]int
+	second   [floorSeconds]int64
+	// admitted counts the writes taken in the second admittedIn.
+	admitted   int
+	admittedIn int64
 }
+
+// The floor under the share: writes are taken at floorPerMille of the
+// most answered in one of the last floorSeconds seconds.
+const (
+	floorSeconds  = 10
+	floorPerMille = 900
+)
+
+// Why admit refuses a write.
+const (
+	causeShare   = "share"   // the share refused, writes slower than the target
+	causeStalled = "stalled" // the sequencer's queue delay past the target
+)
 
 // overloadUnitBytes is the body size up to which a write's whole latency
 // counts: about 5,000–10,000 lines, the batches of Telegraf and the
@@ -75,25 +106,48 @@ func (o *overload) roll(now time.Time) {
 	o.start, o.least, o.heldOver = now, -1, o.inflight > 0
 }
 
-// admit reports whether a write arriving at now is taken, and if not how
-// long writes take (for the refusal's message).
-func (o *overload) admit(now time.Time) (bool, time.Duration) {
+// admit reports whether a write arriving at now is taken, and if not why
+// (causeShare or causeStalled) and how long writes take (for the
+// refusal's message).
+func (o *overload) admit(now time.Time) (ok bool, cause string, delay time.Duration) {
 	if o.target <= 0 {
-		return true, 0
+		return true, "", 0
 	}
 	if o.delay != nil {
 		if d := o.delay(); d > o.target {
-			return false, d
+			return false, causeStalled, d
 		}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.roll(now)
+	sec := now.Unix()
+	if sec != o.admittedIn {
+		o.admitted, o.admittedIn = 0, sec
+	}
 	if o.credit += o.share; o.credit >= 1000 {
 		o.credit -= 1000
-		return false, o.lastSlow
+		// The floor, spread over the second: by its k-th millisecond,
+		// k/1000 of it.
+		ms := int64(now.Nanosecond()/int(time.Millisecond)) + 1
+		if int64(o.admitted) >= int64(o.floor(sec))*floorPerMille*ms/1_000_000 {
+			return false, causeShare, o.lastSlow
+		}
 	}
-	return true, 0
+	o.admitted++
+	return true, "", 0
+}
+
+// floor is the most writes answered in one of the floorSeconds seconds
+// before sec. Called with o.mu held.
+func (o *overload) floor(sec int64) int {
+	most := 0
+	for i, s := range o.second {
+		if s < sec && s >= sec-floorSeconds {
+			most = max(most, o.answered[i])
+		}
+	}
+	return most
 }
 
 // begin records that a write's body of size bytes was read at now; done
@@ -123,6 +177,14 @@ func (o *overload) done(start, now time.Time, measured bool, bytes int64) {
 	}
 	if measured && (o.least < 0 || d < o.least) {
 		o.least = d
+	}
+	if measured {
+		sec := now.Unix()
+		i := sec % floorSeconds
+		if o.second[i] != sec {
+			o.second[i], o.answered[i] = sec, 0
+		}
+		o.answered[i]++
 	}
 }
 

@@ -14,7 +14,8 @@ import (
 // twentieth; the least latency of an interval decides; answers refused
 // before the sequencer do not count; a write in flight all through an
 // interval with nothing answered counts as slow; ten slow intervals in a
-// row refuse everything; a sequencer queue delay over the target refuses
+// row refuse everything (no write answered a second before: no floor);
+// a sequencer queue delay over the target refuses
 // at once; a large body counts per overloadUnitBytes.
 func TestOverloadShare(t *testing.T) {
 	const target = time.Second
@@ -59,14 +60,15 @@ func TestOverloadShare(t *testing.T) {
 	// A stalled sequencer refuses at once, whatever the share.
 	o2 := newOverload(target, func() time.Duration { return queue })
 	queue = target + ms
-	ok, delay := o2.admit(at(0))
+	ok, cause, delay := o2.admit(at(0))
 	require.False(t, ok)
+	require.Equal(t, causeStalled, cause)
 	require.Equal(t, queue, delay)
 	queue = 0
-	ok, _ = o2.admit(at(1))
+	ok, _, _ = o2.admit(at(1))
 	require.True(t, ok)
 
-	ok, _ = newOverload(0, nil).admit(at(0))
+	ok, _, _ = newOverload(0, nil).admit(at(0))
 	require.True(t, ok, "a zero target never refuses")
 
 	// A large body counts its latency per overloadUnitBytes, and is never
@@ -90,7 +92,8 @@ func refusedBy(t *testing.T, o *overload, now time.Time) int {
 	t.Helper()
 	n, prev := 0, true
 	for range 100 {
-		ok, _ := o.admit(now)
+		ok, cause, _ := o.admit(now)
+		require.True(t, ok || cause == causeShare, "refused for the share")
 		require.False(t, !ok && !prev && o.share < 500, "two refusals in a row at a share of %d per mille", o.share)
 		if !ok {
 			n++
@@ -98,4 +101,48 @@ func refusedBy(t *testing.T, o *overload, now time.Time) int {
 		prev = ok
 	}
 	return n
+}
+
+// TestOverloadFloor: however high the share, the writes taken in a
+// second are not cut below nine tenths of the most answered in one of the
+// ten seconds before, spread over the second; a second after ten with
+// none answered leaves no floor.
+func TestOverloadFloor(t *testing.T) {
+	const target = 100 * time.Millisecond
+	o := newOverload(target, nil)
+	t0 := time.Unix(2000, 0)
+	// Seconds 0 and 1: 100 writes a second answered, each 300 ms after
+	// it was read, so that every interval is over the target.
+	for i := range 200 {
+		now := t0.Add(time.Duration(i) * 10 * time.Millisecond)
+		o.admit(now)
+		o.begin(now, 1000)
+		o.done(now.Add(-300*time.Millisecond), now, true, 1000)
+	}
+	require.Equal(t, 1000, o.share, "twenty intervals over: everything refused but for the floor")
+
+	// Second 2: a write held in flight all through keeps every interval
+	// over; 1,000 writes offered, evenly; 90 taken, evenly.
+	o.begin(t0.Add(2*time.Second), 1000)
+	taken := make([]int, 10)
+	for i := range 1000 {
+		now := t0.Add(2*time.Second + time.Duration(i)*time.Millisecond)
+		if ok, _, _ := o.admit(now); ok {
+			taken[i/100]++
+		}
+	}
+	require.Equal(t, []int{9, 9, 9, 9, 9, 9, 9, 9, 9, 9}, taken, "nine tenths of 100 a second, a tenth of them in each tenth of the second")
+
+	require.Equal(t, 1000, o.share)
+
+	// Second 13, the write still in flight: nothing answered since
+	// second 1, nothing taken.
+	n := 0
+	for i := range 1000 {
+		if ok, _, _ := o.admit(t0.Add(13*time.Second + time.Duration(i)*time.Millisecond)); ok {
+			n++
+		}
+	}
+	require.Zero(t, n, "no write answered in the ten seconds before: no floor")
+	require.Equal(t, 1000, o.share)
 }

@@ -3,6 +3,7 @@ package ilp
 import (
 	"context"
 	"errors"
+	"sync/atomic"
 	"time"
 )
 
@@ -13,42 +14,68 @@ import (
 // every write's latency grows with the number in flight, and the ones
 // the server will refuse wait as long as the rest. A body waits for a
 // slot in arrival order (a channel's senders queue), at most
-// Config.WriteQueueTimeout; past it the write is refused at once. A
-// body is read before it waits, so a client sending slowly never holds
-// a slot. Safe for concurrent use.
+// Config.WriteQueueTimeout. A body that would wait longer is refused at
+// once rather than at the timeout: from the bodies waiting ahead of it
+// and how long a body has held its slot of late (a moving average), its
+// wait is predicted, and past the timeout it is refused unqueued, so an
+// overloaded server answers what it cannot take in microseconds instead
+// of after the timeout. A body is read before it waits, so a client
+// sending slowly never holds a slot. Safe for concurrent use.
 type parseSlots struct {
 	c       chan struct{}
 	timeout time.Duration
+	waiting atomic.Int64 // bodies waiting for a slot
+	hold    atomic.Int64 // moving average of a slot's hold, in ns
 }
 
-// errQueueTimeout marks a write refused because no parse slot came free
-// within Config.WriteQueueTimeout.
+// holdWeight is the weight of the newest hold in the moving average: 1/8.
+const holdWeight = 8
+
+// errQueueTimeout marks a write refused because no parse slot came free,
+// or would have, within Config.WriteQueueTimeout.
 var errQueueTimeout = errors.New("ilp: no parse slot within --http-write-queue-timeout")
 
 func newParseSlots(n int, timeout time.Duration) *parseSlots {
 	return &parseSlots{c: make(chan struct{}, n), timeout: timeout}
 }
 
-// acquire takes a slot, waiting at most the queue timeout: nil, or
-// errQueueTimeout, or ctx's error once ctx ends. A nil error must be
-// followed by release.
-func (s *parseSlots) acquire(ctx context.Context) error {
+// acquire takes a slot, waiting at most the queue timeout: the time it
+// was taken and nil; or errQueueTimeout, at once when the predicted wait
+// is longer; or ctx's error once ctx ends. A nil error must be followed
+// by release with the time returned.
+func (s *parseSlots) acquire(ctx context.Context) (time.Time, error) {
 	select {
 	case s.c <- struct{}{}:
-		return nil
+		return time.Now(), nil
 	default:
+	}
+	// Every slot is taken: one frees in half a hold on average, and each
+	// body ahead takes a hold of one of them.
+	ahead := s.waiting.Add(1) - 1
+	defer s.waiting.Add(-1)
+	if wait := time.Duration((2*ahead + 1) * s.hold.Load() / int64(2*cap(s.c))); wait > s.timeout {
+		return time.Time{}, errQueueTimeout
 	}
 	t := time.NewTimer(s.timeout)
 	defer t.Stop()
 	select {
 	case s.c <- struct{}{}:
-		return nil
+		return time.Now(), nil
 	case <-t.C:
-		return errQueueTimeout
+		return time.Time{}, errQueueTimeout
 	case <-ctx.Done():
-		return ctx.Err()
+		return time.Time{}, ctx.Err()
 	}
 }
 
-// release gives back a slot taken by acquire.
-func (s *parseSlots) release() { <-s.c }
+// release gives back a slot taken by acquire at taken.
+func (s *parseSlots) release(taken time.Time) {
+	d := int64(time.Since(taken))
+	for {
+		old := s.hold.Load()
+		if s.hold.CompareAndSwap(old, old+(d-old)/holdWeight) {
+			break
+		}
+	}
+	<-s.c
+}
