@@ -64,9 +64,8 @@ type Config struct {
 	// to the share refused, spread evenly, and each interval under it
 	// takes a twentieth off, but the writes taken in a second are never
 	// cut below nine tenths of the most answered in one of the ten
-	// seconds before. The sequencer's queue delay (feed.Sequencer's
-	// QueueDelay) over it makes an interval slow too; while it exceeds
-	// four times it (a stalled commit) every write is refused. An overloaded
+	// seconds before; every write is refused while the sequencer's queue
+	// delay (feed.Sequencer's QueueDelay) exceeds it. An overloaded
 	// server answers at once what it cannot take instead of holding
 	// writes for seconds, keeps the latency of those it takes near this
 	// bound, and keeps committing near its capacity. 0: never.

@@ -779,11 +779,10 @@ type delayedAppender struct {
 func (d *delayedAppender) QueueDelay() time.Duration { return time.Duration(d.delay.Load()) }
 
 // TestHTTPWriteOverloadRefused checks --http-write-max-delay's immediate
-// test: while the sequencer's queue delay exceeds stallFactor times it
-// (a stalled commit), a write is answered
+// test: while the sequencer's queue delay exceeds it, a write is answered
 // 503 with
 // Retry-After and the project's error, counted, without a byte of its
-// body read or anything stored; at that bound and below, the same write
+// body read or anything stored; at the bound and below, the same write
 // goes through.
 func TestHTTPWriteOverloadRefused(t *testing.T) {
 	app := &delayedAppender{}
@@ -794,7 +793,7 @@ func TestHTTPWriteOverloadRefused(t *testing.T) {
 	body := "cpu v=1 1\ncpu v=2 2\n"
 	wire := func() int { return metricValue(t, r.in.m.bytes.WithLabelValues(transportHTTP)) }
 
-	app.delay.Store(int64(stallFactor*500*time.Millisecond + time.Millisecond))
+	app.delay.Store(int64(501 * time.Millisecond))
 	for _, path := range []string{"/write", "/api/v2/write?bucket=b&org=o"} {
 		requireUnavailable(t, r.post(path, strings.NewReader(body), nil), "--http-write-max-delay")
 	}
@@ -802,7 +801,7 @@ func TestHTTPWriteOverloadRefused(t *testing.T) {
 	require.Zero(t, wire(), "no body byte read")
 	require.Empty(t, r.drain("cpu"), "nothing stored")
 
-	app.delay.Store(int64(stallFactor * 500 * time.Millisecond))
+	app.delay.Store(int64(500 * time.Millisecond))
 	res := r.post("/write", strings.NewReader(body), nil)
 	require.Equal(t, http.StatusNoContent, res.status, "body: %s", res.body)
 	require.Len(t, r.drain("cpu"), 2)
@@ -828,7 +827,7 @@ func TestHTTPWriteOverloadKeepsConnection(t *testing.T) {
 	}
 	require.Greater(t, body.Len(), 256<<10, "over what net/http drains by itself")
 
-	app.delay.Store(int64(stallFactor * time.Second))
+	app.delay.Store(int64(time.Second))
 	var reused []bool
 	for range 3 {
 		req, err := http.NewRequest(http.MethodPost, r.srv.URL+"/write", strings.NewReader(body.String()))

@@ -84,7 +84,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		overloadRefused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_http_write_overload_refused_total",
-			Help: "HTTP writes answered 503 with Retry-After, unparsed, because writes took longer than --http-write-max-delay in the server, by cause: share (the share refused while writes are slower than the bound), stalled (the sequencer's queue delay is over four times the bound: every write refused).",
+			Help: "HTTP writes answered 503 with Retry-After, unparsed, because writes took longer than --http-write-max-delay in the server, by cause: share (the share refused while writes are slower than the bound), stalled (the sequencer's queue delay is over the bound: every write refused).",
 		}, []string{"cause"}),
 		queueRefused: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_http_write_queue_refused_total",

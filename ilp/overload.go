@@ -22,9 +22,8 @@ import (
 // write of an interval would leave it idle and send every refused client
 // back at once. Refused writes' bodies are read and dropped unparsed
 // (discardSmallBody), which frees the CPU and the queue for those in
-// flight and the ones after. A sequencer queue delay (queueDelayer) over
-// target counts as a slow interval too; one over stallFactor times
-// target (a commit stalled, not slow) refuses every write at once. A
+// flight and the ones after. A sequencer whose own queue delay passes
+// target (queueDelayer: a commit stalled) refuses every write at once. A
 // body larger than overloadUnitBytes takes its time to parse and commit
 // however idle the server: its latency counts per overloadUnitBytes (a 10
 // MiB body answered in 1 s counts as 100 ms), and it is never a write held
@@ -48,12 +47,9 @@ type overload struct {
 	least    time.Duration // least latency answered in it; -1: none yet
 	inflight int           // writes of at most overloadUnitBytes read (begin), not yet answered
 	heldOver bool          // such a write was in flight all through the current interval so far
-	// queuedOver: an arrival in the current interval saw the sequencer's
-	// queue delay over target
-	queuedOver bool
-	share      int           // per mille of the writes arriving now that are refused
-	credit     int           // share accumulated per arrival: at 1000 a write is refused
-	lastSlow   time.Duration // the least latency of the last interval over target
+	share    int           // per mille of the writes arriving now that are refused
+	credit   int           // share accumulated per arrival: at 1000 a write is refused
+	lastSlow time.Duration // the least latency of the last interval over target
 
 	// answered counts the writes answered after reaching the sequencer in
 	// each of the last floorSeconds seconds (since the Unix epoch, at
@@ -75,17 +71,8 @@ const (
 // Why admit refuses a write.
 const (
 	causeShare   = "share"   // the share refused, writes slower than the target
-	causeStalled = "stalled" // the sequencer's queue delay past stallFactor times the target
+	causeStalled = "stalled" // the sequencer's queue delay past the target
 )
-
-// stallFactor is how many times the target the sequencer's queue delay
-// must reach for every write to be refused: a group commit slower than
-// the target (a compaction on the cores, an fsync behind the
-// compactor's writes) is still committing, and writes queued behind it
-// are answered when it ends; refusing them all turned every such commit
-// into seconds of refusals while the cores could commit near full
-// speed. Below it the share and its floor decide.
-const stallFactor = 4
 
 // overloadUnitBytes is the body size up to which a write's whole latency
 // counts: about 5,000–10,000 lines, the batches of Telegraf and the
@@ -107,7 +94,7 @@ func (o *overload) roll(now time.Time) {
 	if now.Sub(o.start) < o.target {
 		return
 	}
-	if o.least > o.target || (o.least < 0 && o.heldOver) || o.queuedOver {
+	if o.least > o.target || (o.least < 0 && o.heldOver) {
 		o.share = min(1000, o.share+shareStep)
 		o.lastSlow = max(o.least, o.target)
 	} else {
@@ -116,7 +103,7 @@ func (o *overload) roll(now time.Time) {
 	if o.share == 0 {
 		o.credit = 0
 	}
-	o.start, o.least, o.heldOver, o.queuedOver = now, -1, o.inflight > 0, false
+	o.start, o.least, o.heldOver = now, -1, o.inflight > 0
 }
 
 // admit reports whether a write arriving at now is taken, and if not why
@@ -126,18 +113,14 @@ func (o *overload) admit(now time.Time) (ok bool, cause string, delay time.Durat
 	if o.target <= 0 {
 		return true, "", 0
 	}
-	var queued time.Duration
 	if o.delay != nil {
-		if queued = o.delay(); queued > stallFactor*o.target {
-			return false, causeStalled, queued
+		if d := o.delay(); d > o.target {
+			return false, causeStalled, d
 		}
 	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.roll(now)
-	if queued > o.target {
-		o.queuedOver = true
-	}
 	sec := now.Unix()
 	if sec != o.admittedIn {
 		o.admitted, o.admittedIn = 0, sec
