@@ -81,6 +81,30 @@ func TestBench(t *testing.T) {
 	}
 }
 
+// TestBenchSoakRefusals: against a server whose write delay bound (a
+// nanosecond) every write passes, the share refuses all but its floor;
+// the soak's summary reports the refusals, the server's own time for
+// them (from its request histogram) and their cause.
+func TestBenchSoakRefusals(t *testing.T) {
+	cfg := testConfig(t.TempDir())
+	cfg.ilp.MaxWriteDelay = time.Nanosecond
+	d := startDaemon(t, cfg)
+	args := []string{"--scale", "2", "--duration", "30m", "--server-pid", strconv.Itoa(os.Getpid()), "--url", d.URL,
+		"--mode", "soak", "--rate", "20000", "--latency-lines", "100", "--soak-duration", "2s", "--window", "1s", "--series", "90"}
+	var out, errOut bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	require.Equal(t, 0, bench.Run(ctx, args, &out, &errOut), "stdout:\n%s\nstderr:\n%s", out.String(), errOut.String())
+	res := benchResultKV(t, out.String())
+	require.NotEqual(t, "0", res["refused"], out.String())
+	require.Equal(t, "0", res["failed"], out.String())
+	share, err := strconv.ParseFloat(res["refusals_server_le128ms"], 64)
+	require.NoError(t, err, "the server's time for its refusals is read from /metrics: %s", out.String())
+	require.Greater(t, share, 0.0, out.String())
+	require.LessOrEqual(t, share, 1.0, out.String())
+	require.Regexp(t, `refused for .*overload \(share\) \d+, overload \(stalled\) \d+, parse-slot queue \d+`, out.String())
+}
+
 // TestBenchRefusesUsedServer checks that a second load into the same
 // ingestd is refused: its counts could not be verified.
 func TestBenchRefusesUsedServer(t *testing.T) {

@@ -681,12 +681,17 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 		res.set("store_bytes_per_line", float64(last.store)/float64(max(sums.acked, 1)))
 	}
 	if t.kind == benchIngestd {
-		keys, lines, err := t.lsmWrites(ctx)
+		sc, err := t.serverCounts(ctx)
 		if err != nil {
-			return fmt.Errorf("read the server's LSM writes: %w", err)
+			return fmt.Errorf("read the server's metrics: %w", err)
 		}
-		fmt.Fprintf(out, "LSM keys written: %.0f for %.0f lines (%.4f per line; ingestd_store_keys_written_total)\n", keys, lines, keys/max(lines, 1))
-		res.set("lsm_keys_per_line", keys/max(lines, 1))
+		fmt.Fprintf(out, "LSM keys written: %.0f for %.0f lines (%.4f per line; ingestd_store_keys_written_total)\n", sc.keys, sc.lines, sc.keys/max(sc.lines, 1))
+		res.set("lsm_keys_per_line", sc.keys/max(sc.lines, 1))
+		if sc.refusals > 0 {
+			fmt.Fprintf(out, "server's own time for its %.0f write refusals (ingestd_http_request_duration_seconds, 503): %.2f %% within 64 ms, %.2f %% within 128 ms; refused for %s\n",
+				sc.refusals, 100*sc.within64/sc.refusals, 100*sc.within128/sc.refusals, sc.causes)
+			res.set("refusals_server_le128ms", sc.within128/sc.refusals)
+		}
 	}
 	if len(tails) > 0 {
 		res.set("tails", len(tails))
@@ -714,22 +719,37 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 
 func ms(d time.Duration) float64 { return d.Seconds() * 1000 }
 
-// lsmWrites reads, from an ingestd's /metrics, the keys its store wrote
-// to the LSM tree (ingestd_store_keys_written_total) and the lines it
-// took (ingestd_ilp_lines_total, every transport).
-func (t *benchTarget) lsmWrites(ctx context.Context) (keys, lines float64, err error) {
+// serverTotals is what the harness reads from an ingestd's /metrics
+// after a run.
+type serverTotals struct {
+	keys  float64 // keys written to the LSM tree (ingestd_store_keys_written_total)
+	lines float64 // lines taken, every transport (ingestd_ilp_lines_total)
+	// refusals counts the writes answered 503, within64 and within128
+	// those the server answered within 64 and 128 ms of their arrival
+	// (ingestd_http_request_duration_seconds' buckets on POST /write and
+	// /api/v2/write).
+	refusals, within64, within128 float64
+	// causes lists the refusals by reason: the overload counter's
+	// causes, then the parse-slot queue's and in-flight bytes'.
+	causes string
+}
+
+// serverCounts reads an ingestd's serverTotals.
+func (t *benchTarget) serverCounts(ctx context.Context) (serverTotals, error) {
+	var st serverTotals
 	req, err := http.NewRequestWithContext(ctx, http.MethodGet, t.base+"/metrics", nil)
 	if err != nil {
-		return 0, 0, err
+		return st, err
 	}
 	resp, err := t.client.Do(req)
 	if err != nil {
-		return 0, 0, err
+		return st, err
 	}
 	defer func() { _ = resp.Body.Close() }()
 	if resp.StatusCode != http.StatusOK {
-		return 0, 0, fmt.Errorf("GET /metrics: %s", resp.Status)
+		return st, fmt.Errorf("GET /metrics: %s", resp.Status)
 	}
+	var causes []string
 	sc := bufio.NewScanner(io.LimitReader(resp.Body, 64<<20))
 	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
 	for sc.Scan() {
@@ -741,14 +761,31 @@ func (t *benchTarget) lsmWrites(ctx context.Context) (keys, lines float64, err e
 		if err != nil {
 			continue
 		}
+		write503 := strings.Contains(name, `code="503"`) && strings.Contains(name, `method="POST"`) &&
+			(strings.Contains(name, `route="/write"`) || strings.Contains(name, `route="/api/v2/write"`))
 		switch {
 		case name == "ingestd_store_keys_written_total":
-			keys = v
+			st.keys = v
 		case strings.HasPrefix(name, "ingestd_ilp_lines_total{"):
-			lines += v
+			st.lines += v
+		case strings.HasPrefix(name, "ingestd_http_request_duration_seconds_count{") && write503:
+			st.refusals += v
+		case strings.HasPrefix(name, "ingestd_http_request_duration_seconds_bucket{") && write503 && strings.Contains(name, `le="0.064"`):
+			st.within64 += v
+		case strings.HasPrefix(name, "ingestd_http_request_duration_seconds_bucket{") && write503 && strings.Contains(name, `le="0.128"`):
+			st.within128 += v
+		case strings.HasPrefix(name, "ingestd_http_write_overload_refused_total{"):
+			_, cause, _ := strings.Cut(name, `cause="`)
+			cause, _, _ = strings.Cut(cause, `"`)
+			causes = append(causes, fmt.Sprintf("overload (%s) %.0f", cause, v))
+		case name == "ingestd_http_write_queue_refused_total":
+			causes = append(causes, fmt.Sprintf("parse-slot queue %.0f", v))
+		case name == "ingestd_http_write_inflight_refused_total":
+			causes = append(causes, fmt.Sprintf("in-flight bytes %.0f", v))
 		}
 	}
-	return keys, lines, sc.Err()
+	st.causes = strings.Join(causes, ", ")
+	return st, sc.Err()
 }
 
 // sleepUntil sleeps until t; false when stop was closed first.
