@@ -931,12 +931,12 @@ func TestParseSlotsOrder(t *testing.T) {
 }
 
 // TestParseSlotsPredictedWait: a body whose wait for a slot, predicted
-// from the bodies ahead of it and the average hold, is longer than the
-// queue timeout is refused at once (here the timeout is an hour, so only
-// the prediction can refuse it), while those predicted within it wait
-// their turn; each release moves the average toward its own hold.
+// from the bodies ahead of it and the average hold, is longer than twice
+// the queue timeout is refused at once (here the timeout is half an hour,
+// so only the prediction can refuse it), while those predicted within it
+// wait their turn; each release moves the average toward its own hold.
 func TestParseSlotsPredictedWait(t *testing.T) {
-	s := newParseSlots(1, time.Hour)
+	s := newParseSlots(1, 30*time.Minute)
 	s.hold.Store(int64(40 * time.Minute))
 	taken, err := s.acquire(context.Background())
 	require.NoError(t, err)
