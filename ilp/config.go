@@ -78,7 +78,7 @@ type Config struct {
 	// parse slot; past it the write is answered 503 with Retry-After
 	// and nothing of it is written, at once when its wait, predicted
 	// from the bodies ahead and how long a body holds a slot of late,
-	// is longer.
+	// is more than twice as long.
 	WriteQueueTimeout time.Duration
 	// TCPAddr is the TCP listen address; empty disables TCP.
 	TCPAddr string
@@ -129,7 +129,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.WriteConcurrency, "http-write-concurrency", c.WriteConcurrency,
 		"HTTP write bodies parsed at once (0: GOMAXPROCS); a read body waits its turn at most --http-write-queue-timeout")
 	fs.DurationVar(&c.WriteQueueTimeout, "http-write-queue-timeout", c.WriteQueueTimeout,
-		"longest a read HTTP write body waits for one of --http-write-concurrency parse slots; past it, or at once when its predicted wait is longer, 503 with Retry-After, nothing written")
+		"longest a read HTTP write body waits for one of --http-write-concurrency parse slots; past it, or at once when its predicted wait is twice as long, 503 with Retry-After, nothing written")
 	fs.IntVar(&c.Limits.MaxLineBytes, "max-line-bytes", c.Limits.MaxLineBytes, "longest ILP line in bytes; a longer line is rejected")
 	fs.IntVar(&c.Limits.MaxStringBytes, "ilp-max-string-bytes", c.Limits.MaxStringBytes, "longest tag value or string field in bytes")
 	fs.StringVar(&c.TCPAddr, "tcp-addr", c.TCPAddr, "ILP TCP listen address (empty disables TCP)")
