@@ -32,12 +32,11 @@ import (
 // floor: floorPerMille of the most writes answered in one of the last
 // floorSeconds seconds, taken evenly over each second. Latency can pass
 // target for reasons refusing does not cure (a compaction sharing the
-// cores, a slow fsync); the share then climbs past what the server
-// cannot take, and without the floor an overloaded server took a third of
-// what it commits for tens of seconds. The floor follows a capacity
-// that really drops at a tenth per floorSeconds, while the parse slots'
-// queue (parseSlots) refuses at once what it could not start in time.
-// Safe for concurrent use.
+// cores, a slow fsync), and the share then climbs past what the server
+// cannot take; the floor keeps it from refusing what the server has just
+// shown it commits. It follows a capacity that really drops at a tenth
+// per floorSeconds, while the parse slots' queue (parseSlots) refuses
+// what it could not start in time. Safe for concurrent use.
 type overload struct {
 	target time.Duration // 0: never refuse
 	delay  func() time.Duration

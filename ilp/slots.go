@@ -18,10 +18,10 @@ import (
 // at once rather than at the timeout: from the bodies waiting ahead of it
 // and how long a body has held its slot of late (a moving average), its
 // wait is predicted, and past predictMargin times the timeout it is
-// refused unqueued, so an
-// overloaded server answers what it cannot take in microseconds instead
-// of after the timeout. A body is read before it waits, so a client
-// sending slowly never holds a slot. Safe for concurrent use.
+// refused unqueued, so an overloaded server answers what it cannot take
+// in microseconds instead of after the timeout. A body is read before it
+// waits, so a client sending slowly never holds a slot. Safe for
+// concurrent use.
 type parseSlots struct {
 	c       chan struct{}
 	timeout time.Duration
@@ -50,8 +50,8 @@ func newParseSlots(n int, timeout time.Duration) *parseSlots {
 // acquire takes a slot, waiting at most the queue timeout: the time it
 // was taken and nil; or errQueueTimeout, at once when the predicted wait
 // is longer than predictMargin times the timeout; or ctx's error once
-// ctx ends. A nil error must be followed
-// by release with the time returned.
+// ctx ends. A nil error must be followed by release with the time
+// returned.
 func (s *parseSlots) acquire(ctx context.Context) (time.Time, error) {
 	select {
 	case s.c <- struct{}{}:
