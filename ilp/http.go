@@ -303,12 +303,16 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	defer func() { in.overload.done(read, in.now(), committed, n) }()
 	taken, err := in.slots.acquire(r.Context())
 	if err != nil {
-		if errors.Is(err, errQueueTimeout) {
+		if errors.Is(err, errQueueTimeout) || errors.Is(err, errQueuePredicted) {
 			in.m.queueRefused.Inc()
 			w.Header().Set("Retry-After", overloadRetryAfter())
+			within := "came free within"
+			if errors.Is(err, errQueuePredicted) {
+				within = "would come free, as predicted from the bodies ahead, within twice"
+			}
 			writeError(w, http.StatusServiceUnavailable, codeUnavailable,
-				fmt.Sprintf("overloaded: no parse slot of %d (--http-write-concurrency) came free, or would have, within --http-write-queue-timeout=%s; nothing was written, retry later",
-					cap(in.slots.c), in.cfg.WriteQueueTimeout), 0)
+				fmt.Sprintf("overloaded: no parse slot of %d (--http-write-concurrency) %s --http-write-queue-timeout=%s; nothing was written, retry later",
+					cap(in.slots.c), within, in.cfg.WriteQueueTimeout), 0)
 		}
 		return // else the client went away while its write waited
 	}

@@ -849,8 +849,9 @@ func TestHTTPWriteOverloadKeepsConnection(t *testing.T) {
 
 // TestHTTPWriteQueueTimeout checks --http-write-queue-timeout: a body
 // that finds every parse slot (--http-write-concurrency) taken for that
-// long is answered 503 with Retry-After, counted, nothing of it stored;
-// once a slot is free the same write goes through.
+// long, or whose wait is predicted past twice it, is answered 503 with
+// Retry-After, counted, nothing of it stored; once a slot is free the
+// same write goes through.
 func TestHTTPWriteQueueTimeout(t *testing.T) {
 	r := newRigOpts(t, rigOptions{mod: func(c *Config) {
 		c.WriteConcurrency = 1
@@ -859,15 +860,26 @@ func TestHTTPWriteQueueTimeout(t *testing.T) {
 	body := "cpu v=1 1\ncpu v=2 2\n"
 	taken, err := r.in.slots.acquire(context.Background())
 	require.NoError(t, err, "the only slot")
-	requireUnavailable(t, r.post("/write", strings.NewReader(body), nil), "--http-write-queue-timeout")
+	res := r.post("/write", strings.NewReader(body), nil)
+	requireUnavailable(t, res, "--http-write-queue-timeout")
+	require.Contains(t, string(res.body), "no parse slot of 1 (--http-write-concurrency) came free within")
 	require.Equal(t, 1, metricValue(t, r.in.m.queueRefused))
 	require.Empty(t, r.drain("cpu"), "nothing stored")
 
+	// Slots held an hour on average of late: the wait is predicted past
+	// twice the timeout and the write refused unqueued, with its own
+	// message.
+	r.in.slots.hold.Store(int64(time.Hour))
+	res = r.post("/write", strings.NewReader(body), nil)
+	requireUnavailable(t, res, "--http-write-queue-timeout")
+	require.Contains(t, string(res.body), "as predicted from the bodies ahead, within twice --http-write-queue-timeout=20ms")
+	require.Equal(t, 2, metricValue(t, r.in.m.queueRefused))
+
 	r.in.slots.release(taken)
-	res := r.post("/write", strings.NewReader(body), nil)
+	res = r.post("/write", strings.NewReader(body), nil)
 	require.Equal(t, http.StatusNoContent, res.status, "body: %s", res.body)
 	require.Len(t, r.drain("cpu"), 2)
-	require.Equal(t, 1, metricValue(t, r.in.m.queueRefused))
+	require.Equal(t, 2, metricValue(t, r.in.m.queueRefused))
 }
 
 // TestSlowBodyHoldsNoParseSlot: a client that sends its body slowly
@@ -946,7 +958,7 @@ func TestParseSlotsPredictedWait(t *testing.T) {
 		waitForBlockedSenders(t, i+1)
 	}
 	_, err = s.acquire(context.Background()) // predicted 100 minutes
-	require.ErrorIs(t, err, errQueueTimeout)
+	require.ErrorIs(t, err, errQueuePredicted)
 	s.release(taken)
 	require.NoError(t, <-got)
 	require.Less(t, s.hold.Load(), int64(36*time.Minute), "an eighth of the way to a hold of microseconds")

@@ -39,18 +39,22 @@ const holdWeight = 8
 // them refused on a prediction past the timeout itself.
 const predictMargin = 2
 
-// errQueueTimeout marks a write refused because no parse slot came free,
-// or would have, within Config.WriteQueueTimeout.
-var errQueueTimeout = errors.New("ilp: no parse slot within --http-write-queue-timeout")
+// errQueueTimeout marks a write refused because no parse slot came free
+// within Config.WriteQueueTimeout; errQueuePredicted one refused at once
+// because none would have within predictMargin times it.
+var (
+	errQueueTimeout   = errors.New("ilp: no parse slot within --http-write-queue-timeout")
+	errQueuePredicted = errors.New("ilp: no parse slot predicted within twice --http-write-queue-timeout")
+)
 
 func newParseSlots(n int, timeout time.Duration) *parseSlots {
 	return &parseSlots{c: make(chan struct{}, n), timeout: timeout}
 }
 
 // acquire takes a slot, waiting at most the queue timeout: the time it
-// was taken and nil; or errQueueTimeout, at once when the predicted wait
-// is longer than predictMargin times the timeout; or ctx's error once
-// ctx ends. A nil error must be followed by release with the time
+// was taken and nil; or errQueueTimeout; or errQueuePredicted, at once,
+// when the predicted wait is longer than predictMargin times the timeout;
+// or ctx's error once ctx ends. A nil error must be followed by release with the time
 // returned.
 func (s *parseSlots) acquire(ctx context.Context) (time.Time, error) {
 	select {
@@ -63,7 +67,7 @@ func (s *parseSlots) acquire(ctx context.Context) (time.Time, error) {
 	ahead := s.waiting.Add(1) - 1
 	defer s.waiting.Add(-1)
 	if wait := time.Duration((2*ahead + 1) * s.hold.Load() / int64(2*cap(s.c))); wait > predictMargin*s.timeout {
-		return time.Time{}, errQueueTimeout
+		return time.Time{}, errQueuePredicted
 	}
 	t := time.NewTimer(s.timeout)
 	defer t.Stop()
