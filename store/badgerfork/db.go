@@ -101,6 +101,10 @@ type DB struct {
 	// polled flushChan from writeRequests.
 	flushCond *sync.Cond
 
+	// memtableStallNs is the time, in nanoseconds, writes waited in
+	// ensureRoomForWrite for a memtable to be flushed (ingestd's change).
+	memtableStallNs atomic.Int64
+
 	// Initialized via openMemTables.
 	nextMemFid int
 
@@ -1091,7 +1095,9 @@ func (db *DB) ensureRoomForWrite() error {
 			if db.IsClosed() {
 				return errNoRoom
 			}
+			waitStart := time.Now()
 			db.flushCond.Wait()
+			db.memtableStallNs.Add(int64(time.Since(waitStart)))
 		}
 	}
 }
@@ -1449,6 +1455,13 @@ func (db *DB) Tables() []TableInfo {
 // Levels gets the LevelInfo.
 func (db *DB) Levels() []LevelInfo {
 	return db.lc.getLevelInfo()
+}
+
+// StallTimes returns how long, in total since Open, flushes waited for level
+// 0 to drop below NumLevelZeroTablesStall tables (l0) and writes waited for a
+// memtable to be flushed (memtable). Safe for concurrent use (ingestd's change).
+func (db *DB) StallTimes() (l0, memtable time.Duration) {
+	return time.Duration(db.lc.l0stallsMs.Load()), time.Duration(db.memtableStallNs.Load())
 }
 
 // EstimateSize can be used to get rough estimate of data size for a given prefix.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"os"
 	"path/filepath"
+	"strconv"
 	"sync"
 	"syscall"
 	"time"
@@ -173,4 +174,28 @@ func (c sizeCollector) Collect(ch chan<- prometheus.Metric) {
 	ch <- prometheus.MustNewConstMetric(sizeDesc, prometheus.GaugeValue, float64(vlog), "vlog")
 	ch <- prometheus.MustNewConstMetric(filesDesc, prometheus.GaugeValue, float64(lsmFiles), "lsm")
 	ch <- prometheus.MustNewConstMetric(filesDesc, prometheus.GaugeValue, float64(vlogFiles), "vlog")
+}
+
+// lsmCollector reports the LSM tree's shape and how long the write path
+// waited on it, at every scrape.
+type lsmCollector struct{ db *DB }
+
+var (
+	lsmTablesDesc = prometheus.NewDesc("ingestd_store_lsm_tables",
+		"LSM tables by level (0 is the newest; badger stops flushing memtables while level 0 holds 15).",
+		[]string{"level"}, nil)
+	lsmStallDesc = prometheus.NewDesc("ingestd_store_write_stall_seconds_total",
+		"Time the write path waited on the LSM tree, by stage: l0 (a memtable flush waiting for level 0 to drop below 15 tables), memtable (a commit waiting for a full memtable to be flushed).",
+		[]string{"stage"}, nil)
+)
+
+func (c lsmCollector) Describe(ch chan<- *prometheus.Desc) { ch <- lsmTablesDesc; ch <- lsmStallDesc }
+
+func (c lsmCollector) Collect(ch chan<- prometheus.Metric) {
+	for _, l := range c.db.bdb.Levels() {
+		ch <- prometheus.MustNewConstMetric(lsmTablesDesc, prometheus.GaugeValue, float64(l.NumTables), strconv.Itoa(l.Level))
+	}
+	l0, mt := c.db.bdb.StallTimes()
+	ch <- prometheus.MustNewConstMetric(lsmStallDesc, prometheus.CounterValue, l0.Seconds(), "l0")
+	ch <- prometheus.MustNewConstMetric(lsmStallDesc, prometheus.CounterValue, mt.Seconds(), "memtable")
 }

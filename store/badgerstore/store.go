@@ -399,7 +399,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(sizeCollector{db}, statsCollector{db}, freeCollector{db}, db.leaseExtensions, db.headFlushes, db.keysWritten,
+		reg.MustRegister(sizeCollector{db}, lsmCollector{db}, statsCollector{db}, freeCollector{db}, db.leaseExtensions, db.headFlushes, db.keysWritten,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "ingestd_store_head_entries", Help: "Entries the head holds in memory, one per new point or overwrite (at most twice --store-head-max-entries).",
 			}, func() float64 { return float64(db.headEntries(true)) }))
