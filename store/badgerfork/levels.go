@@ -892,7 +892,7 @@ func (s *levelsController) subcompact(it y.Iterator, kr keyRange, cd compactDef,
 			// Can't return from here, until I decrRef all the tables that I built so far.
 			break
 		}
-		go func(builder *table.Builder, fileID uint64) {
+		build := func(builder *table.Builder, fileID uint64) {
 			var err error
 			defer inflightBuilders.Done(err)
 			defer builder.Close()
@@ -910,7 +910,12 @@ func (s *levelsController) subcompact(it y.Iterator, kr keyRange, cd compactDef,
 				return
 			}
 			res <- tbl
-		}(builder, s.reserveFileID())
+		}
+		if s.kv.opt.SerialCompactions {
+			build(builder, s.reserveFileID())
+		} else {
+			go build(builder, s.reserveFileID())
+		}
 	}
 	s.kv.vlog.updateDiscardStats(discardStats)
 	s.kv.opt.Debugf("Discard stats: %v", discardStats)
@@ -961,21 +966,8 @@ func (s *levelsController) compactBuildTables(
 	}
 
 	res := make(chan *table.Table, 3)
-	inflightBuilders := y.NewThrottle(8 + len(cd.splits))
-	for _, kr := range cd.splits {
-		// Initiate Do here so we can register the goroutines for buildTables too.
-		if err := inflightBuilders.Do(); err != nil {
-			s.kv.opt.Errorf("cannot start subcompaction: %+v", err)
-			return nil, nil, err
-		}
-		go func(kr keyRange) {
-			defer inflightBuilders.Done(nil)
-			it := table.NewMergeIterator(newIterator(), false)
-			defer it.Close()
-			s.subcompact(it, kr, cd, inflightBuilders, res)
-		}(kr)
-	}
-
+	// The accumulator runs before any build: with SerialCompactions the
+	// builds below send to res from this goroutine.
 	var newTables []*table.Table
 	var wg sync.WaitGroup
 	wg.Add(1)
@@ -985,6 +977,28 @@ func (s *levelsController) compactBuildTables(
 			newTables = append(newTables, t)
 		}
 	}()
+
+	inflightBuilders := y.NewThrottle(8 + len(cd.splits))
+	for _, kr := range cd.splits {
+		// Initiate Do here so we can register the goroutines for buildTables too.
+		if err := inflightBuilders.Do(); err != nil {
+			// Finish below returns the error once the running builds end,
+			// and the tables they made are deleted.
+			s.kv.opt.Errorf("cannot start subcompaction: %+v", err)
+			break
+		}
+		sub := func(kr keyRange) {
+			defer inflightBuilders.Done(nil)
+			it := table.NewMergeIterator(newIterator(), false)
+			defer it.Close()
+			s.subcompact(it, kr, cd, inflightBuilders, res)
+		}
+		if s.kv.opt.SerialCompactions {
+			sub(kr)
+		} else {
+			go sub(kr)
+		}
+	}
 
 	// Wait for all table builders to finish and also for newTables accumulator to finish.
 	err := inflightBuilders.Finish()

@@ -73,7 +73,10 @@ type Options struct {
 	ValueLogFileSize   int64
 	ValueLogMaxEntries uint32
 
-	NumCompactors        int
+	NumCompactors int
+	// SerialCompactions runs each compaction in its compactor's goroutine
+	// (ingestd's change; see WithSerialCompactions).
+	SerialCompactions    bool
 	CompactL0OnClose     bool
 	LmaxCompaction       bool
 	ZSTDCompressionLevel int
@@ -597,6 +600,19 @@ func (opt Options) WithValueLogFileSize(val int64) Options {
 // The default value of ValueLogMaxEntries is one million (1000000).
 func (opt Options) WithValueLogMaxEntries(val uint32) Options {
 	opt.ValueLogMaxEntries = val
+	return opt
+}
+
+// WithSerialCompactions makes each compaction run in its compactor's goroutine: the key
+// ranges of an L0 compaction one after another instead of in parallel, and each table built
+// before the next is filled, instead of in a goroutine of its own. A compaction then uses at
+// most one core, at the price of taking longer. The Go scheduler shares the processors among
+// runnable goroutines, not among tasks, so the dozen goroutines of one parallel compaction can
+// take most of a small machine from the goroutines serving writes (ingestd's change).
+//
+// The default value of SerialCompactions is false.
+func (opt Options) WithSerialCompactions(b bool) Options {
+	opt.SerialCompactions = b
 	return opt
 }
 

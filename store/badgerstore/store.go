@@ -358,6 +358,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		WithDetectConflicts(false).
 		WithNumMemtables(2).
 		WithNumCompactors(2).
+		WithSerialCompactions(true).
 		WithMetricsEnabled(false).
 		WithBlockCacheSize(cfg.BlockCacheBytes).
 		WithIndexCacheSize(32 << 20).
