@@ -184,6 +184,10 @@ func buildTableOptions(db *DB) table.Options {
 	opt := db.opt
 	dk, err := db.registry.LatestDataKey()
 	y.Check(err)
+	blockWorkers := 0 // the builder's default
+	if opt.SerialCompactions {
+		blockWorkers = 1
+	}
 	return table.Options{
 		ReadOnly:             opt.ReadOnly,
 		MetricsEnabled:       db.opt.MetricsEnabled,
@@ -197,6 +201,7 @@ func buildTableOptions(db *DB) table.Options {
 		IndexCache:           db.indexCache,
 		AllocPool:            db.allocPool,
 		DataKey:              dk,
+		BlockWorkers:         blockWorkers,
 	}
 }
 
@@ -605,8 +610,9 @@ func (opt Options) WithValueLogMaxEntries(val uint32) Options {
 
 // WithSerialCompactions makes each compaction run in its compactor's goroutine: the key
 // ranges of an L0 compaction one after another instead of in parallel, and each table built
-// before the next is filled, instead of in a goroutine of its own. A compaction then uses at
-// most one core, at the price of taking longer. The Go scheduler shares the processors among
+// before the next is filled, instead of in a goroutine of its own; and every table, a memtable's
+// flush included, compresses its blocks in one goroutine instead of twice as many as there are
+// CPUs. A compaction then uses at most two goroutines, at the price of taking longer. The Go scheduler shares the processors among
 // runnable goroutines, not among tasks, so the dozen goroutines of one parallel compaction can
 // take most of a small machine from the goroutines serving writes (ingestd's change).
 //

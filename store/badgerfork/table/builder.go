@@ -135,7 +135,10 @@ func NewTableBuilder(opts Options) *Builder {
 		return b
 	}
 
-	count := 2 * runtime.NumCPU()
+	count := b.opts.BlockWorkers
+	if count <= 0 {
+		count = 2 * runtime.NumCPU()
+	}
 	b.blockChan = make(chan *bblock, count*2)
 
 	b.wg.Add(count)

@@ -73,6 +73,10 @@ type Options struct {
 
 	// ZSTDCompressionLevel is the ZSTD compression level used for compressing blocks.
 	ZSTDCompressionLevel int
+
+	// BlockWorkers is how many goroutines a builder compresses or encrypts
+	// blocks in; 0 means twice runtime.NumCPU() (ingestd's change).
+	BlockWorkers int
 }
 
 // TableInterface is useful for testing.
