@@ -349,6 +349,22 @@
 // only against the block's previous fragment, another series', so that
 // a drain reads the feed in x_seq order without reassembling series.
 //
+// # Compactions
+//
+// badger's flushes and compactions run on the cores that serve writes.
+// Two compactors run them, each in one goroutine that builds its tables
+// one at a time, with one more compressing their blocks (the fork's
+// SerialCompactions, store/badgerfork/FORK.md): Go's scheduler shares the
+// processors among runnable goroutines, and upstream's dozen goroutines
+// for one level-0 compaction took most of a 2-core machine from the
+// writers. A flush builds its level-0 table whole in memory while the
+// next memtable fills, so memtables are 32 MiB by default
+// (DefaultMemTableBytes): at 64 MiB a flush and the compaction it starts
+// took the heap near --memory-limit-bytes, where the collector works
+// harder. Level 0 keeps 5 tables before it is compacted and 15 before
+// flushes wait (ingestd_store_lsm_tables, ingestd_store_write_stall_seconds_total);
+// figures in docs/performance.md#twice-the-sustained-rate.
+//
 // # Retention and the history horizon
 //
 // SweepBefore removes the fragments older than a cutoff in bounded
