@@ -610,11 +610,12 @@ func (opt Options) WithValueLogMaxEntries(val uint32) Options {
 
 // WithSerialCompactions makes each compaction run in its compactor's goroutine: the key
 // ranges of an L0 compaction one after another instead of in parallel, and each table built
-// before the next is filled, instead of in a goroutine of its own; and every table, a memtable's
-// flush included, compresses its blocks in one goroutine instead of twice as many as there are
-// CPUs. A compaction then uses at most two goroutines, at the price of taking longer. The Go scheduler shares the processors among
-// runnable goroutines, not among tasks, so the dozen goroutines of one parallel compaction can
-// take most of a small machine from the goroutines serving writes (ingestd's change).
+// before the next is filled instead of in a goroutine of its own; and every table builder, a
+// memtable flush's included, compresses its blocks in one goroutine instead of twice as many
+// as there are CPUs. A compaction then uses at most two goroutines, at the price of taking
+// longer. The Go scheduler shares the processors among runnable goroutines, not among tasks,
+// so the dozen goroutines of one parallel compaction can take most of a small machine from
+// the goroutines serving writes (ingestd's change).
 //
 // The default value of SerialCompactions is false.
 func (opt Options) WithSerialCompactions(b bool) Options {
