@@ -19,15 +19,7 @@ import (
 func TestGCLeavesFileNotYetInLSM(t *testing.T) {
 	opt := DefaultOptions(t.TempDir()).WithValueThreshold(16).WithValueLogMaxEntries(4).
 		WithNumCompactors(0).WithLogger(nil)
-	db, err := Open(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := db.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
+	db := openForTest(t, opt)
 	db.vlog.filesLock.RLock()
 	first := db.vlog.maxFid
 	db.vlog.filesLock.RUnlock()
@@ -50,7 +42,7 @@ func TestGCLeavesFileNotYetInLSM(t *testing.T) {
 	// One batch of five values, more than a file holds: all in the first
 	// file, then the writer rotates.
 	value := func(i int) []byte { return bytes.Repeat([]byte{byte('a' + i)}, 64) }
-	err = db.Update(func(txn *Txn) error {
+	err := db.Update(func(txn *Txn) error {
 		for i := range 5 {
 			if err := txn.Set(fmt.Appendf(nil, "k%d", i), value(i)); err != nil {
 				return err
@@ -97,4 +89,20 @@ func TestGCLeavesFileNotYetInLSM(t *testing.T) {
 	if kept {
 		t.Errorf("value-log file %d was not collected after its batch reached the tree", first)
 	}
+}
+
+// openForTest opens a database with opt and closes it when the test ends,
+// failing the test if either fails.
+func openForTest(t *testing.T, opt Options) *DB {
+	t.Helper()
+	db, err := Open(opt)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := db.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return db
 }

@@ -16,15 +16,7 @@ func TestSerialCompactions(t *testing.T) {
 	opt := DefaultOptions(t.TempDir()).WithSerialCompactions(true).WithMemTableSize(1 << 20).
 		WithBaseTableSize(64 << 10).WithBaseLevelSize(256 << 10).WithNumLevelZeroTables(2).
 		WithNumLevelZeroTablesStall(4).WithValueThreshold(1 << 10).WithLogger(nil)
-	db, err := Open(opt)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := db.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
+	db := openForTest(t, opt)
 	const keys = 40_000
 	value := func(i, round int) []byte { return fmt.Appendf(bytes.Repeat([]byte{'v'}, 48), "%d/%d", i, round) }
 	for round := range 3 {
@@ -53,7 +45,7 @@ func TestSerialCompactions(t *testing.T) {
 	if deep < 3 {
 		t.Fatalf("compactions left %d tables below level 0, want several: %s", deep, db.LevelsToString())
 	}
-	err = db.View(func(txn *Txn) error {
+	err := db.View(func(txn *Txn) error {
 		for i := range keys {
 			item, err := txn.Get(fmt.Appendf(nil, "key%08d", i))
 			if err != nil {
