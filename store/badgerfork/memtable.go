@@ -379,7 +379,7 @@ func (lf *logFile) read(p valuePointer) (buf []byte, err error) {
 	offset := p.Offset
 	// Do not convert size to uint32, because the lf.Data can be of size
 	// 4GB, which overflows the uint32 during conversion to make the size 0,
-	// causing the read to fail with ErrEOF. See issue #585.
+	// causing the read to fail with ErrEOF (https://github.com/dgraph-io/badger/issues/585).
 	size := int64(len(lf.Data))
 	valsz := p.Len
 	lfsz := lf.size.Load()
