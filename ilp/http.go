@@ -301,18 +301,27 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	in.overload.begin(read, n)
 	committed := false // reached the sequencer: its latency counts
 	defer func() { in.overload.done(read, in.now(), committed, n) }()
-	taken, err := in.slots.acquire(r.Context())
+	overloaded := in.overload.refusing(read)
+	taken, err := in.slots.acquire(r.Context(), overloaded)
 	if err != nil {
 		if errors.Is(err, errQueueTimeout) || errors.Is(err, errQueuePredicted) {
+			in.overload.refused(in.now())
 			in.m.queueRefused.Inc()
 			w.Header().Set("Retry-After", overloadRetryAfter())
 			within := "came free within"
 			if errors.Is(err, errQueuePredicted) {
-				within = "would come free, as predicted from the bodies ahead, within twice"
+				within = "would come free, as predicted from the bodies ahead, within"
+			}
+			timeout := fmt.Sprintf("twice --http-write-queue-timeout=%s", in.cfg.WriteQueueTimeout)
+			switch {
+			case overloaded:
+				timeout = fmt.Sprintf("--http-write-overload-queue-timeout=%s (writes are being refused as overloaded)", in.slots.overloadTimeout)
+			case errors.Is(err, errQueueTimeout):
+				timeout = fmt.Sprintf("--http-write-queue-timeout=%s", in.cfg.WriteQueueTimeout)
 			}
 			writeError(w, http.StatusServiceUnavailable, codeUnavailable,
-				fmt.Sprintf("overloaded: no parse slot of %d (--http-write-concurrency) %s --http-write-queue-timeout=%s; nothing was written, retry later",
-					cap(in.slots.c), within, in.cfg.WriteQueueTimeout), 0)
+				fmt.Sprintf("overloaded: no parse slot of %d (--http-write-concurrency) %s %s; nothing was written, retry later",
+					cap(in.slots.c), within, timeout), 0)
 		}
 		return // else the client went away while its write waited
 	}

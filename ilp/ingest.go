@@ -113,7 +113,7 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 		logLimit: rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},
 		storeLog: rateLimit{every: time.Second},
 		inflight: newWriteQuota(cfg.MaxInflightWriteBytes), parsers: make(parserPool, pooledParsers),
-		slots: newParseSlots(slots, cfg.WriteQueueTimeout),
+		slots: newParseSlots(slots, cfg.WriteQueueTimeout, cfg.OverloadQueueTimeout),
 	}, nil
 }
 

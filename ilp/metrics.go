@@ -88,7 +88,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}, []string{"cause"}),
 		queueRefused: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_http_write_queue_refused_total",
-			Help: "HTTP writes answered 503 with Retry-After because their read body waited --http-write-queue-timeout for one of --http-write-concurrency parse slots; nothing of them was written.",
+			Help: "HTTP writes answered 503 with Retry-After because their read body waited --http-write-queue-timeout (--http-write-overload-queue-timeout while writes are being refused as overloaded) for one of --http-write-concurrency parse slots, or was predicted to wait longer; nothing of them was written.",
 		}),
 		tooLarge: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_http_write_too_large_total",

@@ -4,6 +4,7 @@ import (
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,6 +41,9 @@ import (
 type overload struct {
 	target time.Duration // 0: never refuse
 	delay  func() time.Duration
+	// lastRefused is when a write was last refused as overloaded (by
+	// admit or for want of a parse slot), in Unix nanoseconds.
+	lastRefused atomic.Int64
 
 	mu       sync.Mutex
 	start    time.Time     // of the current interval
@@ -72,6 +76,10 @@ const (
 	causeShare   = "share"   // the share refused, writes slower than the target
 	causeStalled = "stalled" // the sequencer's queue delay past the target
 )
+
+// refusingFor is how long after a write was refused as overloaded the
+// server still counts as refusing (overload.refusing).
+const refusingFor = time.Second
 
 // overloadUnitBytes is the body size up to which a write's whole latency
 // counts: about 5,000–10,000 lines, the batches of Telegraf and the
@@ -114,6 +122,7 @@ func (o *overload) admit(now time.Time) (ok bool, cause string, delay time.Durat
 	}
 	if o.delay != nil {
 		if d := o.delay(); d > o.target {
+			o.refused(now)
 			return false, causeStalled, d
 		}
 	}
@@ -130,11 +139,37 @@ func (o *overload) admit(now time.Time) (ok bool, cause string, delay time.Durat
 		// k/1000 of it.
 		ms := int64(now.Nanosecond()/int(time.Millisecond)) + 1
 		if int64(o.admitted) >= int64(o.floor(sec))*floorPerMille*ms/1_000_000 {
+			o.refused(now)
 			return false, causeShare, o.lastSlow
 		}
 	}
 	o.admitted++
 	return true, "", 0
+}
+
+// refused records that a write was refused as overloaded at now.
+func (o *overload) refused(now time.Time) {
+	o.lastRefused.Store(now.UnixNano())
+}
+
+// refusing reports whether the server counts as overloaded at now:
+// writes are being refused (a share of them, or all while the sequencer
+// stalls), or one was refused within refusingFor. Writes then wait for a
+// parse slot at most Config.OverloadQueueTimeout (parseSlots).
+func (o *overload) refusing(now time.Time) bool {
+	if o.target <= 0 {
+		return false
+	}
+	if now.UnixNano()-o.lastRefused.Load() < int64(refusingFor) {
+		return true
+	}
+	if o.delay != nil && o.delay() > o.target {
+		return true
+	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.roll(now)
+	return o.share > 0
 }
 
 // floor is the most writes answered in one of the floorSeconds seconds

@@ -103,6 +103,31 @@ func refusedBy(t *testing.T, o *overload, now time.Time) int {
 	return n
 }
 
+// TestOverloadRefusing: the server counts as overloaded while writes are
+// refused (a share, or all while the sequencer stalls) and for a second
+// after a refusal, and never with the rule off.
+func TestOverloadRefusing(t *testing.T) {
+	var queue time.Duration
+	o := newOverload(time.Second, func() time.Duration { return queue })
+	t0 := time.Unix(1000, 0)
+	require.False(t, o.refusing(t0))
+	o.refused(t0)
+	require.True(t, o.refusing(t0.Add(999*time.Millisecond)))
+	require.False(t, o.refusing(t0.Add(time.Second)))
+
+	queue = 2 * time.Second
+	require.True(t, o.refusing(t0.Add(2*time.Second)), "a stalled sequencer")
+	queue = 0
+
+	o.begin(t0.Add(2*time.Second), 1)
+	o.done(t0, t0.Add(3*time.Second), true, 1) // 3 s: over the target
+	require.True(t, o.refusing(t0.Add(4*time.Second)), "a share refused")
+
+	off := newOverload(0, nil)
+	off.refused(t0)
+	require.False(t, off.refusing(t0))
+}
+
 // TestOverloadFloor: however high the share, the writes taken in a
 // second are not cut below nine tenths of the most answered in one of the
 // ten seconds before, spread over the second; a second after ten with

@@ -13,63 +13,74 @@ import (
 // flight: shared, each of 64 bodies parses 32 times slower on 2 cores,
 // every write's latency grows with the number in flight, and the ones
 // the server will refuse wait as long as the rest. A body waits for a
-// slot in arrival order (a channel's senders queue), at most
-// Config.WriteQueueTimeout. A body that would wait far longer is refused
-// at once rather than at the timeout: from the bodies waiting ahead of it
+// slot in arrival order (a channel's senders queue), at most a queue
+// timeout: Config.WriteQueueTimeout, or the shorter
+// Config.OverloadQueueTimeout while the server is refusing writes as
+// overloaded (overload.refusing), so that a burst on a server that keeps
+// up waits its turn while an overloaded one answers what it cannot take
+// within that bound. A body that would wait far longer is refused at
+// once rather than at the timeout: from the bodies waiting ahead of it
 // and how long a body has held its slot of late (a moving average), its
-// wait is predicted, and past predictMargin times the timeout it is
-// refused unqueued, so an overloaded server answers what it cannot take
-// in microseconds instead of after the timeout. A body is read before it
-// waits, so a client sending slowly never holds a slot. Safe for
-// concurrent use.
+// wait is predicted, and past predictMargin times the timeout (the
+// overload timeout itself while overloaded) it is refused unqueued. A
+// body is read before it waits, so a client sending slowly never holds a
+// slot. Safe for concurrent use.
 type parseSlots struct {
-	c       chan struct{}
-	timeout time.Duration
-	waiting atomic.Int64 // bodies waiting for a slot
-	hold    atomic.Int64 // moving average of a slot's hold, in ns
+	c               chan struct{}
+	timeout         time.Duration // Config.WriteQueueTimeout
+	overloadTimeout time.Duration // Config.OverloadQueueTimeout
+	waiting         atomic.Int64  // bodies waiting for a slot
+	hold            atomic.Int64  // moving average of a slot's hold, in ns
 }
 
 // holdWeight is the weight of the newest hold in the moving average: 1/8.
 const holdWeight = 8
 
-// predictMargin is how many times the queue timeout a predicted wait
-// must pass for the body to be refused unqueued. The prediction
+// predictMargin is how many times Config.WriteQueueTimeout a predicted
+// wait must pass for the body to be refused unqueued. The prediction
 // overestimates a burst: 39 bodies of 5,000 lines sent at once, which
 // all found a slot within the timeout when each waited, saw up to 11 of
 // them refused on a prediction past the timeout itself.
 const predictMargin = 2
 
 // errQueueTimeout marks a write refused because no parse slot came free
-// within Config.WriteQueueTimeout; errQueuePredicted one refused at once
-// because none would have within predictMargin times it.
+// within its queue timeout; errQueuePredicted one refused at once because
+// none was predicted to.
 var (
-	errQueueTimeout   = errors.New("ilp: no parse slot within --http-write-queue-timeout")
-	errQueuePredicted = errors.New("ilp: no parse slot predicted within twice --http-write-queue-timeout")
+	errQueueTimeout   = errors.New("ilp: no parse slot within the queue timeout")
+	errQueuePredicted = errors.New("ilp: no parse slot predicted within the queue timeout")
 )
 
-func newParseSlots(n int, timeout time.Duration) *parseSlots {
-	return &parseSlots{c: make(chan struct{}, n), timeout: timeout}
+// newParseSlots returns n slots whose waits end after timeout, or after
+// overloadTimeout (at most timeout) while the server is overloaded.
+func newParseSlots(n int, timeout, overloadTimeout time.Duration) *parseSlots {
+	return &parseSlots{c: make(chan struct{}, n), timeout: timeout, overloadTimeout: min(overloadTimeout, timeout)}
 }
 
-// acquire takes a slot, waiting at most the queue timeout: the time it
-// was taken and nil; or errQueueTimeout; or errQueuePredicted, at once,
-// when the predicted wait is longer than predictMargin times the timeout;
-// or ctx's error once ctx ends. A nil error must be followed by release with the time
-// returned.
-func (s *parseSlots) acquire(ctx context.Context) (time.Time, error) {
+// acquire takes a slot, waiting at most the queue timeout (the overload
+// timeout when overloaded): the time it was taken and nil; or
+// errQueueTimeout; or errQueuePredicted, at once, when the predicted wait
+// is longer than predictMargin times Config.WriteQueueTimeout, or than
+// the overload timeout when overloaded; or ctx's error once ctx ends. A
+// nil error must be followed by release with the time returned.
+func (s *parseSlots) acquire(ctx context.Context, overloaded bool) (time.Time, error) {
 	select {
 	case s.c <- struct{}{}:
 		return time.Now(), nil
 	default:
 	}
+	timeout, refuseOver := s.timeout, predictMargin*s.timeout
+	if overloaded {
+		timeout, refuseOver = s.overloadTimeout, s.overloadTimeout
+	}
 	// Every slot is taken: one frees in half a hold on average, and each
 	// body ahead takes a hold of one of them.
 	ahead := s.waiting.Add(1) - 1
 	defer s.waiting.Add(-1)
-	if wait := time.Duration((2*ahead + 1) * s.hold.Load() / int64(2*cap(s.c))); wait > predictMargin*s.timeout {
+	if wait := time.Duration((2*ahead + 1) * s.hold.Load() / int64(2*cap(s.c))); wait > refuseOver {
 		return time.Time{}, errQueuePredicted
 	}
-	t := time.NewTimer(s.timeout)
+	t := time.NewTimer(timeout)
 	defer t.Stop()
 	select {
 	case s.c <- struct{}{}:
