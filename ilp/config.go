@@ -89,9 +89,11 @@ type Config struct {
 	// OverloadQueueTimeout replaces WriteQueueTimeout while the server is
 	// refusing writes as overloaded (by MaxWriteDelay's share or stall
 	// rule, or for want of a parse slot, within the last second): a body
-	// waits for a parse slot at most this long, and is refused at once
-	// when its predicted wait is longer, so that what an overloaded server
-	// cannot take is answered quickly. At most WriteQueueTimeout (a larger
+	// waits for a parse slot at most this long (one waiting already as
+	// the server begins to count as overloaded, this long from the start
+	// of its wait), and is refused at once when its predicted wait is
+	// longer, so that what an overloaded server cannot take is answered
+	// quickly. At most WriteQueueTimeout (a larger
 	// value counts as it); must be positive.
 	OverloadQueueTimeout time.Duration
 	// TCPAddr is the TCP listen address; empty disables TCP.

@@ -301,23 +301,22 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	in.overload.begin(read, n)
 	committed := false // reached the sequencer: its latency counts
 	defer func() { in.overload.done(read, in.now(), committed, n) }()
-	overloaded := in.overload.refusing(read)
-	taken, err := in.slots.acquire(r.Context(), overloaded)
+	taken, err := in.slots.acquire(r.Context(), in.overload.refusing(read))
 	if err != nil {
-		if errors.Is(err, errQueueTimeout) || errors.Is(err, errQueuePredicted) {
+		if q := (*queueRefusal)(nil); errors.As(err, &q) {
 			in.overload.refused(in.now())
 			in.m.queueRefused.Inc()
 			w.Header().Set("Retry-After", overloadRetryAfter())
 			within := "came free within"
-			if errors.Is(err, errQueuePredicted) {
+			if q.predicted {
 				within = "would come free, as predicted from the bodies ahead, within"
 			}
-			timeout := fmt.Sprintf("twice --http-write-queue-timeout=%s", in.cfg.WriteQueueTimeout)
+			timeout := fmt.Sprintf("--http-write-queue-timeout=%s", in.cfg.WriteQueueTimeout)
 			switch {
-			case overloaded:
+			case q.overloaded:
 				timeout = fmt.Sprintf("--http-write-overload-queue-timeout=%s (writes are being refused as overloaded)", in.slots.overloadTimeout)
-			case errors.Is(err, errQueueTimeout):
-				timeout = fmt.Sprintf("--http-write-queue-timeout=%s", in.cfg.WriteQueueTimeout)
+			case q.predicted:
+				timeout = "twice " + timeout
 			}
 			writeError(w, http.StatusServiceUnavailable, codeUnavailable,
 				fmt.Sprintf("overloaded: no parse slot of %d (--http-write-concurrency) %s %s; nothing was written, retry later",

@@ -982,7 +982,7 @@ func TestParseSlotsPredictedWait(t *testing.T) {
 		waitForBlockedSenders(t, i+1)
 	}
 	_, err = s.acquire(context.Background(), false) // predicted 100 minutes
-	require.ErrorIs(t, err, errQueuePredicted)
+	require.Equal(t, &queueRefusal{predicted: true}, err)
 	s.release(taken)
 	require.NoError(t, <-got)
 	require.Less(t, s.hold.Load(), int64(36*time.Minute), "an eighth of the way to a hold of microseconds")
@@ -994,7 +994,9 @@ func TestParseSlotsPredictedWait(t *testing.T) {
 // TestParseSlotsOverloaded: while overloaded a body waits at most the
 // overload timeout, and is refused at once when its predicted wait is
 // longer than that timeout itself, where a body of a server that keeps up
-// waits its turn.
+// waits its turn; once the server begins to count as overloaded
+// (shorten), the bodies waiting already wait at most the overload
+// timeout from their start.
 func TestParseSlotsOverloaded(t *testing.T) {
 	s := newParseSlots(1, 30*time.Minute, 20*time.Millisecond)
 	taken, err := s.acquire(context.Background(), false)
@@ -1003,7 +1005,7 @@ func TestParseSlotsOverloaded(t *testing.T) {
 	go func() { _, err := s.acquire(context.Background(), false); patient <- err }()
 	waitForBlockedSenders(t, 1)
 	_, err = s.acquire(context.Background(), true)
-	require.ErrorIs(t, err, errQueueTimeout, "after 20 ms")
+	require.Equal(t, &queueRefusal{overloaded: true}, err, "after 20 ms")
 	select {
 	case err := <-patient:
 		t.Fatalf("the body of a server that keeps up stopped waiting: %v", err)
@@ -1012,9 +1014,22 @@ func TestParseSlotsOverloaded(t *testing.T) {
 
 	s.hold.Store(int64(time.Second)) // predicted: a second and a half
 	_, err = s.acquire(context.Background(), true)
-	require.ErrorIs(t, err, errQueuePredicted)
-	s.release(taken)
-	require.NoError(t, <-patient)
+	require.Equal(t, &queueRefusal{predicted: true, overloaded: true}, err)
+
+	// The server begins to count as overloaded while the patient body
+	// waits: it has waited past the overload timeout, and is refused.
+	s.hold.Store(0)
+	s.shorten()
+	require.Equal(t, &queueRefusal{overloaded: true}, <-patient)
+
+	// A body that began to wait just now waits the overload timeout from
+	// its start once shortened.
+	began := time.Now()
+	go func() { _, err := s.acquire(context.Background(), false); patient <- err }()
+	waitForBlockedSenders(t, 1)
+	s.shorten()
+	require.Equal(t, &queueRefusal{overloaded: true}, <-patient)
+	require.GreaterOrEqual(t, time.Since(began), 20*time.Millisecond)
 	s.release(taken)
 }
 

@@ -107,13 +107,15 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 	if d, ok := app.(queueDelayer); ok {
 		delay = d.QueueDelay
 	}
+	ov, ps := newOverload(cfg.MaxWriteDelay, delay), newParseSlots(slots, cfg.WriteQueueTimeout, cfg.OverloadQueueTimeout)
+	ov.onRefusing = ps.shorten
 	return &Ingest{
-		cfg: cfg, app: app, submitTimeout: submitTimeout, overload: newOverload(cfg.MaxWriteDelay, delay),
+		cfg: cfg, app: app, submitTimeout: submitTimeout, overload: ov,
 		logger: logger.With("component", "ilp"), m: newMetrics(reg), now: time.Now,
 		logLimit: rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},
 		storeLog: rateLimit{every: time.Second},
 		inflight: newWriteQuota(cfg.MaxInflightWriteBytes), parsers: make(parserPool, pooledParsers),
-		slots: newParseSlots(slots, cfg.WriteQueueTimeout, cfg.OverloadQueueTimeout),
+		slots: ps,
 	}, nil
 }
 

@@ -44,6 +44,10 @@ type overload struct {
 	// lastRefused is when a write was last refused as overloaded (by
 	// admit or for want of a parse slot), in Unix nanoseconds.
 	lastRefused atomic.Int64
+	// onRefusing, when set, is called as the server begins to count as
+	// refusing: the first refusal after refusingFor without one, or the
+	// share rising from none. It must not call o's methods.
+	onRefusing func()
 
 	mu       sync.Mutex
 	start    time.Time     // of the current interval
@@ -102,6 +106,9 @@ func (o *overload) roll(now time.Time) {
 		return
 	}
 	if o.least > o.target || (o.least < 0 && o.heldOver) {
+		if o.share == 0 && o.onRefusing != nil {
+			o.onRefusing()
+		}
 		o.share = min(1000, o.share+shareStep)
 		o.lastSlow = max(o.least, o.target)
 	} else {
@@ -149,7 +156,9 @@ func (o *overload) admit(now time.Time) (ok bool, cause string, delay time.Durat
 
 // refused records that a write was refused as overloaded at now.
 func (o *overload) refused(now time.Time) {
-	o.lastRefused.Store(now.UnixNano())
+	if last := o.lastRefused.Swap(now.UnixNano()); now.UnixNano()-last >= int64(refusingFor) && o.onRefusing != nil {
+		o.onRefusing()
+	}
 }
 
 // refusing reports whether the server counts as overloaded at now:

@@ -105,15 +105,23 @@ func refusedBy(t *testing.T, o *overload, now time.Time) int {
 
 // TestOverloadRefusing: the server counts as overloaded while writes are
 // refused (a share, or all while the sequencer stalls) and for a second
-// after a refusal, and never with the rule off.
+// after a refusal, and never with the rule off; onRefusing is called as
+// it begins to: a refusal after a second without one, the share rising
+// from none.
 func TestOverloadRefusing(t *testing.T) {
 	var queue time.Duration
 	o := newOverload(time.Second, func() time.Duration { return queue })
+	began := 0
+	o.onRefusing = func() { began++ }
 	t0 := time.Unix(1000, 0)
 	require.False(t, o.refusing(t0))
 	o.refused(t0)
-	require.True(t, o.refusing(t0.Add(999*time.Millisecond)))
-	require.False(t, o.refusing(t0.Add(time.Second)))
+	o.refused(t0.Add(500 * time.Millisecond))
+	require.True(t, o.refusing(t0.Add(1499*time.Millisecond)))
+	require.False(t, o.refusing(t0.Add(1500*time.Millisecond)))
+	require.Equal(t, 1, began)
+	o.refused(t0.Add(1500 * time.Millisecond))
+	require.Equal(t, 2, began)
 
 	queue = 2 * time.Second
 	require.True(t, o.refusing(t0.Add(2*time.Second)), "a stalled sequencer")
@@ -122,6 +130,7 @@ func TestOverloadRefusing(t *testing.T) {
 	o.begin(t0.Add(2*time.Second), 1)
 	o.done(t0, t0.Add(3*time.Second), true, 1) // 3 s: over the target
 	require.True(t, o.refusing(t0.Add(4*time.Second)), "a share refused")
+	require.Equal(t, 3, began)
 
 	off := newOverload(0, nil)
 	off.refused(t0)
