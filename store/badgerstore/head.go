@@ -528,6 +528,23 @@ func (h *tableHead) apply(k, rec []byte, frag fragSource, entry func(id pointID,
 			}
 			continue
 		}
+		runs := h.series[sid]
+		if flags&headJoins != 0 && len(runs) > 0 {
+			// The run joins the series' last: decoded onto its entries,
+			// its steps and the one between them folded into its step.
+			top := runs[len(runs)-1]
+			n := len(top.ents)
+			ents, err := appendRunBody(top.ents, kind, base, v, first, false)
+			if err != nil || len(ents) == n {
+				return added, newDups, &store.CorruptionError{Key: k, Err: errors.Join(err, errShort)}
+			}
+			for i := n; i < len(ents); i++ {
+				top.step = minStep(top.step, ents[i].ts-ents[i-1].ts)
+			}
+			top.ents = ents
+			added += len(ents) - n
+			continue
+		}
 		ents, err := decodeRunBody(kind, base, v, first, false)
 		if err != nil || len(ents) == 0 {
 			return added, newDups, &store.CorruptionError{Key: k, Err: errors.Join(err, errShort)}
@@ -536,12 +553,6 @@ func (h *tableHead) apply(k, rec []byte, frag fragSource, entry func(id pointID,
 		step := int64(0)
 		for i := 1; i < len(ents); i++ {
 			step = minStep(step, ents[i].ts-ents[i-1].ts)
-		}
-		runs := h.series[sid]
-		if top := h.top(sid); flags&headJoins != 0 && top != nil {
-			top.step = minStep(minStep(top.step, step), ents[0].ts-top.last())
-			top.ents = append(top.ents, ents...)
-			continue
 		}
 		r := &headRun{kind: kind, inOrder: flags&headInOrder != 0, step: step, ents: ents}
 		if r.kind == 'U' {

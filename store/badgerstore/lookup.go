@@ -303,19 +303,24 @@ func decodeRun(v []byte, firstTs int64) (storedRun, error) {
 // is firstTs.
 func decodeRunBody(kind byte, base uint64, body []byte, firstTs int64, dod bool) (storedRun, error) {
 	count, _ := binary.Uvarint(body)
-	r := make(storedRun, 0, min(count, uint64(len(body))))
+	return appendRunBody(make(storedRun, 0, min(count, uint64(len(body)))), kind, base, body, firstTs, dod)
+}
+
+// appendRunBody is decodeRunBody appending the entries to dst.
+func appendRunBody(dst storedRun, kind byte, base uint64, body []byte, firstTs int64, dod bool) (storedRun, error) {
+	n := len(dst)
 	err := runScanBody(body, firstTs, dod, func(t int64, idx uint64) bool {
-		r = append(r, runEntry{ts: t, r: ref{idx: idx}})
+		dst = append(dst, runEntry{ts: t, r: ref{idx: idx}})
 		return true
 	})
-	for i := range r {
+	for i := n; i < len(dst); i++ {
 		if kind == 'L' {
-			r[i].r = ref{seq: base + r[i].r.idx}
+			dst[i].r = ref{seq: base + dst[i].r.idx}
 		} else {
-			r[i].r.block = base
+			dst[i].r.block = base
 		}
 	}
-	return r, err
+	return dst, err
 }
 
 // maxTs returns the highest time stored for series sid by earlier commits

@@ -950,8 +950,10 @@ func (w *committer) index(st *tableState, tc *store.TableCommit, blockNo uint64,
 	}
 	// Room in each run for the fragments of a series when the block's are
 	// spread evenly over the table's series: one allocation for a run of
-	// an in-order load instead of one per doubling (at most 256: 4 KiB).
-	hint := min(max(len(tc.Fragments)/max(len(st.maxTs), 1), 4), 256)
+	// an in-order load instead of one per doubling (at most 256: 4 KiB),
+	// and none for a block of one point per series, the load of many
+	// agents each writing its series every interval.
+	hint := min(max(len(tc.Fragments)/max(len(st.maxTs), 1), 1), 256)
 	// At most a run per fragment or per series, and the fragments'
 	// room: a block of 500 points of 10 series needs 10 runs of 50.
 	nRuns := min(len(tc.Fragments), len(st.maxTs)+1, 4096)
