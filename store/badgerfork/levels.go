@@ -464,12 +464,6 @@ func (s *levelsController) levelTargets() targets {
 }
 
 func (s *levelsController) runCompactor(id int, lc *z.Closer) {
-	y.RunLowered(s.kv.opt.CompactionNice, func() { s.compact(id, lc) })
-}
-
-// compact is runCompactor's loop, run at CompactionNice (ingestd's
-// change).
-func (s *levelsController) compact(id int, lc *z.Closer) {
 	defer lc.Done()
 
 	randomDelay := time.NewTimer(time.Duration(rand.Int31n(1000)) * time.Millisecond)
@@ -878,7 +872,6 @@ func (s *levelsController) subcompact(it y.Iterator, kr keyRange, cd compactDef,
 		}
 
 		bopts := buildTableOptions(s.kv)
-		bopts.Nice = s.kv.opt.CompactionNice
 		// Set TableSize to the target file size for that level.
 		bopts.TableSize = uint64(cd.t.fileSz[cd.nextLevel.level])
 		builder := table.NewTableBuilder(bopts)

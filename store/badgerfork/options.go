@@ -76,10 +76,7 @@ type Options struct {
 	NumCompactors int
 	// SerialCompactions runs each compaction in its compactor's goroutine
 	// (ingestd's change; see WithSerialCompactions).
-	SerialCompactions bool
-	// CompactionNice is the nice value compactions run at (ingestd's
-	// change; see WithCompactionNice).
-	CompactionNice       int
+	SerialCompactions    bool
 	CompactL0OnClose     bool
 	LmaxCompaction       bool
 	ZSTDCompressionLevel int
@@ -623,21 +620,6 @@ func (opt Options) WithValueLogMaxEntries(val uint32) Options {
 // The default value of SerialCompactions is false.
 func (opt Options) WithSerialCompactions(b bool) Options {
 	opt.SerialCompactions = b
-	return opt
-}
-
-// WithCompactionNice runs compactions, on Linux, on threads of nice value n (1 to 19; 0
-// leaves them as they are): each compactor goroutine (with SerialCompactions, the whole of
-// its compactions) and the goroutines a compaction's table builders compress blocks in are
-// locked to threads of their own at that priority, so that a
-// compaction takes what the contended cores leave instead of its share beside the writes and
-// reads in flight, as RocksDB lowers its compaction threads' CPU priority. Memtable flushes
-// keep the usual priority: writes wait for them when both memtables are full (ingestd's
-// change).
-//
-// The default value of CompactionNice is 0.
-func (opt Options) WithCompactionNice(n int) Options {
-	opt.CompactionNice = n
 	return opt
 }
 

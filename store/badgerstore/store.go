@@ -90,12 +90,6 @@ type Config struct {
 	// MemTableBytes is badger's memtable size in bytes; one commit
 	// transaction holds at most about 15 % of it (larger commits are split).
 	MemTableBytes int64
-	// CompactionNice is the Linux nice value (0 to 19) of the threads
-	// badger compacts on (badger.Options.WithCompactionNice): a
-	// compaction then takes what the contended cores leave, not a share
-	// beside the writes, drains and clients of the same machine. 0
-	// leaves them at the process's priority.
-	CompactionNice int
 	// MinFreeBytes is the free space the data directory's file system must
 	// keep: Open and every write refuse with ErrDiskFull below it. badger
 	// writes through memory-mapped files, and a write to a full disk would
@@ -157,7 +151,6 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.UnsafeNoSync, "store-unsafe-no-sync", c.UnsafeNoSync, "do not fsync commits: a crash may lose acknowledged writes")
 	fs.Int64Var(&c.BlockCacheBytes, "store-block-cache-bytes", c.BlockCacheBytes, "badger block cache size in bytes")
 	fs.Int64Var(&c.MemTableBytes, "store-memtable-bytes", c.MemTableBytes, "badger memtable size in bytes")
-	fs.IntVar(&c.CompactionNice, "store-compaction-nice", c.CompactionNice, "Linux nice value (0 to 19) of the threads badger compacts on, so that compactions yield contended cores to writes, drains and clients (0: the process's priority)")
 	fs.Int64Var(&c.MinFreeBytes, "store-min-free-bytes", c.MinFreeBytes, "free space the data directory must keep: below it writes fail and ingestd stops (0: no check)")
 	fs.DurationVar(&c.GCInterval, "store-gc-interval", c.GCInterval, "how often the value-log garbage collector gives the space of removed data back (0: never)")
 	fs.Int64Var(&c.GCMaxBytesPerSecond, "store-gc-max-bytes-per-second", c.GCMaxBytesPerSecond, "I/O bound of the value-log garbage collector: after rewriting a file it pauses as long as that file takes at this rate (0: no pause)")
@@ -178,9 +171,6 @@ func (c *Config) Validate() error {
 	}
 	if c.MemTableBytes < 1<<20 {
 		return errors.New("store: --store-memtable-bytes must be at least 1 MiB")
-	}
-	if c.CompactionNice < 0 || c.CompactionNice > 19 {
-		return errors.New("store: --store-compaction-nice must be within 0..19")
 	}
 	if c.MinFreeBytes < 0 {
 		return errors.New("store: --store-min-free-bytes must not be negative")
@@ -377,7 +367,6 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		WithNumMemtables(2).
 		WithNumCompactors(2).
 		WithSerialCompactions(true).
-		WithCompactionNice(cfg.CompactionNice).
 		WithMetricsEnabled(false).
 		WithBlockCacheSize(cfg.BlockCacheBytes).
 		WithIndexCacheSize(32 << 20).

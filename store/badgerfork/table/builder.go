@@ -160,13 +160,7 @@ func maxEncodedLen(ctype options.CompressionType, sz int) int {
 
 func (b *Builder) handleBlock() {
 	defer b.wg.Done()
-	y.RunLowered(b.opts.Nice, b.compressBlocks)
-}
 
-// compressBlocks compresses (and encrypts) the blocks sent on blockChan
-// until it is closed (ingestd's change: handleBlock's loop, run at
-// Options.Nice).
-func (b *Builder) compressBlocks() {
 	doCompress := b.opts.Compression != options.None
 	for item := range b.blockChan {
 		// Extract the block.

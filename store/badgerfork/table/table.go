@@ -77,10 +77,6 @@ type Options struct {
 	// BlockWorkers is how many goroutines a builder compresses or encrypts
 	// blocks in; 0 means twice runtime.NumCPU() (ingestd's change).
 	BlockWorkers int
-	// Nice is the nice value a builder's block goroutines run at, each
-	// locked to a thread of its own (y.LowerThreadPriority); 0 leaves
-	// them as they are (ingestd's change).
-	Nice int
 }
 
 // TableInterface is useful for testing.
