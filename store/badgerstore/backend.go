@@ -265,7 +265,7 @@ func (db *DB) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int, f
 		return after, err
 	}
 	defer db.leave()
-	return db.readSeq(tid, after, upto, limit, filter, visit)
+	return db.readSeq(ctx, tid, after, upto, limit, filter, visit)
 }
 
 // SeqTime implements store.Reader (see seqTime).
@@ -283,7 +283,7 @@ func (db *DB) ReadRows(ctx context.Context, tid uint64, cur store.RowCursor, sta
 		return nil, false, err
 	}
 	defer db.leave()
-	return db.readRows(tid, cur, start, end, limit, visit)
+	return db.readRows(ctx, tid, cur, start, end, limit, visit)
 }
 
 // PutConsumers implements store.ConsumerStore (see putConsumers).

@@ -1,6 +1,7 @@
 package badgerstore
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 	"strconv"
@@ -509,7 +510,7 @@ func BenchmarkReadSeqResent(b *testing.B) {
 	for b.Loop() {
 		after, rows := uint64(0), 0
 		for after < seq {
-			_, err := db.readSeq(tid, after, seq, 10_000, nil, func(r *store.Row) error {
+			_, err := db.readSeq(context.Background(), tid, after, seq, 10_000, nil, func(r *store.Row) error {
 				if len(r.Fields) != 10 || r.Fields[0] != intField(1, 2*r.Time) {
 					return fmt.Errorf("x_seq %d: %d fields", r.Seq, len(r.Fields))
 				}

@@ -1,6 +1,7 @@
 package badgerstore
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/dgraph-io/badger/v4"
@@ -18,9 +19,10 @@ import (
 // instance's history horizon minus one as its read view sees it. A
 // fragment flt's series or time range leaves out is stepped over without
 // decoding its fields. The Row and its Fields are valid only during the
-// call to visit; visit's error stops the read and is returned. Safe for
-// concurrent use with Commit.
-func (db *DB) readSeq(tid, after, upto uint64, limit int, flt *store.SeqFilter, visit func(*store.Row) error) (uint64, error) {
+// call to visit; visit's error stops the read and is returned, and so is
+// ctx's once it ends (checked before each block: a block is decoded in
+// microseconds). Safe for concurrent use with Commit.
+func (db *DB) readSeq(ctx context.Context, tid, after, upto uint64, limit int, flt *store.SeqFilter, visit func(*store.Row) error) (uint64, error) {
 	if after >= upto || limit <= 0 {
 		return after, nil
 	}
@@ -44,6 +46,9 @@ func (db *DB) readSeq(tid, after, upto uint64, limit int, flt *store.SeqFilter, 
 	sc := blockScan{pts: pointRows{gets: &db.stats.readEntries}}
 	examined := 0
 	for it.Seek(tableKey(ksSync, tid, after+1)); it.Valid(); it.Next() {
+		if err := ctx.Err(); err != nil {
+			return after, err
+		}
 		item := it.Item()
 		// Owned: the fragments' strings alias it and, being strings, must
 		// never change. One copy out of the value log (the iterator does

@@ -1,6 +1,7 @@
 package badgerstore
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -24,7 +25,7 @@ func readPoints(t *testing.T, db *DB, tid uint64) map[pointID]map[uint32]int64 {
 	out := map[pointID]map[uint32]int64{}
 	var cur store.RowCursor
 	for {
-		next, done, err := db.readRows(tid, cur, math.MinInt64, math.MaxInt64, 97, func(r *store.Row) error {
+		next, done, err := db.readRows(context.Background(), tid, cur, math.MinInt64, math.MaxInt64, 97, func(r *store.Row) error {
 			id := pointID{r.Series, r.Time}
 			_, dup := out[id]
 			require.False(t, dup, "point %v copied twice", id)
@@ -142,7 +143,7 @@ func TestSweepRemovesExactlyAged(t *testing.T) {
 			}
 		}
 		require.Len(t, rows, retained, "a drain from horizon-1 reads every fragment above it")
-		_, err = db.readSeq(tid, h-2, seq, 10, nil, func(*store.Row) error { return nil })
+		_, err = db.readSeq(context.Background(), tid, h-2, seq, 10, nil, func(*store.Row) error { return nil })
 		require.ErrorIs(t, err, store.ErrHistoryExpired)
 
 		// A second sweep finds nothing; a restart keeps the horizon.

@@ -1,6 +1,7 @@
 package badgerstore
 
 import (
+	"context"
 	"encoding/binary"
 	"errors"
 
@@ -56,10 +57,12 @@ func decodeRowPos(c store.RowCursor) (rowPos, error) {
 // the cursor after the last visited fragment and done=true when there is
 // nothing after it. A visit returning ErrRowLeftOut ends the page before
 // its row. Row.Seq is 0 for fragments written while sync was OFF.
-// The Row and its Fields are valid only during visit. Safe for concurrent
-// use with Commit: it reads one consistent view, taken before the first
-// call to visit, so blocks committed meanwhile are not visited.
-func (db *DB) readRows(tid uint64, c store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error) {
+// The Row and its Fields are valid only during visit. ctx's error stops
+// the read once ctx ends (checked before each block) and is returned.
+// Safe for concurrent use with Commit: it reads one consistent view,
+// taken before the first call to visit, so blocks committed meanwhile are
+// not visited.
+func (db *DB) readRows(ctx context.Context, tid uint64, c store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error) {
 	cur, err := decodeRowPos(c)
 	if err != nil {
 		return nil, false, err
@@ -82,6 +85,9 @@ func (db *DB) readRows(tid uint64, c store.RowCursor, start, end int64, limit in
 		err := func() error {
 			defer it.Close()
 			for it.Seek(tableKey(space.ks, tid, cur.Block)); it.Valid(); it.Next() {
+				if err := ctx.Err(); err != nil {
+					return err
+				}
 				item := it.Item()
 				key := item.Key()
 				block := binary.BigEndian.Uint64(key[9:17])

@@ -1,6 +1,7 @@
 package badgerstore
 
 import (
+	"context"
 	"encoding/binary"
 	"fmt"
 	"math"
@@ -56,7 +57,7 @@ func readAll(t *testing.T, db *DB, tid, after, upto uint64, limit int) []store.R
 	var out []store.Row
 	for {
 		n := 0
-		_, err := db.readSeq(tid, after, upto, limit, nil, func(r *store.Row) error {
+		_, err := db.readSeq(context.Background(), tid, after, upto, limit, nil, func(r *store.Row) error {
 			c := *r
 			c.Fields = append([]store.Field(nil), r.Fields...)
 			out = append(out, c)
@@ -363,7 +364,7 @@ func TestTornSplitCommit(t *testing.T) {
 			db = crashReopen(t, db, cfg) // badger's files as the torn commit left them
 			want := []store.Field{intField(1, 1), intField(2, 2)}
 			var got [][]store.Field
-			_, done, err := db.readRows(tid, nil, math.MinInt64, math.MaxInt64, 10, func(r *store.Row) error {
+			_, done, err := db.readRows(context.Background(), tid, nil, math.MinInt64, math.MaxInt64, 10, func(r *store.Row) error {
 				got = append(got, append([]store.Field(nil), r.Fields...))
 				return nil
 			})
@@ -754,7 +755,7 @@ func TestRowsSkipBlocksOfOverwrites(t *testing.T) {
 			}
 			blocks0, _ := db.ReadCounts()
 			var got int
-			_, done, err := db.readRows(tid, nil, math.MinInt64, math.MaxInt64, 1000, func(r *store.Row) error {
+			_, done, err := db.readRows(context.Background(), tid, nil, math.MinInt64, math.MaxInt64, 1000, func(r *store.Row) error {
 				got++
 				require.Len(t, r.Fields, 3, "point %d reads as its current row", r.Time)
 				return nil
