@@ -14,44 +14,38 @@ import (
 // its first visit) stops before the next block with ctx's error, rather
 // than reading the table to its limit.
 func TestReadsStopWhenCtxEnds(t *testing.T) {
-	cfg := DefaultConfig()
-	cfg.Dir = t.TempDir()
-	cfg.MinFreeBytes = 0
-	cfg.GCInterval = 0
-	db, err := Open(cfg, nil, nil)
-	require.NoError(t, err)
-	defer func() { require.NoError(t, db.Close()) }()
-	tid := db.allocTableID()
-	const blocks, perBlock = 3, 10
-	for b := range blocks {
-		tc := store.TableCommit{TableID: tid, FirstSeq: uint64(b*perBlock + 1)}
-		if b == 0 {
-			tc.NewSeries = []store.Series{{ID: 1}}
+	forEachConfig(t, func(t *testing.T, db *DB) {
+		tid := db.allocTableID()
+		const blocks, perBlock = 3, 10
+		for b := range blocks {
+			tc := store.TableCommit{TableID: tid, FirstSeq: uint64(b*perBlock + 1)}
+			if b == 0 {
+				tc.NewSeries = []store.Series{{ID: 1}}
+			}
+			for i := range perBlock {
+				tc.Fragments = append(tc.Fragments, store.Fragment{Series: 1, Time: int64(b*perBlock + i), Fields: []store.Field{intField(1, int64(i))}})
+			}
+			require.NoError(t, db.commit([]store.TableCommit{tc}))
 		}
-		for i := range perBlock {
-			tc.Fragments = append(tc.Fragments, store.Fragment{Series: 1, Time: int64(b*perBlock + i),
-				Fields: []store.Field{{Col: 1, Value: store.Value{Kind: store.KindInt, Num: uint64(i)}}}})
-		}
-		require.NoError(t, db.commit([]store.TableCommit{tc}))
-	}
 
-	ctx, cancel := context.WithCancel(context.Background())
-	visited := 0
-	_, err = db.ReadSeq(ctx, tid, 0, blocks*perBlock, math.MaxInt32, nil, func(*store.Row) error {
-		cancel()
-		visited++
-		return nil
-	})
-	require.ErrorIs(t, err, context.Canceled)
-	require.Equal(t, perBlock, visited, "the first block, not the table")
+		ctx, cancel := context.WithCancel(context.Background())
+		visited := 0
+		_, err := db.ReadSeq(ctx, tid, 0, blocks*perBlock, math.MaxInt32, nil, func(*store.Row) error {
+			cancel()
+			visited++
+			return nil
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		require.Equal(t, perBlock, visited, "the first block, not the table")
 
-	ctx, cancel = context.WithCancel(context.Background())
-	visited = 0
-	_, _, err = db.ReadRows(ctx, tid, nil, math.MinInt64, math.MaxInt64, math.MaxInt32, func(*store.Row) error {
-		cancel()
-		visited++
-		return nil
+		ctx, cancel = context.WithCancel(context.Background())
+		visited = 0
+		_, _, err = db.ReadRows(ctx, tid, nil, math.MinInt64, math.MaxInt64, math.MaxInt32, func(*store.Row) error {
+			cancel()
+			visited++
+			return nil
+		})
+		require.ErrorIs(t, err, context.Canceled)
+		require.Equal(t, perBlock, visited, "the first block, not the table")
 	})
-	require.ErrorIs(t, err, context.Canceled)
-	require.Equal(t, perBlock, visited, "the first block, not the table")
 }
