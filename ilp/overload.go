@@ -154,8 +154,13 @@ func (o *overload) admit(now time.Time) (ok bool, cause string, delay time.Durat
 	return true, "", 0
 }
 
-// refused records that a write was refused as overloaded at now.
+// refused records that a write was refused as overloaded at now. With
+// the rule off (no target) the server never counts as overloaded, and
+// nothing is recorded.
 func (o *overload) refused(now time.Time) {
+	if o.target <= 0 {
+		return
+	}
 	if last := o.lastRefused.Swap(now.UnixNano()); now.UnixNano()-last >= int64(refusingFor) && o.onRefusing != nil {
 		o.onRefusing()
 	}

@@ -133,6 +133,7 @@ func TestOverloadRefusing(t *testing.T) {
 	require.Equal(t, 3, began)
 
 	off := newOverload(0, nil)
+	off.onRefusing = func() { t.Fatal("the rule off never begins to refuse") }
 	off.refused(t0)
 	require.False(t, off.refusing(t0))
 }
