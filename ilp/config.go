@@ -93,8 +93,8 @@ type Config struct {
 	// the server begins to count as overloaded, this long from the start
 	// of its wait), and is refused at once when its predicted wait is
 	// longer, so that what an overloaded server cannot take is answered
-	// quickly. At most WriteQueueTimeout (a larger
-	// value counts as it); must be positive.
+	// quickly. At most WriteQueueTimeout (a larger value counts as it);
+	// must be positive.
 	OverloadQueueTimeout time.Duration
 	// TCPAddr is the TCP listen address; empty disables TCP.
 	TCPAddr string
