@@ -58,12 +58,19 @@
 //   - next_tid: the table-id counter, raised with compare-and-set.
 //   - s.TID.HASH (HASH: base32 of the SHA-256 of the canonical tag set):
 //     a series of instance TID, {id, tag set}, created with KV Create;
-//     n.TID: the instance's series-id counter (SeriesID).
+//     n.TID: the instance's series-id counter (SeriesID), from which a
+//     process reserves 64 ids at a time.
 //   - c.ENC(name).BORN: the name's consumers of generation BORN (one JSON
 //     object by consumer name, updated with compare-and-set): TRUNCATE
 //     keeps BORN, DROP clears it in the same update that writes the
 //     tombstone, so the consumers go with DROP atomically (the old entry
 //     is purged after, best effort).
+//
+// Every compare-and-set that meets another process's change first (or a
+// replica's read that lagged it: KV reads may be served by any replica)
+// reads again and retries after a random pause of 1 to 100 ms, for up to
+// Config.PublishTimeout, never a fixed number of times: nodes that create
+// the same tables, series and columns at once take turns.
 //
 // ENC is "N" and the name's base32 (A-Z, 2-7) when that stays within 200
 // characters, else "H" and the base32 of its SHA-256 (stream names may

@@ -75,10 +75,12 @@ func seriesKey(tid uint64, key string) string {
 }
 
 // SeriesID implements store.Shared: the series' key in the meta bucket
-// holds its id; the first process to ask takes a number from the
-// instance's counter (n.TID) and creates the key (KV Create), a process
-// that loses the race reads the winner's (its own number is skipped: ids
-// have gaps, never two tag sets). Writer only.
+// holds its id; the first process to ask creates the key (KV Create) with
+// a number of its own, a process that loses the race reads the winner's
+// (its own number is skipped: ids have gaps, never two tag sets). A
+// process takes its numbers from the instance's counter (n.TID)
+// seriesIDBlock at a time, so that processes numbering new series of one
+// table at once seldom contend for the counter. Writer only.
 func (s *Store) SeriesID(ctx context.Context, tid uint64, key string, _ []store.Field) (uint64, error) {
 	if err := s.enter(ctx); err != nil {
 		return 0, err
@@ -90,7 +92,8 @@ func (s *Store) SeriesID(ctx context.Context, tid uint64, key string, _ []store.
 		}
 	}
 	k := seriesKey(tid, key)
-	for range 16 {
+	var id uint64
+	err := s.contended("series id", func() (bool, error) {
 		var e jetstream.KeyValueEntry
 		err := s.retry(func(ctx context.Context) (err error) {
 			e, err = s.meta.Get(ctx, k)
@@ -100,32 +103,67 @@ func (s *Store) SeriesID(ctx context.Context, tid uint64, key string, _ []store.
 		case err == nil:
 			var se seriesEntry
 			if err := json.Unmarshal(e.Value(), &se); err != nil || string(se.Key) != key {
-				return 0, &store.CorruptionError{Key: []byte(k), Err: fmt.Errorf("series entry of another tag set or unreadable: %v", err)}
+				return false, &store.CorruptionError{Key: []byte(k), Err: fmt.Errorf("series entry of another tag set or unreadable: %v", err)}
 			}
-			return se.ID, nil
+			id = se.ID
+			return true, nil
 		case !errors.Is(err, jetstream.ErrKeyNotFound):
-			return 0, fmt.Errorf("jsstore: series id: %w", err)
+			return false, fmt.Errorf("jsstore: series id: %w", err)
 		}
-		id, err := s.counter("n."+strconv.FormatUint(tid, 10), "series id")
+		n, err := s.nextSeriesID(tid)
 		if err != nil {
-			return 0, err
+			return false, err
 		}
-		v, err := json.Marshal(seriesEntry{ID: id, Key: []byte(key)})
+		v, err := json.Marshal(seriesEntry{ID: n, Key: []byte(key)})
 		if err != nil {
-			return 0, err
+			return false, err
 		}
 		err = s.retry(func(ctx context.Context) error {
 			_, err := s.meta.Create(ctx, k, v)
 			return err
 		})
-		if err == nil {
-			return id, nil
+		switch {
+		case err == nil:
+			id = n
+			return true, nil
+		case isConflict(err):
+			return false, nil // another process numbered it first: read its id
 		}
-		if !isConflict(err) {
-			return 0, fmt.Errorf("jsstore: series id: %w", err)
-		}
+		return false, fmt.Errorf("jsstore: series id: %w", err)
+	})
+	return id, err
+}
+
+// seriesIDBlock is how many series ids a process reserves from an
+// instance's counter at once. The numbers a process reserved and did not
+// use when it stops, or when the instance ends, are gaps.
+const seriesIDBlock = 64
+
+// maxIDBlocks bounds the instances whose reserved series ids a process
+// keeps; past it they are all dropped (gaps).
+const maxIDBlocks = 1024
+
+// idBlock is the rest of the series ids reserved for one instance:
+// next..end-1.
+type idBlock struct{ next, end uint64 }
+
+// nextSeriesID returns an unused series id of instance tid from this
+// process's reserved block, reserving the next block when it is used up.
+// Writer only.
+func (s *Store) nextSeriesID(tid uint64) (uint64, error) {
+	if b, ok := s.idBlocks[tid]; ok && b.next < b.end {
+		s.idBlocks[tid] = idBlock{b.next + 1, b.end}
+		return b.next, nil
 	}
-	return 0, errors.New("jsstore: series id: too many concurrent updates")
+	first, err := s.reserve("n."+strconv.FormatUint(tid, 10), "series id", seriesIDBlock)
+	if err != nil {
+		return 0, err
+	}
+	if len(s.idBlocks) >= maxIDBlocks {
+		clear(s.idBlocks)
+	}
+	s.idBlocks[tid] = idBlock{first + 1, first + seriesIDBlock}
+	return first, nil
 }
 
 // Follow implements store.Shared.

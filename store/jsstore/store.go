@@ -119,6 +119,10 @@ type Store struct {
 	// followFn is store.Shared's Follow callback (nil: none); mu guards it.
 	followFn func(store.Followed)
 
+	// idBlocks are the series ids reserved and not used yet, by
+	// instance (SeriesID). Writer only.
+	idBlocks map[uint64]idBlock
+
 	// stopWatch ends the record watcher; watchDone is closed when it ended.
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
@@ -140,6 +144,9 @@ type Store struct {
 // metrics are the store's counters (docs/reference.md#metrics).
 type metrics struct {
 	publishes, retries, dedups, behind, catchup, purged, switches prometheus.Counter
+	// conflicts counts the pauses after compare-and-set conflicts on the
+	// meta bucket (contended).
+	conflicts prometheus.Counter
 	// voided counts the lines of commits to instances another process
 	// had ended (acknowledged, not stored: ordered before the change).
 	voided prometheus.Counter
@@ -164,6 +171,7 @@ func newMetrics() metrics {
 		behind:    c("ingestd_jetstream_stream_behind_total", "Appends whose acknowledged blocks the table's stream consumer had not delivered within a second (a new leader still applying its log, or a busy cache); the Append waits for them."),
 		catchup:   c("ingestd_jetstream_catchup_messages_total", "Block messages applied to the local row cache from the streams at start."),
 		purged:    c("ingestd_jetstream_purged_sequences_total", "Stream sequences purged below a retention cutoff (messages retention left nothing of)."),
+		conflicts: c("ingestd_jetstream_meta_conflicts_total", "Compare-and-set updates of the meta bucket (series ids, columns, table records, counters) that another node's change came before, each tried again after a pause of 1 to 100 ms; they fail only after --jetstream-publish-timeout."),
 		switches:  c("ingestd_jetstream_server_switches_total", "Reconnects to another NATS server forced after JetStream was unreachable through the connected one for --jetstream-switch-after."),
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestd_jetstream_beyond_checks_total",
 			Help: "Checks whether a drain cursor above this node's sequence is beyond the table's sequence or another node's, by result: applied (what the stream leader reports applied, then a barrier published and applied), behind (the leader reports more than this node applied: no barrier), failed (no answer or acknowledgement in time)."}, []string{"result"}),
@@ -193,7 +201,8 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 		return nil, err
 	}
 	s := &Store{cfg: cfg, logger: logger.With("component", "jetstream"), node: randomID(),
-		byName: map[string]*table{}, byTID: map[uint64]*table{}, ended: map[uint64][]store.Column{}, m: newMetrics()}
+		byName: map[string]*table{}, byTID: map[uint64]*table{}, ended: map[uint64][]store.Column{}, idBlocks: map[uint64]idBlock{},
+		m: newMetrics()}
 	s.chk.stop = make(chan struct{})
 	if err := os.MkdirAll(cfg.CacheDir, 0o750); err != nil {
 		return nil, fmt.Errorf("jsstore: create cache directory: %w", err)
@@ -245,7 +254,7 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 		s.watchRecords(watchCtx)
 	}()
 	if reg != nil {
-		reg.MustRegister(s.m.publishes, s.m.retries, s.m.dedups, s.m.behind, s.m.catchup, s.m.purged, s.m.switches,
+		reg.MustRegister(s.m.publishes, s.m.retries, s.m.conflicts, s.m.dedups, s.m.behind, s.m.catchup, s.m.purged, s.m.switches,
 			s.m.checks, s.m.checkJoins, s.m.checkHeld, s.m.voided, s.m.changes)
 	}
 	s.logger.Info("jetstream store open", "servers", cfg.URLs, "replicas", s.replicas, "tables", len(s.byTID))
@@ -753,23 +762,31 @@ func (s *Store) Close() error {
 // on t's revision, retrying while the cluster is between leaders. When
 // the record changed meanwhile (another process, or an earlier attempt
 // whose answer was lost), it reads it again (and takes what another
-// process changed: adoptRecord) and applies change to that: every change
-// is a set or a maximum, so applying it again is harmless, and a change
-// that no longer applies (its instance ended) returns its error, which
-// update returns, writing nothing. Writer only.
+// process changed: adoptRecord) and applies change to that, after a pause
+// (contended: the replica that answers the read may not have the change
+// yet): every change is a set or a maximum, so applying it again is
+// harmless, and a change that no longer applies (its instance ended)
+// returns its error, which update returns, writing nothing. Writer only.
 func (s *Store) update(t *table, change func(*record) error) error {
-	for attempt := 0; ; attempt++ {
+	reread := false
+	return s.contended(fmt.Sprintf("update table %q", t.name), func() (bool, error) {
+		if reread {
+			if err := s.retry(func(ctx context.Context) error { return s.reread(ctx, t) }); err != nil {
+				return false, err
+			}
+		}
+		reread = true
 		s.mu.Lock()
 		rec, cur := t.rec, t.rev
 		s.mu.Unlock()
 		rec.Meta.Columns = slices.Clone(rec.Meta.Columns)
 		if err := change(&rec); err != nil {
-			return err
+			return false, err
 		}
 		rec.Writer = s.node
 		v, err := json.Marshal(rec)
 		if err != nil {
-			return err
+			return false, err
 		}
 		key := s.tableKey(t.name)
 		var rev uint64
@@ -781,17 +798,15 @@ func (s *Store) update(t *table, change func(*record) error) error {
 			}
 			return err
 		})
-		if err == nil {
+		switch {
+		case err == nil:
 			s.setRecord(t, rec, rev)
-			return nil
+			return true, nil
+		case isConflict(err):
+			return false, nil
 		}
-		if !isConflict(err) || attempt == 3 {
-			return fmt.Errorf("jsstore: update table %q: %w", t.name, err)
-		}
-		if err := s.retry(func(ctx context.Context) error { return s.reread(ctx, t) }); err != nil {
-			return err
-		}
-	}
+		return false, fmt.Errorf("jsstore: update table %q: %w", t.name, err)
+	})
 }
 
 // reread loads t's record from the bucket after a compare-and-set

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"slices"
 	"strconv"
 	"strings"
@@ -80,8 +81,15 @@ func (s *Store) newTableID() (uint64, error) { return s.counter(nextTIDKey, "tab
 // counter returns the next number of the counter at key in the meta
 // bucket (1 first), raised with compare-and-set: never the same number
 // twice, across restarts and processes; what names the number in errors.
-func (s *Store) counter(key, what string) (uint64, error) {
-	for range 16 {
+func (s *Store) counter(key, what string) (uint64, error) { return s.reserve(key, what, 1) }
+
+// reserve takes n consecutive numbers of the counter at key in the meta
+// bucket (one compare-and-set) and returns the first. Processes raising
+// the same counter at once take turns (contended); an attempt whose answer
+// was lost burns its numbers, never repeats one.
+func (s *Store) reserve(key, what string, n uint64) (uint64, error) {
+	var first uint64
+	err := s.contended(what, func() (bool, error) {
 		var (
 			e   jetstream.KeyValueEntry
 			rev uint64
@@ -94,16 +102,15 @@ func (s *Store) counter(key, what string) (uint64, error) {
 		switch {
 		case errors.Is(err, jetstream.ErrKeyNotFound):
 		case err != nil:
-			return 0, fmt.Errorf("jsstore: %s: %w", what, err)
+			return false, fmt.Errorf("jsstore: %s: %w", what, err)
 		default:
 			if id, err = strconv.ParseUint(string(e.Value()), 10, 64); err != nil {
-				return 0, &store.CorruptionError{Key: []byte(key), Err: err}
+				return false, &store.CorruptionError{Key: []byte(key), Err: err}
 			}
 			rev = e.Revision()
 		}
-		// An attempt whose answer was lost burns a number, never repeats one.
 		err = s.retry(func(ctx context.Context) (err error) {
-			next := []byte(strconv.FormatUint(id+1, 10))
+			next := []byte(strconv.FormatUint(id+n, 10))
 			if rev == 0 {
 				_, err = s.meta.Create(ctx, key, next)
 			} else {
@@ -111,14 +118,41 @@ func (s *Store) counter(key, what string) (uint64, error) {
 			}
 			return err
 		})
-		if err == nil {
-			return id, nil
+		switch {
+		case err == nil:
+			first = id
+			return true, nil
+		case isConflict(err):
+			return false, nil
 		}
-		if !isConflict(err) {
-			return 0, fmt.Errorf("jsstore: %s: %w", what, err)
+		return false, fmt.Errorf("jsstore: %s: %w", what, err)
+	})
+	return first, err
+}
+
+// contended runs attempt until it is done or fails, pausing between
+// attempts that met a compare-and-set conflict (attempt returns false,
+// nil): another process changed the key first, or the replica that
+// answered a read had not applied that change yet (a KV read may be served
+// by any replica). The pause doubles from 1 ms to 100 ms, each drawn at
+// random from its upper half, so processes racing for one key take turns
+// instead of meeting again; after Config.PublishTimeout the conflict is
+// the error. ingestd_jetstream_conflicts_total counts the pauses.
+func (s *Store) contended(what string, attempt func() (done bool, err error)) error {
+	deadline := time.Now().Add(s.cfg.PublishTimeout)
+	pause := time.Millisecond
+	for {
+		done, err := attempt()
+		if done || err != nil {
+			return err
 		}
+		if time.Now().After(deadline) {
+			return fmt.Errorf("jsstore: %s: other processes kept changing it for %s (--jetstream-publish-timeout)", what, s.cfg.PublishTimeout)
+		}
+		s.m.conflicts.Inc()
+		time.Sleep(pause/2 + rand.N(pause/2+1))
+		pause = min(2*pause, 100*time.Millisecond)
 	}
-	return 0, fmt.Errorf("jsstore: %s: too many concurrent updates", what)
 }
 
 // PutTable implements store.Tables with one compare-and-set update of the
@@ -271,12 +305,24 @@ func mergeColumns(have, add []store.Column) []store.Column {
 	return out
 }
 
+// streamCreateTimeout bounds the first attempt to create a stream; each
+// next attempt waits twice as long, up to opTimeout. Nodes that create
+// the same stream at once (their first writes to a new table) are not all
+// answered: the cluster creates it once and the other requests may go
+// unanswered, so a first attempt gives up soon and the next one finds the
+// stream.
+const streamCreateTimeout = 500 * time.Millisecond
+
 // ensureStream creates t's stream when missing (file storage, the
 // store's replicas, atomic batches, the duplicate window) and returns its
 // last sequence.
 func (s *Store) ensureStream(t *table) (uint64, error) {
 	var stream jetstream.Stream
+	timeout := streamCreateTimeout
 	err := s.retry(func(ctx context.Context) (err error) {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		timeout = min(2*timeout, opTimeout)
 		stream, err = s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name: t.stream, Subjects: []string{subjectOf(t.stream)}, Description: "ingestd table blocks",
 			Storage: jetstream.FileStorage, Replicas: s.replicas, Duplicates: s.cfg.DuplicateWindow,
@@ -451,10 +497,10 @@ func (s *Store) readConsumers(ctx context.Context, key string) (consumers, uint6
 }
 
 // changeConsumers applies change to the consumers of table with
-// compare-and-set, reading again on a conflict.
+// compare-and-set, reading again on a conflict (contended).
 func (s *Store) changeConsumers(table string, change func(consumers)) error {
 	key := s.consumersKey(table, s.born(table))
-	for range 16 {
+	return s.contended("consumers", func() (bool, error) {
 		var (
 			cs  consumers
 			rev uint64
@@ -464,12 +510,12 @@ func (s *Store) changeConsumers(table string, change func(consumers)) error {
 			return err
 		})
 		if err != nil {
-			return err
+			return false, err
 		}
 		change(cs)
 		v, err := json.Marshal(cs)
 		if err != nil {
-			return err
+			return false, err
 		}
 		err = s.retry(func(ctx context.Context) (err error) {
 			if rev == 0 {
@@ -479,11 +525,11 @@ func (s *Store) changeConsumers(table string, change func(consumers)) error {
 			}
 			return err
 		})
-		if err == nil || !isConflict(err) {
-			return err
+		if err != nil && isConflict(err) {
+			return false, nil
 		}
-	}
-	return errors.New("jsstore: consumers: too many concurrent updates")
+		return true, err
+	})
 }
 
 // PutConsumers implements store.ConsumerStore: one compare-and-set
