@@ -255,6 +255,17 @@ func do(ctx context.Context, hc *http.Client, method, u string, hdr http.Header,
 	return response{Status: resp.StatusCode, Header: resp.Header, Body: b}, nil
 }
 
+// writeAcked posts body to base's /write and returns an error unless it
+// was acknowledged (204); what names the write in that error. For
+// goroutines, which must not call t.FailNow.
+func writeAcked(ctx context.Context, hc *http.Client, base string, body []byte, what string) error {
+	resp, err := do(ctx, hc, http.MethodPost, base+"/write", nil, body)
+	if err == nil && resp.Status != http.StatusNoContent {
+		err = fmt.Errorf("%s answered %d: %s", what, resp.Status, clip(resp.Body))
+	}
+	return err
+}
+
 // mustDo is do for requests that must reach the daemon.
 func mustDo(t testing.TB, hc *http.Client, method, u string, body []byte) response {
 	t.Helper()

@@ -335,11 +335,7 @@ func TestJetStreamTwoNodesTableChanges(t *testing.T) {
 					body, id = d.line(body, cols, name, field)
 					got = append(got, id)
 				}
-				resp, err := do(ctx, d.hc, http.MethodPost, n.url()+"/write", nil, body)
-				if err == nil && resp.Status != http.StatusNoContent {
-					err = fmt.Errorf("write through node %s answered %d: %s", name, resp.Status, clip(resp.Body))
-				}
-				if err != nil {
+				if err := writeAcked(ctx, d.hc, n.url(), body, "write through node "+name); err != nil {
 					errs <- err
 					return
 				}

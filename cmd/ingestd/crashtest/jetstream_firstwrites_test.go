@@ -58,11 +58,8 @@ func TestJetStreamConcurrentFirstWrites(t *testing.T) {
 						for s := range series {
 							body = fmt.Appendf(body, "%s,host=h%d,rack=r%d c%d=%di,v=%d.5 %d\n", tables[round], s, s%4, s%6, s, r, ts)
 						}
-						resp, err := do(context.Background(), hc, http.MethodPost, ns[n].url()+"/write", nil, body)
-						if err == nil && resp.Status != http.StatusNoContent {
-							err = fmt.Errorf("round %d, node %d, writer %d: write answered %d: %s", round, n, w, resp.Status, clip(resp.Body))
-						}
-						if err != nil {
+						what := fmt.Sprintf("round %d, node %d, writer %d: write", round, n, w)
+						if err := writeAcked(context.Background(), hc, ns[n].url(), body, what); err != nil {
 							errs <- err
 							return
 						}

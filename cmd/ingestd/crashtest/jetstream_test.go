@@ -685,11 +685,7 @@ func TestJetStreamTwoNodesOverwrite(t *testing.T) {
 						wrote[id] = append(wrote[id], p)
 					}
 				}
-				resp, err := do(context.Background(), hc, http.MethodPost, nodes[(w+i)%2].url()+"/write", nil, body)
-				if err == nil && resp.Status != http.StatusNoContent {
-					err = fmt.Errorf("write %d answered %d: %s", id, resp.Status, clip(resp.Body))
-				}
-				if err != nil {
+				if err := writeAcked(context.Background(), hc, nodes[(w+i)%2].url(), body, fmt.Sprintf("write %d", id)); err != nil {
 					errs <- err
 					return
 				}
