@@ -68,6 +68,7 @@ func Run(t *testing.T, h Harness) {
 		{"SweepRaisesHorizonFirst", false, testSweep},
 		{"RowsOpaqueCursor", false, testRowsCursor},
 		{"ContextEnded", false, testContextEnded},
+		{"ContextEndsLongRead", false, testContextEndsLongRead},
 		{"ErrClosedAfterClose", false, testErrClosed},
 		{"RestartKeepsEverything", true, testRestart},
 		{"CrashReopen", true, testCrashReopen},
@@ -744,6 +745,64 @@ func testContextEnded(t *testing.T, h Harness) {
 	rows := readSeq(t, b, m.ID, 0, last3, 10)
 	require.Len(t, rows, 2, "a write refused before it started stored nothing")
 	require.Equal(t, int64(3), rows[1].Time)
+}
+
+// testContextEndsLongRead ends the ctx of a long read while it runs, in
+// its first visit, and requires the read to return ctx's error having read
+// at most one block more, where it would otherwise decode every block of
+// the table: its filter (field presence, which only the first fragment
+// passes) leaves out everything after that visit, as a filtered drain
+// scans long stretches without a visit. ReadRows the same way. The time
+// from the cancel to the return is logged.
+func testContextEndsLongRead(t *testing.T, h Harness) {
+	b := open(t, h)
+	m := createTable(t, b, "t", true)
+	const blocks, perBlock = 100, 20
+	var last uint64
+	for i := range blocks {
+		var frags []store.Fragment
+		for j := range perBlock {
+			frags = append(frags, frag(int64(i*perBlock+j), iv(valCol, int64(j))))
+		}
+		if i == 0 {
+			frags[0].Fields = append(frags[0].Fields, iv(3, 1))
+		}
+		_, last = write(t, b, m, i == 0, frags...)
+	}
+	// readsAfterCancel runs read with a ctx it ends in the first visit and
+	// returns the blocks read from then on.
+	readsAfterCancel := func(name string, read func(ctx context.Context, visit func(*store.Row) error) error) uint64 {
+		cctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		var (
+			ended time.Time
+			at    uint64
+		)
+		err := read(cctx, func(*store.Row) error {
+			if ended.IsZero() {
+				cancel()
+				ended = time.Now()
+				at, _ = h.Reads(b)
+			}
+			return nil
+		})
+		require.ErrorIs(t, err, context.Canceled, name)
+		require.False(t, ended.IsZero(), "%s visited nothing", name)
+		t.Logf("%s returned %s after its ctx ended", name, time.Since(ended))
+		now, _ := h.Reads(b)
+		return now - at
+	}
+	flt := &store.SeqFilter{Has: []uint32{3}}
+	n := readsAfterCancel("ReadSeq", func(ctx context.Context, visit func(*store.Row) error) error {
+		_, err := b.ReadSeq(ctx, m.ID, 0, last, math.MaxInt32, flt, visit)
+		return err
+	})
+	require.LessOrEqual(t, n, uint64(1), "blocks ReadSeq read after its ctx ended, of %d", blocks)
+	n = readsAfterCancel("ReadRows", func(ctx context.Context, visit func(*store.Row) error) error {
+		_, _, err := b.ReadRows(ctx, m.ID, nil, math.MinInt64, math.MaxInt64, math.MaxInt32, visit)
+		return err
+	})
+	require.LessOrEqual(t, n, uint64(1), "blocks ReadRows read after its ctx ended, of %d", blocks)
 }
 
 // testErrClosed calls every method of the contract after Close.
