@@ -137,7 +137,7 @@ func (s *Store) reserve(key, what string, n uint64) (uint64, error) {
 // by any replica). The pause doubles from 1 ms to 100 ms, each drawn at
 // random from its upper half, so processes racing for one key take turns
 // instead of meeting again; after Config.PublishTimeout the conflict is
-// the error. ingestd_jetstream_conflicts_total counts the pauses.
+// the error. ingestd_jetstream_meta_conflicts_total counts the pauses.
 func (s *Store) contended(what string, attempt func() (done bool, err error)) error {
 	deadline := time.Now().Add(s.cfg.PublishTimeout)
 	pause := time.Millisecond
