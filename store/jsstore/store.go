@@ -120,7 +120,8 @@ type Store struct {
 	followFn func(store.Followed)
 
 	// idBlocks are the series ids reserved and not used yet, by
-	// instance (SeriesID). Writer only.
+	// instance (SeriesID); idMu guards it, held across a reservation.
+	idMu     sync.Mutex
 	idBlocks map[uint64]idBlock
 
 	// stopWatch ends the record watcher; watchDone is closed when it ended.
@@ -216,6 +217,7 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 		}
 	}()
 	s.sw.dropped, s.sw.drop = context.WithCancel(context.Background())
+	s.sw.sendTimeout = sendTimeout
 	s.nc, err = nats.Connect(cfg.URLs, append(cfg.natsOptions(), nats.ReconnectHandler(s.reconnected),
 		nats.DisconnectErrHandler(s.disconnected))...)
 	if err != nil {

@@ -28,6 +28,9 @@ type serverSwitch struct {
 	// never comes.
 	dropped context.Context
 	drop    context.CancelFunc
+	// sendTimeout bounds one send's wait (the const sendTimeout; a test
+	// raises it to tell a wait ended by the drop from one timed out).
+	sendTimeout time.Duration
 }
 
 // sendContext returns the context of one send's wait for its
@@ -37,9 +40,9 @@ type serverSwitch struct {
 // finds out whether the stream stored it).
 func (s *Store) sendContext() (context.Context, context.CancelFunc) {
 	s.sw.mu.Lock()
-	dropped := s.sw.dropped
+	dropped, d := s.sw.dropped, s.sw.sendTimeout
 	s.sw.mu.Unlock()
-	return context.WithTimeout(dropped, sendTimeout)
+	return context.WithTimeout(dropped, d)
 }
 
 // disconnected is nats.go's disconnect handler: it ends the waits of the
