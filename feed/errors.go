@@ -49,6 +49,11 @@ var (
 	// ErrBusy is returned by AppendWithin when the queue stayed full for
 	// the whole submit timeout.
 	ErrBusy = errors.New("feed: sequencer queue full")
+	// ErrUnavailable fails a write with a store.Shared backend when the
+	// store did not create its table, add its columns or number its
+	// series (the other processes out of reach for longer than the
+	// store's timeout): nothing of the write was applied; retry.
+	ErrUnavailable = errors.New("feed: the shared store did not answer for new tables, columns or series: retry")
 	// ErrClosed is returned once the sequencer has stopped.
 	ErrClosed = errors.New("feed: sequencer stopped")
 	// ErrTableChanged is returned by Truncate and Drop when another ingestd

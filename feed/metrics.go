@@ -22,6 +22,10 @@ const (
 	// reasonInvalidValue: a tag or field value CheckTagValue or
 	// CheckFieldValue refuses.
 	reasonInvalidValue = "invalid_value"
+	// reasonUnresolved: with a shared store, a column or series the
+	// resolver had not numbered when the point was applied (never
+	// expected: needs resolves them first).
+	reasonUnresolved = "unresolved"
 )
 
 type metrics struct {
@@ -48,6 +52,10 @@ type metrics struct {
 	// by --consumer-idle-expiry.
 	consumerRefusals *prometheus.CounterVec
 	consumersExpired prometheus.Counter
+	// resolveSeconds times the resolutions of parked writes;
+	// resolveFailures counts those that failed (resolve.go).
+	resolveSeconds  prometheus.Histogram
+	resolveFailures prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
@@ -119,7 +127,19 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ingestd_feed_queue_capacity", Help: "Batches the sequencer queue holds (--feed-queue-length).",
 	}, func() float64 { return float64(cap(s.queue)) })
-	for _, r := range []string{reasonFieldType, reasonTagField, reasonColumnLimit, reasonSeriesLimit, reasonInvalidName, reasonBeyondRetention, reasonTimeRange, reasonInvalidValue} {
+	// A resolution takes one round trip per new table, column set and
+	// series: ~1 ms to the store's timeout.
+	m.resolveSeconds = f.NewHistogram(prometheus.HistogramOpts{
+		Name: "ingestd_feed_resolve_duration_seconds", Help: "Duration of resolving one parked write's new tables, columns and series with a shared store (--store=jetstream).",
+		Buckets: prometheus.ExponentialBuckets(0.0005, 4, 10),
+	})
+	m.resolveFailures = f.NewCounter(prometheus.CounterOpts{
+		Name: "ingestd_feed_resolve_failures_total", Help: "Parked writes failed (503) because the shared store did not resolve their new tables, columns or series.",
+	})
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ingestd_feed_resolving_writes", Help: "Writes parked while a shared store creates their tables, adds their columns and numbers their series.",
+	}, func() float64 { return float64(s.res.parked.Load()) })
+	for _, r := range []string{reasonFieldType, reasonTagField, reasonColumnLimit, reasonSeriesLimit, reasonInvalidName, reasonBeyondRetention, reasonTimeRange, reasonInvalidValue, reasonUnresolved} {
 		m.rejected.WithLabelValues(r)
 	}
 	if reg != nil {

@@ -118,6 +118,10 @@ type Sequencer struct {
 	// lowest ids go first).
 	follow  followed
 	dropped map[string]uint64
+
+	// res resolves what writes need of a shared store off this goroutine
+	// (resolve.go; store.Shared only).
+	res resolver
 }
 
 // Drainer is the feed's read side (docs/contract.md#drain): drain pages, the copy by
@@ -161,6 +165,9 @@ type op struct {
 	minTime int64
 	// queued is when the op entered the queue (Sequencer.clock).
 	queued int64
+	// parked (opWrite) is set while the resolver holds the op: the
+	// group it was taken with does not answer it.
+	parked bool
 	done   chan struct{}
 	// Outcome, valid once done is closed.
 	res     Result
@@ -395,6 +402,10 @@ func (s *Sequencer) checkTableName(name string) error {
 // stopped it (after failing every queued operation).
 func (s *Sequencer) Run(ctx context.Context) error {
 	defer close(s.stopped)
+	if s.shared != nil {
+		s.startResolver()
+		defer s.stopResolver()
+	}
 	flush := time.NewTicker(s.cfg.ConsumerFlushInterval)
 	defer flush.Stop()
 	sweepTick := time.NewTicker(s.cfg.SweepInterval)
@@ -412,8 +423,7 @@ func (s *Sequencer) Run(ctx context.Context) error {
 		select {
 		case <-step:
 			if err := s.sweepStep(); err != nil {
-				s.stop()
-				s.failQueued(err)
+				s.fail(err)
 				return err
 			}
 		case <-sweepTick.C:
@@ -422,23 +432,37 @@ func (s *Sequencer) Run(ctx context.Context) error {
 		case <-flush.C:
 			s.flushConsumers()
 		case <-s.follow.wake:
-			s.applyFollowed()
+			s.applyFollowed(true)
+		case <-s.res.ready:
+			s.busySince.Store(s.monotonic())
+			batch = s.collect(s.takeResolved(batch[:0]))
+			if err := s.process(batch); err != nil {
+				s.fail(err)
+				return err
+			}
 		case o := <-s.queue:
 			taken := s.monotonic()
 			s.lastWait.Store(taken - o.queued)
 			s.busySince.Store(taken)
 			batch = s.collect(append(batch[:0], o))
 			if err := s.process(batch); err != nil {
-				s.stop()
-				s.failQueued(err)
+				s.fail(err)
 				return err
 			}
 		case <-ctx.Done():
 			s.stop()
-			for len(s.queue) > 0 {
-				batch = s.collect(batch[:0])
+			// What was queued, and the writes parked with the resolver,
+			// are committed first.
+			for len(s.queue) > 0 || s.res.parked.Load() > 0 {
+				if len(s.queue) > 0 {
+					batch = s.collect(batch[:0])
+				} else {
+					<-s.res.ready
+					batch = s.takeResolved(batch[:0])
+				}
 				if err := s.process(batch); err != nil {
 					s.failQueued(err)
+					s.failParked(err)
 					return err
 				}
 			}
@@ -483,6 +507,14 @@ func (s *Sequencer) stop() {
 	s.submitMu.Lock()
 	s.closed = true
 	s.submitMu.Unlock()
+}
+
+// fail stops the sequencer after the storage failure err: every queued
+// and parked operation fails with it.
+func (s *Sequencer) fail(err error) {
+	s.stop()
+	s.failQueued(err)
+	s.failParked(err)
 }
 
 func (s *Sequencer) failQueued(err error) {
@@ -564,9 +596,13 @@ func (s *Sequencer) finish(ops []*op, err error, last bool) {
 	failOps(ops, err)
 }
 
-// failOps completes ops with err (nil: success).
+// failOps completes ops with err (nil: success), but for the parked ones
+// (the resolver answers them).
 func failOps(ops []*op, err error) {
 	for _, o := range ops {
+		if o.parked {
+			continue
+		}
 		o.err = err
 		close(o.done)
 	}
@@ -609,6 +645,16 @@ func (s *Sequencer) commitGroup(ops []*op) error {
 	}
 	s.resetGroup()
 	for _, o := range ops {
+		// With a shared store, a write that needs new tables, columns or
+		// series waits for them with the resolver, out of the group
+		// (resolve.go). Checked right before the apply: nothing but the
+		// group's own writes changes the tables until it is done.
+		if s.shared != nil {
+			if req := s.needs(o); req != nil {
+				s.park(req)
+				continue
+			}
+		}
 		if err := s.applyBatch(o); err != nil {
 			return err
 		}
@@ -678,7 +724,9 @@ func (s *Sequencer) flushGroup() error {
 	s.m.commitSeconds.Observe(s.now().Sub(start).Seconds())
 	// The other processes' blocks numbered below this group's are applied
 	// (Append returned): their series and columns are published first.
-	s.applyFollowed()
+	// Their instance changes wait for the end of the group, whose writes
+	// were checked against the instances as they are (needs).
+	s.applyFollowed(false)
 	s.m.groupPoints.Observe(float64(points))
 	s.m.committed.Add(float64(points))
 	for _, g := range s.groupTables {
@@ -731,11 +779,7 @@ func (s *Sequencer) applyBatch(o *op) error {
 				continue
 			}
 		}
-		rej, err := s.applyPoint(t, p)
-		if err != nil {
-			return err
-		}
-		if rej != nil {
+		if rej := s.applyPoint(t, p); rej != nil {
 			o.res.Rejected = append(o.res.Rejected, rej)
 			continue
 		}
@@ -769,10 +813,15 @@ func fragmentBytes(p *Point) int {
 func (s *Sequencer) tableForWrite(name string) (*table, error) {
 	if t, ok := s.tables[name]; ok {
 		if t.group == nil {
-			t.group = &groupTable{t: t, frags: make([]store.Fragment, 0, t.lastFrags), cutoff: s.writeCutoff(t)}
+			t.group = &groupTable{t: t, frags: make([]store.Fragment, 0, t.lastFrags), cutoff: s.writeCutoff(t),
+				metaDirty: t.metaPending, newSeries: t.announce}
+			t.metaPending, t.announce = false, nil
 			s.groupTables = append(s.groupTables, t.group)
 		}
 		return t, nil
+	}
+	if s.shared != nil { // the resolver creates it (needs): not reached
+		return nil, fmt.Errorf("%w: table %s not created yet", ErrUnavailable, QuoteInput(name))
 	}
 	if err := s.checkTableName(name); err != nil {
 		return nil, err
@@ -914,25 +963,19 @@ func (s *Sequencer) newTableOf(meta store.TableMeta) (*table, error) {
 
 // applyPoint checks p against t's schema, extends the schema and series
 // dictionary as needed and adds the fragment to t's group. Nothing changes
-// when it returns a rejection. With a shared store, new columns and series
-// ids come from it; its failure is the error (a storage failure).
-func (s *Sequencer) applyPoint(t *table, p *Point) (*RejectError, error) {
+// when it returns a rejection. With a shared store the resolver has added
+// p's columns and numbered its series before (needs).
+func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 	rej := s.checkPoint(t, p)
-	if rej != nil || s.shared == nil || len(s.newCols) == 0 {
-		return rej, s.addPoint(t, p, rej)
+	if rej == nil && s.shared != nil && (len(s.newCols) > 0 || !s.pointKnown) {
+		// The resolver numbers new columns and series (needs): not reached.
+		s.fieldSlab = s.fieldSlab[:s.pointSlab]
+		s.m.rejected.WithLabelValues(reasonUnresolved).Inc()
+		err := fmt.Errorf("%w: a column or series of table %s not numbered yet", ErrUnavailable, QuoteInput(t.name))
+		return &RejectError{Line: p.Line, Err: err, Msg: err.Error()}
 	}
-	// The point adds columns: the store's schema gets them (or has them
-	// from another process, whose kinds then decide), and the point is
-	// checked again against it.
-	s.fieldSlab = s.fieldSlab[:s.pointSlab]
-	cols, err := s.shared.AddColumns(storeCtx, t.meta.ID, s.newCols)
-	if err != nil {
-		return nil, storageErr("add columns", err)
-	}
-	s.adoptColumns(t, cols)
-	t.group.metaDirty = true
-	rej = s.checkPoint(t, p)
-	return rej, s.addPoint(t, p, rej)
+	s.addPoint(t, p, rej)
+	return rej
 }
 
 // checkPoint checks p against t's schema: its fields' columns go to
@@ -1043,11 +1086,11 @@ func (s *Sequencer) maxStringBytes() int {
 }
 
 // addPoint adds p, checked by checkPoint (rej: refused, nothing to add),
-// to t's group with the columns it adds and its series, whose id a shared
-// store gives. Its error is the shared store's failure.
-func (s *Sequencer) addPoint(t *table, p *Point, rej *RejectError) error {
+// to t's group with the columns it adds and its series, numbered here
+// (with a shared store they are known: needs).
+func (s *Sequencer) addPoint(t *table, p *Point, rej *RejectError) {
 	if rej != nil {
-		return nil
+		return
 	}
 	slab, sid, known := s.pointSlab, s.pointSID, s.pointKnown
 	g := t.group
@@ -1064,24 +1107,14 @@ func (s *Sequencer) addPoint(t *table, p *Point, rej *RejectError) error {
 		for i, tag := range p.Tags {
 			tags[i] = store.Field{Col: t.colByName[tag.Key], Value: Value{Kind: KindTag, Str: strings.Clone(tag.Value)}}
 		}
-		if s.shared == nil {
-			sid = uint64(len(t.series) + 1)
-			t.series[strings.Clone(p.Series)] = sid
-			t.mu.Lock()
-			t.pub.tags = append(t.pub.tags, tags)
-			t.mu.Unlock()
-		} else {
-			var err error
-			if sid, err = s.shared.SeriesID(storeCtx, t.meta.ID, p.Series, tags); err != nil {
-				s.fieldSlab = s.fieldSlab[:slab]
-				return storageErr("series id", err)
-			}
-			s.adoptSeries(t, sid, tags)
-		}
+		sid = uint64(len(t.series) + 1)
+		t.series[strings.Clone(p.Series)] = sid
+		t.mu.Lock()
+		t.pub.tags = append(t.pub.tags, tags)
+		t.mu.Unlock()
 		g.newSeries = append(g.newSeries, store.Series{ID: sid, Tags: tags})
 	}
 	g.frags = append(g.frags, store.Fragment{Series: sid, Time: p.Time, Fields: s.fieldSlab[slab:len(s.fieldSlab):len(s.fieldSlab)]})
-	return nil
 }
 
 // setShape makes the keys of fields, whose columns are cols (in order),

@@ -63,12 +63,23 @@ func (p *followed) add(f store.Followed) {
 	}
 }
 
-// take returns and forgets what is pending.
-func (p *followed) take() map[string]*change {
+// take returns and forgets what is pending (only the changes keep
+// admits when keep is non-nil).
+func (p *followed) take(keep func(name string, c *change) bool) map[string]*change {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	out := p.pending
-	p.pending = map[string]*change{}
+	if keep == nil {
+		p.pending = map[string]*change{}
+		return out
+	}
+	out = map[string]*change{}
+	for name, c := range p.pending {
+		if keep(name, c) {
+			out[name] = c
+			delete(p.pending, name)
+		}
+	}
 	return out
 }
 
@@ -78,12 +89,23 @@ func (p *followed) take() map[string]*change {
 // as after a TRUNCATE here), a DROP, the sync, epoch and retention they
 // set, their columns, their series, and the watermark up to what the
 // backend applied. A report of an instance older than this process's is
-// left out. Sequencer goroutine only, between group commits.
-func (s *Sequencer) applyFollowed() {
+// left out. Without instances it takes only the reports of the live
+// instances' blocks and metadata (new series and columns, sync, epoch,
+// retention: nothing a write checked against them by needs depends on),
+// leaving the rest pending. Sequencer goroutine only, between group
+// commits.
+func (s *Sequencer) applyFollowed(instances bool) {
 	if s.shared == nil {
 		return
 	}
-	for name, c := range s.follow.take() {
+	var keep func(string, *change) bool
+	if !instances {
+		keep = func(name string, c *change) bool {
+			t := s.tables[name]
+			return t != nil && !c.Table.Dropped && c.Table.ID == t.meta.ID
+		}
+	}
+	for name, c := range s.follow.take(keep) {
 		f := &c.Followed
 		t := s.tables[name]
 		switch {

@@ -2,6 +2,7 @@ package feed
 
 import (
 	"context"
+	"errors"
 	"slices"
 	"sync"
 	"testing"
@@ -21,6 +22,9 @@ type sharedStore struct {
 	cols   map[uint64][]store.Column
 	series map[string]uint64
 	fn     func(store.Followed)
+	// fail, when set, is SeriesID's error (the other processes out of
+	// reach).
+	fail error
 }
 
 func (s *sharedStore) AddColumns(_ context.Context, tid uint64, cols []store.Column) ([]store.Column, error) {
@@ -37,6 +41,9 @@ func (s *sharedStore) AddColumns(_ context.Context, tid uint64, cols []store.Col
 func (s *sharedStore) SeriesID(_ context.Context, tid uint64, key string, _ []store.Field) (uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	if s.fail != nil {
+		return 0, s.fail
+	}
 	k := string(rune(tid)) + key
 	if id, ok := s.series[k]; ok {
 		return id, nil
@@ -133,4 +140,40 @@ func TestFollowedTableChanges(t *testing.T) {
 	applied(store.Followed{Table: store.TableMeta{Name: "o", Epoch: 4, Seq: 42, Dropped: true}, Ended: trunc.ID, Version: 13})
 	_, err = d.Status("o")
 	require.ErrorIs(t, err, ErrTableNotFound, "a DROP through another process")
+}
+
+// TestSharedStoreFailureFailsOnlyItsWrite makes the shared store fail to
+// number a new series: that write fails with ErrUnavailable and nothing
+// of it is applied, while the sequencer runs on, committing the writes of
+// known series at once and the new series once the store answers again.
+func TestSharedStoreFailureFailsOnlyItsWrite(t *testing.T) {
+	ctx := context.Background()
+	scfg := badgerstore.DefaultConfig()
+	scfg.Dir = t.TempDir()
+	db, err := badgerstore.Open(scfg, nil, nil)
+	require.NoError(t, err)
+	st := &sharedStore{DB: db, cols: map[uint64][]store.Column{}, series: map[string]uint64{}}
+	s, d, err := Open(DefaultConfig(), st, nil, nil)
+	require.NoError(t, err)
+	h := &harness{t: t, dir: scfg.Dir, db: db, s: s, d: d, done: make(chan error, 1)}
+	h.start()
+	defer h.close()
+	_, _, err = s.CreateTable(ctx, "t", true)
+	require.NoError(t, err)
+	mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
+
+	st.mu.Lock()
+	st.fail = errors.New("meta bucket unreachable")
+	st.mu.Unlock()
+	_, err = s.Append(ctx, &Batch{Points: []Point{pt("t", 2, tg("host", "a"), fld("v", iv(2))), pt("t", 3, tg("host", "b"), fld("v", iv(3)))}})
+	require.ErrorIs(t, err, ErrUnavailable, "a write with a series the store cannot number")
+	mustAppend(t, s, pt("t", 4, tg("host", "a"), fld("v", iv(4))))
+
+	st.mu.Lock()
+	st.fail = nil
+	st.mu.Unlock()
+	mustAppend(t, s, pt("t", 5, tg("host", "b"), fld("v", iv(5))))
+	status, err := d.Status("t")
+	require.NoError(t, err)
+	require.Equal(t, uint64(3), status.Watermark, "the failed write left nothing: its line of a known series neither")
 }

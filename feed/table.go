@@ -32,6 +32,11 @@ type table struct {
 	// version is the store.Followed.Version of the metadata last taken
 	// from another process's change (store.Shared only).
 	version uint64
+	// metaPending and announce are what the resolver added to the table
+	// (store.Shared only: resolve.go) that its next block carries: its
+	// metadata (the columns, a table created) and the new series.
+	metaPending bool
+	announce    []store.Series
 
 	mu  sync.Mutex // guards pub
 	pub published

@@ -213,7 +213,7 @@ func (s *Sequencer) runControl(o *op) {
 // a storage failure.
 func (s *Sequencer) changeErr(what string, err error) error {
 	if errors.Is(err, store.ErrEnded) {
-		s.applyFollowed()
+		s.applyFollowed(true)
 		return fmt.Errorf("%w: %s", ErrTableChanged, err)
 	}
 	return storageErr(what, err)

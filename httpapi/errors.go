@@ -68,7 +68,7 @@ func errorStatus(err error) (int, string) {
 		return http.StatusForbidden, wire.CodeForbidden
 	case errors.Is(err, feed.ErrConsumerNotFound):
 		return http.StatusNotFound, wire.CodeConsumerNotFound
-	case errors.Is(err, feed.ErrClosed), errors.Is(err, feed.ErrBusy), errors.Is(err, feed.ErrTableChanged),
+	case errors.Is(err, feed.ErrClosed), errors.Is(err, feed.ErrBusy), errors.Is(err, feed.ErrTableChanged), errors.Is(err, feed.ErrUnavailable),
 		errors.Is(err, errResponseBudget):
 		return http.StatusServiceUnavailable, wire.CodeUnavailable
 	case errors.Is(err, context.Canceled):

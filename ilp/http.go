@@ -483,6 +483,9 @@ func (in *Ingest) writeAppendError(w http.ResponseWriter, err error) {
 	case errors.Is(err, feed.ErrClosed):
 		w.Header().Set("Retry-After", "1")
 		writeError(w, http.StatusServiceUnavailable, codeUnavailable, "server is shutting down", 0)
+	case errors.Is(err, feed.ErrUnavailable):
+		w.Header().Set("Retry-After", "1")
+		writeError(w, http.StatusServiceUnavailable, codeUnavailable, err.Error(), 0)
 	case errors.Is(err, context.Canceled):
 		// The client went away; the batch may still commit.
 	default:

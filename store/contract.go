@@ -180,8 +180,16 @@ type StatsReader interface {
 // from the backend, so that a tag set is one series and a column one
 // position in every process, and follows what the other processes wrote
 // and changed: their blocks, the tables they created, their TRUNCATE,
-// DROP, SET SYNC and retention. AddColumns and SeriesID are writer only;
-// Follow is called once, before the feed loads the tables.
+// DROP, SET SYNC and retention. Follow is called once, before the feed
+// loads the tables.
+//
+// Concurrency: a shared store's round trips must not hold the writer, so
+// the feed calls AddColumns, SeriesID, and NewTableID and PutTable for a
+// table a write creates, from one goroutine of its own (its resolver:
+// docs/design.md#shared-metadata), at the same time as the writer's calls
+// (Append, the DDL of Tables, the sweeps). Every such call of one
+// goroutine is a compare-and-set the backend retries or merges on
+// conflict, whichever goroutine or process it meets.
 //
 // An instance another process ended (TRUNCATE, DROP) stays writable for
 // the caller until it takes the report of the change (Follow): AddColumns

@@ -18,8 +18,9 @@ var _ store.Shared = (*Store)(nil)
 
 // AddColumns implements store.Shared with one compare-and-set update of
 // the table's record (re-read and merged on a conflict). On an instance
-// another process ended it merges in memory only (store.Shared). Writer
-// only.
+// another process ended it merges in memory only (store.Shared). Safe
+// for concurrent use with the writer (a conflict with its updates is
+// merged as one with another process's).
 func (s *Store) AddColumns(ctx context.Context, tid uint64, cols []store.Column) ([]store.Column, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
@@ -80,7 +81,7 @@ func seriesKey(tid uint64, key string) string {
 // (its own number is skipped: ids have gaps, never two tag sets). A
 // process takes its numbers from the instance's counter (n.TID)
 // seriesIDBlock at a time, so that processes numbering new series of one
-// table at once seldom contend for the counter. Writer only.
+// table at once seldom contend for the counter. Safe for concurrent use.
 func (s *Store) SeriesID(ctx context.Context, tid uint64, key string, _ []store.Field) (uint64, error) {
 	if err := s.enter(ctx); err != nil {
 		return 0, err
@@ -149,8 +150,10 @@ type idBlock struct{ next, end uint64 }
 
 // nextSeriesID returns an unused series id of instance tid from this
 // process's reserved block, reserving the next block when it is used up.
-// Writer only.
+// Safe for concurrent use (idMu).
 func (s *Store) nextSeriesID(tid uint64) (uint64, error) {
+	s.idMu.Lock()
+	defer s.idMu.Unlock()
 	if b, ok := s.idBlocks[tid]; ok && b.next < b.end {
 		s.idBlocks[tid] = idBlock{b.next + 1, b.end}
 		return b.next, nil

@@ -157,7 +157,9 @@ func (s *Store) contended(what string, attempt func() (done bool, err error)) er
 
 // PutTable implements store.Tables with one compare-and-set update of the
 // name's record. A new instance gets the name's stream (created when
-// missing) and resumes above a tombstone of the same name. Writer only.
+// missing) and resumes above a tombstone of the same name. Safe for
+// concurrent use with the writer: the feed's resolver creates the tables
+// writes bring (store.Shared).
 func (s *Store) PutTable(ctx context.Context, m store.TableMeta) (store.TableMeta, error) {
 	if err := s.enter(ctx); err != nil {
 		return store.TableMeta{}, err

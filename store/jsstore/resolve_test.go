@@ -1,0 +1,160 @@
+package jsstore
+
+import (
+	"context"
+	"errors"
+	"math"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/feed"
+	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/testdeadline"
+)
+
+// stalling is a Store whose round trips for new tables, columns and
+// series hang while it is stalled, as when the meta bucket's servers stop
+// answering: the calls the feed makes when a write brings a name the
+// cluster has not numbered.
+type stalling struct {
+	*Store
+	mu      sync.Mutex
+	gate    chan struct{} // non-nil: stalled until closed
+	waiting atomic.Int32  // calls held at the gate
+}
+
+func (s *stalling) hold() {
+	s.mu.Lock()
+	g := s.gate
+	s.mu.Unlock()
+	if g != nil {
+		s.waiting.Add(1)
+		<-g
+		s.waiting.Add(-1)
+	}
+}
+
+func (s *stalling) stall() {
+	s.mu.Lock()
+	s.gate = make(chan struct{})
+	s.mu.Unlock()
+}
+
+func (s *stalling) resume() {
+	s.mu.Lock()
+	if s.gate != nil {
+		close(s.gate)
+		s.gate = nil
+	}
+	s.mu.Unlock()
+}
+
+func (s *stalling) NewTableID(ctx context.Context) (uint64, error) {
+	s.hold()
+	return s.Store.NewTableID(ctx)
+}
+
+func (s *stalling) PutTable(ctx context.Context, m store.TableMeta) (store.TableMeta, error) {
+	s.hold()
+	return s.Store.PutTable(ctx, m)
+}
+
+func (s *stalling) AddColumns(ctx context.Context, tid uint64, cols []store.Column) ([]store.Column, error) {
+	s.hold()
+	return s.Store.AddColumns(ctx, tid, cols)
+}
+
+func (s *stalling) SeriesID(ctx context.Context, tid uint64, key string, tags []store.Field) (uint64, error) {
+	s.hold()
+	return s.Store.SeriesID(ctx, tid, key, tags)
+}
+
+// point is one line of table at ts: host=host v=ts.
+func point(table, host string, ts int64) feed.Point {
+	return feed.Point{Table: table, Series: "host=" + host, Tags: []feed.Tag{{Key: "host", Value: host}},
+		Fields: []feed.PointField{{Key: "v", Value: feed.Value{Kind: feed.KindFloat, Num: math.Float64bits(float64(ts))}}},
+		Time:   ts, Line: 1}
+}
+
+// TestStalledMetadataHoldsOnlyNewNames stalls the shared store's round
+// trips for new tables, columns and series on a node whose sequencer
+// runs on a real JetStream: the writes that bring new names (a new table,
+// a new series and a new column of a table in use) wait, while the
+// writers of known series keep committing; once the store answers, the
+// held writes commit too and every line is drained once. A sequencer
+// that made those round trips itself would hold every writer behind
+// them.
+func TestStalledMetadataHoldsOnlyNewNames(t *testing.T) {
+	h := newHarness(t, 1)
+	st := &stalling{Store: h.open(t, h.config(t))}
+	defer func() { require.NoError(t, st.Close()) }()
+	cfg := feed.DefaultConfig()
+	cfg.SyncTables = []string{"*"}
+	seq, d, err := feed.Open(cfg, st, nil, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- seq.Run(ctx) }()
+	defer func() {
+		st.resume() // a failed test's held calls return
+		cancel()
+		require.NoError(t, <-ran)
+	}()
+	wctx, wcancel := context.WithTimeout(context.Background(), testdeadline.Scale(time.Minute))
+	defer wcancel()
+	write := func(ps ...feed.Point) *feed.Pending {
+		p, err := seq.Submit(wctx, &feed.Batch{Points: ps})
+		require.NoError(t, err)
+		return p
+	}
+	acked := func(p *feed.Pending, what string) {
+		t.Helper()
+		res, err := p.Wait(wctx)
+		require.NoError(t, err, what)
+		require.Empty(t, res.Rejected, what)
+		require.Equal(t, 1, res.Accepted, what)
+	}
+	acked(write(point("steady", "a", 1)), "first write")
+
+	st.stall()
+	held := []*feed.Pending{
+		write(point("fresh", "a", 1)),  // a new table
+		write(point("steady", "b", 2)), // a new series
+	}
+	wide := point("steady", "a", 3)
+	wide.Fields = append(wide.Fields, feed.PointField{Key: "w", Value: feed.Value{Kind: feed.KindInt, Num: 7}})
+	held = append(held, write(wide)) // a new column
+	for st.waiting.Load() == 0 {
+		require.NoError(t, wctx.Err(), "no write reached the shared store's round trips")
+		time.Sleep(time.Millisecond)
+	}
+	const steady = 50
+	for i := range steady {
+		// Each answered while the store is stalled: the sequencer never
+		// waits for it.
+		acked(write(point("steady", "a", int64(10+i))), "a write of a known series while the store is stalled")
+	}
+	require.Positive(t, st.waiting.Load(), "the stall held until the steady writes were answered")
+	_, err = d.Table("fresh")
+	require.True(t, errors.Is(err, feed.ErrTableNotFound), "the new table waits for the store: %v", err)
+
+	st.resume()
+	for _, p := range held {
+		acked(p, "a held write, once the store answers")
+	}
+	count := func(table string) int {
+		n := 0
+		_, err := d.Drain(wctx, feed.DrainRequest{Table: table, Limit: 1000}, func([]feed.Column, []feed.Value) error {
+			n++
+			return nil
+		})
+		require.NoError(t, err)
+		return n
+	}
+	require.Equal(t, 1+steady+2, count("steady"))
+	require.Equal(t, 1, count("fresh"))
+}
