@@ -190,7 +190,20 @@ type mirrorWriter struct {
 	next    int64   // next in-order time offset
 	points  []int64 // times written, for overwrites (host = time % 5)
 	written *atomic.Int64
+	// gate, when set, holds the writer once gate.limit lines are written
+	// until gate.open is closed.
+	gate *writeGate
 }
+
+// writeGate pauses writers at a point of the run (see mirrorWriter.gate).
+type writeGate struct {
+	limit int64
+	open  chan struct{}
+	once  sync.Once
+}
+
+// release lets the held writers go on (idempotent).
+func (g *writeGate) release() { g.once.Do(func() { close(g.open) }) }
 
 // line returns one ILP line.
 func (w *mirrorWriter) line() string {
@@ -227,6 +240,9 @@ func (w *mirrorWriter) line() string {
 // run writes batches of size lines, pausing between batches.
 func (w *mirrorWriter) run(batches, size int) error {
 	for range batches {
+		if w.gate != nil && w.written.Load() >= w.gate.limit {
+			<-w.gate.open
+		}
 		lines := make([]string, size)
 		for i := range lines {
 			lines[i] = w.line()
@@ -277,9 +293,15 @@ func TestMirrorEndToEnd(t *testing.T) {
 
 	const batches, size = 120, 8
 	total := written.Load() + int64(len(writers)*batches*size)
+	// The writers wait at the truncate's point until it is done, so that
+	// a good share of the lines (over a third) lands after it however
+	// slow the truncate's request is on a busy machine.
+	truncateAt := int64((0.4 + 0.2*rng.Float64()) * float64(total))
+	gate := &writeGate{limit: truncateAt, open: make(chan struct{})}
 	errs := make(chan error, len(writers))
 	var wg sync.WaitGroup
 	for _, w := range writers {
+		w.gate = gate
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
@@ -291,7 +313,10 @@ func TestMirrorEndToEnd(t *testing.T) {
 		wg.Wait()
 		close(writersDone)
 	}()
-	defer func() { <-writersDone }() // a failing test still waits for its writers
+	defer func() { // a failing test still waits for its writers
+		gate.release()
+		<-writersDone
+	}()
 
 	cursorFile := filepath.Join(dir, "mirror.cursor")
 	metricsAddr := mirrorFreeAddr(t)
@@ -316,9 +341,8 @@ func TestMirrorEndToEnd(t *testing.T) {
 			}
 		}
 	})
-	atLeast := func(frac float64, what string) {
+	atLeast := func(n int64, what string) {
 		t.Helper()
-		n := int64(frac * float64(total))
 		pollUntil(t, 2*time.Minute, func() bool { return written.Load() >= n }, "%s", fmt.Sprintf("%d lines written before %s", n, what))
 	}
 
@@ -326,7 +350,7 @@ func TestMirrorEndToEnd(t *testing.T) {
 	// has written its cursor.
 	m1 := startMirrorProc(t, bin, logs[0], args()...)
 	pollUntil(t, time.Minute, func() bool { _, ok := readMirrorCursor(t, cursorFile); return ok }, "%s", "run 1 bootstrapped")
-	atLeast(0.15+0.15*rng.Float64(), "the first kill")
+	atLeast(int64((0.15+0.15*rng.Float64())*float64(total)), "the first kill")
 	m1.kill(t)
 	c1, ok := readMirrorCursor(t, cursorFile)
 	require.True(t, ok)
@@ -336,10 +360,11 @@ func TestMirrorEndToEnd(t *testing.T) {
 	// soon as its resync has truncated B (B's epoch moves), so while it
 	// copies A or just after.
 	m2 := startMirrorProc(t, bin, logs[1], args()...)
-	atLeast(0.4+0.2*rng.Float64(), "the truncate")
+	atLeast(truncateAt, "the truncate")
 	epochB := b.syncStatus(t, table).Epoch
 	r := a.send(t, http.MethodPost, tablePath(table)+"/truncate", "")
 	require.Equal(t, http.StatusOK, r.Status, "%s", r)
+	gate.release()
 	pollUntil(t, time.Minute, func() bool { return b.syncStatus(t, table).Epoch > epochB }, "%s", "run 2 truncates B to resync")
 	m2.kill(t)
 	log2, err := os.ReadFile(logs[1])
