@@ -49,11 +49,13 @@ var (
 	// ErrBusy is returned by AppendWithin when the queue stayed full for
 	// the whole submit timeout.
 	ErrBusy = errors.New("feed: sequencer queue full")
-	// ErrUnavailable fails a write with a store.Shared backend when the
-	// store did not create its table, add its columns or number its
-	// series (the other processes out of reach for longer than the
-	// store's timeout): nothing of the write was applied; retry.
-	ErrUnavailable = errors.New("feed: the shared store did not answer for new tables, columns or series: retry")
+	// ErrUnavailable fails a write or table operation when a store that
+	// keeps its data over the network (store.ErrUnavailable) did not
+	// answer in time: for new tables, columns or series (nothing of the
+	// write applied), for a commit (the write may have landed: a retry
+	// writes its points again, which overwrites them) or for a table
+	// change (not made). The sequencer runs on; retry.
+	ErrUnavailable = errors.New("feed: the store did not answer in time: retry")
 	// ErrClosed is returned once the sequencer has stopped.
 	ErrClosed = errors.New("feed: sequencer stopped")
 	// ErrTableChanged is returned by Truncate and Drop when another ingestd

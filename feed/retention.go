@@ -147,6 +147,13 @@ func (s *Sequencer) sweepStep() error {
 			sw.next()
 		}
 	}
+	if err != nil && !errors.Is(err, errStorage) {
+		// The store did not answer (ErrUnavailable): the table waits
+		// for the next pass.
+		s.logger.Warn("retention sweep of a table put off", "table", t.name, "err", err)
+		sw.next()
+		return nil
+	}
 	return err
 }
 

@@ -573,8 +573,9 @@ func (s *Sequencer) process(ops []*op) error {
 			n++
 		}
 		err := s.commitGroup(ops[:n])
-		s.finish(ops[:n], err, n == len(ops) || err != nil)
-		if err != nil {
+		fatal := err != nil && errors.Is(err, errStorage)
+		s.finish(ops[:n], err, n == len(ops) || fatal)
+		if fatal {
 			failOps(ops[n:], err)
 			return err
 		}
@@ -618,7 +619,14 @@ var storeCtx = context.Background()
 // errStorage marks errors that stop the sequencer.
 var errStorage = errors.New("feed: storage failure")
 
+// storageErr is the error of a store call that failed: ErrUnavailable
+// when the store's service did not answer (store.ErrUnavailable: the
+// operation fails, the sequencer runs on), else a storage failure that
+// stops the sequencer (the disk's own: errStorage).
 func storageErr(what string, err error) error {
+	if errors.Is(err, store.ErrUnavailable) {
+		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
+	}
 	return fmt.Errorf("%w: %s: %w", errStorage, what, err)
 }
 
@@ -719,7 +727,11 @@ func (s *Sequencer) flushGroup() error {
 		start = s.now()
 	}
 	if err := s.st.Append(storeCtx, commits, stamped); err != nil {
-		return storageErr("commit", err)
+		err = storageErr("commit", err)
+		if !errors.Is(err, errStorage) {
+			s.abandonGroup()
+		}
+		return err
 	}
 	s.m.commitSeconds.Observe(s.now().Sub(start).Seconds())
 	// The other processes' blocks numbered below this group's are applied
@@ -740,6 +752,21 @@ func (s *Sequencer) flushGroup() error {
 		g.t.group = nil
 	}
 	return nil
+}
+
+// abandonGroup forgets the group a commit failed for, when the sequencer
+// runs on (ErrUnavailable): its tables' next group carries again the
+// metadata and series this one did (another process learns a series from
+// the block that brings it).
+func (s *Sequencer) abandonGroup() {
+	for _, g := range s.groupTables {
+		t := g.t
+		t.metaPending = t.metaPending || g.metaDirty
+		if s.shared != nil {
+			t.announce = append(g.newSeries, t.announce...)
+		}
+		t.group = nil
+	}
 }
 
 // applyBatch validates each point of o's batch and adds the accepted ones

@@ -152,22 +152,29 @@ func (s *Sequencer) runControl(o *op) {
 	}
 	switch o.kind {
 	case opCreate, opSetSync:
+		// Each change is stored before the table takes it: a store that
+		// did not answer (ErrUnavailable) leaves the table as it was.
 		if o.retention != nil {
-			t.setRetention(*o.retention)
-			if _, err := s.st.PutTable(storeCtx, t.meta); err != nil {
+			m := t.meta
+			ns := int64(*o.retention)
+			m.Retention = &ns
+			if _, err := s.st.PutTable(storeCtx, m); err != nil {
 				o.err = storageErr("set retention", err)
 				return
 			}
+			t.setRetention(*o.retention)
 		}
 		if !o.keepSync && t.meta.Sync != o.flag {
-			t.meta.Sync = o.flag
+			m := t.meta
+			m.Sync = o.flag
 			if o.flag {
-				t.meta.Epoch++
+				m.Epoch++
 			}
-			if _, err := s.st.PutTable(storeCtx, t.meta); err != nil {
+			if _, err := s.st.PutTable(storeCtx, m); err != nil {
 				o.err = storageErr("set sync", err)
 				return
 			}
+			t.meta.Sync, t.meta.Epoch = m.Sync, m.Epoch
 			t.mu.Lock()
 			t.pub.sync, t.pub.epoch = t.meta.Sync, t.meta.Epoch
 			t.notifyLocked()

@@ -23,6 +23,14 @@ var (
 	// DROP): the caller's view of the table is older than the backend's,
 	// whose report of the change (Shared.Follow) is on its way.
 	ErrEnded = errors.New("store: table instance ended by another process")
+	// ErrUnavailable wraps the error of a backend that stores over the
+	// network (store/jsstore) when the service did not answer within the
+	// backend's timeout: nothing of the call may be assumed durable (a
+	// write may still land later, at numbers never assigned to anything
+	// else), and the same call may succeed once the service answers. The
+	// caller fails the operation and goes on; every other error of a
+	// write is the backend's own storage failing.
+	ErrUnavailable = errors.New("store: unavailable")
 )
 
 // CorruptionError is returned when a stored key or value cannot be decoded.

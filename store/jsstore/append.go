@@ -343,7 +343,7 @@ func (s *Store) publish(j *publishJob) (uint64, error) {
 		}
 		s.failed(began)
 		if time.Now().Add(wait).After(deadline) {
-			return 0, fmt.Errorf("jsstore: publish to stream %s: %w", t.stream, err)
+			return 0, unavailable(fmt.Errorf("jsstore: publish to stream %s: %w", t.stream, err))
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, time.Second)

@@ -26,7 +26,12 @@
 // in time, no responders, JetStream temporarily unavailable) until
 // Config.PublishTimeout (retry); a record update or a table id whose
 // answer was lost is detected by compare-and-set and re-read, never
-// applied twice. A server cut off from its cluster keeps its client
+// applied twice. A call the cluster did not answer within
+// Config.PublishTimeout (a publish, a DDL call, a compare-and-set that
+// kept conflicting, a follower that did not deliver an acknowledged
+// block) returns an error wrapping store.ErrUnavailable: the feed fails
+// that operation and runs on; only the row cache's own disk failing
+// stops it. A server cut off from its cluster keeps its client
 // connections up while every JetStream request through it fails, and
 // nats.go reconnects only when the connection breaks: after
 // Config.SwitchAfter of failures without a success (publishes, their

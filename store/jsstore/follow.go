@@ -526,7 +526,7 @@ func (t *table) await(deadline time.Time, ok func() bool) error {
 			for i, m := range f.held {
 				held[i] = m.seq
 			}
-			return fmt.Errorf("jsstore: stream %s not delivered up to the acknowledged message in time (applied up to %d, holding %v)", t.stream, f.applied, held)
+			return unavailable(fmt.Errorf("jsstore: stream %s not delivered up to the acknowledged message in time (applied up to %d, holding %v)", t.stream, f.applied, held))
 		}
 		f.fcond.Wait()
 	}

@@ -404,6 +404,16 @@ func transient(err error) bool {
 		errors.Is(err, jetstream.ErrNoStreamResponse) || errors.Is(err, nats.ErrConnectionReconnecting)
 }
 
+// unavailable marks err, the failure of a call the cluster did not
+// answer in time, as store.ErrUnavailable: the feed fails the operation
+// and runs on (docs/design.md#shared-metadata).
+func unavailable(err error) error {
+	if errors.Is(err, store.ErrUnavailable) {
+		return err
+	}
+	return fmt.Errorf("%w: %w", store.ErrUnavailable, err)
+}
+
 // retry runs op (each attempt bounded by opTimeout) until it succeeds, fails
 // for good, or Config.PublishTimeout has passed: what Open and the DDL
 // calls do while the cluster elects a leader.
@@ -421,8 +431,11 @@ func (s *Store) retry(op func(ctx context.Context) error) error {
 		case transient(err):
 			s.failed(began)
 		}
-		if err == nil || !transient(err) || time.Now().Add(wait).After(deadline) {
+		if err == nil || !transient(err) {
 			return err
+		}
+		if time.Now().Add(wait).After(deadline) {
+			return unavailable(err)
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, time.Second)

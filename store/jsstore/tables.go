@@ -147,7 +147,7 @@ func (s *Store) contended(what string, attempt func() (done bool, err error)) er
 			return err
 		}
 		if time.Now().After(deadline) {
-			return fmt.Errorf("jsstore: %s: other processes kept changing it for %s (--jetstream-publish-timeout)", what, s.cfg.PublishTimeout)
+			return unavailable(fmt.Errorf("jsstore: %s: other processes kept changing it for %s (--jetstream-publish-timeout)", what, s.cfg.PublishTimeout))
 		}
 		s.m.conflicts.Inc()
 		time.Sleep(pause/2 + rand.N(pause/2+1))

@@ -158,3 +158,61 @@ func TestStalledMetadataHoldsOnlyNewNames(t *testing.T) {
 	require.Equal(t, 1+steady+2, count("steady"))
 	require.Equal(t, 1, count("fresh"))
 }
+
+// TestClusterGoneFailsWritesNotTheNode stops the only JetStream server
+// under a running feed for longer than --jetstream-publish-timeout: a
+// write of a known series (its commit) and a write of a new series (its
+// series id) fail with feed.ErrUnavailable, the sequencer runs on, and
+// once the server is back the same writes commit and drain.
+func TestClusterGoneFailsWritesNotTheNode(t *testing.T) {
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	cfg.PublishTimeout, cfg.SwitchAfter = time.Second, 500*time.Millisecond
+	st := h.open(t, cfg)
+	defer func() { require.NoError(t, st.Close()) }()
+	fcfg := feed.DefaultConfig()
+	fcfg.SyncTables = []string{"*"}
+	seq, d, err := feed.Open(fcfg, st, nil, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- seq.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-ran)
+	}()
+	wctx, wcancel := context.WithTimeout(context.Background(), testdeadline.Scale(2*time.Minute))
+	defer wcancel()
+	write := func(p feed.Point) error {
+		res, err := seq.Append(wctx, &feed.Batch{Points: []feed.Point{p}})
+		if err == nil {
+			require.Empty(t, res.Rejected)
+		}
+		return err
+	}
+	require.NoError(t, write(point("t", "a", 1)))
+
+	h.cluster.Stop(0)
+	require.ErrorIs(t, write(point("t", "a", 2)), feed.ErrUnavailable, "a commit the cluster did not answer")
+	require.ErrorIs(t, write(point("t", "b", 3)), feed.ErrUnavailable, "a series id the cluster did not answer")
+	select {
+	case err := <-ran:
+		t.Fatalf("the sequencer stopped: %v", err)
+	default:
+	}
+
+	h.cluster.Restart(0)
+	h.cluster.WaitJetStream()
+	for write(point("t", "a", 2)) != nil {
+		require.NoError(t, wctx.Err(), "no commit once the server is back")
+		time.Sleep(50 * time.Millisecond)
+	}
+	require.NoError(t, write(point("t", "b", 3)))
+	seen := map[int64]bool{}
+	_, err = d.Drain(wctx, feed.DrainRequest{Table: "t", Limit: 1000, Columns: []string{"time"}}, func(_ []feed.Column, vals []feed.Value) error {
+		seen[vals[0].Int()] = true
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, map[int64]bool{1: true, 2: true, 3: true}, seen, "every acknowledged write")
+}
