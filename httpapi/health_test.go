@@ -50,3 +50,28 @@ func TestHealthFollowsLifecycle(t *testing.T) {
 		t.Fatal("BeginShutdown did not close the channel that ends long-polls")
 	}
 }
+
+// TestHealthFailsWhileTheStoreLags: a ready server whose store reports
+// what it does not keep up with (store.HealthReporter) fails /health
+// with the store's message, and passes again once the store does.
+func TestHealthFailsWhileTheStoreLags(t *testing.T) {
+	lag := "jetstream: 1 table streams not applied to the row cache: T_x (stopped: corrupt)"
+	api := New(Options{Health: func() string { return lag }}, nil)
+	api.SetReady(true)
+	get := func() (int, map[string]any) {
+		rec := httptest.NewRecorder()
+		api.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/health", nil))
+		var body map[string]any
+		require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &body))
+		return rec.Code, body
+	}
+	code, body := get()
+	require.Equal(t, http.StatusServiceUnavailable, code)
+	require.Equal(t, "fail", body["status"])
+	require.Equal(t, lag, body["message"])
+	require.Equal(t, []any{map[string]any{"name": "store", "status": "fail", "message": lag}}, body["checks"])
+	lag = ""
+	code, body = get()
+	require.Equal(t, http.StatusOK, code)
+	require.Equal(t, "pass", body["status"])
+}

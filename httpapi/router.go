@@ -96,6 +96,9 @@ type Options struct {
 	// Gatherer is read by the status page for the server's health (queue
 	// depth, commit latency, disk free, store size); nil shows n/a.
 	Gatherer prometheus.Gatherer
+	// Health, when set, says what the store does not keep up with (""
+	// when nothing: store.HealthReporter); /health then fails (503).
+	Health func() string
 	// TLS and Store describe the listeners' TLS ("off", "on", with the
 	// client-certificate policy) and the storage backend for the status
 	// page; empty shows n/a.
@@ -473,13 +476,21 @@ func (a *API) ping(w http.ResponseWriter, _ *http.Request) { w.WriteHeader(http.
 
 func (a *API) health(w http.ResponseWriter, _ *http.Request) {
 	body := map[string]any{"name": "ingestd", "version": Version, "checks": []any{}}
-	if a.ready.Load() {
-		body["status"], body["message"] = "pass", "ready for queries and writes"
-		writeJSON(w, http.StatusOK, body)
+	if !a.ready.Load() {
+		body["status"], body["message"] = "fail", "not ready (starting or stopping)"
+		writeJSON(w, http.StatusServiceUnavailable, body)
 		return
 	}
-	body["status"], body["message"] = "fail", "not ready (starting or stopping)"
-	writeJSON(w, http.StatusServiceUnavailable, body)
+	if a.opts.Health != nil {
+		if msg := a.opts.Health(); msg != "" {
+			body["status"], body["message"] = "fail", msg
+			body["checks"] = []any{map[string]any{"name": "store", "status": "fail", "message": msg}}
+			writeJSON(w, http.StatusServiceUnavailable, body)
+			return
+		}
+	}
+	body["status"], body["message"] = "pass", "ready for queries and writes"
+	writeJSON(w, http.StatusOK, body)
 }
 
 func (a *API) spec(w http.ResponseWriter, _ *http.Request) {

@@ -224,6 +224,16 @@ type Shared interface {
 	Follow(fn func(Followed))
 }
 
+// HealthReporter is implemented by a backend that can stop keeping up
+// with what it stores without failing every call (store/jsstore: a
+// table's follower that no longer applies its stream); the server's
+// /health reports it (docs/operations.md#health).
+type HealthReporter interface {
+	// Unhealthy returns what the backend does not keep up with, "" when
+	// nothing. Safe for concurrent use; no I/O.
+	Unhealthy() string
+}
+
 // Followed is what a Shared backend applied of another process's writes
 // to one table name, in one of three forms:
 //   - a block of a live instance: Table is the instance's metadata as the

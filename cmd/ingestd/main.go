@@ -580,6 +580,9 @@ func wire(cfg config, db store.Backend, logger *slog.Logger, reg *prometheus.Reg
 		StatusSamples: cfg.http.StatusSamples, StatusMaxTables: cfg.http.StatusMaxTables, StatusMaxConsumers: cfg.http.StatusMaxConsumers, MaxDatabases: cfg.http.MaxDatabases,
 		TLS: describeTLS(cfg.auth), Store: describeStore(cfg),
 	}
+	if hr, ok := db.(store.HealthReporter); ok {
+		opts.Health = hr.Unhealthy
+	}
 	if sec != nil {
 		opts.Auth, opts.Audit, opts.Protected = sec.authn, sec.audit, sec.protected
 		in.SetAuth(sec.ilpAuth())

@@ -55,6 +55,10 @@ type follower struct {
 	// messages up to it count as catch-up (ingestd_jetstream_catchup_messages_total).
 	catchUpTo uint64
 	err       error // the follower stopped on a message it cannot read
+	// stuck is when a call last gave up waiting on the follower (await's
+	// deadline), until it applies a message or a call's wait succeeds
+	// (zero: it keeps up).
+	stuck time.Time
 	// waiters counts the calls waiting on the follower (await): the
 	// stream holds what they wait for.
 	waiters int
@@ -459,7 +463,7 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 		}
 	}
 	f.fmu.Lock()
-	f.applied = seq
+	f.applied, f.stuck = seq, time.Time{}
 	f.fcond.Broadcast()
 	f.fmu.Unlock()
 	return nil
@@ -522,6 +526,7 @@ func (t *table) await(deadline time.Time, ok func() bool) error {
 		case f.closing:
 			return store.ErrClosed
 		case !time.Now().Before(deadline):
+			f.stuck = time.Now()
 			held := make([]uint64, len(f.held))
 			for i, m := range f.held {
 				held[i] = m.seq
@@ -530,6 +535,7 @@ func (t *table) await(deadline time.Time, ok func() bool) error {
 		}
 		f.fcond.Wait()
 	}
+	f.stuck = time.Time{} // what a call waited for is applied
 	return nil
 }
 
@@ -597,4 +603,42 @@ func releaseAll(tables []*table) {
 			t.release(math.MaxUint64)
 		}
 	}
+}
+
+// notConverging returns whether t's follower does not keep up with its
+// stream: it stopped on a message it cannot read, or a call gave up
+// waiting on it and it applied nothing since; why says which.
+func (t *table) notConverging() (why string, ok bool) {
+	t.f.fmu.Lock()
+	defer t.f.fmu.Unlock()
+	switch {
+	case t.f.err != nil:
+		return "stopped: " + t.f.err.Error(), true
+	case !t.f.stuck.IsZero():
+		return fmt.Sprintf("nothing applied since a commit gave up waiting for it %s ago", time.Since(t.f.stuck).Round(time.Second)), true
+	}
+	return "", false
+}
+
+// maxUnhealthyNamed bounds the tables Unhealthy names.
+const maxUnhealthyNamed = 3
+
+// Unhealthy implements store.HealthReporter: the tables whose follower
+// does not keep up with their stream (notConverging), at most
+// maxUnhealthyNamed of them named. Safe for concurrent use.
+func (s *Store) Unhealthy() string {
+	var named []string
+	n := 0
+	for _, t := range s.allTables() {
+		if why, ok := t.notConverging(); ok {
+			n++
+			if len(named) < maxUnhealthyNamed {
+				named = append(named, fmt.Sprintf("%s (%s)", t.stream, why))
+			}
+		}
+	}
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("jetstream: %d table streams not applied to the row cache: %s", n, strings.Join(named, "; "))
 }

@@ -2,6 +2,7 @@ package jsstore
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math"
 	"os"
@@ -727,4 +728,34 @@ func TestRecordsFromABehindReplica(t *testing.T) {
 	require.ErrorIs(t, err, errStaleRecords)
 	require.True(t, transient(err), "a stale watch is retried")
 	require.Equal(t, []string{s.tableKey("a")}, names)
+}
+
+// TestUnhealthyWhileAFollowerLags: a table whose follower stopped on a
+// message it cannot read, or which a commit gave up waiting for, is named
+// by Unhealthy (and counted by its gauge) until the follower applies again
+// or a commit's wait on it succeeds.
+func TestUnhealthyWhileAFollowerLags(t *testing.T) {
+	h := newHarness(t, 1)
+	s := h.open(t, h.config(t))
+	defer func() { require.NoError(t, s.Close()) }()
+	m := createTable(t, s, "lag")
+	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 10, 2, 3)}, nil))
+	require.Empty(t, s.Unhealthy())
+	tb := s.tableByID(t, m.ID)
+
+	tb.f.fmu.Lock()
+	tb.f.stuck = time.Now()
+	tb.f.fmu.Unlock()
+	require.Contains(t, s.Unhealthy(), "jetstream: 1 table streams not applied to the row cache: "+tb.stream+" (nothing applied since a commit gave up")
+	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, false, 20, 2, 3)}, nil))
+	require.Empty(t, s.Unhealthy(), "a commit applied")
+
+	tb.f.fmu.Lock()
+	tb.f.err = &store.CorruptionError{Key: []byte("k"), Err: errors.New("unreadable")}
+	tb.f.fmu.Unlock()
+	require.Contains(t, s.Unhealthy(), tb.stream+" (stopped: store: corrupt value")
+	tb.f.fmu.Lock()
+	tb.f.err = nil
+	tb.f.fmu.Unlock()
+	require.Empty(t, s.Unhealthy())
 }

@@ -256,6 +256,17 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 		s.watchRecords(watchCtx)
 	}()
 	if reg != nil {
+		reg.MustRegister(prometheus.NewGaugeFunc(prometheus.GaugeOpts{Name: "ingestd_jetstream_tables_not_converging",
+			Help: "Tables whose stream this node's row cache no longer applies: its follower stopped on an unreadable message, or a commit gave up waiting for it (--jetstream-publish-timeout) and it applied nothing since; /health then fails."},
+			func() float64 {
+				n := 0
+				for _, t := range s.allTables() {
+					if _, ok := t.notConverging(); ok {
+						n++
+					}
+				}
+				return float64(n)
+			}))
 		reg.MustRegister(s.m.publishes, s.m.retries, s.m.conflicts, s.m.dedups, s.m.behind, s.m.catchup, s.m.purged, s.m.switches,
 			s.m.checks, s.m.checkJoins, s.m.checkHeld, s.m.voided, s.m.changes)
 	}

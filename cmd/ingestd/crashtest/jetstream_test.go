@@ -287,7 +287,7 @@ func startJSRun(t *testing.T) *jsRun {
 	require.Len(t, added, 1, "CREATE TABLE adds one stream: %v (before: %v)", added, before)
 	require.Len(t, buckets, 1, "ingestd adds its meta bucket: %v (before: %v)", buckets, before)
 	r.stream, r.meta = added[0], buckets[0]
-	poll(t, time.Minute, r.current, "streams %s and %s current on every replica", r.stream, r.meta)
+	poll(t, r.electionBound(), r.current, "streams %s and %s current on every replica", r.stream, r.meta)
 	return r
 }
 
@@ -396,14 +396,14 @@ func (r *jsRun) cycle(name string, fault func()) {
 		}
 	}()
 	r.ledger.mark()
-	poll(t, time.Minute, r.ledger.resumed, "cycle %d (%s): every writer acknowledged before the fault", r.cycles, name)
+	poll(t, r.electionBound(), r.ledger.resumed, "cycle %d (%s): every writer acknowledged before the fault", r.cycles, name)
 	r.ledger.mu.Lock()
 	from := len(r.ledger.latency)
 	r.ledger.mu.Unlock()
 	began := time.Now()
 	fault()
 	r.ledger.mark()
-	poll(t, time.Minute, r.ledger.resumed, "cycle %d (%s): writes resume after the fault", r.cycles, name)
+	poll(t, r.electionBound(), r.ledger.resumed, "cycle %d (%s): writes resume after the fault", r.cycles, name)
 	stop()
 	r.ledger.mu.Lock()
 	worst := slices.Max(r.ledger.latency[from:])
@@ -412,6 +412,11 @@ func (r *jsRun) cycle(name string, fault func()) {
 		time.Since(began).Round(time.Millisecond), worst.Round(time.Millisecond))
 	r.verify(name)
 }
+
+// lastBody formats, when a poll fails, the last body it read.
+type lastBody struct{ b []byte }
+
+func (l *lastBody) String() string { return clip(l.b) }
 
 // upTo returns the rows (in x_seq order) at or below x_seq w.
 func upTo(rows []seqLine, w uint64) []seqLine {
@@ -425,9 +430,17 @@ func upTo(rows []seqLine, w uint64) []seqLine {
 // x_seq the consumer saw names the same line.
 func (r *jsRun) verify(name string) {
 	t := r.t
-	for _, n := range r.nodes {
+	for i, n := range r.nodes {
 		requireCleanLog(t, n.proc().log(t))
 		require.False(t, n.proc().exited(), "cycle %d (%s): ingestd exited:\n%s", r.cycles, name, n.proc().log(t))
+		// A node whose row cache stopped applying the stream says so.
+		var health lastBody
+		poll(t, r.electionBound(), func() bool {
+			resp, err := do(context.Background(), r.hc, http.MethodGet, n.url()+"/health", nil, nil)
+			require.NoError(t, err)
+			health.b = resp.Body
+			return resp.Status == http.StatusOK
+		}, "cycle %d (%s): node %d healthy (last /health: %s)", r.cycles, name, i, &health)
 	}
 	// A write whose request the stopped writers abandoned may still
 	// commit: the source is compared up to the first drain's watermark.
@@ -435,7 +448,7 @@ func (r *jsRun) verify(name string) {
 	for i, n := range r.nodes[1:] {
 		// The other node serves what it applied: once it reached node 0's
 		// watermark, its pages up to it are node 0's.
-		poll(t, time.Minute, func() bool {
+		poll(t, r.electionBound(), func() bool {
 			all, wn := r.drainAll(n.url())
 			if wn < w {
 				return false
@@ -444,7 +457,7 @@ func (r *jsRun) verify(name string) {
 			return true
 		}, "cycle %d (%s): node %d reaches node 0's watermark %d", r.cycles, name, i+1, w)
 	}
-	poll(t, time.Minute, func() bool {
+	poll(t, r.electionBound(), func() bool {
 		_, err := r.c.pull(context.Background(), r.nodes[0].url(), 1000, false)
 		require.NoError(t, err, "cycle %d (%s): catch up", r.cycles, name)
 		return r.c.cursor >= w
@@ -534,8 +547,8 @@ func (r *jsRun) partition() {
 // leader cut off claims the lead until it notices it lost its quorum).
 func (r *jsRun) serverFault(what string, pick func(leader int) int, down, up func(int)) {
 	var leader int
-	poll(r.t, time.Minute, r.current, "the cluster current before %s", what)
-	poll(r.t, time.Minute, func() bool { leader = r.cluster.StreamLeader(r.stream); return leader >= 0 }, "a leader of %s", r.stream)
+	poll(r.t, r.electionBound(), r.current, "the cluster current before %s", what)
+	poll(r.t, r.electionBound(), func() bool { leader = r.cluster.StreamLeader(r.stream); return leader >= 0 }, "a leader of %s", r.stream)
 	i := pick(leader)
 	began := time.Now()
 	down(i)
@@ -544,17 +557,20 @@ func (r *jsRun) serverFault(what string, pick func(leader int) int, down, up fun
 		r.elections = append(r.elections, time.Since(began))
 	}
 	r.ledger.mark()
-	poll(r.t, time.Minute, r.ledger.resumed, "writes go on with server %d down (%s)", i, what)
+	poll(r.t, r.electionBound(), r.ledger.resumed, "writes go on with server %d down (%s)", i, what)
 	r.t.Logf("every writer acknowledged %s after server %d went down (%s)", time.Since(began).Round(time.Millisecond), i, what)
 	up(i)
 	back := time.Now()
-	poll(r.t, time.Minute, r.current, "server %d current again on %s, %s and the meta group (%s)", i, r.stream, r.meta, what)
+	poll(r.t, r.electionBound(), r.current, "server %d current again on %s, %s and the meta group (%s)", i, r.stream, r.meta, what)
 	r.t.Logf("server %d current again %s after it came back (%s)", i, time.Since(back).Round(time.Millisecond), what)
 }
 
-// electionBound is how long a stream election may take: a minute, or ten
-// times the slowest one this run measured when that is more (poll
-// stretches it further on a busy machine).
+// electionBound is how long a stream election, and whatever waits on one
+// (writes resuming, a server current again, a node catching up), may
+// take: ten times the slowest election this run measured, at least a
+// minute (NATS' own timeouts bound an election on an idle machine); poll
+// stretches it further by the machine's load. Every deadline of the fault
+// tests is this bound.
 func (r *jsRun) electionBound() time.Duration {
 	bound := time.Minute
 	for _, e := range r.elections {
