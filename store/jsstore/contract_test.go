@@ -78,6 +78,11 @@ func (h *harness) storetest() storetest.Harness {
 			return h.open(t, cfg)
 		},
 		Reads: func(b store.Backend) (uint64, uint64) { return b.(*Store).ReadCounts() },
+		Peer: func(t testing.TB, b store.Backend) store.Backend {
+			cfg := h.cfgOf(b)
+			cfg.CacheDir = filepath.Join(t.TempDir(), "cache") // its own row cache
+			return h.open(t, cfg)
+		},
 	}
 }
 

@@ -44,6 +44,11 @@ type Harness struct {
 	// stores them) and point-index entries b's drains and row copies
 	// have read so far, as its read metrics count them. Required.
 	Reads func(b store.Backend) (blocks, entries uint64)
+	// Peer opens another process's backend on b's shared data (another
+	// ingestd node on the same cluster), for a backend that implements
+	// store.Shared: the Shared subtests run only with it. The suite
+	// closes it.
+	Peer func(t testing.TB, b store.Backend) store.Backend
 }
 
 // Run runs every subtest of the contract against the backends h opens.
@@ -79,6 +84,9 @@ func Run(t *testing.T, h Harness) {
 			continue // nothing survives Close: not a property of this backend
 		}
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
+	}
+	if h.Peer != nil {
+		runShared(t, h)
 	}
 }
 
