@@ -431,6 +431,21 @@ func (s *Sequencer) needs(o *op) *resolveReq {
 		}
 		s.pointNeeds(t, tn, p)
 	}
+	if req == nil {
+		return nil
+	}
+	// A table whose points all break a name or limit rule needs nothing
+	// (nor is it created): the apply refuses them.
+	kept := req.tables[:0]
+	for _, tn := range req.tables {
+		if len(tn.cols) > 0 || len(tn.series) > 0 {
+			kept = append(kept, tn)
+		}
+	}
+	if len(kept) == 0 {
+		return nil
+	}
+	req.tables = kept
 	return req
 }
 

@@ -6,11 +6,13 @@ import (
 	"slices"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 // sharedStore is badger made a store.Shared the test drives: it mints
@@ -176,4 +178,41 @@ func TestSharedStoreFailureFailsOnlyItsWrite(t *testing.T) {
 	status, err := d.Status("t")
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), status.Watermark, "the failed write left nothing: its line of a known series neither")
+}
+
+// TestSharedStoreRefusalsNotParked writes, on a shared store, points that
+// need a series or column the limits or name rules refuse: they are
+// rejected for that reason at once (the resolver has nothing to resolve
+// for them), not parked over and over.
+func TestSharedStoreRefusalsNotParked(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), testdeadline.Scale(time.Minute))
+	defer cancel()
+	scfg := badgerstore.DefaultConfig()
+	scfg.Dir = t.TempDir()
+	db, err := badgerstore.Open(scfg, nil, nil)
+	require.NoError(t, err)
+	st := &sharedStore{DB: db, cols: map[uint64][]store.Column{}, series: map[string]uint64{}}
+	cfg := DefaultConfig()
+	cfg.MaxSeriesPerTable, cfg.MaxColumnsPerTable, cfg.MaxTables = 1, 3, 1
+	s, d, err := Open(cfg, st, nil, nil)
+	require.NoError(t, err)
+	h := &harness{t: t, dir: scfg.Dir, db: db, s: s, d: d, done: make(chan error, 1)}
+	h.start()
+	defer h.close()
+	mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
+	for _, c := range []struct {
+		p    Point
+		want error
+	}{
+		{pt("t", 2, tg("host", "b"), fld("v", iv(2))), ErrSeriesLimit},
+		{pt("t", 3, tg("host", "a"), fld("w", iv(3)), fld("x", iv(3))), ErrColumnLimit},
+		{pt("t", 4, tg("host", "a"), fld("bad\\", iv(4))), ErrInvalidName},
+		{pt("u", 5, tg("host", "a"), fld("v", iv(5))), ErrTableLimit},
+	} {
+		res, err := s.Append(ctx, &Batch{Points: []Point{c.p}})
+		require.NoError(t, err, "%v", c.want)
+		require.Len(t, res.Rejected, 1, "%v", c.want)
+		require.ErrorIs(t, res.Rejected[0].Err, c.want)
+	}
+	mustAppend(t, s, pt("t", 6, tg("host", "a"), fld("w", iv(6))))
 }
