@@ -47,11 +47,6 @@ const (
 	DefaultConsumerHoldMaxAge = 24 * time.Hour
 )
 
-// maxMetaBytes bounds a table's metadata value (its columns as JSON, each
-// name escaped to at most 6 bytes per byte): Validate refuses limits whose
-// product could exceed it.
-const maxMetaBytes = store.MaxValueBytes / 4
-
 // Config configures the sequencer and the drain.
 type Config struct {
 	// SyncTables are globs (path.Match syntax); a table auto-created by a
@@ -63,10 +58,10 @@ type Config struct {
 	// MaxGroupPoints caps the points of one group commit.
 	MaxGroupPoints int
 	// MaxGroupBytes caps the encoded bytes of one group commit's fragments
-	// (an upper bound, see fragmentBytes): a group reaching it is committed
-	// and the next starts, also within one batch. It keeps every table's
-	// block, one store value, below store.MaxValueBytes whatever clients
-	// send: at most half of it, plus one line (ilp bounds lines to 64 MiB).
+	// (store.FragmentBytes): a group reaching it is committed and the next
+	// starts, also within one batch. It keeps every table's block below
+	// the store's store.Limits.MaxBlockBytes whatever clients send (Open
+	// refuses a larger one): at most it, plus one fragment.
 	MaxGroupBytes int
 	// MaxColumnsPerTable caps a table's columns (tags plus fields, time
 	// excluded); a line that would add more is rejected.
@@ -233,7 +228,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxDrainScan, "max-drain-scan", c.MaxDrainScan, "most fragments one filtered drain examines; past it the page ends, maybe empty, its next advanced (scan_limited)")
 	fs.IntVar(&c.QueueLength, "feed-queue-length", c.QueueLength, "batches that may wait for the sequencer before writers block")
 	fs.IntVar(&c.MaxGroupPoints, "feed-max-group-points", c.MaxGroupPoints, "most points in one group commit")
-	fs.IntVar(&c.MaxGroupBytes, "feed-max-group-bytes", c.MaxGroupBytes, "most encoded bytes of fragments in one group commit (at most 128 MiB, so that a table's block fits one store value)")
+	fs.IntVar(&c.MaxGroupBytes, "feed-max-group-bytes", c.MaxGroupBytes, "most encoded bytes of fragments in one group commit (with one point more, at most what the store holds in a block: 128 MiB with badger)")
 	fs.IntVar(&c.MaxColumnsPerTable, "feed-max-columns-per-table", c.MaxColumnsPerTable, "most columns (tags plus fields) per table")
 	fs.IntVar(&c.MaxSeriesPerTable, "feed-max-series-per-table", c.MaxSeriesPerTable, "most series (distinct tag sets) per table")
 	fs.IntVar(&c.MaxTables, "feed-max-tables", c.MaxTables, "most tables; a write or CREATE TABLE that would add one more is rejected")
@@ -288,8 +283,8 @@ func (c *Config) Validate() error {
 		return errors.New("feed: --feed-queue-length must be at least 1")
 	case c.MaxGroupPoints < 1:
 		return errors.New("feed: --feed-max-group-points must be at least 1")
-	case c.MaxGroupBytes < 1 || c.MaxGroupBytes > store.MaxValueBytes/2:
-		return fmt.Errorf("feed: --feed-max-group-bytes must be within 1..%d", store.MaxValueBytes/2)
+	case c.MaxGroupBytes < 1:
+		return errors.New("feed: --feed-max-group-bytes must be at least 1")
 	case c.MaxColumnsPerTable < 1:
 		return errors.New("feed: --feed-max-columns-per-table must be at least 1")
 	case c.MaxTables < 1:
@@ -320,9 +315,6 @@ func (c *Config) Validate() error {
 		return errors.New("feed: --feed-max-tombstones must not be negative")
 	case c.MaxNameBytes < 1 || c.MaxNameBytes > MaxNameBytesCeiling:
 		return fmt.Errorf("feed: --max-name-bytes must be within 1..%d", MaxNameBytesCeiling)
-	case c.MaxNameBytes > 0 && c.MaxColumnsPerTable > maxMetaBytes/(6*c.MaxNameBytes+32):
-		return fmt.Errorf("feed: --feed-max-columns-per-table=%d of --max-name-bytes=%d could make a table's metadata exceed %d bytes: lower one",
-			c.MaxColumnsPerTable, c.MaxNameBytes, maxMetaBytes)
 	case c.ConsumerFlushInterval <= 0:
 		return errors.New("feed: --feed-consumer-flush-interval must be positive")
 	case c.DefaultRetention < 0 || c.DefaultRetention > 0 && c.DefaultRetention < MinRetention:
@@ -346,4 +338,18 @@ func (c *Config) syncOnCreate(table string) bool {
 		}
 	}
 	return false
+}
+
+// checkLimits refuses a configuration the store cannot hold: names longer
+// than its keys take, group commits whose block (the bound plus the
+// fragment that crosses it) could outgrow the store's.
+func (c *Config) checkLimits(l store.Limits) error {
+	switch {
+	case c.MaxNameBytes > l.MaxNameBytes:
+		return fmt.Errorf("feed: --max-name-bytes=%d exceeds the %d bytes the store's keys hold", c.MaxNameBytes, l.MaxNameBytes)
+	case c.MaxGroupBytes > l.MaxBlockBytes-l.MaxFragmentBytes:
+		return fmt.Errorf("feed: --feed-max-group-bytes=%d could make a block outgrow the store's %d bytes: at most %d",
+			c.MaxGroupBytes, l.MaxBlockBytes, l.MaxBlockBytes-l.MaxFragmentBytes)
+	}
+	return nil
 }

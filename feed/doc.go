@@ -131,10 +131,11 @@
 // --store-min-free-bytes), an I/O error, a closed store. Nothing a client
 // sends can be the cause, because everything that could make a write
 // impossible is refused at the door, before the sequencer: every name
-// (CheckName) fits a whole key; a table's block, one store value, stays
-// below store.MaxValueBytes (Config.MaxGroupBytes splits a group, ilp
-// bounds a line); a table's metadata is bounded by its columns times the
-// name limit (Validate); a series by its line; timestamps by ILP's range.
+// (CheckName) fits a whole key; a table's block stays below the store's
+// store.Limits.MaxBlockBytes (Config.MaxGroupBytes splits a group, Open
+// checks it), a point below MaxFragmentBytes and a table's schema below
+// MaxMetaBytes (checkPoint and DefineTable refuse what would not fit); a
+// series by its line; timestamps by ILP's range.
 // When a commit fails anyway, the sequencer stops: the batch being
 // committed and every queued one fail with the error (HTTP 500; a TCP
 // connection logs it and closes), new ones get ErrClosed (HTTP 503), and

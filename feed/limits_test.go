@@ -2,6 +2,7 @@ package feed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"maps"
 	"runtime"
@@ -172,16 +173,16 @@ func TestGroupBytes(t *testing.T) {
 }
 
 func TestConfigBoundsStoredValues(t *testing.T) {
+	limits := badgerstore.Limits()
 	cases := []struct {
 		name string
 		set  func(*Config)
 		err  string
 	}{
 		{name: "defaults"},
-		{name: "group bytes above half a store value", set: func(c *Config) { c.MaxGroupBytes = store.MaxValueBytes/2 + 1 }, err: "--feed-max-group-bytes"},
+		{name: "a block could outgrow the store's", set: func(c *Config) { c.MaxGroupBytes = limits.MaxBlockBytes - limits.MaxFragmentBytes + 1 }, err: "--feed-max-group-bytes"},
 		{name: "name ceiling", set: func(c *Config) { c.MaxNameBytes = MaxNameBytesCeiling + 1 }, err: "--max-name-bytes"},
-		{name: "metadata could outgrow a value", set: func(c *Config) { c.MaxNameBytes = MaxNameBytesCeiling }, err: "metadata"},
-		{name: "long names with few columns", set: func(c *Config) { c.MaxNameBytes, c.MaxColumnsPerTable = MaxNameBytesCeiling, 64 }},
+		{name: "names the store's keys hold", set: func(c *Config) { c.MaxNameBytes = MaxNameBytesCeiling }},
 		{name: "negative tombstones", set: func(c *Config) { c.MaxTombstones = -1 }, err: "--feed-max-tombstones"},
 		{name: "no tombstones", set: func(c *Config) { c.MaxTombstones = 0 }},
 	}
@@ -191,7 +192,7 @@ func TestConfigBoundsStoredValues(t *testing.T) {
 			if tc.set != nil {
 				tc.set(&cfg)
 			}
-			err := cfg.Validate()
+			err := errors.Join(cfg.Validate(), cfg.checkLimits(limits))
 			if tc.err == "" {
 				require.NoError(t, err)
 				return
@@ -199,4 +200,80 @@ func TestConfigBoundsStoredValues(t *testing.T) {
 			require.ErrorContains(t, err, tc.err)
 		})
 	}
+	small := store.Limits{MaxBlockBytes: 1 << 20, MaxFragmentBytes: 1 << 19, MaxMetaBytes: 1 << 16, MaxNameBytes: 100}
+	cfg := DefaultConfig()
+	require.ErrorContains(t, cfg.checkLimits(small), "--max-name-bytes=4096 exceeds the 100 bytes the store's keys hold")
+	cfg.MaxNameBytes = 100
+	require.ErrorContains(t, cfg.checkLimits(small), "--feed-max-group-bytes")
+	cfg.MaxGroupBytes = 1 << 19
+	require.NoError(t, cfg.checkLimits(small))
+}
+
+// smallStore is badger reporting small limits, as a backend that holds
+// less than badger does (a JetStream server's max_payload).
+type smallStore struct {
+	*badgerstore.DB
+	limits store.Limits
+}
+
+func (s *smallStore) Limits() store.Limits { return s.limits }
+
+// TestStoreLimitsRefusePointsAndColumns: a point larger than the store
+// holds in one fragment, and a column that would take a table's schema
+// past what the store holds, are refused at the door (invalid_value,
+// column_limit) instead of failing the commit; so is a CREATE TABLE
+// declaring such a schema. The table goes on taking what fits.
+func TestStoreLimitsRefusePointsAndColumns(t *testing.T) {
+	ctx := context.Background()
+	scfg := badgerstore.DefaultConfig()
+	scfg.Dir = t.TempDir()
+	db, err := badgerstore.Open(scfg, nil, nil)
+	require.NoError(t, err)
+	st := &smallStore{DB: db, limits: store.Limits{MaxBlockBytes: 4 << 20, MaxFragmentBytes: 8 << 10,
+		MaxMetaBytes: 5 * store.ColumnBytes(strings.Repeat("k", 100)), MaxNameBytes: 1000}}
+	cfg := DefaultConfig()
+	cfg.MaxNameBytes, cfg.MaxGroupBytes = 1000, 1<<20
+	s, d, err := Open(cfg, st, nil, nil)
+	require.NoError(t, err)
+	h := &harness{t: t, dir: scfg.Dir, db: db, s: s, d: d, done: make(chan error, 1)}
+	h.start()
+	defer h.close()
+	_, _, err = s.CreateTable(ctx, "t", true)
+	require.NoError(t, err)
+
+	res, err := s.Append(ctx, &Batch{Points: []Point{
+		pt("t", 1, nil, fld("s", sv(strings.Repeat("x", 9<<10)))),
+		pt("t", 2, nil, fld("s", sv(strings.Repeat("x", 7<<10)))),
+	}})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Accepted, "the point that fits")
+	require.Len(t, res.Rejected, 1)
+	require.ErrorIs(t, res.Rejected[0].Err, ErrInvalidValue)
+	require.Contains(t, res.Rejected[0].Msg, "more than the store holds in one point (8192)")
+
+	key := func(i int) string { return fmt.Sprintf("%03d", i) + strings.Repeat("k", 97) }
+	var pts []Point
+	for i := range 6 {
+		pts = append(pts, pt("t", int64(10+i), nil, fld(key(i), iv(1))))
+	}
+	res, err = s.Append(ctx, &Batch{Points: pts})
+	require.NoError(t, err)
+	require.Equal(t, 4, res.Accepted, "s and four 100-byte keys fit five columns' worth")
+	require.Len(t, res.Rejected, 2)
+	for _, r := range res.Rejected {
+		require.ErrorIs(t, r.Err, ErrColumnLimit)
+		require.Contains(t, r.Msg, "schema would take up to")
+	}
+	info, err := d.Table("t")
+	require.NoError(t, err)
+	require.Len(t, info.Columns, 1+5, "time, s and the four keys")
+
+	cols := make([]Column, 6)
+	for i := range cols {
+		cols[i] = Column{Name: key(i), Kind: KindInt}
+	}
+	_, err = s.DefineTable(ctx, "declared", true, cols)
+	require.ErrorIs(t, err, ErrColumnLimit)
+	_, err = s.DefineTable(ctx, "declared", true, cols[:5])
+	require.NoError(t, err)
 }

@@ -12,10 +12,11 @@ import (
 // table, measurement, tag key, field key or consumer name in bytes.
 const DefaultMaxNameBytes = 4096
 
-// MaxNameBytesCeiling bounds Config.MaxNameBytes so that every storage key
-// a name becomes part of fits the store: the longest, a consumer's
-// position, holds a table name and a consumer name plus 2 bytes, and badger
-// refuses keys over 65,000 bytes.
+// MaxNameBytesCeiling bounds Config.MaxNameBytes, and every other name
+// limit of ingestd (ILP's key limit, the mirror's): no store holds longer
+// names (badger's 65,000-byte keys hold a table and a consumer name);
+// Open checks the limit against what its store holds
+// (store.Limits.MaxNameBytes).
 const MaxNameBytesCeiling = 32_000
 
 // MaxEchoBytes is how many bytes of a client's input an error message

@@ -397,7 +397,8 @@ func (s *Sequencer) failParked(err error) {
 // applied, nil when nothing: tables to create, columns to add, series to
 // number. It makes the decisions of tableForWrite and checkPoint that
 // keep a name out of the store (an invalid name, a table, series or
-// column past its limit, a key that is a tag and a field), so that an
+// column past its limit, a schema or point larger than the store holds,
+// a key that is a tag and a field), so that an
 // outside party makes the store hold only what a write could add; the
 // other checks (values, times, retention, kinds) are left to the apply.
 // Sequencer goroutine only.
@@ -493,6 +494,9 @@ func (s *Sequencer) newNeeds(name string, t *table) *tableNeeds {
 // write creates it), unless checkPoint would refuse p for a name or a
 // limit.
 func (s *Sequencer) pointNeeds(t *table, tn *tableNeeds, p *Point) {
+	if fragmentBytes(p) > s.limits.MaxFragmentBytes {
+		return // larger than the store holds: refused whatever its names
+	}
 	kindOf := func(name string) (Kind, bool) {
 		if t != nil {
 			if c, ok := t.colByName[name]; ok {
@@ -511,10 +515,11 @@ func (s *Sequencer) pointNeeds(t *table, tn *tableNeeds, p *Point) {
 		}
 		return false
 	}
-	series, columns := len(tn.series), len(tn.cols)
+	series, columns, metaBytes := len(tn.series), len(tn.cols), columnsBytes(tn.cols)
 	if t != nil {
 		series += len(t.series)
 		columns += len(t.meta.Columns)
+		metaBytes += t.metaBytes
 	}
 	_, known := tn.seriesIdx[p.Series]
 	if t != nil && !known {
@@ -549,7 +554,7 @@ func (s *Sequencer) pointNeeds(t *table, tn *tableNeeds, p *Point) {
 		}
 		cols = append(cols, store.Column{Name: f.Key, Kind: f.Value.Kind})
 	}
-	if columns+len(cols) > s.cfg.MaxColumnsPerTable {
+	if columns+len(cols) > s.cfg.MaxColumnsPerTable || len(cols) > 0 && metaBytes+columnsBytes(cols) > s.limits.MaxMetaBytes {
 		return
 	}
 	for _, c := range cols {

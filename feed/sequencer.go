@@ -3,7 +3,6 @@ package feed
 import (
 	"cmp"
 	"context"
-	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -26,8 +25,10 @@ import (
 // sides look tables up under mu's read lock and then read a table's
 // published state under table.mu (see the lock order in doc.go).
 type registry struct {
-	cfg    Config
-	st     Storage
+	cfg Config
+	st  Storage
+	// limits are st's (store.Limits), read once at Open.
+	limits store.Limits
 	logger *slog.Logger
 	m      *metrics
 	now    func() time.Time
@@ -106,6 +107,8 @@ type Sequencer struct {
 	pointSlab  int
 	pointSID   uint64
 	pointKnown bool
+	// pointBytes is the point's fragmentBytes (checkPoint's).
+	pointBytes int
 
 	// sweep is the retention and history-trim pass in progress
 	// (sequencer goroutine only).
@@ -214,12 +217,16 @@ func newSequencer(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Re
 	if err := cfg.Validate(); err != nil {
 		return nil, err
 	}
+	limits := st.Limits()
+	if err := cfg.checkLimits(limits); err != nil {
+		return nil, err
+	}
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
 	s := &Sequencer{
 		registry: &registry{
-			cfg: cfg, st: st, logger: logger.With("component", "feed"), now: time.Now,
+			cfg: cfg, st: st, limits: limits, logger: logger.With("component", "feed"), now: time.Now,
 			stopping:   make(chan struct{}),
 			tables:     map[string]*table{},
 			tombstones: map[string]store.TableMeta{},
@@ -819,21 +826,19 @@ func (s *Sequencer) applyBatch(o *op) error {
 		}
 		o.res.Accepted++
 		s.groupPointCount++
-		s.groupBytes += fragmentBytes(p)
+		s.groupBytes += s.pointBytes
 	}
 	return nil
 }
 
-// fragmentBytes bounds the size of p's fragment in a stored block (see
-// store/badgerstore/doc.go): uvarint series id, varint time, uvarint field count, and
-// per field a uvarint column, a kind byte and at most 10 bytes or a
-// uvarint length and the string.
+// fragmentBytes bounds the size of p's fragment in a stored block
+// (store.FragmentBytes).
 func fragmentBytes(p *Point) int {
-	n := 3*binary.MaxVarintLen64 + 8
+	n := 0
 	for _, f := range p.Fields {
-		n += 2*binary.MaxVarintLen64 + 1 + len(f.Value.Str)
+		n += len(f.Value.Str)
 	}
-	return n
+	return store.FragmentBytes(len(p.Fields), n)
 }
 
 // tableForWrite returns the live table, creating it (sync per
@@ -1033,6 +1038,11 @@ func (s *Sequencer) checkPoint(t *table, p *Point) *RejectError {
 			return reject(err, f.Key, reasonInvalidValue, err.Error())
 		}
 	}
+	s.pointBytes = fragmentBytes(p)
+	if n := s.pointBytes; n > s.limits.MaxFragmentBytes {
+		err := fmt.Errorf("%w: the point's fields take up to %d bytes stored, more than the store holds in one point (%d)", ErrInvalidValue, n, s.limits.MaxFragmentBytes)
+		return reject(err, "", reasonInvalidValue, err.Error())
+	}
 	if p.Time < t.group.cutoff {
 		return reject(ErrBeyondRetention, "", reasonBeyondRetention,
 			fmt.Sprintf("time %s is older than the retention of table %s (%s)",
@@ -1103,12 +1113,28 @@ func (s *Sequencer) checkPoint(t *table, p *Point) *RejectError {
 			fmt.Sprintf("table %s would have %d columns, more than --feed-max-columns-per-table=%d",
 				QuoteInput(t.name), len(t.meta.Columns)+len(s.newCols), s.cfg.MaxColumnsPerTable))
 	}
+	if n := t.metaBytes + columnsBytes(s.newCols); len(s.newCols) > 0 && n > s.limits.MaxMetaBytes {
+		s.fieldSlab = s.fieldSlab[:slab]
+		return reject(ErrColumnLimit, "", reasonColumnLimit,
+			fmt.Sprintf("table %s's schema would take up to %d bytes stored, more than the store holds (%d): shorter names or fewer columns",
+				QuoteInput(t.name), n, s.limits.MaxMetaBytes))
+	}
 	// A shared store places new columns itself: the point is checked
 	// again, and its shape taken then.
 	if !sameShape && (s.shared == nil || len(s.newCols) == 0) {
 		t.setShape(s.fieldSlab[slab:], p.Fields)
 	}
 	return nil
+}
+
+// columnsBytes bounds what cols add to a stored schema
+// (store.ColumnBytes).
+func columnsBytes(cols []store.Column) int {
+	n := 0
+	for _, c := range cols {
+		n += store.ColumnBytes(c.Name)
+	}
+	return n
 }
 
 // maxStringBytes is Config.MaxStringBytes, DefaultMaxStringBytes for 0.
@@ -1130,8 +1156,7 @@ func (s *Sequencer) addPoint(t *table, p *Point, rej *RejectError) {
 	g := t.group
 	if len(s.newCols) > 0 {
 		for _, c := range s.newCols {
-			t.colByName[c.Name] = uint32(len(t.meta.Columns))
-			t.meta.Columns = append(t.meta.Columns, c)
+			t.addColumn(c)
 		}
 		g.metaDirty = true
 		t.columnsAdded()

@@ -208,8 +208,7 @@ func (s *Sequencer) adoptColumns(t *table, cols []store.Column) {
 		return
 	}
 	for _, c := range cols[len(t.meta.Columns):] {
-		t.colByName[c.Name] = uint32(len(t.meta.Columns))
-		t.meta.Columns = append(t.meta.Columns, c)
+		t.addColumn(c)
 	}
 	t.columnsAdded()
 }

@@ -17,4 +17,7 @@ type Storage interface {
 	store.ConsumerStore
 	store.Sweeper
 	store.StatsReader
+	// Limits is store.Backend's: what the feed checks its configuration,
+	// points and schemas against.
+	Limits() store.Limits
 }

@@ -32,6 +32,10 @@ type table struct {
 	// version is the store.Followed.Version of the metadata last taken
 	// from another process's change (store.Shared only).
 	version uint64
+	// metaBytes bounds the stored size of the schema
+	// (store.ColumnBytes of every column), checked against
+	// store.Limits.MaxMetaBytes before a column is added.
+	metaBytes int
 	// metaPending and announce are what the resolver added to the table
 	// (store.Shared only: resolve.go) that its next block carries: its
 	// metadata (the columns, a table created) and the new series.
@@ -157,6 +161,7 @@ func newTable(meta store.TableMeta, series []store.Series) *table {
 	}
 	for i, c := range meta.Columns {
 		t.colByName[c.Name] = uint32(i)
+		t.metaBytes += store.ColumnBytes(c.Name)
 	}
 	for len(t.meta.ColumnsSince) < len(t.meta.Columns) {
 		t.meta.ColumnsSince = append(t.meta.ColumnsSince, 0) // kept before since was
@@ -184,6 +189,14 @@ func (p *published) colSince(i int) uint64 {
 		return p.since[i]
 	}
 	return 0
+}
+
+// addColumn appends c to t's schema (columnsAdded publishes it).
+// Sequencer goroutine only.
+func (t *table) addColumn(c store.Column) {
+	t.colByName[c.Name] = uint32(len(t.meta.Columns))
+	t.meta.Columns = append(t.meta.Columns, c)
+	t.metaBytes += store.ColumnBytes(c.Name)
 }
 
 // columnsAdded records that the columns of t's schema past those with a

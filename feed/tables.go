@@ -269,7 +269,8 @@ func (s *Sequencer) dropTable(t *table, tomb *store.TableMeta) {
 // *NameError of CheckKey: a column named "time", with the reserved x_
 // prefix or ending with a backslash among them),
 // ErrDuplicateColumn, ErrColumnLimit (more than
-// Config.MaxColumnsPerTable), ErrTableLimit, ErrClosed. Safe for
+// Config.MaxColumnsPerTable, or a schema larger than the store holds:
+// store.Limits.MaxMetaBytes), ErrTableLimit, ErrClosed. Safe for
 // concurrent use.
 func (s *Sequencer) DefineTable(ctx context.Context, name string, sync bool, cols []Column) (SyncStatus, error) {
 	if len(cols) > s.cfg.MaxColumnsPerTable {
@@ -291,6 +292,9 @@ func (s *Sequencer) DefineTable(ctx context.Context, name string, sync bool, col
 			return SyncStatus{}, fmt.Errorf("%w: %s", ErrDuplicateColumn, QuoteInput(c.Name))
 		}
 		seen[c.Name] = struct{}{}
+	}
+	if n := columnsBytes(storeColumns(cols)); n > s.limits.MaxMetaBytes {
+		return SyncStatus{}, fmt.Errorf("%w: the declared columns take up to %d bytes stored, more than the store holds (%d)", ErrColumnLimit, n, s.limits.MaxMetaBytes)
 	}
 	o, err := s.runOp(ctx, &op{kind: opDefine, name: name, flag: sync, cols: cols})
 	if err != nil {
@@ -323,8 +327,7 @@ func (s *Sequencer) runDefine(o *op, exists bool) {
 		s.adoptColumns(t, cols)
 	} else {
 		for _, c := range storeColumns(o.cols) {
-			t.colByName[c.Name] = uint32(len(t.meta.Columns))
-			t.meta.Columns = append(t.meta.Columns, c)
+			t.addColumn(c)
 		}
 		t.columnsAdded()
 	}

@@ -26,6 +26,9 @@ type Backend interface {
 	ConsumerStore
 	Sweeper
 	StatsReader
+	// Limits returns the largest things the backend stores. Constant
+	// from Open on; safe for concurrent use.
+	Limits() Limits
 	// Close makes everything written durable, releases what Open took
 	// (files, connections) and makes every later call return ErrClosed. A
 	// backend may record each table's exact x_seq on a clean Close, so a

@@ -1,6 +1,7 @@
 package store
 
 import (
+	"encoding/binary"
 	"math"
 	"time"
 )
@@ -292,10 +293,39 @@ type TableStats struct {
 // point was written three times or more, an upper bound otherwise.
 func (s TableStats) RowsEstimate() uint64 { return s.Fragments - min(s.Overwritten, s.Fragments) }
 
-// MaxValueBytes is the largest value the store can hold (badger's value
-// log file size): a table's block in one commit must stay below it, which
-// the feed guarantees by bounding its group commits.
-const MaxValueBytes = 256 << 20
+// Limits are the largest things a backend stores (Backend.Limits). The
+// feed checks its configuration against them when it opens the backend
+// and refuses, before the backend sees it, a point or a column that
+// would exceed them (docs/contract.md#names).
+type Limits struct {
+	// MaxBlockBytes bounds one table's block of one commit, its fragments
+	// counted with FragmentBytes: the feed cuts its group commits so that
+	// a block stays below it (--feed-max-group-bytes plus one fragment).
+	MaxBlockBytes int
+	// MaxFragmentBytes bounds one fragment, counted with FragmentBytes.
+	MaxFragmentBytes int
+	// MaxMetaBytes bounds a table's schema, its columns counted with
+	// ColumnBytes.
+	MaxMetaBytes int
+	// MaxNameBytes bounds a table, column or consumer name
+	// (--max-name-bytes may not exceed it).
+	MaxNameBytes int
+}
+
+// FragmentBytes bounds the size of a fragment with fields field values
+// holding strBytes bytes of strings, as every backend encodes it (a
+// uvarint series id, a varint time and field count, and per field a
+// uvarint column, a kind byte and a number or a uvarint length and the
+// string): the unit of Limits.MaxBlockBytes and MaxFragmentBytes.
+func FragmentBytes(fields, strBytes int) int {
+	return 3*binary.MaxVarintLen64 + 8 + fields*(2*binary.MaxVarintLen64+1) + strBytes
+}
+
+// ColumnBytes bounds what a column named name adds to a table's stored
+// schema (the unit of Limits.MaxMetaBytes): JSON escapes a byte of a name
+// to at most 6 (a name holds no control character), plus its kind, the
+// x_seq it was added at and the punctuation.
+func ColumnBytes(name string) int { return 6*len(name) + 64 }
 
 // RowCursor is an opaque position in a table instance's rows for
 // ReadRows, issued by the backend that reads them: callers store it and

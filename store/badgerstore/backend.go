@@ -19,6 +19,26 @@ import (
 
 var _ store.Backend = (*DB)(nil)
 
+// MaxValueBytes is the largest value badger holds here (its value-log
+// file size): a table's block in one commit is one value.
+const MaxValueBytes = 256 << 20
+
+// maxKeyNameBytes is the longest name badger's keys hold: the longest
+// key, a consumer's position, holds a table name and a consumer name plus
+// 2 bytes, and badger refuses keys over 65,000 bytes.
+const maxKeyNameBytes = 32_000
+
+// Limits returns what every DB holds: a block up to a value, a fragment
+// up to half of one, a table's metadata up to a quarter, names up to
+// maxKeyNameBytes.
+func Limits() store.Limits {
+	return store.Limits{MaxBlockBytes: MaxValueBytes, MaxFragmentBytes: MaxValueBytes / 2,
+		MaxMetaBytes: MaxValueBytes / 4, MaxNameBytes: maxKeyNameBytes}
+}
+
+// Limits implements store.Backend (the package's Limits).
+func (db *DB) Limits() store.Limits { return Limits() }
+
 // seqLeaseChunk is how many x_seq numbers one durable lease reserves beyond
 // what a commit needs: one extra fsync per this many fragments per table.
 const seqLeaseChunk = 1 << 16

@@ -418,7 +418,7 @@
 // the newest file can hold. Every file stays open and mapped while it
 // lives (ingestd_store_files): the count is also what keeps a store of
 // small blocks within the process's descriptors. (badger's size limit is also its largest value,
-// so it stays at store.MaxValueBytes: a count is the bound that leaves a
+// so it stays at MaxValueBytes: a count is the bound that leaves a
 // large group commit's block room.) ingestd_store_size_bytes walks the
 // data directory at every
 // scrape and reports allocated blocks (badger preallocates value-log

@@ -11,8 +11,6 @@ import (
 
 	"github.com/dgraph-io/badger/v4"
 	"github.com/prometheus/client_golang/prometheus"
-
-	"github.com/ingestd/ingestd/store"
 )
 
 // gcState is the background value-log collector (see doc.go, "Space
@@ -102,7 +100,7 @@ func (db *DB) collect(bytesPerSecond int64) (n int, err error) {
 		// size, at most MaxValueBytes plus its last value) and writes its
 		// live part; pause as long as that many bytes take at the rate.
 		if bytesPerSecond > 0 {
-			wait := time.Duration(float64(min(before, 2*store.MaxValueBytes)) / float64(bytesPerSecond) * float64(time.Second))
+			wait := time.Duration(float64(min(before, 2*MaxValueBytes)) / float64(bytesPerSecond) * float64(time.Second))
 			t := time.NewTimer(wait)
 			select {
 			case <-t.C:

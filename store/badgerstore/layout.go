@@ -233,7 +233,7 @@ const minCompressBytes = 256
 
 // maxBodyBytes bounds the decoded size a compressed block may declare,
 // checked before the body is decoded: twice the largest store value.
-const maxBodyBytes = 2 * store.MaxValueBytes
+const maxBodyBytes = 2 * MaxValueBytes
 
 // appendFragment appends f plainly: uvarint series, varint time, uvarint
 // field count and per field uvarint column, kind byte and value

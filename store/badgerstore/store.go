@@ -371,7 +371,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		WithBlockCacheSize(cfg.BlockCacheBytes).
 		WithIndexCacheSize(32 << 20).
 		WithMemTableSize(cfg.MemTableBytes).
-		WithValueLogFileSize(store.MaxValueBytes).
+		WithValueLogFileSize(MaxValueBytes).
 		WithValueLogMaxEntries(uint32(max(cfg.ValueLogMaxEntries, 1)))
 	db.bdb, err = badger.Open(opts)
 	if err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
 // The headers of a block message (doc.go, "Block messages").
@@ -234,7 +235,7 @@ func (s *Store) prepare(t *table, tc *store.TableCommit, kind string) (publishJo
 	subject := subjectOf(t.stream)
 	si, fi := 0, 0
 	for si < len(tc.NewSeries) || fi < len(tc.Fragments) || len(j.msgs) == 0 {
-		size := 4 * binary.MaxVarintLen64
+		size := bodyFraming
 		s0, f0 := si, fi
 		for si < len(tc.NewSeries) {
 			n := seriesBytes(&tc.NewSeries[si])
@@ -276,6 +277,31 @@ func (s *Store) prepare(t *table, tc *store.TableCommit, kind string) (publishJo
 	}
 	return j, nil
 }
+
+// bodyFraming bounds a message body's bytes besides its series and
+// fragments (prepare's initial size: the counts).
+const bodyFraming = 4 * binary.MaxVarintLen64
+
+// limitsOf returns the store's limits for servers whose max_payload is
+// maxPayload and block messages of at most maxMsg body bytes: the row
+// cache's (badger's), narrowed to what a message holds. A fragment
+// travels in one message, and a block in an atomic batch of at most
+// maxBatchMessages, each filled at least half by prepare; a table's
+// record is one key-value entry of at most maxPayload bytes, which holds
+// the schema and, besides it, the name twice (as bytes and in the
+// metadata, each JSON-escaped to at most 6 bytes per byte), the stream's
+// name, anchors and counters (recordRoom).
+func limitsOf(maxPayload, maxMsg int) store.Limits {
+	l := badgerstore.Limits()
+	recordRoom := 12*l.MaxNameBytes + 4096
+	l.MaxFragmentBytes = min(l.MaxFragmentBytes, maxMsg-bodyFraming)
+	l.MaxBlockBytes = min(l.MaxBlockBytes, maxBatchMessages/2*(maxMsg-bodyFraming))
+	l.MaxMetaBytes = min(l.MaxMetaBytes, maxPayload-recordRoom)
+	return l
+}
+
+// Limits implements store.Backend (limitsOf, fixed at Open).
+func (s *Store) Limits() store.Limits { return s.limits }
 
 func seriesBytes(s *store.Series) int {
 	return fragmentBytes(&store.Fragment{Fields: s.Tags})

@@ -3,7 +3,9 @@ package jsstore
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -215,4 +217,62 @@ func TestClusterGoneFailsWritesNotTheNode(t *testing.T) {
 	})
 	require.NoError(t, err)
 	require.Equal(t, map[int64]bool{1: true, 2: true, 3: true}, seen, "every acknowledged write")
+}
+
+// TestOversizedWritesRefusedAtTheDoor writes, through a feed on a real
+// JetStream (max_payload 1 MiB), a point whose string takes more than a
+// block message holds and field keys whose schema would outgrow the
+// table's record (one key-value entry): both are refused as lines
+// (invalid_value, column_limit), and the node goes on committing what
+// fits. Without the store's limits the first made every commit of the
+// group fail and the second its record update.
+func TestOversizedWritesRefusedAtTheDoor(t *testing.T) {
+	h := newHarness(t, 1)
+	st := h.open(t, h.config(t))
+	defer func() { require.NoError(t, st.Close()) }()
+	l := st.Limits()
+	require.Less(t, l.MaxFragmentBytes, 1<<20, "a block message holds less than max_payload")
+	require.Less(t, l.MaxMetaBytes, 1<<20, "a record holds less than max_payload")
+	fcfg := feed.DefaultConfig()
+	fcfg.SyncTables = []string{"*"}
+	seq, d, err := feed.Open(fcfg, st, nil, nil)
+	require.NoError(t, err)
+	ctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- seq.Run(ctx) }()
+	defer func() {
+		cancel()
+		require.NoError(t, <-ran)
+	}()
+	wctx, wcancel := context.WithTimeout(context.Background(), testdeadline.Scale(time.Minute))
+	defer wcancel()
+
+	big := point("t", "a", 1)
+	big.Fields = []feed.PointField{{Key: "s", Value: feed.Value{Kind: feed.KindString, Str: strings.Repeat("x", 1<<20)}}}
+	res, err := seq.Append(wctx, &feed.Batch{Points: []feed.Point{big, point("t", "a", 2)}})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Accepted)
+	require.Len(t, res.Rejected, 1)
+	require.ErrorIs(t, res.Rejected[0].Err, feed.ErrInvalidValue)
+
+	var pts []feed.Point
+	for i := range l.MaxMetaBytes/store.ColumnBytes(strings.Repeat("k", 4000)) + 5 {
+		p := point("t", "a", int64(10+i))
+		p.Fields = []feed.PointField{{Key: fmt.Sprintf("%04d", i) + strings.Repeat("k", 3996), Value: feed.Value{Kind: feed.KindInt, Num: 1}}}
+		pts = append(pts, p)
+	}
+	res, err = seq.Append(wctx, &feed.Batch{Points: pts})
+	require.NoError(t, err)
+	keys := res.Accepted
+	require.Positive(t, keys)
+	require.NotEmpty(t, res.Rejected)
+	for _, r := range res.Rejected {
+		require.ErrorIs(t, r.Err, feed.ErrColumnLimit)
+	}
+	res, err = seq.Append(wctx, &feed.Batch{Points: []feed.Point{point("t", "a", 3)}})
+	require.NoError(t, err)
+	require.Equal(t, 1, res.Accepted, "the node goes on")
+	info, err := d.Table("t")
+	require.NoError(t, err)
+	require.Equal(t, 3+keys, len(info.Columns), "time, host, v and the keys that fit (not s: its point was refused)")
 }

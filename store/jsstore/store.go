@@ -100,8 +100,10 @@ type Store struct {
 	node   string // this process's id in message ids
 	// replicas is what the streams and buckets were created with.
 	replicas int
-	// maxMsg is the largest block message body.
+	// maxMsg is the largest block message body; limits what the store
+	// holds (Limits), fixed at Open.
 	maxMsg int
+	limits store.Limits
 
 	// cacheMu serializes the cache's writer side (the followers' applies,
 	// the writer's DDL, sweeps and horizons): one goroutine at a time, as
@@ -233,6 +235,7 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 	if cfg.MaxMessageBytes > 0 {
 		s.maxMsg = min(s.maxMsg, cfg.MaxMessageBytes)
 	}
+	s.limits = limitsOf(int(s.nc.MaxPayload()), s.maxMsg)
 	s.checkSync()
 	if err := s.openMeta(); err != nil {
 		return nil, err
