@@ -24,7 +24,7 @@ func TestImportDirection(t *testing.T) {
 		// The badger backend implements the contract of store.
 		"store/badgerstore": {"store"},
 		// The contract suite every backend runs from its tests.
-		"store/storetest": {"store"},
+		"store/storetest": {"store", "store/testdeadline"},
 		// The JetStream backend: blocks in streams, metadata in a KV
 		// bucket, rows materialised into a badgerstore cache.
 		"store/jsstore": {"store", "store/badgerstore"},
