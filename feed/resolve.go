@@ -359,22 +359,11 @@ func (s *Sequencer) installCreated(old *table, tn *tableNeeds) *table {
 	t.metaPending = true
 	switch {
 	case old != nil: // consumers are kept by name, as across TRUNCATE
-		t.seq = max(t.seq, old.seq)
-		prev := old.snapshot()
-		t.pub.points, t.pub.removed = prev.points, prev.removed
 		t.consumers = old.consumers
 	case tn.instance != nil:
 		t.consumers.load(tn.instance.consumers, s.counts)
 	}
-	t.pub.seq, t.pub.watermark = t.seq, t.seq
-	delete(s.dropped, tn.name)
-	s.mu.Lock()
-	s.tables[tn.name] = t
-	delete(s.tombstones, tn.name)
-	s.mu.Unlock()
-	if old != nil {
-		old.notify()
-	}
+	s.replaceInstance(old, t)
 	return t
 }
 

@@ -149,9 +149,6 @@ func (s *Sequencer) takeInstance(old *table, c *change) *table {
 	nt := newTable(m, nil)
 	nt.seq = max(c.Seq, c.Table.Seq)
 	if old != nil {
-		nt.seq = max(nt.seq, old.seq)
-		prev := old.snapshot()
-		nt.pub.points, nt.pub.removed = prev.points, prev.removed
 		if c.dropped {
 			old.consumers.dropAll(s.counts)
 		} else {
@@ -169,16 +166,29 @@ func (s *Sequencer) takeInstance(old *table, c *change) *table {
 	if h, err := loadHorizon(s.st, m.ID); err == nil {
 		nt.pub.horizon = max(h, 1)
 	}
+	s.replaceInstance(old, nt)
+	return nt
+}
+
+// replaceInstance makes nt, a new instance of its name, the name's table
+// in place of old (nil: none): nt's x_seq goes on above old's, the
+// process's counts carry over, and old's waiters are woken. Consumers are
+// the caller's to carry or load. Sequencer goroutine only.
+func (s *Sequencer) replaceInstance(old, nt *table) {
+	if old != nil {
+		nt.seq = max(nt.seq, old.seq)
+		prev := old.snapshot()
+		nt.pub.points, nt.pub.removed = prev.points, prev.removed
+	}
 	nt.pub.seq, nt.pub.watermark = nt.seq, nt.seq
-	delete(s.dropped, m.Name)
+	delete(s.dropped, nt.name)
 	s.mu.Lock()
-	s.tables[m.Name] = nt
-	delete(s.tombstones, m.Name)
+	s.tables[nt.name] = nt
+	delete(s.tombstones, nt.name)
 	s.mu.Unlock()
 	if old != nil {
 		old.notify()
 	}
-	return nt
 }
 
 // takeMeta takes the sync, epoch and retention of a later version of t's
