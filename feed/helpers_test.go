@@ -26,11 +26,18 @@ type harness struct {
 // openHarness opens the store in dir and starts a sequencer on it.
 func openHarness(t testing.TB, dir string, cfg Config) *harness {
 	t.Helper()
+	return openHarnessOn(t, dir, cfg, func(db *badgerstore.DB) Storage { return db })
+}
+
+// openHarnessOn is openHarness on the Storage wrap makes of the store (a
+// test double around it).
+func openHarnessOn(t testing.TB, dir string, cfg Config, wrap func(*badgerstore.DB) Storage) *harness {
+	t.Helper()
 	scfg := badgerstore.DefaultConfig()
 	scfg.Dir = dir
 	db, err := badgerstore.Open(scfg, nil, nil)
 	require.NoError(t, err)
-	s, d, err := Open(cfg, db, nil, nil)
+	s, d, err := Open(cfg, wrap(db), nil, nil)
 	require.NoError(t, err)
 	h := &harness{t: t, dir: dir, db: db, s: s, d: d, done: make(chan error, 1)}
 	h.start()

@@ -225,20 +225,15 @@ func (s *smallStore) Limits() store.Limits { return s.limits }
 // declaring such a schema. The table goes on taking what fits.
 func TestStoreLimitsRefusePointsAndColumns(t *testing.T) {
 	ctx := context.Background()
-	scfg := badgerstore.DefaultConfig()
-	scfg.Dir = t.TempDir()
-	db, err := badgerstore.Open(scfg, nil, nil)
-	require.NoError(t, err)
-	st := &smallStore{DB: db, limits: store.Limits{MaxBlockBytes: 4 << 20, MaxFragmentBytes: 8 << 10,
-		MaxMetaBytes: 5 * store.ColumnBytes(strings.Repeat("k", 100)), MaxNameBytes: 1000}}
 	cfg := DefaultConfig()
 	cfg.MaxNameBytes, cfg.MaxGroupBytes = 1000, 1<<20
-	s, d, err := Open(cfg, st, nil, nil)
-	require.NoError(t, err)
-	h := &harness{t: t, dir: scfg.Dir, db: db, s: s, d: d, done: make(chan error, 1)}
-	h.start()
+	h := openHarnessOn(t, t.TempDir(), cfg, func(db *badgerstore.DB) Storage {
+		return &smallStore{DB: db, limits: store.Limits{MaxBlockBytes: 4 << 20, MaxFragmentBytes: 8 << 10,
+			MaxMetaBytes: 5 * store.ColumnBytes(strings.Repeat("k", 100)), MaxNameBytes: 1000}}
+	})
 	defer h.close()
-	_, _, err = s.CreateTable(ctx, "t", true)
+	s, d := h.s, h.d
+	_, _, err := s.CreateTable(ctx, "t", true)
 	require.NoError(t, err)
 
 	res, err := s.Append(ctx, &Batch{Points: []Point{

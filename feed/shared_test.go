@@ -29,6 +29,18 @@ type sharedStore struct {
 	fail error
 }
 
+// openShared starts a sequencer with cfg on a sharedStore in a new
+// directory.
+func openShared(t *testing.T, cfg Config) (*sharedStore, *harness) {
+	t.Helper()
+	var st *sharedStore
+	h := openHarnessOn(t, t.TempDir(), cfg, func(db *badgerstore.DB) Storage {
+		st = &sharedStore{DB: db, cols: map[uint64][]store.Column{}, series: map[string]uint64{}}
+		return st
+	})
+	return st, h
+}
+
 func (s *sharedStore) AddColumns(_ context.Context, tid uint64, cols []store.Column) ([]store.Column, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -77,16 +89,9 @@ func (s *sharedStore) report(f store.Followed) {
 // back; a report older than the table's instance is left out.
 func TestFollowedTableChanges(t *testing.T) {
 	ctx := context.Background()
-	scfg := badgerstore.DefaultConfig()
-	scfg.Dir = t.TempDir()
-	db, err := badgerstore.Open(scfg, nil, nil)
-	require.NoError(t, err)
-	st := &sharedStore{DB: db, cols: map[uint64][]store.Column{}, series: map[string]uint64{}}
-	s, d, err := Open(DefaultConfig(), st, nil, nil)
-	require.NoError(t, err)
-	h := &harness{t: t, dir: scfg.Dir, db: db, s: s, d: d, done: make(chan error, 1)}
-	h.start()
+	st, h := openShared(t, DefaultConfig())
 	defer h.close()
+	s, d := h.s, h.d
 
 	// applied waits until a report of the marker table, sent after the
 	// others, was applied: the ones before it were too.
@@ -102,7 +107,7 @@ func TestFollowedTableChanges(t *testing.T) {
 		eventually(t, func() bool { st, err := d.Status(name); return err == nil && st.Epoch == 1 }, "the marker "+name+" applied")
 	}
 
-	_, _, err = s.CreateTable(ctx, "t", true)
+	_, _, err := s.CreateTable(ctx, "t", true)
 	require.NoError(t, err)
 	mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
 	live := func(name string) *table {
@@ -150,17 +155,10 @@ func TestFollowedTableChanges(t *testing.T) {
 // known series at once and the new series once the store answers again.
 func TestSharedStoreFailureFailsOnlyItsWrite(t *testing.T) {
 	ctx := context.Background()
-	scfg := badgerstore.DefaultConfig()
-	scfg.Dir = t.TempDir()
-	db, err := badgerstore.Open(scfg, nil, nil)
-	require.NoError(t, err)
-	st := &sharedStore{DB: db, cols: map[uint64][]store.Column{}, series: map[string]uint64{}}
-	s, d, err := Open(DefaultConfig(), st, nil, nil)
-	require.NoError(t, err)
-	h := &harness{t: t, dir: scfg.Dir, db: db, s: s, d: d, done: make(chan error, 1)}
-	h.start()
+	st, h := openShared(t, DefaultConfig())
 	defer h.close()
-	_, _, err = s.CreateTable(ctx, "t", true)
+	s, d := h.s, h.d
+	_, _, err := s.CreateTable(ctx, "t", true)
 	require.NoError(t, err)
 	mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
 
@@ -187,18 +185,11 @@ func TestSharedStoreFailureFailsOnlyItsWrite(t *testing.T) {
 func TestSharedStoreRefusalsNotParked(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), testdeadline.Scale(time.Minute))
 	defer cancel()
-	scfg := badgerstore.DefaultConfig()
-	scfg.Dir = t.TempDir()
-	db, err := badgerstore.Open(scfg, nil, nil)
-	require.NoError(t, err)
-	st := &sharedStore{DB: db, cols: map[uint64][]store.Column{}, series: map[string]uint64{}}
 	cfg := DefaultConfig()
 	cfg.MaxSeriesPerTable, cfg.MaxColumnsPerTable, cfg.MaxTables = 1, 3, 1
-	s, d, err := Open(cfg, st, nil, nil)
-	require.NoError(t, err)
-	h := &harness{t: t, dir: scfg.Dir, db: db, s: s, d: d, done: make(chan error, 1)}
-	h.start()
+	_, h := openShared(t, cfg)
 	defer h.close()
+	s := h.s
 	mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
 	for _, c := range []struct {
 		p    Point
