@@ -58,9 +58,10 @@ var (
 	ErrUnavailable = errors.New("feed: the store did not answer in time: retry")
 	// ErrClosed is returned once the sequencer has stopped.
 	ErrClosed = errors.New("feed: sequencer stopped")
-	// ErrTableChanged is returned by Truncate and Drop when another ingestd
-	// node truncated or dropped the table meanwhile (a store.Shared
-	// backend): retry, on the table as it is now.
+	// ErrTableChanged is returned by Truncate, Drop, SetSync and
+	// CreateTable (of an existing table) when another ingestd node
+	// truncated or dropped the table meanwhile (a store.Shared backend):
+	// retry, on the table as it is now.
 	ErrTableChanged = errors.New("feed: table truncated or dropped through another ingestd node meanwhile: retry")
 	// ErrFieldTypeConflict rejects a field whose type differs from the
 	// column's (first write wins).

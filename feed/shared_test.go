@@ -3,6 +3,7 @@ package feed
 import (
 	"context"
 	"errors"
+	"fmt"
 	"slices"
 	"sync"
 	"testing"
@@ -25,8 +26,18 @@ type sharedStore struct {
 	series map[string]uint64
 	fn     func(store.Followed)
 	// fail, when set, is SeriesID's error (the other processes out of
-	// reach).
-	fail error
+	// reach); putErr PutTable's (another process ended the instance).
+	fail, putErr error
+}
+
+func (s *sharedStore) PutTable(ctx context.Context, m store.TableMeta) (store.TableMeta, error) {
+	s.mu.Lock()
+	err := s.putErr
+	s.mu.Unlock()
+	if err != nil {
+		return store.TableMeta{}, err
+	}
+	return s.DB.PutTable(ctx, m)
 }
 
 // openShared starts a sequencer with cfg on a sharedStore in a new
@@ -206,4 +217,26 @@ func TestSharedStoreRefusalsNotParked(t *testing.T) {
 		require.ErrorIs(t, res.Rejected[0].Err, c.want)
 	}
 	mustAppend(t, s, pt("t", 6, tg("host", "a"), fld("w", iv(6))))
+}
+
+// TestSetSyncOfAnEndedInstance: a SET SYNC the shared store refuses
+// because another process ended the instance meanwhile answers
+// ErrTableChanged (retry) and leaves the table as it was; the sequencer
+// runs on.
+func TestSetSyncOfAnEndedInstance(t *testing.T) {
+	ctx := context.Background()
+	st, h := openShared(t, DefaultConfig())
+	defer h.close()
+	s, d := h.s, h.d
+	_, _, err := s.CreateTable(ctx, "t", true)
+	require.NoError(t, err)
+	st.mu.Lock()
+	st.putErr = fmt.Errorf("%w: instance 1", store.ErrEnded)
+	st.mu.Unlock()
+	_, err = s.SetSync(ctx, "t", false)
+	require.ErrorIs(t, err, ErrTableChanged)
+	status, err := d.Status("t")
+	require.NoError(t, err)
+	require.True(t, status.Enabled, "the table as it was")
+	mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
 }

@@ -159,7 +159,7 @@ func (s *Sequencer) runControl(o *op) {
 			ns := int64(*o.retention)
 			m.Retention = &ns
 			if _, err := s.st.PutTable(storeCtx, m); err != nil {
-				o.err = storageErr("set retention", err)
+				o.err = s.changeErr("set retention", err)
 				return
 			}
 			t.setRetention(*o.retention)
@@ -171,7 +171,7 @@ func (s *Sequencer) runControl(o *op) {
 				m.Epoch++
 			}
 			if _, err := s.st.PutTable(storeCtx, m); err != nil {
-				o.err = storageErr("set sync", err)
+				o.err = s.changeErr("set sync", err)
 				return
 			}
 			t.meta.Sync, t.meta.Epoch = m.Sync, m.Epoch
@@ -214,7 +214,8 @@ func (s *Sequencer) runControl(o *op) {
 	o.status = t.status()
 }
 
-// changeErr is the error of a TRUNCATE or DROP the store refused:
+// changeErr is the error of a TRUNCATE, DROP or SET SYNC the store
+// refused:
 // ErrTableChanged when another process ended the instance meanwhile (its
 // change is taken at once: a retry acts on the table as it is now), else
 // a storage failure.

@@ -83,7 +83,9 @@ type Tables interface {
 	// to the tombstone's and Epoch to the tombstone's (plus one when
 	// Sync), so a re-created table never runs backwards; for an existing
 	// instance the backend keeps Seq at least as high as every number it
-	// assigned (the caller's Seq is only a lower bound).
+	// assigned (the caller's Seq is only a lower bound). A Shared backend
+	// returns ErrEnded for an instance another process ended (TRUNCATE,
+	// DROP) meanwhile.
 	PutTable(ctx context.Context, m TableMeta) (TableMeta, error)
 	// TruncateTable replaces live instance tid by a new empty instance of
 	// the same name (TRUNCATE): a new ID, Epoch one higher, the same Sync

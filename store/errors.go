@@ -18,9 +18,9 @@ var (
 	ErrDiskFull = errors.New("store: data directory is full")
 	// ErrClosed is returned by every method called after Close.
 	ErrClosed = errors.New("store: closed")
-	// ErrEnded is returned by a Shared backend's TruncateTable and
-	// DropTable for an instance another process ended meanwhile (TRUNCATE,
-	// DROP): the caller's view of the table is older than the backend's,
+	// ErrEnded is returned by a Shared backend's PutTable, TruncateTable
+	// and DropTable for an instance another process ended meanwhile
+	// (TRUNCATE, DROP): the caller's view of the table is older than the backend's,
 	// whose report of the change (Shared.Follow) is on its way.
 	ErrEnded = errors.New("store: table instance ended by another process")
 	// ErrUnavailable wraps the error of a backend that stores over the

@@ -157,15 +157,19 @@ func (s *Store) contended(what string, attempt func() (done bool, err error)) er
 
 // PutTable implements store.Tables with one compare-and-set update of the
 // name's record. A new instance gets the name's stream (created when
-// missing) and resumes above a tombstone of the same name. Safe for
-// concurrent use with the writer: the feed's resolver creates the tables
-// writes bring (store.Shared).
+// missing) and resumes above a tombstone of the same name; ErrEnded for
+// an instance another process ended. Safe for concurrent use with the
+// writer: the feed's resolver creates the tables writes bring
+// (store.Shared).
 func (s *Store) PutTable(ctx context.Context, m store.TableMeta) (store.TableMeta, error) {
 	if err := s.enter(ctx); err != nil {
 		return store.TableMeta{}, err
 	}
 	defer s.leave()
 	m, _, err := s.putTable(m)
+	if errors.Is(err, errVoid) {
+		err = fmt.Errorf("%w: instance %d of %q", store.ErrEnded, m.ID, m.Name)
+	}
 	return m, err
 }
 

@@ -198,8 +198,8 @@ func testSharedXSeq(t *testing.T, p *pair) {
 
 // testSharedTableChanges: a TRUNCATE and a DROP through one process are
 // reported by the other; until it takes them, its commits to the ended
-// instance are acknowledged without being stored, and its own TRUNCATE or
-// DROP of it is refused with ErrEnded.
+// instance are acknowledged without being stored, and its own TRUNCATE,
+// DROP or metadata change of it is refused with ErrEnded.
 func testSharedTableChanges(t *testing.T, p *pair) {
 	m := createTable(t, p.a, "t", true)
 	_, last := write(t, p.a, m, true, frag(1, iv(valCol, 1)))
@@ -215,6 +215,10 @@ func testSharedTableChanges(t *testing.T, p *pair) {
 	require.ErrorIs(t, err, store.ErrEnded)
 	_, err = p.b.DropTable(ctx, m.ID)
 	require.ErrorIs(t, err, store.ErrEnded)
+	off := m
+	off.Sync = false
+	_, err = p.b.PutTable(ctx, off)
+	require.ErrorIs(t, err, store.ErrEnded, "SET SYNC of the ended instance")
 	require.Empty(t, readSeq(t, p.a, tr.ID, 0, math.MaxUint64, 10), "nothing of it is stored in the new instance")
 
 	_, err = p.a.DropTable(ctx, tr.ID)
