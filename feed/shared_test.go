@@ -52,6 +52,15 @@ func openShared(t *testing.T, cfg Config) (*sharedStore, *harness) {
 	return st, h
 }
 
+// openSharedTable is openShared with the defaults and a sync table "t".
+func openSharedTable(t *testing.T) (*sharedStore, *harness) {
+	t.Helper()
+	st, h := openShared(t, DefaultConfig())
+	_, _, err := h.s.CreateTable(context.Background(), "t", true)
+	require.NoError(t, err)
+	return st, h
+}
+
 func (s *sharedStore) AddColumns(_ context.Context, tid uint64, cols []store.Column) ([]store.Column, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -166,17 +175,15 @@ func TestFollowedTableChanges(t *testing.T) {
 // known series at once and the new series once the store answers again.
 func TestSharedStoreFailureFailsOnlyItsWrite(t *testing.T) {
 	ctx := context.Background()
-	st, h := openShared(t, DefaultConfig())
+	st, h := openSharedTable(t)
 	defer h.close()
 	s, d := h.s, h.d
-	_, _, err := s.CreateTable(ctx, "t", true)
-	require.NoError(t, err)
 	mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
 
 	st.mu.Lock()
 	st.fail = errors.New("meta bucket unreachable")
 	st.mu.Unlock()
-	_, err = s.Append(ctx, &Batch{Points: []Point{pt("t", 2, tg("host", "a"), fld("v", iv(2))), pt("t", 3, tg("host", "b"), fld("v", iv(3)))}})
+	_, err := s.Append(ctx, &Batch{Points: []Point{pt("t", 2, tg("host", "a"), fld("v", iv(2))), pt("t", 3, tg("host", "b"), fld("v", iv(3)))}})
 	require.ErrorIs(t, err, ErrUnavailable, "a write with a series the store cannot number")
 	mustAppend(t, s, pt("t", 4, tg("host", "a"), fld("v", iv(4))))
 
@@ -225,15 +232,13 @@ func TestSharedStoreRefusalsNotParked(t *testing.T) {
 // runs on.
 func TestSetSyncOfAnEndedInstance(t *testing.T) {
 	ctx := context.Background()
-	st, h := openShared(t, DefaultConfig())
+	st, h := openSharedTable(t)
 	defer h.close()
 	s, d := h.s, h.d
-	_, _, err := s.CreateTable(ctx, "t", true)
-	require.NoError(t, err)
 	st.mu.Lock()
 	st.putErr = fmt.Errorf("%w: instance 1", store.ErrEnded)
 	st.mu.Unlock()
-	_, err = s.SetSync(ctx, "t", false)
+	_, err := s.SetSync(ctx, "t", false)
 	require.ErrorIs(t, err, ErrTableChanged)
 	status, err := d.Status("t")
 	require.NoError(t, err)
