@@ -81,13 +81,15 @@ func TestBench(t *testing.T) {
 	}
 }
 
-// TestBenchSoakRefusals: against a server whose write delay bound (a
-// nanosecond) every write passes, the share refuses all but its floor;
+// TestBenchSoakRefusals: against a server whose write delay bound (100
+// µs: every commit takes longer, and an interval of it still holds the
+// writes answered in it) every write passes, the share refuses all but
+// its floor;
 // the soak's summary reports the refusals, the server's own time for
 // them (from its request histogram) and their cause.
 func TestBenchSoakRefusals(t *testing.T) {
 	cfg := testConfig(t.TempDir())
-	cfg.ilp.MaxWriteDelay = time.Nanosecond
+	cfg.ilp.MaxWriteDelay = 100 * time.Microsecond
 	d := startDaemon(t, cfg)
 	args := []string{"--scale", "2", "--duration", "30m", "--server-pid", strconv.Itoa(os.Getpid()), "--url", d.URL,
 		"--mode", "soak", "--rate", "20000", "--latency-lines", "100", "--soak-duration", "2s", "--window", "1s", "--series", "90"}
