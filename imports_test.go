@@ -12,62 +12,68 @@ import (
 
 const module = "github.com/ingestd/ingestd"
 
+// importRules are, by package directory, the packages of the module each
+// may import (TestImportDirection); every package has an entry
+// (TestEveryPackageIsChecked).
+var importRules = map[string][]string{
+	"":      {},
+	"store": {},
+	// The badger backend implements the contract of store.
+	"store/badgerstore": {"store"},
+	// The in-memory backend the feed's unit tests run on.
+	"store/memstore": {"store"},
+	// The contract suite every backend runs from its tests.
+	"store/storetest": {"store", "store/testdeadline"},
+	// The JetStream backend: blocks in streams, metadata in a KV
+	// bucket, rows materialised into a badgerstore cache.
+	"store/jsstore": {"store", "store/badgerstore"},
+	// Embedded NATS servers for tests: only the tests' deadline
+	// scaling.
+	"store/jsstore/natstest": {"store/testdeadline"},
+	// The tests' deadlines stretched to a busy machine: no package of
+	// the module.
+	"store/testdeadline": {},
+	"feed":               {"store"},
+	"ilp":                {"feed"},
+	"httpapi":            {"feed", "httpapi/sql", "httpapi/auth", "httpapi/wire"},
+	// The SQL parser is pure: it borrows only the feed's column kinds
+	// and its quoting of input in messages.
+	"httpapi/sql": {"feed"},
+	// Access control: no package of the module (ilp takes its grants
+	// through its own Grant interface).
+	"httpapi/auth": {},
+	// The Go client of the HTTP API speaks HTTP and JSON only: a
+	// program consuming a feed links none of the daemon, only the
+	// error codes and shapes it shares with the server.
+	"httpapi/client": {"httpapi/wire"},
+	// What the server writes and the client reads: standard library only.
+	"httpapi/wire": {},
+	"cmd/ingestd": {"", "store", "store/badgerstore", "store/jsstore", "feed", "ilp", "httpapi", "httpapi/auth", "httpapi/client",
+		"cmd/ingestd/cli", "cmd/ingestd/mirror", "cmd/ingestd/bench"},
+	// What every command shares (flags, help, exit codes, logger).
+	"cmd/ingestd/cli": {},
+	// The subcommands: HTTP through the client only; bench's decode
+	// mode runs the parser alone, and the mirror checks every line it
+	// copies with the parser and the feed's write rules, as a write to
+	// the source would have been.
+	"cmd/ingestd/mirror": {"cmd/ingestd/cli", "httpapi/client", "feed", "ilp"},
+	"cmd/ingestd/bench":  {"cmd/ingestd/cli", "httpapi/client", "feed", "ilp"},
+	// The crash tests drive the built binary from outside: no package
+	// of the module may be imported (their tests speak HTTP through
+	// httpapi/client, which imports only httpapi/wire).
+	"cmd/ingestd/crashtest": {},
+	// A PostgreSQL cluster for the tests of the mirror's postgres://
+	// target: only the tests' deadline scaling.
+	"cmd/ingestd/pgtest": {"store/testdeadline"},
+}
+
 // TestImportDirection enforces docs/design.md#engineering-rules: imports run one way only, store ←
 // feed ← ilp, httpapi ← cmd/ingestd, and badger stays inside
 // store/badgerstore, the one backend of the store contract (store itself is
 // backend-neutral, so nothing above it links badger). It reads every
 // package's non-test imports (tests may wire real parts together).
 func TestImportDirection(t *testing.T) {
-	allowed := map[string][]string{
-		"":      {},
-		"store": {},
-		// The badger backend implements the contract of store.
-		"store/badgerstore": {"store"},
-		// The contract suite every backend runs from its tests.
-		"store/storetest": {"store", "store/testdeadline"},
-		// The JetStream backend: blocks in streams, metadata in a KV
-		// bucket, rows materialised into a badgerstore cache.
-		"store/jsstore": {"store", "store/badgerstore"},
-		// Embedded NATS servers for tests: only the tests' deadline
-		// scaling.
-		"store/jsstore/natstest": {"store/testdeadline"},
-		// The tests' deadlines stretched to a busy machine: no package of
-		// the module.
-		"store/testdeadline": {},
-		"feed":               {"store"},
-		"ilp":                {"feed"},
-		"httpapi":            {"feed", "httpapi/sql", "httpapi/auth", "httpapi/wire"},
-		// The SQL parser is pure: it borrows only the feed's column kinds
-		// and its quoting of input in messages.
-		"httpapi/sql": {"feed"},
-		// Access control: no package of the module (ilp takes its grants
-		// through its own Grant interface).
-		"httpapi/auth": {},
-		// The Go client of the HTTP API speaks HTTP and JSON only: a
-		// program consuming a feed links none of the daemon, only the
-		// error codes and shapes it shares with the server.
-		"httpapi/client": {"httpapi/wire"},
-		// What the server writes and the client reads: standard library only.
-		"httpapi/wire": {},
-		"cmd/ingestd": {"", "store", "store/badgerstore", "store/jsstore", "feed", "ilp", "httpapi", "httpapi/auth", "httpapi/client",
-			"cmd/ingestd/cli", "cmd/ingestd/mirror", "cmd/ingestd/bench"},
-		// What every command shares (flags, help, exit codes, logger).
-		"cmd/ingestd/cli": {},
-		// The subcommands: HTTP through the client only; bench's decode
-		// mode runs the parser alone, and the mirror checks every line it
-		// copies with the parser and the feed's write rules, as a write to
-		// the source would have been.
-		"cmd/ingestd/mirror": {"cmd/ingestd/cli", "httpapi/client", "feed", "ilp"},
-		"cmd/ingestd/bench":  {"cmd/ingestd/cli", "httpapi/client", "feed", "ilp"},
-		// The crash tests drive the built binary from outside: no package
-		// of the module may be imported (their tests speak HTTP through
-		// httpapi/client, which imports only httpapi/wire).
-		"cmd/ingestd/crashtest": {},
-		// A PostgreSQL cluster for the tests of the mirror's postgres://
-		// target: only the tests' deadline scaling.
-		"cmd/ingestd/pgtest": {"store/testdeadline"},
-	}
-	for dir, ok := range allowed {
+	for dir, ok := range importRules {
 		name := dir
 		if name == "" {
 			name = "root"
@@ -142,10 +148,9 @@ func TestEveryPackageIsChecked(t *testing.T) {
 			}
 		}
 	}
-	known := map[string]bool{"store": true, "store/badgerstore": true, "store/storetest": true, "store/jsstore": true, "store/jsstore/natstest": true, "feed": true, "ilp": true, "httpapi": true, "httpapi/sql": true, "httpapi/auth": true, "httpapi/client": true, "httpapi/wire": true, "cmd/ingestd": true, "cmd/ingestd/crashtest": true,
-		"cmd/ingestd/cli": true, "cmd/ingestd/mirror": true, "cmd/ingestd/bench": true, "store/testdeadline": true, "cmd/ingestd/pgtest": true}
 	for _, d := range dirs {
-		require.True(t, known[d], "package %s has no import-direction rule in TestImportDirection", d)
+		_, ok := importRules[d]
+		require.True(t, ok, "package %s has no import-direction rule in importRules", d)
 	}
 }
 

@@ -63,7 +63,8 @@
 // Durability. What Append, the DDL calls and PutConsumers acknowledged
 // survives a clean restart and a crash. Storetest:
 // RestartKeepsEverything, CrashReopen, CrashAfterDDL (a backend without
-// durable data, such as badger in memory, runs the rest).
+// durable data, such as badger in memory, runs the rest; store/memstore
+// keeps its data on a Disk that outlives its Close and runs them all).
 //
 // Life. Every method takes a context first: reads stop with its error,
 // writes refuse before they start. After Close every method returns
