@@ -93,7 +93,7 @@ func BenchmarkAppend(b *testing.B) {
 		writers int
 	}{{"writers=1", 1}, {"writers=4", 4}} {
 		b.Run(bc.name, func(b *testing.B) {
-			h := openHarness(b, b.TempDir(), DefaultConfig())
+			h := openBadgerHarness(b, DefaultConfig())
 			defer h.close()
 			ctx := context.Background()
 			for _, m := range benchMeasurements {
@@ -134,7 +134,7 @@ func BenchmarkAppend(b *testing.B) {
 // watermark in pages of 1,000 and 10,000 rows, visiting every value as
 // the HTTP encoder would. ns/row is the cost per drained row.
 func BenchmarkDrain(b *testing.B) {
-	h := openHarness(b, b.TempDir(), DefaultConfig())
+	h := openBadgerHarness(b, DefaultConfig())
 	defer h.close()
 	ctx := context.Background()
 	_, _, err := h.s.CreateTable(ctx, "cpu", true)
@@ -192,7 +192,7 @@ func BenchmarkDrain(b *testing.B) {
 // decoding their fields (docs/contract.md#filters). rows/s counts the
 // rows returned, fragments/s the fragments the drain covered.
 func BenchmarkDrainFiltered(b *testing.B) {
-	h := openHarness(b, b.TempDir(), DefaultConfig())
+	h := openBadgerHarness(b, DefaultConfig())
 	defer h.close()
 	ctx := context.Background()
 	_, _, err := h.s.CreateTable(ctx, "cpu", true)

@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store/memstore"
 )
 
 // --- Many writers, a stalled commit, consumers draining all the while (docs/contract.md#watermark) ---
@@ -61,7 +63,7 @@ func TestConcurrentWritersStalledCommit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.QueueLength = tc.queue
-			h := openHarness(t, t.TempDir(), cfg)
+			h := openHarness(t, memstore.NewDisk(), cfg)
 			defer h.close()
 			ctx := context.Background()
 			for _, name := range tables {

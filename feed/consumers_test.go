@@ -12,7 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
-	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/memstore"
 )
 
 // --- Helpers for the long-poll, consumer and lag tests ----------------------
@@ -32,20 +32,11 @@ func (c *fakeClock) set(t time.Time)     { c.ns.Store(t.UnixNano()) }
 
 // openClockHarness is openHarness with a metrics registry (reg may be nil)
 // and the clock clk (nil: real time) injected before the sequencer runs.
-func openClockHarness(t testing.TB, dir string, cfg Config, reg prometheus.Registerer, clk *fakeClock) *harness {
+func openClockHarness(t testing.TB, disk *memstore.Disk, cfg Config, reg prometheus.Registerer, clk *fakeClock) *harness {
 	t.Helper()
-	scfg := badgerstore.DefaultConfig()
-	scfg.Dir = dir
-	db, err := badgerstore.Open(scfg, nil, nil)
+	db, err := memstore.Open(disk)
 	require.NoError(t, err)
-	s, d, err := Open(cfg, db, nil, reg)
-	require.NoError(t, err)
-	if clk != nil {
-		s.now = clk.now
-	}
-	h := &harness{t: t, dir: dir, db: db, s: s, d: d, done: make(chan error, 1)}
-	h.start()
-	return h
+	return startHarness(t, disk, db, cfg, db, reg, clk)
 }
 
 // drainResult is the outcome of a drain run in its own goroutine.
@@ -227,7 +218,7 @@ func TestDrainWait(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := openHarness(t, t.TempDir(), DefaultConfig())
+			h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 			defer h.close()
 			_, _, err := h.s.CreateTable(context.Background(), "t", true)
 			require.NoError(t, err)
@@ -257,7 +248,7 @@ func TestDrainWait(t *testing.T) {
 func TestConsumerRecorded(t *testing.T) {
 	t0 := time.Date(2026, 11, 29, 10, 0, 0, 123456789, time.UTC)
 	clk := newFakeClock(t0)
-	h := openClockHarness(t, t.TempDir(), DefaultConfig(), nil, clk)
+	h := openClockHarness(t, memstore.NewDisk(), DefaultConfig(), nil, clk)
 	defer h.close()
 	ctx := context.Background()
 	for _, name := range []string{"t", "u"} {
@@ -321,7 +312,7 @@ func TestConsumerDurable(t *testing.T) {
 	setup := func(t *testing.T, cfg Config) (*harness, *fakeClock) {
 		t.Helper()
 		clk := newFakeClock(t0)
-		h := openClockHarness(t, t.TempDir(), cfg, nil, clk)
+		h := openClockHarness(t, memstore.NewDisk(), cfg, nil, clk)
 		_, _, err := h.s.CreateTable(context.Background(), "t", true)
 		require.NoError(t, err)
 		mustAppend(t, h.s, seqPoints("t", 0, 20)...)
@@ -352,7 +343,7 @@ func TestConsumerDurable(t *testing.T) {
 		record(t, h, "m2", 20)
 		require.Empty(t, stored(t, h), "nothing flushed before the interval")
 		h.close()
-		h = openClockHarness(t, h.dir, cfg, nil, clk)
+		h = openClockHarness(t, h.disk, cfg, nil, clk)
 		defer h.close()
 		cs, err := h.d.Consumers("t")
 		require.NoError(t, err)
@@ -369,12 +360,12 @@ func TestConsumerDurable(t *testing.T) {
 		record(t, h, "gone", 1)
 		record(t, h, "kept", 2)
 		h.close()
-		h = openClockHarness(t, h.dir, cfg, nil, clk)
+		h = openClockHarness(t, h.disk, cfg, nil, clk)
 		require.NoError(t, h.d.DeleteConsumer("t", "gone", Principal{}))
 		record(t, h, "never-flushed", 3)
 		require.NoError(t, h.d.DeleteConsumer("t", "never-flushed", Principal{}))
 		h.close()
-		h = openClockHarness(t, h.dir, cfg, nil, clk)
+		h = openClockHarness(t, h.disk, cfg, nil, clk)
 		defer h.close()
 		require.Equal(t, []string{"kept"}, consumerNames(t, h.d, "t"))
 	})
@@ -389,7 +380,7 @@ func TestConsumerBound(t *testing.T) {
 	cfg.MaxConsumersPerTable = 2
 	cfg.MaxConsumersPerToken = 3
 	cfg.MaxConsumers = 6
-	h := openHarness(t, t.TempDir(), cfg)
+	h := openHarness(t, memstore.NewDisk(), cfg)
 	defer func() { h.close() }()
 	ctx := context.Background()
 	for _, name := range []string{"t", "u", "v"} {
@@ -461,7 +452,7 @@ func TestConsumerBound(t *testing.T) {
 
 	t.Run("owners and counts survive a restart", func(t *testing.T) {
 		h.close()
-		h = openHarness(t, h.dir, cfg)
+		h = openHarness(t, h.disk, cfg)
 		require.Equal(t, 6, h.d.counts.count())
 		_, err := tryDrain(h.d, DrainRequest{Table: "v", Limit: 1, Consumer: "c9", By: root})
 		require.ErrorIs(t, err, ErrTooManyConsumers, "the total is counted from the store")
@@ -482,8 +473,8 @@ func TestConsumerIdleExpiry(t *testing.T) {
 	cfg.ConsumerIdleExpiry = time.Hour
 	cfg.SweepInterval = 10 * time.Millisecond
 	clk := newFakeClock(time.Unix(1_700_000_000, 0))
-	dir := t.TempDir()
-	h := openClockHarness(t, dir, cfg, nil, clk)
+	disk := memstore.NewDisk()
+	h := openClockHarness(t, disk, cfg, nil, clk)
 	defer func() { h.close() }()
 	_, _, err := h.s.CreateTable(context.Background(), "t", true)
 	require.NoError(t, err)
@@ -499,13 +490,13 @@ func TestConsumerIdleExpiry(t *testing.T) {
 	require.Equal(t, []string{"busy"}, consumerNames(t, h.d, "t"))
 	eventually(t, func() bool { return testutil.ToFloat64(h.s.m.consumersExpired) == 1 }, "the removal is counted")
 	h.close()
-	h = openClockHarness(t, dir, cfg, nil, clk)
+	h = openClockHarness(t, disk, cfg, nil, clk)
 	require.Equal(t, []string{"busy"}, consumerNames(t, h.d, "t"), "the removal is durable")
 }
 
 func TestConsumersTruncateAndDrop(t *testing.T) {
 	cfg := DefaultConfig()
-	h := openHarness(t, t.TempDir(), cfg)
+	h := openHarness(t, memstore.NewDisk(), cfg)
 	defer func() { h.close() }()
 	ctx := context.Background()
 	_, _, err := h.s.CreateTable(ctx, "t", true)
@@ -525,7 +516,7 @@ func TestConsumersTruncateAndDrop(t *testing.T) {
 		_, err = tryDrain(h.d, DrainRequest{Table: "t", After: 10, Limit: 1, Consumer: "m2"})
 		require.NoError(t, err)
 		h.close()
-		h = openHarness(t, h.dir, cfg)
+		h = openHarness(t, h.disk, cfg)
 		require.Equal(t, []string{"m1", "m2"}, consumerNames(t, h.d, "t"))
 		c, _ = consumerOf(t, h.d, "t", "m2")
 		require.Equal(t, uint64(2), c.Epoch)
@@ -538,7 +529,7 @@ func TestConsumersTruncateAndDrop(t *testing.T) {
 		require.NoError(t, err)
 		require.Empty(t, consumerNames(t, h.d, "t"), "a re-created table has none")
 		h.close()
-		h = openHarness(t, h.dir, cfg)
+		h = openHarness(t, h.disk, cfg)
 		require.Empty(t, consumerNames(t, h.d, "t"), "nor after a restart")
 	})
 }
@@ -585,7 +576,7 @@ func TestConsumerLagMetrics(t *testing.T) {
 	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	clk := newFakeClock(t0)
 	reg := prometheus.NewRegistry()
-	h := openClockHarness(t, t.TempDir(), DefaultConfig(), reg, clk)
+	h := openClockHarness(t, memstore.NewDisk(), DefaultConfig(), reg, clk)
 	defer h.close()
 	ctx := context.Background()
 	_, _, err := h.s.CreateTable(ctx, "t", true)

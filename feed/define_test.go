@@ -7,6 +7,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store/memstore"
 )
 
 // TestDefineTable checks CREATE TABLE with declared columns: the schema is
@@ -16,10 +18,10 @@ import (
 // changes.
 func TestDefineTable(t *testing.T) {
 	ctx := context.Background()
-	dir := t.TempDir()
+	disk := memstore.NewDisk()
 	cfg := DefaultConfig()
 	cfg.MaxColumnsPerTable = 4
-	h := openHarness(t, dir, cfg)
+	h := openHarness(t, disk, cfg)
 	declared := []Column{{"p00", KindFloat}, {"host", KindTag}, {"n", KindInt}, {"ok", KindBool}}
 	st, err := h.s.DefineTable(ctx, "sensor", true, declared)
 	require.NoError(t, err)
@@ -77,7 +79,7 @@ func TestDefineTable(t *testing.T) {
 	require.GreaterOrEqual(t, st.Seq, uint64(1))
 	h.close()
 
-	h = openHarness(t, dir, cfg)
+	h = openHarness(t, disk, cfg)
 	defer h.close()
 	info, err = h.d.Table("sensor")
 	require.NoError(t, err)
@@ -88,7 +90,7 @@ func TestDefineTable(t *testing.T) {
 // existing tables only: a point of a missing table is rejected with
 // ErrTableNotFound and creates nothing, the others are stored.
 func TestNoCreate(t *testing.T) {
-	h := openHarness(t, t.TempDir(), DefaultConfig())
+	h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 	defer h.close()
 	_, err := h.s.DefineTable(context.Background(), "known", true, []Column{{"v", KindFloat}})
 	require.NoError(t, err)

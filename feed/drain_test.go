@@ -8,6 +8,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store/memstore"
 )
 
 // --- Paging (docs/contract.md#paging) --------------------------------------------------------------
@@ -35,7 +37,7 @@ func TestDrainPaging(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := openHarness(t, t.TempDir(), DefaultConfig())
+			h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 			defer h.close()
 			_, _, err := h.s.CreateTable(context.Background(), "t", true)
 			require.NoError(t, err)
@@ -107,7 +109,7 @@ func runSteps(t testing.TB, h *harness, cfg Config, steps []feedStep) *harness {
 			require.NoError(t, err)
 		case "restart":
 			h.close()
-			h = openHarness(t, h.dir, cfg)
+			h = openHarness(t, h.disk, cfg)
 		default:
 			t.Fatalf("unknown op %q", s.op)
 		}
@@ -219,7 +221,7 @@ func TestDrainCoalesce(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
-			h := openHarness(t, t.TempDir(), cfg)
+			h := openHarness(t, memstore.NewDisk(), cfg)
 			defer func() { h.close() }()
 			_, _, err := h.s.CreateTable(context.Background(), "t", tc.syncOn)
 			require.NoError(t, err)
@@ -281,7 +283,7 @@ func TestDrainSyncOffInvisible(t *testing.T) {
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
-			h := openHarness(t, t.TempDir(), cfg)
+			h := openHarness(t, memstore.NewDisk(), cfg)
 			defer func() { h.close() }()
 			if tc.create != "" {
 				_, _, err := h.s.CreateTable(context.Background(), "t", tc.create == "on")
@@ -300,7 +302,7 @@ func TestDrainSyncOffInvisible(t *testing.T) {
 			}
 			check(h)
 			h.close()
-			h = openHarness(t, h.dir, cfg)
+			h = openHarness(t, h.disk, cfg)
 			check(h)
 		})
 	}
@@ -311,7 +313,7 @@ func TestDrainSyncOffInvisible(t *testing.T) {
 func TestDrainRefusals(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxDrainLimit = 5
-	h := openHarness(t, t.TempDir(), cfg)
+	h := openHarness(t, memstore.NewDisk(), cfg)
 	defer h.close()
 	ctx := context.Background()
 	// "on": epoch 2, seq 3. "off": sync OFF, epoch 1, seq 1. "fresh": epoch
@@ -390,7 +392,7 @@ func TestDrainRefusals(t *testing.T) {
 }
 
 func TestDrainColumns(t *testing.T) {
-	h := openHarness(t, t.TempDir(), DefaultConfig())
+	h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 	defer h.close()
 	_, _, err := h.s.CreateTable(context.Background(), "t", true)
 	require.NoError(t, err)
@@ -506,7 +508,7 @@ func TestDrainStalledCommit(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.SyncTables = []string{"cpu"}
-			h := openHarness(t, t.TempDir(), cfg)
+			h := openHarness(t, memstore.NewDisk(), cfg)
 			defer h.close()
 			// Installed before any write reaches the sequencer; released
 			// before h.close (deferred calls run last first).
@@ -619,7 +621,7 @@ func TestDrainConcurrentWriters(t *testing.T) {
 	tables := []string{"a", "b"}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := openHarness(t, t.TempDir(), DefaultConfig())
+			h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 			defer h.close()
 			ctx := context.Background()
 			for _, name := range tables {
@@ -762,7 +764,7 @@ func TestDrainConcurrentWriters(t *testing.T) {
 // ends before that row (Next is the last x_seq returned, More is true) and
 // the next page starts with it; on a page's first row it fails the Drain.
 func TestDrainPageFull(t *testing.T) {
-	h := openHarness(t, t.TempDir(), DefaultConfig())
+	h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 	defer h.close()
 	_, _, err := h.s.CreateTable(context.Background(), "t", true)
 	require.NoError(t, err)
@@ -803,7 +805,7 @@ func TestDrainPageFull(t *testing.T) {
 // are part of every page (docs/contract.md#lag).
 func TestDrainOperation(t *testing.T) {
 	clk := newFakeClock(time.Unix(1_700_000_000, 0))
-	h := openClockHarness(t, t.TempDir(), DefaultConfig(), nil, clk)
+	h := openClockHarness(t, memstore.NewDisk(), DefaultConfig(), nil, clk)
 	defer func() { h.close() }()
 	_, _, err := h.s.CreateTable(context.Background(), "t", true)
 	require.NoError(t, err)
@@ -854,7 +856,7 @@ func TestDrainOperation(t *testing.T) {
 // leaves out move its read on, not its answer, which reports the
 // request's cursor and a next covering them.
 func TestDrainFilteredWait(t *testing.T) {
-	h := openHarness(t, t.TempDir(), DefaultConfig())
+	h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 	defer func() { h.close() }()
 	ctx := context.Background()
 	_, _, err := h.s.CreateTable(ctx, "t", true)

@@ -13,7 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
-	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/memstore"
 )
 
 // TestTableLimit checks Config.MaxTables: a write or CREATE TABLE that
@@ -22,7 +22,7 @@ import (
 func TestTableLimit(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxTables = 2
-	h := openHarness(t, t.TempDir(), cfg)
+	h := openHarness(t, memstore.NewDisk(), cfg)
 	defer h.close()
 	ctx := context.Background()
 
@@ -56,8 +56,8 @@ func TestTableLimit(t *testing.T) {
 func TestTombstoneBound(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxTombstones = 2
-	dir := t.TempDir()
-	h := openHarness(t, dir, cfg)
+	disk := memstore.NewDisk()
+	h := openHarness(t, disk, cfg)
 	defer func() { h.close() }()
 	ctx := context.Background()
 	old := map[string]SyncStatus{}
@@ -88,7 +88,7 @@ func TestTombstoneBound(t *testing.T) {
 			require.NoError(t, h.s.Drop(ctx, name))
 		}
 		h.close()
-		h = openHarness(t, dir, cfg)
+		h = openHarness(t, disk, cfg)
 		require.LessOrEqual(t, len(h.s.tombstones), 2, "round %d", round)
 		require.Empty(t, h.d.Tables(), "the floor is no table")
 	}
@@ -102,15 +102,7 @@ func TestTombstoneBound(t *testing.T) {
 func TestTableChurnMemory(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxTombstones = 100
-	scfg := badgerstore.DefaultConfig()
-	scfg.Dir = t.TempDir()
-	scfg.UnsafeNoSync = true // thousands of commits; durability is not under test
-	// Room for every commit in one memtable: after a flush badger keeps
-	// its table builder's memory (about four memtables) pooled for
-	// seconds, which a heap measured right after would count.
-	scfg.MemTableBytes = 64 << 20
-	db, err := badgerstore.Open(scfg, nil, nil)
-	require.NoError(t, err)
+	db := memstore.New()
 	s, _, err := Open(cfg, db, nil, nil)
 	require.NoError(t, err)
 	runCtx, cancel := context.WithCancel(context.Background())
@@ -151,7 +143,7 @@ func TestTableChurnMemory(t *testing.T) {
 func TestGroupBytes(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxGroupBytes = 4 << 10
-	h := openHarness(t, t.TempDir(), cfg)
+	h := openHarness(t, memstore.NewDisk(), cfg)
 	defer h.close()
 	_, _, err := h.s.CreateTable(context.Background(), "t", true)
 	require.NoError(t, err)
@@ -173,7 +165,7 @@ func TestGroupBytes(t *testing.T) {
 }
 
 func TestConfigBoundsStoredValues(t *testing.T) {
-	limits := badgerstore.Limits()
+	limits := memstore.Limits
 	cases := []struct {
 		name string
 		set  func(*Config)
@@ -209,10 +201,10 @@ func TestConfigBoundsStoredValues(t *testing.T) {
 	require.NoError(t, cfg.checkLimits(small))
 }
 
-// smallStore is badger reporting small limits, as a backend that holds
-// less than badger does (a JetStream server's max_payload).
+// smallStore is the in-memory store reporting small limits, as a backend
+// that holds less (a JetStream server's max_payload).
 type smallStore struct {
-	*badgerstore.DB
+	*memstore.Store
 	limits store.Limits
 }
 
@@ -227,8 +219,8 @@ func TestStoreLimitsRefusePointsAndColumns(t *testing.T) {
 	ctx := context.Background()
 	cfg := DefaultConfig()
 	cfg.MaxNameBytes, cfg.MaxGroupBytes = 1000, 1<<20
-	h := openHarnessOn(t, t.TempDir(), cfg, func(db *badgerstore.DB) Storage {
-		return &smallStore{DB: db, limits: store.Limits{MaxBlockBytes: 4 << 20, MaxFragmentBytes: 8 << 10,
+	h := openHarnessOn(t, memstore.NewDisk(), cfg, func(db *memstore.Store) Storage {
+		return &smallStore{Store: db, limits: store.Limits{MaxBlockBytes: 4 << 20, MaxFragmentBytes: 8 << 10,
 			MaxMetaBytes: 5 * store.ColumnBytes(strings.Repeat("k", 100)), MaxNameBytes: 1000}}
 	})
 	defer h.close()

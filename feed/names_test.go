@@ -9,6 +9,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store/memstore"
 )
 
 func TestCheckName(t *testing.T) {
@@ -57,7 +59,7 @@ func TestCheckName(t *testing.T) {
 func TestInvalidNamesRefused(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxNameBytes = 16
-	h := openHarness(t, t.TempDir(), cfg)
+	h := openHarness(t, memstore.NewDisk(), cfg)
 	defer h.close()
 	ctx := context.Background()
 	_, _, err := h.s.CreateTable(ctx, "ok", true)
@@ -107,8 +109,8 @@ func TestHostileNamesSurviveRestart(t *testing.T) {
 		"a", "ab", "a b", "a,b=c", "a\u0100", "a\u00ff", "\u0100", "\uFFFD", "\uFFFF", "\U0010FFFF",
 		"a\u2028", "é", "e\u0301", longest, longest[:len(longest)-2] + "e", "x" + longest[:len(longest)-2],
 	}
-	dir := t.TempDir()
-	h := openHarness(t, dir, cfg)
+	disk := memstore.NewDisk()
+	h := openHarness(t, disk, cfg)
 	ctx := context.Background()
 	type pos struct {
 		epoch, seq uint64
@@ -154,7 +156,7 @@ func TestHostileNamesSurviveRestart(t *testing.T) {
 	}
 	h.close()
 
-	h = openHarness(t, dir, cfg)
+	h = openHarness(t, disk, cfg)
 	defer func() { h.close() }()
 	var got []string
 	for _, ti := range h.d.Tables() {

@@ -11,6 +11,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store/memstore"
 )
 
 func sweepConfig() Config {
@@ -45,7 +47,7 @@ func requireHistoryExpired(t *testing.T, err error, horizon uint64) {
 func TestHistoryHorizonRefusesNeverSkips(t *testing.T) {
 	cfg := sweepConfig()
 	cfg.FeedHistoryFragments = 10
-	h := openHarness(t, t.TempDir(), cfg)
+	h := openHarness(t, memstore.NewDisk(), cfg)
 	defer func() { h.close() }() // the harness reopened below
 	ctx := context.Background()
 	_, _, err := h.s.CreateTable(ctx, "t", true)
@@ -61,7 +63,7 @@ func TestHistoryHorizonRefusesNeverSkips(t *testing.T) {
 
 	// The horizon survives a restart.
 	h.close()
-	h = openHarness(t, h.dir, cfg)
+	h = openHarness(t, h.disk, cfg)
 	st, err := h.d.Status("t")
 	require.NoError(t, err)
 	require.Equal(t, uint64(41), st.Horizon)
@@ -84,7 +86,7 @@ func TestConsumerHoldsHistory(t *testing.T) {
 	cfg.ConsumerHoldsHistory = true
 	cfg.ConsumerHoldMaxAge = time.Hour
 	clk := newFakeClock(time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC))
-	h := openClockHarness(t, t.TempDir(), cfg, nil, clk)
+	h := openClockHarness(t, memstore.NewDisk(), cfg, nil, clk)
 	defer h.close()
 	ctx := context.Background()
 	for _, name := range []string{"t", "u"} {
@@ -138,7 +140,7 @@ func TestRetentionRemovesExactlyAged(t *testing.T) {
 	cfg.SweepBatchFragments = 50
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	clk := newFakeClock(t0)
-	h := openClockHarness(t, t.TempDir(), cfg, nil, clk)
+	h := openClockHarness(t, memstore.NewDisk(), cfg, nil, clk)
 	defer h.close()
 	ctx := context.Background()
 	ret, yes := time.Hour, true
@@ -338,7 +340,7 @@ func TestRetentionMetricsBounded(t *testing.T) {
 	t0 := time.Date(2026, 12, 1, 0, 0, 0, 0, time.UTC)
 	clk := newFakeClock(t0)
 	reg := prometheus.NewRegistry()
-	h := openClockHarness(t, t.TempDir(), cfg, reg, clk)
+	h := openClockHarness(t, memstore.NewDisk(), cfg, reg, clk)
 	defer h.close()
 	ret, yes := time.Hour, true
 	for i, table := range []string{"a", "b", "c"} {

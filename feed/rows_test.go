@@ -11,7 +11,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
-	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/memstore"
 )
 
 // --- Helpers for the copy by time range -----------------------------------------
@@ -112,7 +112,7 @@ func timeRange(from, to int64) []int64 {
 // in the caller's goroutine: a test commits writes there, between a Rows
 // call's snapshot of the table and its read.
 type hookedStore struct {
-	*badgerstore.DB
+	*memstore.Store
 	beforeReadRows func()
 }
 
@@ -120,28 +120,22 @@ func (h *hookedStore) ReadRows(ctx context.Context, tid uint64, cur store.RowCur
 	if f := h.beforeReadRows; f != nil {
 		f()
 	}
-	return h.DB.ReadRows(ctx, tid, cur, start, end, limit, visit)
+	return h.Store.ReadRows(ctx, tid, cur, start, end, limit, visit)
 }
 
 // openHookedHarness is openHarness with the sequencer on a hookedStore.
-func openHookedHarness(t testing.TB, dir string, cfg Config) (*harness, *hookedStore) {
+func openHookedHarness(t testing.TB, disk *memstore.Disk, cfg Config) (*harness, *hookedStore) {
 	t.Helper()
-	scfg := badgerstore.DefaultConfig()
-	scfg.Dir = dir
-	db, err := badgerstore.Open(scfg, nil, nil)
+	db, err := memstore.Open(disk)
 	require.NoError(t, err)
-	hs := &hookedStore{DB: db}
-	s, d, err := Open(cfg, hs, nil, nil)
-	require.NoError(t, err)
-	h := &harness{t: t, dir: dir, db: db, s: s, d: d, done: make(chan error, 1)}
-	h.start()
-	return h, hs
+	hs := &hookedStore{Store: db}
+	return startHarness(t, disk, db, cfg, hs, nil, nil), hs
 }
 
 // --- Copy by time range (docs/contract.md#bootstrap) -----------------------------------------
 
 func TestRowsTimeRange(t *testing.T) {
-	h := openHarness(t, t.TempDir(), DefaultConfig())
+	h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 	defer h.close()
 	_, _, err := h.s.CreateTable(context.Background(), "t", true)
 	require.NoError(t, err)
@@ -202,7 +196,7 @@ func ptr(x int64) *int64 { return &x }
 func TestRowsPaging(t *testing.T) {
 	ctx := context.Background()
 	t.Run("the first page's epoch and watermark hold for the whole copy", func(t *testing.T) {
-		h := openHarness(t, t.TempDir(), DefaultConfig())
+		h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 		defer h.close()
 		_, _, err := h.s.CreateTable(ctx, "t", true)
 		require.NoError(t, err)
@@ -222,7 +216,7 @@ func TestRowsPaging(t *testing.T) {
 	})
 
 	t.Run("a point written several times appears once, coalesced", func(t *testing.T) {
-		h := openHarness(t, t.TempDir(), DefaultConfig())
+		h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 		defer h.close()
 		_, _, err := h.s.CreateTable(ctx, "t", true)
 		require.NoError(t, err)
@@ -239,7 +233,7 @@ func TestRowsPaging(t *testing.T) {
 	})
 
 	t.Run("a point overwritten in one batch with sync OFF appears once", func(t *testing.T) {
-		h := openHarness(t, t.TempDir(), DefaultConfig())
+		h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 		defer h.close()
 		// Auto-created with sync OFF: the fragments share one unsynced block.
 		mustAppend(t, h.s,
@@ -260,7 +254,7 @@ func TestRowsPaging(t *testing.T) {
 	})
 
 	t.Run("rows written with sync OFF are in the copy", func(t *testing.T) {
-		h := openHarness(t, t.TempDir(), DefaultConfig())
+		h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 		defer h.close()
 		off := func(ts int64) Point { return pt("t", ts, tg("host", "off"), fld("v", iv(-ts))) }
 		on := func(ts int64) Point { return pt("t", ts, tg("host", "on"), fld("v", iv(ts))) }
@@ -286,7 +280,7 @@ func TestRowsPaging(t *testing.T) {
 func TestRowsRefusals(t *testing.T) {
 	cfg := DefaultConfig()
 	cfg.MaxDrainLimit = 10
-	h := openHarness(t, t.TempDir(), cfg)
+	h := openHarness(t, memstore.NewDisk(), cfg)
 	defer h.close()
 	ctx := context.Background()
 	_, _, err := h.s.CreateTable(ctx, "t", true)
@@ -376,7 +370,7 @@ func TestRowsStaleEpoch(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := openHarness(t, t.TempDir(), DefaultConfig())
+			h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 			defer h.close()
 			_, _, err := h.s.CreateTable(context.Background(), "t", true)
 			require.NoError(t, err)
@@ -422,7 +416,7 @@ func TestRowsNewSeriesDuringCopy(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h, hs := openHookedHarness(t, t.TempDir(), DefaultConfig())
+			h, hs := openHookedHarness(t, memstore.NewDisk(), DefaultConfig())
 			defer h.close()
 			_, _, err := h.s.CreateTable(context.Background(), "t", true)
 			require.NoError(t, err)

@@ -13,8 +13,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ingestd/ingestd/store/badgerstore"
-	"github.com/ingestd/ingestd/store/storetest"
+	"github.com/ingestd/ingestd/store/memstore"
 )
 
 // --- Test helpers shared by the feed tests ----------------------------------
@@ -352,7 +351,7 @@ func TestEpochs(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := openHarness(t, t.TempDir(), DefaultConfig())
+			h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 			defer h.close()
 			ctx := context.Background()
 			ts := int64(0)
@@ -414,7 +413,7 @@ func TestEpochs(t *testing.T) {
 }
 
 func TestTableOperationsOnUnknownTable(t *testing.T) {
-	h := openHarness(t, t.TempDir(), DefaultConfig())
+	h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 	defer h.close()
 	ctx := context.Background()
 	cases := []struct {
@@ -440,7 +439,7 @@ func TestTableOperationsOnUnknownTable(t *testing.T) {
 // crashSetup brings a harness into the state a crash test copies. The
 // returned function, when not nil, runs after the copy (before the original
 // harness is closed).
-type crashSetup func(t *testing.T, dir string, cfg Config) (*harness, func())
+type crashSetup func(t *testing.T, disk *memstore.Disk, cfg Config) (*harness, func())
 
 func TestCrashKeepsSequence(t *testing.T) {
 	ctx := context.Background()
@@ -457,8 +456,8 @@ func TestCrashKeepsSequence(t *testing.T) {
 		cfg   func(*Config)
 		setup crashSetup
 	}{
-		{name: "sync table with rows", setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
-			h := openHarness(t, dir, cfg)
+		{name: "sync table with rows", setup: func(t *testing.T, disk *memstore.Disk, cfg Config) (*harness, func()) {
+			h := openHarness(t, disk, cfg)
 			_, _, err := h.s.CreateTable(ctx, "a", true)
 			require.NoError(t, err)
 			write(t, h, "a", 1, 3)
@@ -466,8 +465,8 @@ func TestCrashKeepsSequence(t *testing.T) {
 			write(t, h, "a", 74, 1)
 			return h, nil
 		}},
-		{name: "coalesced rows", setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
-			h := openHarness(t, dir, cfg)
+		{name: "coalesced rows", setup: func(t *testing.T, disk *memstore.Disk, cfg Config) (*harness, func()) {
+			h := openHarness(t, disk, cfg)
 			_, _, err := h.s.CreateTable(ctx, "a", false)
 			require.NoError(t, err)
 			mustAppend(t, h.s, pt("a", 5, tg("host", "x"), fld("v", iv(1)), fld("s", sv("off"))))
@@ -477,18 +476,18 @@ func TestCrashKeepsSequence(t *testing.T) {
 			mustAppend(t, h.s, pt("a", 6, tg("host", "x"), fld("s", sv("on"))))
 			return h, nil
 		}},
-		{name: "after a clean restart", setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
-			h := openHarness(t, dir, cfg)
+		{name: "after a clean restart", setup: func(t *testing.T, disk *memstore.Disk, cfg Config) (*harness, func()) {
+			h := openHarness(t, disk, cfg)
 			_, _, err := h.s.CreateTable(ctx, "a", true)
 			require.NoError(t, err)
 			write(t, h, "a", 1, 5)
 			h.close()
-			h = openHarness(t, dir, cfg)
+			h = openHarness(t, disk, cfg)
 			write(t, h, "a", 6, 5)
 			return h, nil
 		}},
-		{name: "after truncate", setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
-			h := openHarness(t, dir, cfg)
+		{name: "after truncate", setup: func(t *testing.T, disk *memstore.Disk, cfg Config) (*harness, func()) {
+			h := openHarness(t, disk, cfg)
 			_, _, err := h.s.CreateTable(ctx, "a", true)
 			require.NoError(t, err)
 			write(t, h, "a", 1, 5)
@@ -497,8 +496,8 @@ func TestCrashKeepsSequence(t *testing.T) {
 			write(t, h, "a", 6, 2)
 			return h, nil
 		}},
-		{name: "after drop and re-create", setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
-			h := openHarness(t, dir, cfg)
+		{name: "after drop and re-create", setup: func(t *testing.T, disk *memstore.Disk, cfg Config) (*harness, func()) {
+			h := openHarness(t, disk, cfg)
 			_, _, err := h.s.CreateTable(ctx, "a", true)
 			require.NoError(t, err)
 			write(t, h, "a", 1, 5)
@@ -508,23 +507,23 @@ func TestCrashKeepsSequence(t *testing.T) {
 			write(t, h, "a", 6, 2)
 			return h, nil
 		}},
-		{name: "tables auto-created by writes", cfg: func(c *Config) { c.SyncTables = []string{"cpu*"} }, setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
-			h := openHarness(t, dir, cfg)
+		{name: "tables auto-created by writes", cfg: func(c *Config) { c.SyncTables = []string{"cpu*"} }, setup: func(t *testing.T, disk *memstore.Disk, cfg Config) (*harness, func()) {
+			h := openHarness(t, disk, cfg)
 			write(t, h, "cpu_1", 1, 3)
 			write(t, h, "mem", 1, 3)
 			write(t, h, "cpu_2", 1, 1)
 			return h, nil
 		}},
-		{name: "sync enabled on an existing table", setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
-			h := openHarness(t, dir, cfg)
+		{name: "sync enabled on an existing table", setup: func(t *testing.T, disk *memstore.Disk, cfg Config) (*harness, func()) {
+			h := openHarness(t, disk, cfg)
 			write(t, h, "a", 1, 3)
 			_, err := h.s.SetSync(ctx, "a", true)
 			require.NoError(t, err)
 			write(t, h, "a", 4, 3)
 			return h, nil
 		}},
-		{name: "commit in flight", setup: func(t *testing.T, dir string, cfg Config) (*harness, func()) {
-			h := openHarness(t, dir, cfg)
+		{name: "commit in flight", setup: func(t *testing.T, disk *memstore.Disk, cfg Config) (*harness, func()) {
+			h := openHarness(t, disk, cfg)
 			stall := installStall(h)
 			_, _, err := h.s.CreateTable(ctx, "a", true)
 			require.NoError(t, err)
@@ -553,7 +552,7 @@ func TestCrashKeepsSequence(t *testing.T) {
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
 			}
-			h, after := tc.setup(t, t.TempDir(), cfg)
+			h, after := tc.setup(t, memstore.NewDisk(), cfg)
 			type tableState struct {
 				info TableInfo
 				rows []row
@@ -573,8 +572,7 @@ func TestCrashKeepsSequence(t *testing.T) {
 
 			// Crash: copy the directory of the live store and never close
 			// the copied store.
-			copied := t.TempDir()
-			storetest.CopyDir(t, h.dir, copied)
+			copied := h.disk.Clone()
 			defer func() {
 				if after != nil {
 					after()
@@ -690,8 +688,8 @@ func TestCleanRestart(t *testing.T) {
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
 			}
-			dir := t.TempDir()
-			h := openHarness(t, dir, cfg)
+			disk := memstore.NewDisk()
+			h := openHarness(t, disk, cfg)
 			tc.setup(t, h.s)
 			old := status(t, h.d, "t")
 			oldCols := columns(t, h.d, "t")
@@ -701,7 +699,7 @@ func TestCleanRestart(t *testing.T) {
 			}
 			h.close()
 
-			h = openHarness(t, dir, cfg)
+			h = openHarness(t, disk, cfg)
 			defer h.close()
 			require.Equal(t, old, status(t, h.d, "t"), "status survives a clean restart")
 			require.Equal(t, oldCols, columns(t, h.d, "t"))
@@ -751,8 +749,8 @@ func TestDropAndRecreate(t *testing.T) {
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
 			}
-			dir := t.TempDir()
-			h := openHarness(t, dir, cfg)
+			disk := memstore.NewDisk()
+			h := openHarness(t, disk, cfg)
 			defer func() { h.close() }()
 			_, _, err := h.s.CreateTable(ctx, "t", true)
 			require.NoError(t, err)
@@ -773,7 +771,7 @@ func TestDropAndRecreate(t *testing.T) {
 
 				if tc.restart {
 					h.close()
-					h = openHarness(t, dir, cfg)
+					h = openHarness(t, disk, cfg)
 					_, err := h.d.Status("t")
 					require.ErrorIs(t, err, ErrTableNotFound, "round %d: dropped after restart", round)
 				}
@@ -965,7 +963,7 @@ func TestSchemaRejects(t *testing.T) {
 			if tc.cfg != nil {
 				tc.cfg(&cfg)
 			}
-			h := openHarness(t, t.TempDir(), cfg)
+			h := openHarness(t, memstore.NewDisk(), cfg)
 			defer h.close()
 			_, _, err := h.s.CreateTable(context.Background(), "t", true)
 			require.NoError(t, err)
@@ -1051,7 +1049,7 @@ func TestColumnOrder(t *testing.T) {
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			h := openHarness(t, t.TempDir(), DefaultConfig())
+			h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 			defer func() { h.close() }()
 			_, _, err := h.s.CreateTable(context.Background(), "t", true)
 			require.NoError(t, err)
@@ -1077,7 +1075,7 @@ func TestColumnOrder(t *testing.T) {
 			}
 			check(h)
 			h.close()
-			h = openHarness(t, h.dir, DefaultConfig())
+			h = openHarness(t, h.disk, DefaultConfig())
 			check(h)
 		})
 	}
@@ -1112,7 +1110,7 @@ func TestAutoCreate(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			cfg := DefaultConfig()
 			cfg.SyncTables = tc.globs
-			h := openHarness(t, t.TempDir(), cfg)
+			h := openHarness(t, memstore.NewDisk(), cfg)
 			defer func() { h.close() }()
 			tags := tc.tags
 			if tags == nil {
@@ -1130,7 +1128,7 @@ func TestAutoCreate(t *testing.T) {
 				require.Len(t, h.d.Tables(), 1, "only the accepted line's table exists")
 				// Nor does it come back after a restart.
 				h.close()
-				h = openHarness(t, h.dir, cfg)
+				h = openHarness(t, h.disk, cfg)
 				_, err = h.d.Status(tc.table)
 				require.ErrorIs(t, err, ErrTableNotFound, "after a restart")
 				return
@@ -1158,15 +1156,12 @@ func TestAutoCreate(t *testing.T) {
 // get x_seq oldest first, and the out-of-order lines inside one keep
 // theirs.
 func TestGroupAppliesWritesInTimeOrder(t *testing.T) {
-	scfg := badgerstore.DefaultConfig()
-	scfg.Dir = t.TempDir()
-	db, err := badgerstore.Open(scfg, nil, nil)
-	require.NoError(t, err)
+	db := memstore.New()
 	cfg := DefaultConfig()
 	cfg.SyncTables = []string{"*"}
 	s, d, err := Open(cfg, db, nil, nil)
 	require.NoError(t, err)
-	h := &harness{t: t, dir: scfg.Dir, db: db, s: s, d: d, done: make(chan error, 1)}
+	h := &harness{t: t, disk: db.Disk(), db: db, s: s, d: d, done: make(chan error, 1)}
 	batch := func(times ...int64) *Batch {
 		b := &Batch{}
 		for i, ts := range times {
@@ -1202,7 +1197,7 @@ func TestGroupAppliesWritesInTimeOrder(t *testing.T) {
 // (until the store is closed) and a long-poll at the watermark answers at
 // once instead of waiting for writes that cannot come.
 func TestDrainerOutlivesRun(t *testing.T) {
-	h := openHarness(t, t.TempDir(), DefaultConfig())
+	h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 	ctx := context.Background()
 	_, _, err := h.s.CreateTable(ctx, "t", true)
 	require.NoError(t, err)
@@ -1233,7 +1228,7 @@ func TestDrainerOutlivesRun(t *testing.T) {
 // long as it has been held (writes submitted meanwhile wait at least that
 // long), growing; 0 again once the queue has drained.
 func TestQueueDelay(t *testing.T) {
-	h := openHarness(t, t.TempDir(), DefaultConfig())
+	h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 	defer h.close()
 	stall := installStall(h)
 	defer stall.release()

@@ -12,15 +12,15 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
-	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/memstore"
 	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
-// sharedStore is badger made a store.Shared the test drives: it mints
+// sharedStore is the in-memory store made a store.Shared the test drives: it mints
 // columns and series ids as the one process writing, and the test calls
 // the Follow callback with what "another process" did.
 type sharedStore struct {
-	*badgerstore.DB
+	*memstore.Store
 	mu     sync.Mutex
 	cols   map[uint64][]store.Column
 	series map[string]uint64
@@ -37,7 +37,7 @@ func (s *sharedStore) PutTable(ctx context.Context, m store.TableMeta) (store.Ta
 	if err != nil {
 		return store.TableMeta{}, err
 	}
-	return s.DB.PutTable(ctx, m)
+	return s.Store.PutTable(ctx, m)
 }
 
 // openShared starts a sequencer with cfg on a sharedStore in a new
@@ -45,8 +45,8 @@ func (s *sharedStore) PutTable(ctx context.Context, m store.TableMeta) (store.Ta
 func openShared(t *testing.T, cfg Config) (*sharedStore, *harness) {
 	t.Helper()
 	var st *sharedStore
-	h := openHarnessOn(t, t.TempDir(), cfg, func(db *badgerstore.DB) Storage {
-		st = &sharedStore{DB: db, cols: map[uint64][]store.Column{}, series: map[string]uint64{}}
+	h := openHarnessOn(t, memstore.NewDisk(), cfg, func(db *memstore.Store) Storage {
+		st = &sharedStore{Store: db, cols: map[uint64][]store.Column{}, series: map[string]uint64{}}
 		return st
 	})
 	return st, h

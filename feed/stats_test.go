@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/ingestd/ingestd/store/memstore"
 )
 
 // TestTableStats counts what a table holds through the real store: every
@@ -13,7 +15,7 @@ import (
 // grow with the data; TRUNCATE empties the counts but not the points
 // committed since start, which the status page's rates read.
 func TestTableStats(t *testing.T) {
-	h := openHarness(t, t.TempDir(), DefaultConfig())
+	h := openHarness(t, memstore.NewDisk(), DefaultConfig())
 	defer h.close()
 	ctx := context.Background()
 	_, _, err := h.s.CreateTable(ctx, "cpu", true)
@@ -65,7 +67,7 @@ func TestTableStats(t *testing.T) {
 func TestConsumerLags(t *testing.T) {
 	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	clk := newFakeClock(t0)
-	h := openClockHarness(t, t.TempDir(), DefaultConfig(), nil, clk)
+	h := openClockHarness(t, memstore.NewDisk(), DefaultConfig(), nil, clk)
 	defer h.close()
 	_, _, err := h.s.CreateTable(context.Background(), "t", true)
 	require.NoError(t, err)
@@ -94,7 +96,7 @@ func TestConsumerLags(t *testing.T) {
 func TestLaggiestConsumers(t *testing.T) {
 	t0 := time.Date(2026, 5, 1, 12, 0, 0, 0, time.UTC)
 	clk := newFakeClock(t0)
-	h := openClockHarness(t, t.TempDir(), DefaultConfig(), nil, clk)
+	h := openClockHarness(t, memstore.NewDisk(), DefaultConfig(), nil, clk)
 	defer h.close()
 	for _, table := range []string{"t", "u"} {
 		_, _, err := h.s.CreateTable(context.Background(), table, true)
