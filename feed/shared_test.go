@@ -114,7 +114,10 @@ func TestFollowedTableChanges(t *testing.T) {
 	s, d := h.s, h.d
 
 	// applied waits until a report of the marker table, sent after the
-	// others, was applied: the ones before it were too.
+	// others, was applied, then until the sequencer committed a write
+	// submitted after that: the reports before the marker were applied
+	// too (one pass applies the pending reports in no particular order,
+	// between group commits).
 	marker := uint64(1 << 40)
 	applied := func(reports ...store.Followed) {
 		t.Helper()
@@ -125,6 +128,7 @@ func TestFollowedTableChanges(t *testing.T) {
 		}
 		st.report(store.Followed{Table: store.TableMeta{Name: name, ID: marker, Sync: true, Epoch: 1}, Version: marker})
 		eventually(t, func() bool { st, err := d.Status(name); return err == nil && st.Epoch == 1 }, "the marker "+name+" applied")
+		mustAppend(t, h.s, pt("pass", int64(marker), nil, fld("v", iv(1))))
 	}
 
 	_, _, err := s.CreateTable(ctx, "t", true)
