@@ -74,9 +74,9 @@ type Field struct {
 type Column struct {
 	// Name is the tag key or field key (as written, checked by
 	// feed.CheckName).
-	Name string `json:"name"`
+	Name string
 	// Kind is KindTag for a tag, the field's type for a field, 0 for time.
-	Kind Kind `json:"kind"`
+	Kind Kind
 }
 
 // Fragment is what one ILP line carries: field values at (series, ts).
@@ -101,30 +101,34 @@ type Series struct {
 
 // TableMeta is a table's durable metadata. A dropped table keeps a tombstone
 // (Dropped set, ID 0) so that a re-created table resumes above its epoch and
-// sequence.
+// sequence. Like every type of this package it has no encoding: each
+// backend stores it in a format of its own.
 type TableMeta struct {
 	// Name is the table's name (the measurement).
-	Name string `json:"name"`
+	Name string
 	// ID is the instance id (Tables.NewTableID); 0 in a tombstone.
-	ID uint64 `json:"id"`
+	ID uint64
 	// Sync tells whether the table's sync is ON (docs/contract.md#sync-off-invisible).
-	Sync bool `json:"sync"`
+	Sync bool
 	// Epoch is the table's feed epoch (docs/contract.md#epochs).
-	Epoch uint64 `json:"epoch"`
+	Epoch uint64
 	// Seq is the x_seq floor of the name: no number at or below it is
 	// assigned again (the backend's lease, or a tombstone's last number).
-	Seq     uint64   `json:"seq_lease"`
-	Columns []Column `json:"columns"`
-	Dropped bool     `json:"dropped,omitempty"`
+	Seq uint64
+	// Columns is the schema: "time" at position 0, then tags and fields
+	// in order of first appearance (a column's position never changes).
+	Columns []Column
+	// Dropped marks a tombstone.
+	Dropped bool
 	// Retention, when set, is the table's own retention in nanoseconds
 	// (0: forever); nil follows the server's default.
-	Retention *int64 `json:"retention_ns,omitempty"`
+	Retention *int64
 
 	// ColumnsSince[i] is the table's highest x_seq when Columns[i] was
 	// added: every fragment carrying it has a higher x_seq
 	// (docs/contract.md#schema-changes). Shorter than Columns in a table
 	// written before it was kept: the columns past it count as added at 0.
-	ColumnsSince []uint64 `json:"columns_since,omitempty"`
+	ColumnsSince []uint64
 }
 
 // TableCommit is what one commit writes to one table instance.
@@ -144,10 +148,11 @@ type TableCommit struct {
 	Fragments []Fragment
 	// Writes, ascending, are the indexes in Fragments at which the
 	// fragments of another write (request, TCP batch) of the group commit
-	// begin. A series' in-order points of two writes go to two series
-	// runs, so that the time between the writes stays a gap that a write
-	// landing later can fill without a point-index look-up (badger's
-	// layout: store/badgerstore/doc.go, Late points). Nil: one write.
+	// begin; nil: one write. A hint a backend may lay its data out by
+	// (badgerstore keeps the in-order points of two writes in two series
+	// runs, so that a write landing later between them needs no
+	// point-index look-up) and may ignore (memstore); it changes no
+	// read.
 	Writes []int
 	// CommitTime is when the server commits the block (Unix nanoseconds).
 	CommitTime int64
@@ -158,17 +163,17 @@ type TableCommit struct {
 // nanoseconds).
 type Consumer struct {
 	// Name is the consumer's name (feed.CheckName).
-	Name string `json:"name"`
+	Name string
 	// Epoch is the epoch its Position belongs to.
-	Epoch uint64 `json:"epoch"`
+	Epoch uint64
 	// Position is the highest x_seq it has acknowledged.
-	Position uint64 `json:"position"`
+	Position uint64
 	// LastSeen is when it last drained, in Unix nanoseconds.
-	LastSeen int64 `json:"last_seen"`
+	LastSeen int64
 	// Owner is the name of the token that created it, which alone (or an
 	// admin token) may move or delete it; "" when it was created without
 	// access control (or before consumers had owners).
-	Owner string `json:"owner,omitempty"`
+	Owner string
 }
 
 // Row is one drained fragment delivered as the coalesced row at its
@@ -278,13 +283,13 @@ type TableStats struct {
 	Overwritten uint64
 	// Series is the number of distinct tag sets (exact).
 	Series uint64
-	// Bytes is the size of the table's keys and values in bytes as badger
-	// accounts them (key plus value, before compression). Files on disk
-	// also hold superseded data until compaction and value-log GC, so this
-	// is an estimate of the table's share, not of the directory's size.
+	// Bytes is the backend's estimate of what the table's data takes in
+	// it, each backend saying how it counts (badgerstore: keys and values
+	// before compression, not the superseded data its files hold until
+	// compaction; memstore: the fragments' encoded size).
 	Bytes uint64
-	// ComputedAt is when the figures were counted (the store keeps them
-	// for Config.TableStatsMaxAge).
+	// ComputedAt is when the figures were counted (a backend may keep
+	// them for an age it documents).
 	ComputedAt time.Time
 }
 

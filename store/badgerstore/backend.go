@@ -3,7 +3,6 @@ package badgerstore
 import (
 	"context"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"fmt"
 
@@ -427,10 +426,13 @@ func (db *DB) getMeta(name string) (m store.TableMeta, found bool, err error) {
 			return err
 		}
 		found = true
-		if err := item.Value(func(v []byte) error { return json.Unmarshal(v, &m) }); err != nil {
+		err = item.Value(func(v []byte) (err error) {
+			m, err = decodeMeta(name, v) // the key's name (encodeMeta)
+			return err
+		})
+		if err != nil {
 			return &store.CorruptionError{Key: metaKey(name), Err: err}
 		}
-		m.Name = name // the key's (encodeMeta)
 		return nil
 	})
 	return m, found, err

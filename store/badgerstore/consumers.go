@@ -1,7 +1,6 @@
 package badgerstore
 
 import (
-	"encoding/json"
 	"errors"
 
 	"github.com/dgraph-io/badger/v4"
@@ -25,7 +24,7 @@ func (db *DB) putConsumers(byTable map[string][]store.Consumer) error {
 	defer wb.Cancel()
 	for table, cs := range byTable {
 		for _, c := range cs {
-			v, err := json.Marshal(c)
+			v, err := encodeConsumer(c)
 			if err != nil {
 				return err
 			}
@@ -54,10 +53,13 @@ func (db *DB) loadConsumers(table string) ([]store.Consumer, error) {
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
 			var c store.Consumer
-			if err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &c) }); err != nil {
+			err := it.Item().Value(func(v []byte) (err error) {
+				c, err = decodeConsumer(string(it.Item().Key()[len(prefix):]), v) // the key's name, byte for byte
+				return err
+			})
+			if err != nil {
 				return &store.CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
 			}
-			c.Name = string(it.Item().Key()[len(prefix):]) // byte for byte, unlike JSON
 			out = append(out, c)
 		}
 		return nil

@@ -3,7 +3,6 @@ package badgerstore
 import (
 	"cmp"
 	"encoding/binary"
-	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
@@ -624,14 +623,16 @@ func (db *DB) loadTables() ([]store.TableMeta, error) {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{ksMeta}, PrefetchValues: true})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
+			// The key holds the name byte for byte; JSON would have turned
+			// invalid UTF-8 into U+FFFD (names stored by older versions).
 			var m store.TableMeta
-			err := it.Item().Value(func(v []byte) error { return json.Unmarshal(v, &m) })
+			err := it.Item().Value(func(v []byte) (err error) {
+				m, err = decodeMeta(string(it.Item().Key()[1:]), v)
+				return err
+			})
 			if err != nil {
 				return &store.CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
 			}
-			// The key holds the name byte for byte; JSON would have turned
-			// invalid UTF-8 into U+FFFD (names stored by older versions).
-			m.Name = string(it.Item().Key()[1:])
 			metas = append(metas, m)
 		}
 		return nil
@@ -1179,17 +1180,6 @@ func (w *committer) extend(tid uint64, old []byte, r ref, f *store.Fragment, loc
 	start := len(w.unions)
 	w.unions = appendUnion(w.unions, e.count+1, e.first, f.Series, f.Time, fields)
 	return w.unions[start:len(w.unions):len(w.unions)], e.count + 1, nil
-}
-
-// encodeMeta encodes a table's metadata value: JSON without the name,
-// which its key holds byte for byte. A table's name may be 1 KiB long;
-// in the value it would send a name-heavy table's metadata to the value
-// log (valueThreshold), where a churn of such tables left value-log
-// files, each a descriptor and a mapping, until collected. Values of
-// older layouts hold the name too; readers take the key's.
-func encodeMeta(m store.TableMeta) ([]byte, error) {
-	m.Name = ""
-	return json.Marshal(m)
 }
 
 // putMeta writes a table's metadata and the instance id high-water.

@@ -18,6 +18,70 @@ func newTable(rec record, rev uint64) *table {
 	return &table{name: rec.Meta.Name, stream: rec.Stream, rec: rec, rev: rev}
 }
 
+// metaWire is a table's metadata as the meta bucket holds it, inside its
+// record (which holds the name byte for byte): this backend's field
+// names, whatever store.TableMeta's are.
+type metaWire struct {
+	ID           uint64       `json:"id"`
+	Sync         bool         `json:"sync"`
+	Epoch        uint64       `json:"epoch"`
+	Seq          uint64       `json:"seq_lease"`
+	Columns      []columnWire `json:"columns"`
+	Dropped      bool         `json:"dropped,omitempty"`
+	Retention    *int64       `json:"retention_ns,omitempty"`
+	ColumnsSince []uint64     `json:"columns_since,omitempty"`
+}
+
+// columnWire is a column of metaWire.
+type columnWire struct {
+	Name string     `json:"name"`
+	Kind store.Kind `json:"kind"`
+}
+
+// MarshalJSON encodes r with Meta as its metaWire.
+func (r record) MarshalJSON() ([]byte, error) {
+	type plain record // without the methods
+	m := r.Meta
+	r.WireMeta = metaWire{ID: m.ID, Sync: m.Sync, Epoch: m.Epoch, Seq: m.Seq, Dropped: m.Dropped, Retention: m.Retention, ColumnsSince: m.ColumnsSince}
+	if m.Columns != nil {
+		r.WireMeta.Columns = make([]columnWire, len(m.Columns))
+		for i, c := range m.Columns {
+			r.WireMeta.Columns[i] = columnWire(c)
+		}
+	}
+	return json.Marshal(plain(r))
+}
+
+// UnmarshalJSON decodes what MarshalJSON encoded; Meta.Name is the
+// record's Name.
+func (r *record) UnmarshalJSON(b []byte) error {
+	type plain record
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	*r = record(p)
+	w := r.WireMeta
+	r.WireMeta = metaWire{}
+	r.Meta = store.TableMeta{Name: string(r.Name), ID: w.ID, Sync: w.Sync, Epoch: w.Epoch, Seq: w.Seq, Dropped: w.Dropped, Retention: w.Retention, ColumnsSince: w.ColumnsSince}
+	if w.Columns != nil {
+		r.Meta.Columns = make([]store.Column, len(w.Columns))
+		for i, c := range w.Columns {
+			r.Meta.Columns[i] = store.Column(c)
+		}
+	}
+	return nil
+}
+
+// consumerWire is a consumer's position in its table's consumers entry
+// (consumers), which is keyed by the consumer's name.
+type consumerWire struct {
+	Epoch    uint64 `json:"epoch"`
+	Position uint64 `json:"position"`
+	LastSeen int64  `json:"last_seen"`
+	Owner    string `json:"owner,omitempty"`
+}
+
 // decodeRecord decodes a table record of the meta bucket.
 func decodeRecord(e jetstream.KeyValueEntry) (record, error) {
 	var rec record

@@ -39,8 +39,10 @@ type record struct {
 	// UTF-8 in Meta.Name).
 	Name []byte `json:"name"`
 	// Meta is the live instance's metadata or the tombstone; Meta.Seq is
-	// a floor: no number at or below it is handed out again.
-	Meta store.TableMeta `json:"meta"`
+	// a floor: no number at or below it is handed out again. Stored as
+	// WireMeta (record.MarshalJSON).
+	Meta     store.TableMeta `json:"-"`
+	WireMeta metaWire        `json:"meta"`
 	// Anchor is where the x_seq numbering of the name's stream stands
 	// (follow.go); nil: from the stream's start, above Meta.Seq.
 	Anchor *anchor `json:"anchor,omitempty"`

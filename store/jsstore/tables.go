@@ -473,8 +473,8 @@ func (s *Store) PruneTombstone(ctx context.Context, name string, floor store.Tab
 }
 
 // consumers are a table name's consumer positions, one entry per name
-// and generation (consumersKey), by consumer name.
-type consumers map[string]store.Consumer
+// and generation (consumersKey), by consumer name: the entry's JSON.
+type consumers map[string]consumerWire
 
 // born returns the consumers' generation of name (0: no live table).
 func (s *Store) born(name string) uint64 {
@@ -548,7 +548,7 @@ func (s *Store) PutConsumers(ctx context.Context, byTable map[string][]store.Con
 	for table, list := range byTable {
 		err := s.changeConsumers(table, func(cs consumers) {
 			for _, c := range list {
-				cs[c.Name] = c
+				cs[c.Name] = consumerWire{Epoch: c.Epoch, Position: c.Position, LastSeen: c.LastSeen, Owner: c.Owner}
 			}
 		})
 		if err != nil {
@@ -570,8 +570,7 @@ func (s *Store) LoadConsumers(ctx context.Context, table string) ([]store.Consum
 	}
 	out := make([]store.Consumer, 0, len(cs))
 	for name, c := range cs {
-		c.Name = name
-		out = append(out, c)
+		out = append(out, store.Consumer{Name: name, Epoch: c.Epoch, Position: c.Position, LastSeen: c.LastSeen, Owner: c.Owner})
 	}
 	slices.SortFunc(out, func(a, b store.Consumer) int { return strings.Compare(a.Name, b.Name) })
 	return out, nil
