@@ -329,6 +329,29 @@ func (s *registry) checkConsumerName(name string) error {
 	return err
 }
 
+// consumerUpkeep writes the consumer positions changed since the last
+// flush every Config.ConsumerFlushInterval and expires idle consumers
+// every Config.SweepInterval until stop is closed. It runs beside the
+// sequencer goroutine, so a slow store write of positions (a shared
+// store's round trip, a cluster that does not answer) never holds a
+// write up; consumerMu orders it with DROP and DeleteConsumer.
+func (s *Sequencer) consumerUpkeep(stop <-chan struct{}) {
+	flush := time.NewTicker(s.cfg.ConsumerFlushInterval)
+	defer flush.Stop()
+	expire := time.NewTicker(s.cfg.SweepInterval)
+	defer expire.Stop()
+	for {
+		select {
+		case <-stop:
+			return
+		case <-flush.C:
+			s.flushConsumers()
+		case <-expire.C:
+			s.expireConsumers()
+		}
+	}
+}
+
 // expireConsumers forgets, durably, every named consumer not seen for
 // Config.ConsumerIdleExpiry (0: never), counting them in
 // ingestd_feed_consumers_expired_total. A failure is logged; the next

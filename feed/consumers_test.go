@@ -3,6 +3,7 @@ package feed
 import (
 	"context"
 	"fmt"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -630,4 +631,63 @@ func TestConsumerLagMetrics(t *testing.T) {
 		_, _, _, ok = lagMetrics(t, reg, "t", "caught-up")
 		require.True(t, ok)
 	})
+}
+
+// stallingConsumers is the in-memory store whose PutConsumers waits,
+// once entered, until release is closed: a consumer flush to a store that
+// does not answer (a shared store's cluster cut off).
+type stallingConsumers struct {
+	*memstore.Store
+	entered, release chan struct{}
+	once             sync.Once
+}
+
+func (s *stallingConsumers) PutConsumers(ctx context.Context, byTable map[string][]store.Consumer) error {
+	s.once.Do(func() { close(s.entered) })
+	<-s.release
+	return s.Store.PutConsumers(ctx, byTable)
+}
+
+// TestConsumerFlushNeverHoldsWrites: a flush of consumer positions that
+// the store does not answer holds no write up (the upkeep runs beside the
+// sequencer), and a DROP waits for it, so that the positions it writes
+// never outlive the dropped table.
+func TestConsumerFlushNeverHoldsWrites(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.ConsumerFlushInterval = time.Millisecond
+	st := &stallingConsumers{entered: make(chan struct{}), release: make(chan struct{})}
+	h := openHarnessOn(t, memstore.NewDisk(), cfg, func(db *memstore.Store) Storage { st.Store = db; return st })
+	defer h.close()
+	for _, name := range []string{"t", "other"} {
+		_, _, err := h.s.CreateTable(ctx, name, true)
+		require.NoError(t, err)
+	}
+	mustAppend(t, h.s, seqPoints("t", 0, 5)...)
+	_, err := tryDrain(h.d, DrainRequest{Table: "t", After: 2, Limit: 1, Consumer: "m"})
+	require.NoError(t, err)
+	eventually(t, func() bool {
+		select {
+		case <-st.entered:
+			return true
+		default:
+			return false
+		}
+	}, "the flush reached the store")
+
+	for i := range 50 {
+		mustAppend(t, h.s, pt("other", int64(i), tg("host", "a"), fld("v", iv(int64(i)))))
+	}
+	require.Equal(t, uint64(50), status(t, h.d, "other").Watermark, "writes committed while the flush waited")
+
+	// A DROP taken while the flush waits (the sequencer's only
+	// operation: QueueDelay counts it) waits for it in turn.
+	dropped := make(chan error, 1)
+	go func() { dropped <- h.s.Drop(ctx, "t") }()
+	eventually(t, func() bool { return h.s.QueueDelay() > 0 || len(dropped) > 0 }, "the DROP taken")
+	close(st.release)
+	require.NoError(t, <-dropped)
+	cs, err := h.db.LoadConsumers(ctx, "t")
+	require.NoError(t, err)
+	require.Empty(t, cs, "the flushed position went with the DROP, never written back after it")
 }

@@ -159,10 +159,12 @@
 //     table operations hold it for reading while they put an operation on
 //     the queue, and Run's stop takes it for writing, so once Run stops no
 //     operation can enter the queue after Run has emptied it.
-//   - registry.consumerMu serializes the sequencer's flush of consumer
-//     positions (flushConsumers) with Drainer.DeleteConsumer, so that a
-//     flush never writes back a consumer deleted meanwhile; both make
-//     their store call under it.
+//   - registry.consumerMu serializes the flush of consumer positions and
+//     the expiry of idle consumers (consumerUpkeep, a goroutine of its
+//     own beside the sequencer's) with Drainer.DeleteConsumer and with
+//     DROP (the sequencer's store call and the table's removal), so that
+//     a flush never writes back a consumer deleted or dropped meanwhile;
+//     each makes its store call under it.
 //   - registry.mu (RWMutex) guards the registry's maps, tables and
 //     tombstones: only the sequencer goroutine writes them (Lock, for a
 //     map update only); both sides look tables up under RLock.
@@ -185,8 +187,9 @@
 // consumerMu, then consumerSet.mu, then consumerCounts.mu. A goroutine
 // holding one may take a later one, never an earlier one; submitMu and
 // followed.mu are taken alone. Today only consumerMu is held while taking
-// another (registry.mu to list the tables, consumerSet.mu to read or
-// delete positions), and consumerSet.mu while taking consumerCounts.mu
+// another (registry.mu to list the tables or, in a DROP, to remove one;
+// table.mu to wake its readers; consumerSet.mu to read or delete
+// positions), and consumerSet.mu while taking consumerCounts.mu
 // (to count a consumer added or removed): the others are released before
 // the next is taken. The store's own locks are innermost: store
 // calls are made under consumerMu and consumerSet.mu (consumer positions),

@@ -35,9 +35,9 @@ type registry struct {
 
 	stopping chan struct{} // closed when Run starts to stop: ends long-polls
 
-	// consumerMu serializes the sequencer's consumer flushes
-	// (flushConsumers) with Drainer.DeleteConsumer, so that a flush never
-	// writes back a consumer deleted meanwhile.
+	// consumerMu serializes the consumer upkeep's flushes and expiry
+	// (consumerUpkeep) with Drainer.DeleteConsumer and DROP, so that a
+	// flush never writes back a consumer deleted or dropped meanwhile.
 	consumerMu sync.Mutex
 	// counts counts the live tables' named consumers for the budgets.
 	counts *consumerCounts
@@ -414,8 +414,15 @@ func (s *Sequencer) Run(ctx context.Context) error {
 		s.startResolver()
 		defer s.stopResolver()
 	}
-	flush := time.NewTicker(s.cfg.ConsumerFlushInterval)
-	defer flush.Stop()
+	upkeepStop, upkeepDone := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(upkeepDone)
+		s.consumerUpkeep(upkeepStop)
+	}()
+	defer func() {
+		close(upkeepStop)
+		<-upkeepDone // no store call of it after Run returns
+	}()
 	sweepTick := time.NewTicker(s.cfg.SweepInterval)
 	defer sweepTick.Stop()
 	s.sweep.startPass(s)
@@ -436,9 +443,6 @@ func (s *Sequencer) Run(ctx context.Context) error {
 			}
 		case <-sweepTick.C:
 			s.sweep.startPass(s)
-			s.expireConsumers()
-		case <-flush.C:
-			s.flushConsumers()
 		case <-s.follow.wake:
 			s.applyFollowed(true)
 		case <-s.res.ready:

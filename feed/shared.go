@@ -111,7 +111,9 @@ func (s *Sequencer) applyFollowed(instances bool) {
 		switch {
 		case f.Table.Dropped:
 			if t != nil && t.meta.ID <= f.Ended {
+				s.consumerMu.Lock() // as a DROP here (opDrop)
 				s.dropTable(t, nil)
+				s.consumerMu.Unlock()
 				s.logger.Info("table dropped through another ingestd node", "table", name)
 			}
 			continue

@@ -201,13 +201,18 @@ func (s *Sequencer) runControl(o *op) {
 		t = nt
 	case opDrop:
 		// One store call: the tombstone replaces the table, whose data
-		// and consumers go.
+		// and consumers go. Under consumerMu, so that a consumer flush
+		// ends before it and none after it writes the name's consumers
+		// back.
+		s.consumerMu.Lock()
 		tomb, err := s.st.DropTable(storeCtx, t.meta.ID)
 		if err != nil {
+			s.consumerMu.Unlock()
 			o.err = s.changeErr("drop", err)
 			return
 		}
 		s.dropTable(t, &tomb)
+		s.consumerMu.Unlock()
 		o.err = s.pruneTombstones()
 		return
 	}
