@@ -676,7 +676,7 @@ func TestConsumerFlushNeverHoldsWrites(t *testing.T) {
 	}, "the flush reached the store")
 
 	for i := range 50 {
-		mustAppend(t, h.s, pt("other", int64(i), tg("host", "a"), fld("v", iv(int64(i)))))
+		appendWhileStalled(t, h.s, pt("other", int64(i), tg("host", "a"), fld("v", iv(int64(i)))))
 	}
 	require.Equal(t, uint64(50), status(t, h.d, "other").Watermark, "writes committed while the flush waited")
 

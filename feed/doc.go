@@ -112,9 +112,11 @@
 // group commits, and after every commit before raising its own
 // watermark, so a drain never meets a series or column it cannot name.
 // It reports the other processes' table changes too: a table created
-// (added here, its consumers and horizon loaded), a new instance
-// (TRUNCATE, DROP + re-create: it replaces the table, consumers kept on
-// TRUNCATE, dropped with a DROP), a DROP (the table goes, its tombstone
+// (added here once the resolver loaded its series, consumers and horizon
+// off the sequencer goroutine; the name's reports wait meanwhile), a new
+// instance (TRUNCATE: it replaces the table, consumers kept; DROP +
+// re-create: loaded as a table created, the dropped one's consumers
+// gone), a DROP (the table goes, its tombstone
 // stays in the store), and SET SYNC or retention (taken when newer, by
 // store.Followed.Version). A TRUNCATE or DROP here of an instance another
 // process ended meanwhile is refused with ErrTableChanged (retry).

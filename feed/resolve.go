@@ -37,12 +37,17 @@ type resolver struct {
 	parked atomic.Int64
 }
 
-// resolveReq is one parked write and what it needs, per table.
+// resolveReq is one parked write and what it needs, per table; or, when
+// follow is set, the load of an instance another process created (its
+// series, horizon and consumers: instance).
 type resolveReq struct {
 	o      *op
 	tables []*tableNeeds
 	// err is the resolution's failure (the op fails with it).
 	err error
+
+	follow   *change
+	instance *instanceState
 }
 
 // tableNeeds is what a parked write needs of one table name.
@@ -202,6 +207,10 @@ type createdTable struct {
 // numbers the series. Resolver goroutine only: it reads nothing of the
 // sequencer's state but req.
 func (s *Sequencer) resolve(req *resolveReq, c *resolveCache) {
+	if req.follow != nil {
+		req.instance, req.err = s.loadInstance(req.follow.Table)
+		return
+	}
 	for _, tn := range req.tables {
 		if err := s.resolveTable(tn, c); err != nil {
 			req.err = fmt.Errorf("%w: table %s: %w", ErrUnavailable, QuoteInput(tn.name), err)
@@ -292,6 +301,11 @@ func (s *Sequencer) loadInstance(m store.TableMeta) (*instanceState, error) {
 func (s *Sequencer) park(req *resolveReq) {
 	req.o.parked = true
 	s.res.parked.Add(1)
+	s.toResolver(req)
+}
+
+// toResolver hands req to the resolver. Sequencer goroutine only.
+func (s *Sequencer) toResolver(req *resolveReq) {
 	s.res.mu.Lock()
 	s.res.queue = append(s.res.queue, req)
 	s.res.mu.Unlock()
@@ -312,6 +326,10 @@ func (s *Sequencer) takeResolved(ops []*op) []*op {
 	s.res.results = nil
 	s.res.mu.Unlock()
 	for _, req := range reqs {
+		if req.follow != nil {
+			s.takeLoaded(req)
+			continue
+		}
 		s.res.parked.Add(-1)
 		req.o.parked = false
 		if req.err != nil {
@@ -376,6 +394,9 @@ func (s *Sequencer) failParked(err error) {
 	s.res.queue, s.res.results = nil, nil
 	s.res.mu.Unlock()
 	for _, req := range reqs {
+		if req.o == nil {
+			continue // an instance load: nothing waits on it
+		}
 		s.res.parked.Add(-1)
 		req.o.parked = false
 		failOps([]*op{req.o}, err)

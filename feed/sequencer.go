@@ -122,6 +122,10 @@ type Sequencer struct {
 	// lowest ids go first).
 	follow  followed
 	dropped map[string]uint64
+	// loading are the names whose instance, new here, the resolver loads
+	// (applyFollowed); their reports wait until it is taken (sequencer
+	// goroutine only).
+	loading map[string]bool
 
 	// res resolves what writes need of a shared store off this goroutine
 	// (resolve.go; store.Shared only).
@@ -240,7 +244,7 @@ func newSequencer(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Re
 		// (idempotently) once Run runs.
 		s.shared = sh
 		s.follow = followed{pending: map[string]*change{}, wake: make(chan struct{}, 1)}
-		s.dropped = map[string]uint64{}
+		s.dropped, s.loading = map[string]uint64{}, map[string]bool{}
 		sh.Follow(s.follow.add)
 	}
 	metas, err := st.LoadTables(storeCtx)

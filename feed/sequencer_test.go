@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store/memstore"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 // --- Test helpers shared by the feed tests ----------------------------------
@@ -80,6 +81,18 @@ func appendBatch(t testing.TB, s *Sequencer, pts ...Point) Result {
 	res, err := s.Append(context.Background(), &Batch{Points: pts})
 	require.NoError(t, err)
 	return res
+}
+
+// appendWhileStalled is mustAppend for a write that must not wait for a
+// store call another goroutine is stuck in: it fails, rather than hangs,
+// when the write is not committed within the tests' deadline.
+func appendWhileStalled(t testing.TB, s *Sequencer, pts ...Point) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), testdeadline.Scale(10*time.Second))
+	defer cancel()
+	res, err := s.Append(ctx, &Batch{Points: pts})
+	require.NoError(t, err, "a write waited for a stalled store call")
+	require.Empty(t, res.Rejected)
 }
 
 // mustAppend appends pts as one batch and requires every point accepted.

@@ -98,57 +98,96 @@ func (s *Sequencer) applyFollowed(instances bool) {
 	if s.shared == nil {
 		return
 	}
-	var keep func(string, *change) bool
-	if !instances {
-		keep = func(name string, c *change) bool {
-			t := s.tables[name]
-			return t != nil && !c.Table.Dropped && c.Table.ID == t.meta.ID
+	keep := func(name string, c *change) bool {
+		if s.loading[name] {
+			return false // after the instance being loaded is taken
 		}
+		t := s.tables[name]
+		return instances || t != nil && !c.Table.Dropped && c.Table.ID == t.meta.ID
 	}
 	for name, c := range s.follow.take(keep) {
-		f := &c.Followed
-		t := s.tables[name]
-		switch {
-		case f.Table.Dropped:
-			if t != nil && t.meta.ID <= f.Ended {
-				s.consumerMu.Lock() // as a DROP here (opDrop)
-				s.dropTable(t, nil)
-				s.consumerMu.Unlock()
-				s.logger.Info("table dropped through another ingestd node", "table", name)
-			}
-			continue
-		case t == nil && f.Table.ID <= s.dropped[name]:
-			continue // a block of the instance dropped since
-		case t == nil || f.Table.ID > t.meta.ID:
-			t = s.takeInstance(t, c)
-		case f.Table.ID < t.meta.ID:
-			continue
-		default:
-			s.takeMeta(t, f)
+		s.applyChange(name, c, nil)
+	}
+}
+
+// applyChange applies c, what is pending for table name, for
+// applyFollowed. An instance new here (a table another process created,
+// or re-created after a DROP) is loaded first, off this goroutine (its
+// consumers and series are the store's, a round trip): c goes to the
+// resolver and comes back with loaded (takeLoaded), meanwhile the name's
+// reports wait.
+func (s *Sequencer) applyChange(name string, c *change, loaded *resolveReq) {
+	f := &c.Followed
+	t := s.tables[name]
+	switch {
+	case f.Table.Dropped:
+		if t != nil && t.meta.ID <= f.Ended {
+			s.consumerMu.Lock() // as a DROP here (opDrop)
+			s.dropTable(t, nil)
+			s.consumerMu.Unlock()
+			s.logger.Info("table dropped through another ingestd node", "table", name)
 		}
-		s.adoptColumns(t, f.Table.Columns)
-		for _, sr := range f.Series {
-			s.adoptSeries(t, sr.ID, sr.Tags)
+		return
+	case t == nil && f.Table.ID <= s.dropped[name]:
+		return // a block of the instance dropped since
+	case t == nil || f.Table.ID > t.meta.ID:
+		if (t == nil || c.dropped) && loaded == nil {
+			s.loading[name] = true
+			s.toResolver(&resolveReq{follow: c})
+			return
 		}
-		t.seq = max(t.seq, f.Seq)
-		t.mu.Lock()
-		t.pub.seq = t.seq
-		if f.Seq > t.pub.watermark {
-			t.pub.watermark = f.Seq
-			t.notifyLocked()
-		}
-		t.mu.Unlock()
+		t = s.takeInstance(t, c, loaded)
+	case f.Table.ID < t.meta.ID:
+		return
+	default:
+		s.takeMeta(t, f)
+	}
+	s.adoptColumns(t, f.Table.Columns)
+	for _, sr := range f.Series {
+		s.adoptSeries(t, sr.ID, sr.Tags)
+	}
+	t.seq = max(t.seq, f.Seq)
+	t.mu.Lock()
+	t.pub.seq = t.seq
+	if f.Seq > t.pub.watermark {
+		t.pub.watermark = f.Seq
+		t.notifyLocked()
+	}
+	t.mu.Unlock()
+}
+
+// takeLoaded applies the change whose instance the resolver loaded, then
+// has the name's reports that waited applied. Sequencer goroutine only.
+func (s *Sequencer) takeLoaded(req *resolveReq) {
+	name := req.follow.Table.Name
+	delete(s.loading, name)
+	if req.err != nil {
+		s.logger.Warn("a table another node made taken without its consumers and series: the store did not answer", "table", name, "err", req.err)
+	}
+	s.applyChange(name, req.follow, req)
+	select {
+	case s.follow.wake <- struct{}{}:
+	default:
 	}
 }
 
 // takeInstance makes c's instance, new to this process, table name's in
 // place of old (nil: a table another process created). Consumers stay
 // with a truncated table (their cursors' epoch is stale) and go with a
-// dropped one; a table new here loads its consumers and history horizon
-// from the store.
-func (s *Sequencer) takeInstance(old *table, c *change) *table {
+// dropped one; a table new here takes the series, consumers and history
+// horizon loaded (what loaded has of them: nothing when the load failed).
+func (s *Sequencer) takeInstance(old *table, c *change, loaded *resolveReq) *table {
 	m := c.Table
-	nt := newTable(m, nil)
+	var in *instanceState
+	if loaded != nil {
+		in = loaded.instance
+	}
+	var nt *table
+	if in != nil {
+		nt = newTable(m, in.series)
+	} else {
+		nt = newTable(m, nil)
+	}
 	nt.seq = max(c.Seq, c.Table.Seq)
 	if old != nil {
 		if c.dropped {
@@ -158,14 +197,10 @@ func (s *Sequencer) takeInstance(old *table, c *change) *table {
 		}
 		s.logger.Info("table truncated or re-created through another ingestd node", "table", m.Name, "epoch", m.Epoch)
 	}
-	if old == nil || c.dropped {
-		if cs, err := s.st.LoadConsumers(storeCtx, m.Name); err == nil {
-			nt.consumers.load(cs, s.counts)
-		} else {
-			s.logger.Warn("consumers of a table another node made not loaded", "table", m.Name, "err", err)
-		}
-	}
-	if h, err := loadHorizon(s.st, m.ID); err == nil {
+	if in != nil {
+		nt.consumers.load(in.consumers, s.counts)
+		nt.pub.horizon = max(in.horizon, 1)
+	} else if h, err := loadHorizon(s.st, m.ID); err == nil {
 		nt.pub.horizon = max(h, 1)
 	}
 	s.replaceInstance(old, nt)

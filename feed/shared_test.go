@@ -28,6 +28,19 @@ type sharedStore struct {
 	// fail, when set, is SeriesID's error (the other processes out of
 	// reach); putErr PutTable's (another process ended the instance).
 	fail, putErr error
+	// loadGate, when set, holds LoadConsumers until it is closed (the
+	// other processes not answering).
+	loadGate chan struct{}
+}
+
+func (s *sharedStore) LoadConsumers(ctx context.Context, table string) ([]store.Consumer, error) {
+	s.mu.Lock()
+	gate := s.loadGate
+	s.mu.Unlock()
+	if gate != nil {
+		<-gate
+	}
+	return s.Store.LoadConsumers(ctx, table)
 }
 
 func (s *sharedStore) PutTable(ctx context.Context, m store.TableMeta) (store.TableMeta, error) {
@@ -248,4 +261,50 @@ func TestSetSyncOfAnEndedInstance(t *testing.T) {
 	require.NoError(t, err)
 	require.True(t, status.Enabled, "the table as it was")
 	mustAppend(t, s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
+}
+
+// TestFollowedTableLoadedOffTheSequencer: a table another process created
+// is taken with its series and consumers, which the resolver loads from
+// the store: while the store does not answer, the writers of the other
+// tables commit and the table is not half there; once it answers, the
+// table appears with its consumers and the reports that came meanwhile.
+func TestFollowedTableLoadedOffTheSequencer(t *testing.T) {
+	ctx := context.Background()
+	st, h := openSharedTable(t)
+	defer h.close()
+	// What "another process" stored: the instance, a series, a consumer.
+	id, err := h.db.NewTableID(ctx)
+	require.NoError(t, err)
+	m, err := h.db.PutTable(ctx, store.TableMeta{Name: "o", ID: id, Sync: true, Epoch: 1,
+		Columns: []store.Column{{Name: "time"}, {Name: "host", Kind: KindTag}, {Name: "v", Kind: KindInt}}})
+	require.NoError(t, err)
+	host := store.Series{ID: 1, Tags: []store.Field{{Col: 1, Value: store.Value{Kind: KindTag, Str: "a"}}}}
+	commits := []store.TableCommit{{TableID: id, Sync: true, NewSeries: []store.Series{host}, CommitTime: 1,
+		Fragments: []store.Fragment{{Series: 1, Time: 1, Fields: []store.Field{{Col: 2, Value: store.Value{Kind: KindInt, Num: 7}}}}}}}
+	require.NoError(t, h.db.Append(ctx, commits, nil))
+	require.NoError(t, h.db.PutConsumers(ctx, map[string][]store.Consumer{"o": {{Name: "mirror", Epoch: 1, Position: 1}}}))
+
+	mustAppend(t, h.s, pt("t", 0, tg("host", "a"), fld("v", iv(0)))) // its names known: nothing to resolve
+	gate := make(chan struct{})
+	st.mu.Lock()
+	st.loadGate = gate
+	st.mu.Unlock()
+	st.report(store.Followed{Table: m, Seq: 1, Version: 1})
+	for i := range 20 {
+		appendWhileStalled(t, h.s, pt("t", int64(i+1), tg("host", "a"), fld("v", iv(int64(i)))))
+	}
+	require.Equal(t, uint64(21), status(t, h.d, "t").Watermark, "the other table's writes committed")
+	_, err = h.d.Status("o")
+	require.ErrorIs(t, err, ErrTableNotFound, "not taken before its consumers are loaded")
+	st.report(store.Followed{Table: m, Seq: 1, Version: 2}) // waits behind the load
+
+	close(gate)
+	eventually(t, func() bool { _, err := h.d.Status("o"); return err == nil }, "the table taken once loaded")
+	cs, err := h.d.Consumers("o")
+	require.NoError(t, err)
+	require.Len(t, cs, 1)
+	require.Equal(t, "mirror", cs[0].Name)
+	rows := drainAll(t, h.d, "o", 0, 10)
+	require.Len(t, rows, 1)
+	require.Equal(t, "a", rows[0].Vals["host"].Str, "the series loaded with the instance")
 }
