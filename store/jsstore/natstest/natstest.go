@@ -14,10 +14,12 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net"
+	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"sync"
+	"syscall"
 	"testing"
 	"time"
 
@@ -72,7 +74,14 @@ func Start(t testing.TB, n int, options ...Option) *Cluster {
 	// directories are removed.
 	base := t.TempDir()
 	t.Cleanup(c.stopAll)
-	clientPorts, clusterPorts := freePorts(t, n), freePorts(t, n)
+	// Another test process (go test runs packages at once) picks its
+	// ports the same way: a port both found free before either bound it
+	// left one server never ready. The lock holds off the other processes
+	// from the pick until every server of this cluster is bound.
+	unlock := lockPorts(t)
+	defer unlock()
+	ports := freePorts(t, 2*n)
+	clientPorts, clusterPorts := ports[:n], ports[n:]
 	var routes, advertise []string
 	for i, p := range clusterPorts {
 		addr := fmt.Sprintf("127.0.0.1:%d", p)
@@ -184,6 +193,22 @@ func freePorts(t testing.TB, n int) []int {
 		ports = append(ports, p)
 	}
 	return ports
+}
+
+// lockPorts takes the lock every test process of the module picks and
+// binds its servers' ports under (a file lock in the temporary
+// directory) and returns its release.
+func lockPorts(t testing.TB) func() {
+	t.Helper()
+	f, err := os.OpenFile(filepath.Join(os.TempDir(), "ingestd-natstest-ports.lock"), os.O_CREATE|os.O_RDWR, 0o600)
+	if err != nil {
+		t.Fatalf("natstest: port lock: %v", err)
+	}
+	if err := syscall.Flock(int(f.Fd()), syscall.LOCK_EX); err != nil {
+		_ = f.Close()
+		t.Fatalf("natstest: port lock: %v", err)
+	}
+	return func() { _ = f.Close() } // closing releases the lock
 }
 
 // The servers' ports are drawn from portsFrom..portsTo-1, below Linux's
