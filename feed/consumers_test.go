@@ -659,6 +659,12 @@ func TestConsumerFlushNeverHoldsWrites(t *testing.T) {
 	st := &stallingConsumers{entered: make(chan struct{}), release: make(chan struct{})}
 	h := openHarnessOn(t, memstore.NewDisk(), cfg, func(db *memstore.Store) Storage { st.Store = db; return st })
 	defer h.close()
+	released := false
+	defer func() { // a failure below must not leave the flush stuck for h.close
+		if !released {
+			close(st.release)
+		}
+	}()
 	for _, name := range []string{"t", "other"} {
 		_, _, err := h.s.CreateTable(ctx, name, true)
 		require.NoError(t, err)
@@ -686,6 +692,7 @@ func TestConsumerFlushNeverHoldsWrites(t *testing.T) {
 	go func() { dropped <- h.s.Drop(ctx, "t") }()
 	eventually(t, func() bool { return h.s.QueueDelay() > 0 || len(dropped) > 0 }, "the DROP taken")
 	close(st.release)
+	released = true
 	require.NoError(t, <-dropped)
 	cs, err := h.db.LoadConsumers(ctx, "t")
 	require.NoError(t, err)

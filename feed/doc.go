@@ -95,7 +95,11 @@
 // every commit before it and none in flight. The horizon a batch raises
 // is durable before its fragments go (see store/doc.go, History), so a
 // drain that read the old published horizon is refused by the store's own
-// view.
+// view. On a shared store a step's store calls (a bucket update, a stream
+// purge) run on a goroutine of their own while the sequencer goes on
+// writing, the same table included (the store takes both at once,
+// store.Shared); the sequencer publishes what the step found when it
+// comes back, unless the table was replaced meanwhile.
 //
 // # Several writers: a shared store
 //

@@ -104,6 +104,10 @@ type sweeper struct {
 	// trimmed is set once the table first in todo has had its retention
 	// batches and is at its history trim.
 	trimmed bool
+	// inflight is set while a step's store calls run on a goroutine of
+	// their own (a shared store: sweepStep); done receives the step.
+	inflight bool
+	done     chan *sweepJob
 }
 
 // startPass queues every live table for a pass unless one is running.
@@ -120,12 +124,48 @@ func (sw *sweeper) startPass(s *Sequencer) {
 // busy reports whether the pass has steps left.
 func (sw *sweeper) busy() bool { return len(sw.todo) > 0 }
 
+// ready reports whether the pass has a step to start now.
+func (sw *sweeper) ready() bool { return sw.busy() && !sw.inflight }
+
+// sweepJob is one sweep step: what the sequencer read for it
+// (prepareSweep), then what its store calls found (runSweep), which the
+// sequencer publishes (finishSweep).
+type sweepJob struct {
+	t    *table
+	tid  uint64
+	trim bool // the history trim, else a retention batch
+
+	// A retention batch: retained says whether t has a retention, cutoff
+	// its cutoff; res is the batch's result.
+	retained bool
+	cutoff   int64
+	res      store.SweepResult
+	took     time.Duration
+
+	// The history trim: target is the highest horizon the watermark,
+	// Config.FeedHistoryFragments and the consumers' holds allow (0:
+	// nothing to trim), from the published horizon; since the oldest
+	// commit time Config.FeedHistory keeps (when set). raised is the
+	// horizon in force after it (0: not raised).
+	target, horizon uint64
+	since           int64
+	hasSince        bool
+	raised          uint64
+
+	more bool
+	err  error
+}
+
 // sweepStep runs one bounded step of the sweep pass: a retention batch
-// or a history trim of the pass's current table. It returns the storage
+// or a history trim of the pass's current table. On a shared store the
+// step's store calls (a bucket update, a stream purge: round trips) run
+// on a goroutine of their own and the sequencer publishes the result
+// when it comes (sweepStepped), writing meanwhile: a shared store takes
+// sweeps and commits at once (store.Shared). It returns the storage
 // error that must stop the sequencer.
 func (s *Sequencer) sweepStep() error {
 	sw := &s.sweep
-	if !sw.busy() {
+	if !sw.ready() {
 		return nil
 	}
 	t, ok := s.tables[sw.todo[0]]
@@ -133,28 +173,49 @@ func (s *Sequencer) sweepStep() error {
 		sw.next()
 		return nil
 	}
-	var more bool
-	var err error
-	if !sw.trimmed {
-		more, err = s.sweepRetention(t)
+	j := s.prepareSweep(t, sw.trimmed)
+	if s.shared != nil {
+		sw.inflight = true
+		done := sw.done
+		go func() {
+			s.runSweep(j)
+			done <- j
+		}()
+		return nil
+	}
+	s.runSweep(j)
+	return s.sweepStepped(j)
+}
+
+// sweepStepped publishes step j and moves the pass on.
+func (s *Sequencer) sweepStepped(j *sweepJob) error {
+	sw := &s.sweep
+	sw.inflight = false
+	more, err := s.finishSweep(j)
+	if !j.trim {
 		if !more {
-			sw.trimmed = true
-			more = true // the trim follows
+			sw.trimmed = true // the trim follows
 		}
-	} else {
-		more, err = s.trimHistory(t)
-		if !more {
-			sw.next()
-		}
+	} else if !more {
+		sw.next()
 	}
 	if err != nil && !errors.Is(err, errStorage) {
 		// The store did not answer (ErrUnavailable): the table waits
 		// for the next pass.
-		s.logger.Warn("retention sweep of a table put off", "table", t.name, "err", err)
+		s.logger.Warn("retention sweep of a table put off", "table", j.t.name, "err", err)
 		sw.next()
 		return nil
 	}
 	return err
+}
+
+// awaitSweep waits for a step whose store calls are in flight (Run's
+// end: no store call after Run returns).
+func (s *Sequencer) awaitSweep() {
+	if s.sweep.inflight {
+		<-s.sweep.done
+		s.sweep.inflight = false
+	}
 }
 
 // next moves to the pass's next table.
@@ -163,31 +224,117 @@ func (sw *sweeper) next() {
 	sw.trimmed = false
 }
 
-// sweepRetention runs one retention batch on t and reports whether t has
-// more aged rows.
-func (s *Sequencer) sweepRetention(t *table) (bool, error) {
-	ret := s.retention(t)
-	if ret == 0 {
-		t.mu.Lock()
-		t.pub.hasOldest = false
-		t.mu.Unlock()
+// prepareSweep reads what step trim (else a retention batch) of t needs
+// of the sequencer's state. Sequencer goroutine only.
+func (s *Sequencer) prepareSweep(t *table, trim bool) *sweepJob {
+	j := &sweepJob{t: t, tid: t.meta.ID, trim: trim}
+	if !trim {
+		if ret := s.retention(t); ret != 0 {
+			j.retained, j.cutoff = true, retentionCutoff(s.now(), ret)
+		}
+		return j
+	}
+	if !t.meta.Sync || s.cfg.FeedHistory == 0 && s.cfg.FeedHistoryFragments == 0 {
+		return j
+	}
+	p := t.snapshot()
+	target := p.watermark + 1 // every fragment up to the watermark may go
+	if n := s.cfg.FeedHistoryFragments; n > 0 && p.watermark >= n {
+		target = min(target, p.watermark-n+1)
+	} else if n > 0 {
+		target = 1
+	}
+	if hold, ok := s.hold(t, &p); ok {
+		target = min(target, hold)
+	}
+	j.target, j.horizon = target, p.horizon
+	if s.cfg.FeedHistory > 0 {
+		j.since, j.hasSince = retentionCutoff(s.now(), s.cfg.FeedHistory), true
+	}
+	return j
+}
+
+// runSweep makes step j's store calls. It reads nothing of the
+// sequencer's state but j: safe on any goroutine.
+func (s *Sequencer) runSweep(j *sweepJob) {
+	if !j.trim {
+		if !j.retained {
+			return
+		}
+		start := time.Now()
+		j.res, j.err = s.st.SweepBefore(storeCtx, j.tid, j.cutoff, s.cfg.SweepBatchFragments)
+		if j.err != nil {
+			j.err = storageErr("retention sweep", j.err)
+		}
+		j.took, j.more = time.Since(start), j.res.More
+		return
+	}
+	target := j.target
+	if target <= j.horizon {
+		return
+	}
+	if j.hasSince {
+		seq, found, more, err := s.st.FirstSeqSince(storeCtx, j.tid, j.horizon, j.since, s.cfg.SweepBatchFragments)
+		if err != nil {
+			j.err = storageErr("find the history horizon", err)
+			return
+		}
+		j.more = more
+		if found || more {
+			target = min(target, seq)
+		}
+		if target <= j.horizon {
+			return
+		}
+	}
+	// Only fragments this instance stores need the horizon: after a
+	// TRUNCATE nothing below the new epoch's first fragment was ever
+	// drainable in it, so nothing is trimmed.
+	first, found, _, err := s.st.FirstSeqSince(storeCtx, j.tid, j.horizon, math.MinInt64, 1)
+	if err != nil {
+		j.err = storageErr("find the history horizon", err)
+		return
+	}
+	if !found || first >= target {
+		return
+	}
+	if j.raised, err = s.st.RaiseHorizon(storeCtx, j.tid, target); err != nil {
+		j.err = storageErr("raise the history horizon", err)
+	}
+}
+
+// finishSweep publishes what step j found, unless its table was replaced
+// or dropped meanwhile (its instance is done with), and reports whether
+// the table has more to look at. Sequencer goroutine only.
+func (s *Sequencer) finishSweep(j *sweepJob) (bool, error) {
+	if j.err != nil {
+		return false, j.err
+	}
+	t := j.t
+	if s.tables[t.name] != t {
 		return false, nil
 	}
-	start := s.now()
-	cutoff := retentionCutoff(start, ret)
-	res, err := s.st.SweepBefore(storeCtx, t.meta.ID, cutoff, s.cfg.SweepBatchFragments)
-	if err != nil {
-		return false, storageErr("retention sweep", err)
+	if !j.trim {
+		if !j.retained {
+			t.mu.Lock()
+			t.pub.hasOldest = false
+			t.mu.Unlock()
+			return false, nil
+		}
+		s.m.sweepSeconds.Observe(j.took.Seconds())
+		t.mu.Lock()
+		t.pub.removed += uint64(j.res.Removed)
+		if !j.res.More {
+			t.pub.oldest, t.pub.hasOldest = j.res.Oldest, j.res.HasOldest
+		}
+		t.mu.Unlock()
+		s.publishHorizon(t, j.res.Horizon, causeRetention)
+		return j.more, nil
 	}
-	s.m.sweepSeconds.Observe(s.now().Sub(start).Seconds())
-	t.mu.Lock()
-	t.pub.removed += uint64(res.Removed)
-	if !res.More {
-		t.pub.oldest, t.pub.hasOldest = res.Oldest, res.HasOldest
+	if j.raised != 0 {
+		s.publishHorizon(t, j.raised, causeHistory)
 	}
-	t.mu.Unlock()
-	s.publishHorizon(t, res.Horizon, causeRetention)
-	return res.More, nil
+	return j.more, nil
 }
 
 // writeCutoff is the oldest time (Unix nanoseconds) a write to t may
@@ -209,55 +356,6 @@ func retentionCutoff(now time.Time, ret time.Duration) int64 {
 		return math.MinInt64
 	}
 	return n - int64(ret)
-}
-
-// trimHistory raises t's horizon by one bounded step to what
-// Config.FeedHistory, Config.FeedHistoryFragments and the consumers'
-// holds allow, and reports whether there is more to look at.
-func (s *Sequencer) trimHistory(t *table) (bool, error) {
-	if !t.meta.Sync || s.cfg.FeedHistory == 0 && s.cfg.FeedHistoryFragments == 0 {
-		return false, nil
-	}
-	p := t.snapshot()
-	target := p.watermark + 1 // every fragment up to the watermark may go
-	if n := s.cfg.FeedHistoryFragments; n > 0 && p.watermark >= n {
-		target = min(target, p.watermark-n+1)
-	} else if n > 0 {
-		target = 1
-	}
-	more := false
-	if s.cfg.FeedHistory > 0 && target > p.horizon {
-		seq, found, m, err := s.st.FirstSeqSince(storeCtx, t.meta.ID, p.horizon, retentionCutoff(s.now(), s.cfg.FeedHistory), s.cfg.SweepBatchFragments)
-		if err != nil {
-			return false, storageErr("find the history horizon", err)
-		}
-		more = m
-		if found || m {
-			target = min(target, seq)
-		}
-	}
-	if hold, ok := s.hold(t, &p); ok {
-		target = min(target, hold)
-	}
-	if target <= p.horizon {
-		return more, nil
-	}
-	// Only fragments this instance stores need the horizon: after a
-	// TRUNCATE nothing below the new epoch's first fragment was ever
-	// drainable in it, so nothing is trimmed.
-	first, found, _, err := s.st.FirstSeqSince(storeCtx, t.meta.ID, p.horizon, math.MinInt64, 1)
-	if err != nil {
-		return false, storageErr("find the history horizon", err)
-	}
-	if !found || first >= target {
-		return more, nil
-	}
-	h, err := s.st.RaiseHorizon(storeCtx, t.meta.ID, target)
-	if err != nil {
-		return false, storageErr("raise the history horizon", err)
-	}
-	s.publishHorizon(t, h, causeHistory)
-	return more, nil
 }
 
 // hold returns the lowest horizon the named consumers of t hold

@@ -429,19 +429,27 @@ func (s *Sequencer) Run(ctx context.Context) error {
 	}()
 	sweepTick := time.NewTicker(s.cfg.SweepInterval)
 	defer sweepTick.Stop()
+	s.sweep.done = make(chan *sweepJob, 1)
+	defer s.awaitSweep()
 	s.sweep.startPass(s)
 	var batch []*op
 	for {
 		// While a sweep pass has steps left, one step is ready at every
 		// turn: select picks among it and the queued operations at random,
-		// so a sweep batch never holds writes up for more than one batch.
+		// so a sweep batch never holds writes up for more than one batch
+		// (on a shared store, the step's store calls run beside: sweepStep).
 		var step <-chan struct{}
-		if s.sweep.busy() {
+		if s.sweep.ready() {
 			step = closedChan
 		}
 		select {
 		case <-step:
 			if err := s.sweepStep(); err != nil {
+				s.fail(err)
+				return err
+			}
+		case j := <-s.sweep.done:
+			if err := s.sweepStepped(j); err != nil {
 				s.fail(err)
 				return err
 			}

@@ -29,8 +29,21 @@ type sharedStore struct {
 	// reach); putErr PutTable's (another process ended the instance).
 	fail, putErr error
 	// loadGate, when set, holds LoadConsumers until it is closed (the
-	// other processes not answering).
-	loadGate chan struct{}
+	// other processes not answering); sweepGate SweepBefore, which
+	// closes sweeping when it starts waiting.
+	loadGate, sweepGate, sweeping chan struct{}
+}
+
+func (s *sharedStore) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
+	s.mu.Lock()
+	gate, sweeping := s.sweepGate, s.sweeping
+	s.sweepGate = nil
+	s.mu.Unlock()
+	if gate != nil {
+		close(sweeping)
+		<-gate
+	}
+	return s.Store.SweepBefore(ctx, tid, cutoff, maxFragments)
 }
 
 func (s *sharedStore) LoadConsumers(ctx context.Context, table string) ([]store.Consumer, error) {
@@ -286,6 +299,12 @@ func TestFollowedTableLoadedOffTheSequencer(t *testing.T) {
 
 	mustAppend(t, h.s, pt("t", 0, tg("host", "a"), fld("v", iv(0)))) // its names known: nothing to resolve
 	gate := make(chan struct{})
+	released := false
+	defer func() { // a failure below must not leave the resolver stuck for h.close
+		if !released {
+			close(gate)
+		}
+	}()
 	st.mu.Lock()
 	st.loadGate = gate
 	st.mu.Unlock()
@@ -299,6 +318,7 @@ func TestFollowedTableLoadedOffTheSequencer(t *testing.T) {
 	st.report(store.Followed{Table: m, Seq: 1, Version: 2}) // waits behind the load
 
 	close(gate)
+	released = true
 	eventually(t, func() bool { _, err := h.d.Status("o"); return err == nil }, "the table taken once loaded")
 	cs, err := h.d.Consumers("o")
 	require.NoError(t, err)
@@ -307,4 +327,59 @@ func TestFollowedTableLoadedOffTheSequencer(t *testing.T) {
 	rows := drainAll(t, h.d, "o", 0, 10)
 	require.Len(t, rows, 1)
 	require.Equal(t, "a", rows[0].Vals["host"].Str, "the series loaded with the instance")
+}
+
+// TestSharedSweepBesideTheSequencer: on a shared store a retention
+// batch's store calls run beside the sequencer: while the store does not
+// answer one, writes commit, to the table being swept too, and once it
+// answers the batch's horizon and removals are published.
+func TestSharedSweepBesideTheSequencer(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.SweepInterval = time.Millisecond
+	cfg.DefaultRetention = time.Hour
+	clk := newFakeClock(time.Unix(1_700_000_000, 0))
+	disk := memstore.NewDisk()
+	db, err := memstore.Open(disk)
+	require.NoError(t, err)
+	st := &sharedStore{Store: db, cols: map[uint64][]store.Column{}, series: map[string]uint64{}}
+	h := startHarness(t, disk, db, cfg, st, nil, clk)
+	defer h.close()
+	_, _, err = h.s.CreateTable(ctx, "t", true)
+	require.NoError(t, err)
+	old := clk.now().UnixNano()
+	mustAppend(t, h.s, pt("t", old, tg("host", "a"), fld("v", iv(1))), pt("t", old+1, tg("host", "a"), fld("v", iv(2))))
+	mustAppend(t, h.s, pt("other", old, tg("host", "a"), fld("v", iv(1))))
+
+	gate, sweeping := make(chan struct{}), make(chan struct{})
+	released := false
+	defer func() { // a failure below must not leave the sequencer stuck for h.close
+		if !released {
+			close(gate)
+		}
+	}()
+	st.mu.Lock()
+	st.sweepGate, st.sweeping = gate, sweeping
+	st.mu.Unlock()
+	clk.add(2 * time.Hour) // both points of t are past the retention now
+	eventually(t, func() bool {
+		select {
+		case <-sweeping:
+			return true
+		default:
+			return false
+		}
+	}, "a retention batch reached the store")
+	now := clk.now().UnixNano()
+	for i := range 10 {
+		appendWhileStalled(t, h.s, pt("t", now+int64(i), tg("host", "a"), fld("v", iv(int64(i)))))
+		appendWhileStalled(t, h.s, pt("other", now+int64(i), tg("host", "a"), fld("v", iv(int64(i)))))
+	}
+	require.Equal(t, uint64(1), status(t, h.d, "t").Horizon, "nothing published before the batch answered")
+
+	close(gate)
+	released = true
+	eventually(t, func() bool { return status(t, h.d, "t").Horizon == 3 }, "the batch's horizon published")
+	rows := drainAll(t, h.d, "t", 2, 100)
+	require.Len(t, rows, 10, "the aged points went, the writes made meanwhile stayed")
 }

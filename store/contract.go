@@ -190,11 +190,14 @@ type StatsReader interface {
 //
 // Concurrency: a shared store's round trips must not hold the writer, so
 // the feed calls AddColumns, SeriesID, and NewTableID and PutTable for a
-// table a write creates, from one goroutine of its own (its resolver:
-// docs/design.md#shared-metadata), at the same time as the writer's calls
-// (Append, the DDL of Tables, the sweeps). Every such call of one
-// goroutine is a compare-and-set the backend retries or merges on
-// conflict, whichever goroutine or process it meets.
+// table a write creates, and LoadSeries, Horizon and LoadConsumers for an
+// instance another process created, from one goroutine of its own (its
+// resolver: docs/design.md#shared-metadata), and the sweeps (SweepBefore,
+// FirstSeqSince, RaiseHorizon: one at a time) from another, at the same
+// time as the writer's calls (Append, the DDL of Tables), for the same
+// table too. Every such call of one goroutine is a compare-and-set the
+// backend retries or merges on conflict, whichever goroutine or process
+// it meets.
 //
 // An instance another process ended (TRUNCATE, DROP) stays writable for
 // the caller until it takes the report of the change (Follow): AddColumns

@@ -230,8 +230,7 @@ func (s *Store) prepare(t *table, tc *store.TableCommit, kind string) (publishJo
 	if len(tc.NewSeries) == 0 && len(tc.Fragments) == 0 {
 		return j, nil
 	}
-	t.commits++
-	base := s.node + "." + kind + "." + strconv.FormatUint(tc.TableID, 10) + "." + strconv.FormatUint(t.commits, 10)
+	base := s.node + "." + kind + "." + strconv.FormatUint(tc.TableID, 10) + "." + strconv.FormatUint(t.commits.Add(1), 10)
 	subject := subjectOf(t.stream)
 	si, fi := 0, 0
 	for si < len(tc.NewSeries) || fi < len(tc.Fragments) || len(j.msgs) == 0 {

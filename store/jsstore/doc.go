@@ -235,10 +235,15 @@
 //
 // # Concurrency
 //
-// The writer side (Append, the Tables calls, AddColumns, SeriesID,
-// SweepBefore, RaiseHorizon) is called by one goroutine at a time, as the
-// contract says; Append's publishes run concurrently per table, and each
-// live table's follower runs in its own goroutine. Everything else is
+// The writer's calls (Append, the Tables calls), the resolver's
+// (AddColumns, SeriesID, and NewTableID, PutTable and the loads for a
+// table a write or another process creates) and the sweeps' (SweepBefore,
+// FirstSeqSince, RaiseHorizon) come from three goroutines of the feed at
+// once, as store.Shared says, each making one call at a time: every
+// record change is a compare-and-set on the record's revision (update),
+// the cache's writer side is serialized by cacheMu, and a table's message
+// ids and purged position are atomic. Append's publishes run concurrently
+// per table, and each live table's follower runs in its own goroutine. Everything else is
 // safe for concurrent use. Store.mu guards the maps of tables, each
 // table's record as readers and followers see it, and the Follow
 // callback; a table's follower.fmu its numbering, applied position, held

@@ -257,3 +257,72 @@ func TestOversizedWritesRefusedAtTheDoor(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, 3+keys, len(info.Columns), "time, host, v and the keys that fit (not s: its point was refused)")
 }
+
+// TestSweepsBesideWrites runs retention sweeps through a feed on a real
+// JetStream while writers keep writing the table being swept: the feed
+// runs a shared store's sweep steps beside its sequencer, so SweepBefore
+// (the cache, the record, the stream's purge) meets Append of the same
+// table at once. Every aged row goes, every row written meanwhile stays,
+// each drained once above the raised horizon.
+func TestSweepsBesideWrites(t *testing.T) {
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	cfg.PurgeMinMessages = 1
+	st := h.open(t, cfg)
+	t.Cleanup(func() { require.NoError(t, st.Close()) })
+	fcfg := feed.DefaultConfig()
+	fcfg.SyncTables = []string{"*"}
+	fcfg.SweepInterval, fcfg.SweepBatchFragments = 5*time.Millisecond, 7
+	seq, d, err := feed.Open(fcfg, st, nil, nil)
+	require.NoError(t, err)
+	rctx, cancel := context.WithCancel(context.Background())
+	ran := make(chan error, 1)
+	go func() { ran <- seq.Run(rctx) }()
+	t.Cleanup(func() {
+		cancel()
+		require.NoError(t, <-ran)
+	})
+	wctx, wcancel := context.WithTimeout(context.Background(), testdeadline.Scale(2*time.Minute))
+	defer wcancel()
+	write := func(ps ...feed.Point) {
+		t.Helper()
+		res, err := seq.Append(wctx, &feed.Batch{Points: ps})
+		require.NoError(t, err)
+		require.Empty(t, res.Rejected)
+	}
+
+	// Aged once the table's retention becomes a minute: 100 points of
+	// ten minutes ago, in commits of ten.
+	old := time.Now().Add(-10 * time.Minute).UnixNano()
+	for c := range 10 {
+		var ps []feed.Point
+		for i := range 10 {
+			ps = append(ps, point("t", fmt.Sprint("h", i), old+int64(c*10+i)))
+		}
+		write(ps...)
+	}
+	minute := time.Minute
+	_, _, err = seq.PutTable(wctx, "t", feed.TableOptions{Retention: &minute})
+	require.NoError(t, err)
+	const fresh = 200
+	for i := range fresh { // beside the sweeps' batches of 7
+		write(point("t", "new", time.Now().UnixNano()+int64(i)))
+	}
+	var status feed.SyncStatus
+	for {
+		status, err = d.Status("t")
+		require.NoError(t, err)
+		if status.Horizon == 101 {
+			break
+		}
+		require.NoError(t, wctx.Err(), "the sweeps did not remove the aged rows (horizon %d)", status.Horizon)
+		time.Sleep(10 * time.Millisecond)
+	}
+	n := 0
+	_, err = d.Drain(wctx, feed.DrainRequest{Table: "t", After: status.Horizon - 1, Limit: 1000}, func([]feed.Column, []feed.Value) error {
+		n++
+		return nil
+	})
+	require.NoError(t, err)
+	require.Equal(t, fresh, n, "every row written beside the sweeps, none of the aged")
+}

@@ -80,7 +80,7 @@ func (a *ageIndex) trim(n int) { a.entries = append(a.entries[:0], a.entries[n:]
 // the last message purged (where every node numbers alike); then it
 // purges. A crash between leaves a second copy of the dictionary, which a
 // rebuild applies as the same entries, or messages below the anchor,
-// which a rebuild skips. Writer only.
+// which a rebuild skips. Sweeps only (one at a time).
 func (s *Store) purgeAged(t *table, cutoff int64) error {
 	s.mu.Lock()
 	tid := t.rec.Meta.ID
@@ -89,7 +89,8 @@ func (s *Store) purgeAged(t *table, cutoff int64) error {
 	at, n := t.ages.below(cutoff)
 	t.f.fmu.Unlock()
 	upto := at.seq
-	if n == 0 || upto < t.purged+uint64(s.cfg.PurgeMinMessages) {
+	purged := t.purged.Load()
+	if n == 0 || upto < purged+uint64(s.cfg.PurgeMinMessages) {
 		return nil
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
@@ -130,8 +131,8 @@ func (s *Store) purgeAged(t *table, cutoff int64) error {
 	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(upto+1)); err != nil {
 		return err
 	}
-	s.m.purged.Add(float64(upto - t.purged))
-	t.purged = upto
+	s.m.purged.Add(float64(upto - purged))
+	t.purged.Store(upto)
 	t.f.fmu.Lock()
 	t.ages.trim(n)
 	t.f.fmu.Unlock()

@@ -16,6 +16,7 @@ import (
 	"slices"
 	"strconv"
 	"sync"
+	"sync/atomic"
 	"syscall"
 	"time"
 
@@ -75,15 +76,17 @@ type table struct {
 	cached uint64
 	// life serializes starting and stopping the follower.
 	life sync.Mutex
-	// commits numbers this process's commits (message ids). Writer only.
-	commits uint64
+	// commits numbers this process's commits and purges' dictionaries
+	// (message ids).
+	commits atomic.Uint64
 	// f follows the stream into the cache (follow.go).
 	f follower
 	// ages places the live instance's messages in time (guarded by
-	// f.fmu: the follower adds, the writer reads), purged is the stream
-	// sequence up to which they were purged (purgeAged; writer only).
+	// f.fmu: the follower adds, the sweeps read), purged is the stream
+	// sequence up to which they were purged (purgeAged, and the DDL calls
+	// that end or start an instance).
 	ages   ageIndex
-	purged uint64
+	purged atomic.Uint64
 	// chk coalesces and rate-bounds Beyond's checks (barrier.go).
 	chk tableChecks
 }
@@ -704,7 +707,7 @@ func (s *Store) catchUp(t *table) error {
 	if info.State.Msgs > 0 && info.State.FirstSeq > a.Seq+1 {
 		return &store.CorruptionError{Key: []byte(t.stream), Err: fmt.Errorf("stream purged up to %d, its numbering anchored at %d", info.State.FirstSeq-1, a.Seq)}
 	}
-	t.purged = a.Seq
+	t.purged.Store(a.Seq)
 	last := info.State.LastSeq
 	t.ensureFollower(s, last) // the record watcher may have started it
 	// Waited for until Config.PublishTimeout passes without progress (a

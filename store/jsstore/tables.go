@@ -262,7 +262,7 @@ func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 	if err := s.syncCache(t); err != nil {
 		return store.TableMeta{}, nil, err
 	}
-	t.purged = last
+	t.purged.Store(last)
 	if curRev == 0 { // a new name: no follower ran
 		t.restartFollower(s, last+1, m.Seq, 0)
 	}
@@ -427,7 +427,7 @@ func (s *Store) endInstance(t *table) error {
 		err = stream.Purge(ctx, jetstream.WithPurgeSequence(upto+1))
 	}
 	if err == nil {
-		t.purged = upto
+		t.purged.Store(upto)
 	} else {
 		s.logger.Warn("stream not purged of an ended table instance (its messages are ignored)", "stream", t.stream, "err", err)
 	}
