@@ -75,13 +75,16 @@ func (s *stalling) SeriesID(ctx context.Context, tid uint64, key string, tags []
 	return s.Store.SeriesID(ctx, tid, key, tags)
 }
 
-// feedOn runs a feed on st (every table created WITH SYNC) until the
-// test ends, then closes st.
-func feedOn(t *testing.T, st feed.Storage) (*feed.Sequencer, *feed.Drainer) {
+// feedOn runs a feed on st (every table created WITH SYNC; then what
+// set changes, when given) until the test ends, then closes st.
+func feedOn(t *testing.T, st feed.Storage, set ...func(*feed.Config)) (*feed.Sequencer, *feed.Drainer) {
 	t.Helper()
 	t.Cleanup(func() { require.NoError(t, st.(store.Backend).Close()) })
 	cfg := feed.DefaultConfig()
 	cfg.SyncTables = []string{"*"}
+	for _, f := range set {
+		f(&cfg)
+	}
 	seq, d, err := feed.Open(cfg, st, nil, nil)
 	require.NoError(t, err)
 	ctx, cancel := context.WithCancel(context.Background())
@@ -268,19 +271,8 @@ func TestSweepsBesideWrites(t *testing.T) {
 	h := newHarness(t, 1)
 	cfg := h.config(t)
 	cfg.PurgeMinMessages = 1
-	st := h.open(t, cfg)
-	t.Cleanup(func() { require.NoError(t, st.Close()) })
-	fcfg := feed.DefaultConfig()
-	fcfg.SyncTables = []string{"*"}
-	fcfg.SweepInterval, fcfg.SweepBatchFragments = 5*time.Millisecond, 7
-	seq, d, err := feed.Open(fcfg, st, nil, nil)
-	require.NoError(t, err)
-	rctx, cancel := context.WithCancel(context.Background())
-	ran := make(chan error, 1)
-	go func() { ran <- seq.Run(rctx) }()
-	t.Cleanup(func() {
-		cancel()
-		require.NoError(t, <-ran)
+	seq, d := feedOn(t, h.open(t, cfg), func(c *feed.Config) {
+		c.SweepInterval, c.SweepBatchFragments = 5*time.Millisecond, 7
 	})
 	wctx, wcancel := context.WithTimeout(context.Background(), testdeadline.Scale(2*time.Minute))
 	defer wcancel()
@@ -302,7 +294,7 @@ func TestSweepsBesideWrites(t *testing.T) {
 		write(ps...)
 	}
 	minute := time.Minute
-	_, _, err = seq.PutTable(wctx, "t", feed.TableOptions{Retention: &minute})
+	_, _, err := seq.PutTable(wctx, "t", feed.TableOptions{Retention: &minute})
 	require.NoError(t, err)
 	const fresh = 200
 	for i := range fresh { // beside the sweeps' batches of 7
