@@ -11,6 +11,7 @@ package natstest
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net"
@@ -131,7 +132,10 @@ func Start(t testing.TB, n int, options ...Option) *Cluster {
 }
 
 // WaitJetStream waits (up to a minute) until the cluster's JetStream
-// answers an account request: its meta leader is elected.
+// answers an account request (its meta leader is elected) and the meta
+// leader sees every other running server current: a stream with a
+// replica on each can be placed (before, a server still joining made
+// the placement fail with "peer offline").
 func (c *Cluster) WaitJetStream() {
 	c.t.Helper()
 	nc, js := c.client()
@@ -141,6 +145,9 @@ func (c *Cluster) WaitJetStream() {
 		ctx, cancel := context.WithTimeout(context.Background(), testdeadline.Scale(2*time.Second))
 		_, err := js.AccountInfo(ctx)
 		cancel()
+		if err == nil && !c.metaPeersOnline() {
+			err = errors.New("the meta leader does not see every running server current")
+		}
 		if err == nil {
 			return
 		}
@@ -149,6 +156,40 @@ func (c *Cluster) WaitJetStream() {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+}
+
+// metaPeersOnline reports whether the meta leader sees every other
+// running server current and online (true for a single server).
+func (c *Cluster) metaPeersOnline() bool {
+	c.mu.Lock()
+	servers := slices.Clone(c.servers)
+	c.mu.Unlock()
+	running := 0
+	for _, s := range servers {
+		if s != nil {
+			running++
+		}
+	}
+	if len(servers) == 1 {
+		return true
+	}
+	for _, s := range servers {
+		if s == nil || !s.JetStreamIsLeader() {
+			continue
+		}
+		jsz, err := s.Jsz(nil)
+		if err != nil || jsz.Meta == nil {
+			return false
+		}
+		online := 0
+		for _, p := range jsz.Meta.Replicas {
+			if p.Current && !p.Offline {
+				online++
+			}
+		}
+		return online >= running-1
+	}
+	return false
 }
 
 // client connects to the cluster; the caller closes the connection.
