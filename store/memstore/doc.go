@@ -42,6 +42,7 @@
 // first visit). Fragments are immutable once stored; a sweep or a DROP
 // replaces slices and maps rather than changing them under a reader.
 // ctx is checked before each block a read examines and before each visit.
-// Store.closeMu's read side is held by every call, its write side by
-// Close.
+// Close only marks the Store closed (every later call returns
+// store.ErrClosed): a call that entered before may still finish, as it
+// holds nothing Close releases.
 package memstore

@@ -17,7 +17,6 @@ func (s *Store) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int,
 	if err := s.enter(ctx); err != nil {
 		return after, err
 	}
-	defer s.leave()
 	if after >= upto || limit <= 0 {
 		return after, nil
 	}
@@ -112,7 +111,6 @@ func (s *Store) SeqTime(ctx context.Context, tid, seq uint64) (int64, bool, erro
 	if err := s.enter(ctx); err != nil {
 		return 0, false, err
 	}
-	defer s.leave()
 	s.d.mu.RLock()
 	defer s.d.mu.RUnlock()
 	in := s.d.insts[tid]
@@ -137,7 +135,6 @@ func (s *Store) ReadRows(ctx context.Context, tid uint64, c store.RowCursor, sta
 	if err := s.enter(ctx); err != nil {
 		return nil, false, err
 	}
-	defer s.leave()
 	from, err := decodeCursor(c)
 	if err != nil {
 		return nil, false, err
@@ -213,7 +210,6 @@ func (s *Store) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFr
 	if err := s.enter(ctx); err != nil {
 		return store.SweepResult{}, err
 	}
-	defer s.leave()
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	in := s.d.insts[tid]
@@ -228,7 +224,6 @@ func (s *Store) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error)
 	if err := s.enter(ctx); err != nil {
 		return 0, err
 	}
-	defer s.leave()
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	in := s.d.insts[tid]
@@ -244,7 +239,6 @@ func (s *Store) Horizon(ctx context.Context, tid uint64) (uint64, error) {
 	if err := s.enter(ctx); err != nil {
 		return 0, err
 	}
-	defer s.leave()
 	s.d.mu.RLock()
 	defer s.d.mu.RUnlock()
 	if in := s.d.insts[tid]; in != nil {
@@ -259,7 +253,6 @@ func (s *Store) FirstSeqSince(ctx context.Context, tid, from uint64, cutoff int6
 	if err := s.enter(ctx); err != nil {
 		return 0, false, false, err
 	}
-	defer s.leave()
 	s.d.mu.RLock()
 	defer s.d.mu.RUnlock()
 	in := s.d.insts[tid]

@@ -83,8 +83,7 @@ func cloneMeta(m store.TableMeta) store.TableMeta {
 // contract says (store.Backend).
 type Store struct {
 	d       *Disk
-	closeMu sync.RWMutex
-	closed  bool
+	closed  atomic.Bool
 	blocks  atomic.Uint64 // blocks read (package doc: read counts)
 	entries atomic.Uint64 // overwritten points' rows looked up
 }
@@ -116,22 +115,15 @@ func (s *Store) Disk() *Disk { return s.d }
 // (package doc). Safe for concurrent use.
 func (s *Store) ReadCounts() (blocks, entries uint64) { return s.blocks.Load(), s.entries.Load() }
 
-// enter checks that s is open and ctx not ended, holding closeMu's read
-// side until leave.
+// enter checks that s is open and ctx not ended. A call that entered
+// may end after Close: it holds nothing Close releases (the Disk stays),
+// so Close does not wait for it.
 func (s *Store) enter(ctx context.Context) error {
-	s.closeMu.RLock()
-	if s.closed {
-		s.closeMu.RUnlock()
+	if s.closed.Load() {
 		return store.ErrClosed
 	}
-	if err := ctx.Err(); err != nil {
-		s.closeMu.RUnlock()
-		return err
-	}
-	return nil
+	return ctx.Err()
 }
-
-func (s *Store) leave() { s.closeMu.RUnlock() }
 
 // Limits implements store.Backend.
 func (s *Store) Limits() store.Limits { return Limits }
@@ -139,12 +131,9 @@ func (s *Store) Limits() store.Limits { return Limits }
 // Close implements store.Backend: the Disk keeps everything, and another
 // Store may be opened on it.
 func (s *Store) Close() error {
-	s.closeMu.Lock()
-	defer s.closeMu.Unlock()
-	if s.closed {
+	if s.closed.Swap(true) {
 		return store.ErrClosed
 	}
-	s.closed = true
 	s.d.mu.Lock()
 	s.d.open = false
 	s.d.mu.Unlock()
@@ -156,7 +145,6 @@ func (s *Store) LoadTables(ctx context.Context) ([]store.TableMeta, error) {
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
-	defer s.leave()
 	s.d.mu.RLock()
 	defer s.d.mu.RUnlock()
 	out := make([]store.TableMeta, 0, len(s.d.names))
@@ -172,7 +160,6 @@ func (s *Store) LoadSeries(ctx context.Context, tid uint64) ([]store.Series, err
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
-	defer s.leave()
 	s.d.mu.RLock()
 	defer s.d.mu.RUnlock()
 	in := s.d.insts[tid]
@@ -191,7 +178,6 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
-	defer s.leave()
 	d := s.d
 	d.mu.Lock()
 	for i := range commits {
@@ -273,7 +259,6 @@ func (s *Store) NewTableID(ctx context.Context) (uint64, error) {
 	if err := s.enter(ctx); err != nil {
 		return 0, err
 	}
-	defer s.leave()
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	s.d.nextTID++
@@ -285,7 +270,6 @@ func (s *Store) PutTable(ctx context.Context, m store.TableMeta) (store.TableMet
 	if err := s.enter(ctx); err != nil {
 		return store.TableMeta{}, err
 	}
-	defer s.leave()
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	return s.d.adopt(m)
@@ -316,7 +300,6 @@ func (s *Store) end(ctx context.Context, tid uint64, with func(*Disk, store.Tabl
 	if err := s.enter(ctx); err != nil {
 		return store.TableMeta{}, err
 	}
-	defer s.leave()
 	d := s.d
 	d.mu.Lock()
 	defer d.mu.Unlock()
@@ -335,7 +318,6 @@ func (s *Store) PruneTombstone(ctx context.Context, name string, floor store.Tab
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
-	defer s.leave()
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	if m, ok := s.d.names[name]; ok && !m.Dropped {
@@ -351,7 +333,6 @@ func (s *Store) PutConsumers(ctx context.Context, byTable map[string][]store.Con
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
-	defer s.leave()
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	for table, cs := range byTable {
@@ -377,7 +358,6 @@ func (s *Store) LoadConsumers(ctx context.Context, table string) ([]store.Consum
 	if err := s.enter(ctx); err != nil {
 		return nil, err
 	}
-	defer s.leave()
 	s.d.mu.RLock()
 	defer s.d.mu.RUnlock()
 	var out []store.Consumer
@@ -393,7 +373,6 @@ func (s *Store) DeleteConsumer(ctx context.Context, table, name string) error {
 	if err := s.enter(ctx); err != nil {
 		return err
 	}
-	defer s.leave()
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
 	delete(s.d.consumers[table], name)
@@ -409,7 +388,6 @@ func (s *Store) TableStats(ctx context.Context, tid uint64) (store.TableStats, e
 	if err := s.enter(ctx); err != nil {
 		return store.TableStats{}, err
 	}
-	defer s.leave()
 	s.d.mu.RLock()
 	defer s.d.mu.RUnlock()
 	st := store.TableStats{ComputedAt: time.Now()}
