@@ -30,14 +30,15 @@ type Disk struct {
 	mu        sync.RWMutex
 	open      bool
 	nextTID   uint64
-	names     map[string]store.TableMeta // the live instance's metadata or the tombstone, by name
-	insts     map[uint64]*instance       // live instances
+	live      map[string]uint64          // the live instance of each name
+	tombs     map[string]store.TableMeta // the tombstones (and floors), by name
+	insts     map[uint64]*instance       // live instances (their metadata: instance.meta)
 	consumers map[string]map[string]store.Consumer
 }
 
 // NewDisk returns an empty Disk.
 func NewDisk() *Disk {
-	return &Disk{nextTID: 1, names: map[string]store.TableMeta{}, insts: map[uint64]*instance{},
+	return &Disk{nextTID: 1, live: map[string]uint64{}, tombs: map[string]store.TableMeta{}, insts: map[uint64]*instance{},
 		consumers: map[string]map[string]store.Consumer{}}
 }
 
@@ -49,8 +50,11 @@ func (d *Disk) Clone() *Disk {
 	defer d.mu.RUnlock()
 	c := NewDisk()
 	c.nextTID = d.nextTID
-	for n, m := range d.names {
-		c.names[n] = cloneMeta(m)
+	for n, id := range d.live {
+		c.live[n] = id
+	}
+	for n, m := range d.tombs {
+		c.tombs[n] = cloneMeta(m)
 	}
 	for id, in := range d.insts {
 		c.insts[id] = in.clone()
@@ -147,8 +151,11 @@ func (s *Store) LoadTables(ctx context.Context) ([]store.TableMeta, error) {
 	}
 	s.d.mu.RLock()
 	defer s.d.mu.RUnlock()
-	out := make([]store.TableMeta, 0, len(s.d.names))
-	for _, m := range s.d.names {
+	out := make([]store.TableMeta, 0, len(s.d.insts)+len(s.d.tombs))
+	for _, in := range s.d.insts {
+		out = append(out, cloneMeta(in.meta))
+	}
+	for _, m := range s.d.tombs {
 		out = append(out, cloneMeta(m))
 	}
 	slices.SortFunc(out, func(a, b store.TableMeta) int { return cmp.Compare(a.Name, b.Name) })
@@ -200,7 +207,6 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 		if tc.Sync && len(tc.Fragments) > 0 {
 			tc.FirstSeq = in.meta.Seq + 1
 			in.meta.Seq += uint64(len(tc.Fragments))
-			d.names[in.meta.Name] = in.meta
 		}
 	}
 	// Numbered, nothing visible: stamped may read (the writer is the
@@ -228,10 +234,10 @@ func (d *Disk) adopt(m store.TableMeta) (store.TableMeta, error) {
 	}
 	in := d.insts[m.ID]
 	if in == nil {
-		prev, found := d.names[m.Name]
-		if found && !prev.Dropped {
-			return store.TableMeta{}, fmt.Errorf("memstore: table %q is live as instance %d, not %d", m.Name, prev.ID, m.ID)
+		if id, ok := d.live[m.Name]; ok {
+			return store.TableMeta{}, fmt.Errorf("memstore: table %q is live as instance %d, not %d", m.Name, id, m.ID)
 		}
+		prev, found := d.tombs[m.Name]
 		if m.ID == 0 || m.ID >= d.nextTID {
 			return store.TableMeta{}, fmt.Errorf("memstore: table instance %d was not handed out", m.ID)
 		}
@@ -245,12 +251,12 @@ func (d *Disk) adopt(m store.TableMeta) (store.TableMeta, error) {
 		}
 		in = newInstance()
 		d.insts[m.ID] = in
+		d.live[m.Name] = m.ID
+		delete(d.tombs, m.Name)
 	} else {
 		m.Seq = max(m.Seq, in.meta.Seq)
 	}
-	m = cloneMeta(m)
-	in.meta = m
-	d.names[m.Name] = m
+	in.meta = cloneMeta(m)
 	return cloneMeta(m), nil
 }
 
@@ -309,7 +315,12 @@ func (s *Store) end(ctx context.Context, tid uint64, with func(*Disk, store.Tabl
 	}
 	m := with(d, in.meta)
 	delete(d.insts, tid)
-	d.names[m.Name] = m
+	if m.Dropped {
+		delete(d.live, m.Name)
+		d.tombs[m.Name] = m
+	} else {
+		d.live[m.Name] = m.ID
+	}
 	return cloneMeta(m), nil
 }
 
@@ -320,11 +331,11 @@ func (s *Store) PruneTombstone(ctx context.Context, name string, floor store.Tab
 	}
 	s.d.mu.Lock()
 	defer s.d.mu.Unlock()
-	if m, ok := s.d.names[name]; ok && !m.Dropped {
+	if _, ok := s.d.live[name]; ok {
 		return fmt.Errorf("memstore: table %q is live", name)
 	}
-	delete(s.d.names, name)
-	s.d.names[floor.Name] = cloneMeta(floor)
+	delete(s.d.tombs, name)
+	s.d.tombs[floor.Name] = cloneMeta(floor)
 	return nil
 }
 
