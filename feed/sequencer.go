@@ -458,8 +458,15 @@ func (s *Sequencer) Run(ctx context.Context) error {
 		case <-s.follow.wake:
 			s.applyFollowed(true)
 		case <-s.res.ready:
-			s.busySince.Store(s.monotonic())
+			// The resolver's results may hold no write (a table loaded
+			// for a follow report, a write that failed): a group
+			// begins only with one, for only a group's end marks the
+			// sequencer idle again (finish).
 			batch = s.collect(s.takeResolved(batch[:0]))
+			if len(batch) == 0 {
+				break
+			}
+			s.busySince.Store(s.monotonic())
 			if err := s.process(batch); err != nil {
 				s.fail(err)
 				return err

@@ -327,6 +327,7 @@ func TestFollowedTableLoadedOffTheSequencer(t *testing.T) {
 	rows := drainAll(t, h.d, "o", 0, 10)
 	require.Len(t, rows, 1)
 	require.Equal(t, "a", rows[0].Vals["host"].Str, "the series loaded with the instance")
+	require.Zero(t, h.s.QueueDelay(), "a load leaves the sequencer idle, not refusing writes as stalled")
 }
 
 // TestSharedSweepBesideTheSequencer: on a shared store a retention
