@@ -169,8 +169,13 @@
 // neither numbered nor applied, on every node alike. A watchdog starts
 // the consumer again from its position when it applied nothing for two
 // seconds while an Append or Open waited on it (a consumer lost with its
-// stream leader, or stuck recreating itself), and at once after the
-// connection was re-established. It is derived state, written without fsync and rebuilt at every Open: the
+// stream leader, or stuck recreating itself), at once after the
+// connection was re-established, and as soon as a call has waited 100
+// ms on it while the server holds messages for the consumer but no pull
+// request of it: a new consumer's first pull request can reach a server
+// that has not heard of the consumer yet, whose "no responders" nats.go's
+// iterator ignores, waiting for heartbeats for 30 s
+// (ingestd_jetstream_pulls_lost_total). The row cache is derived state, written without fsync and rebuilt at every Open: the
 // directory is cleared, every live table's follower starts at its
 // anchor and Open waits until each has applied its stream up to where
 // the stream ended when Open looked, then the record's cutoff is swept

@@ -81,6 +81,9 @@ type follower struct {
 	// kick (capacity 1) makes the watchdog start the consumer again at
 	// once: the connection was re-established (kickFollowers).
 	kick chan struct{}
+	// probe (capacity 1) makes the watchdog ask the server whether the
+	// consumer still has a pull request: a call has waited probeAfter.
+	probe chan struct{}
 }
 
 // restartFollower (re)starts t's follower at stream sequence from (the
@@ -123,7 +126,7 @@ func (t *table) startFollowerLocked(s *Store, from, xseq, catchUpTo uint64) {
 	f.held, f.err, f.closing, f.catchUpTo, f.recent = nil, nil, false, catchUpTo, nil
 	f.based = anchor{Seq: from - 1, XSeq: xseq}
 	f.seen, f.seenOrder, f.window = map[string]struct{}{}, nil, s.cfg.DuplicateWindow
-	f.cancel, f.done, f.kick = cancel, make(chan struct{}), make(chan struct{}, 1)
+	f.cancel, f.done, f.kick, f.probe = cancel, make(chan struct{}), make(chan struct{}, 1), make(chan struct{}, 1)
 	f.fmu.Unlock()
 	go func() {
 		defer close(f.done)
@@ -216,10 +219,15 @@ func (s *Store) follow(ctx context.Context, t *table, from uint64) {
 			s.logger.Error("table stream unreadable: the row cache stops following it", "stream", t.stream, "err", err)
 			return
 		}
-		s.logger.Warn("following a table stream failed: starting again", "stream", t.stream, "err", err)
 		t.f.fmu.Lock()
 		from = t.f.applied + 1
 		t.f.fmu.Unlock()
+		if errors.Is(err, errPullLost) { // the server is fine: no pause
+			s.m.pullsLost.Inc()
+			s.logger.Info("following a table stream: its pull request was lost, starting again", "stream", t.stream)
+			continue
+		}
+		s.logger.Warn("following a table stream failed: starting again", "stream", t.stream, "err", err)
 		select {
 		case <-ctx.Done():
 		case <-time.After(200 * time.Millisecond):
@@ -231,9 +239,10 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 	ctx, cancel := context.WithCancelCause(ctx)
 	defer cancel(nil)
 	t.f.fmu.Lock()
-	kick := t.f.kick
+	kick, probe := t.f.kick, t.f.probe
 	t.f.fmu.Unlock()
-	go t.watchdog(ctx, cancel, kick)
+	created := make(chan jetstream.Consumer, 1)
+	go t.watchdog(ctx, cancel, kick, probe, created)
 	// A consumer that cannot be created through the connected server (its
 	// JetStream unavailable there: a server cut off its cluster) counts
 	// towards Config.SwitchAfter like a failed publish: an Append waiting
@@ -263,6 +272,7 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 	if err != nil {
 		return setupFailed(err)
 	}
+	created <- cons
 	defer func() { // the server also drops it after followerIdle
 		dctx, cancel := context.WithTimeout(context.Background(), time.Second)
 		_ = stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
@@ -311,12 +321,15 @@ const stallAfter = 2 * time.Second
 
 // watchdog cancels a follower's consumer (cause errStalled) when it
 // applied nothing for stallAfter while a call waited on it (what it waits
-// for is in the stream), or at once when kicked (errReconnected), until
+// for is in the stream), at once when kicked (errReconnected), and when
+// probed (a call waited probeAfter) while the server holds messages for
+// the consumer (created) and no pull request of it (errPullLost), until
 // ctx ends.
-func (t *table) watchdog(ctx context.Context, cancel context.CancelCauseFunc, kick <-chan struct{}) {
+func (t *table) watchdog(ctx context.Context, cancel context.CancelCauseFunc, kick, probe <-chan struct{}, created <-chan jetstream.Consumer) {
 	tick := time.NewTicker(stallAfter)
 	defer tick.Stop()
 	last := ^uint64(0)
+	var cons jetstream.Consumer
 	for {
 		select {
 		case <-ctx.Done():
@@ -324,6 +337,19 @@ func (t *table) watchdog(ctx context.Context, cancel context.CancelCauseFunc, ki
 		case <-kick:
 			cancel(errReconnected)
 			return
+		case <-probe:
+			if cons == nil {
+				select {
+				case cons = <-created:
+				default:
+					continue // still being created: stallAfter covers it
+				}
+			}
+			if t.pullLost(ctx, cons) {
+				cancel(errPullLost)
+				return
+			}
+			continue
 		case <-tick.C:
 		}
 		t.f.fmu.Lock()
@@ -359,6 +385,39 @@ func (s *Store) kickFollowers() {
 
 // errStalled ends a consumer no message came through while a call waited.
 var errStalled = errors.New("jsstore: no message while a commit waits for one: recreating the consumer")
+
+// errPullLost ends a consumer whose pull request the server does not
+// hold while it holds messages for it.
+var errPullLost = errors.New("jsstore: the consumer's pull request was lost: recreating the consumer")
+
+// probeAfter is how long a call waits on a follower before the watchdog
+// asks the server about its consumer (pullLost).
+const probeAfter = 100 * time.Millisecond
+
+// pullLost reports whether the server holds messages for cons but no pull
+// request of it, while the follower applied nothing: the pull request
+// went nowhere. That happens when the iterator's first request reaches a
+// server that has not yet heard of the new consumer's interest (a fresh
+// consumer on another server of the cluster): the server answers "no
+// responders", which nats.go's iterator ignores, and it then waits for
+// heartbeats of a request nobody holds (twice the heartbeat interval,
+// 30 s by default). One consumer info request, made only while a call
+// waits.
+func (t *table) pullLost(ctx context.Context, cons jetstream.Consumer) bool {
+	t.f.fmu.Lock()
+	before := t.f.applied
+	t.f.fmu.Unlock()
+	ictx, cancel := context.WithTimeout(ctx, stallAfter)
+	defer cancel()
+	info, err := cons.Info(ictx)
+	if err != nil {
+		return false // stallAfter covers a consumer the server cannot answer for
+	}
+	t.f.fmu.Lock()
+	idle := t.f.applied == before
+	t.f.fmu.Unlock()
+	return idle && info.NumPending > 0 && info.NumWaiting == 0
+}
 
 // apply numbers the message at stream sequence seq, holds it while it is
 // this process's and not released (Append publishes the numbers first:
@@ -515,6 +574,13 @@ func (t *table) await(deadline time.Time, ok func() bool) error {
 		f.fmu.Unlock()
 	})
 	defer timer.Stop()
+	probe := time.AfterFunc(probeAfter, func() {
+		select {
+		case f.probe <- struct{}{}:
+		default:
+		}
+	})
+	defer probe.Stop()
 	f.fmu.Lock()
 	defer f.fmu.Unlock()
 	f.waiters++

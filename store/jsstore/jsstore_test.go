@@ -372,6 +372,55 @@ func TestStreamBehindIsWaitedFor(t *testing.T) {
 	require.Len(t, got.Seq, 4, "the other node's block is applied here too")
 }
 
+// TestLostPullRequestFound: a consumer the server holds messages for and
+// no pull request of is one whose request went nowhere (a server that did
+// not know the new consumer yet answered "no responders", which nats.go's
+// iterator ignores): pullLost finds it, and the watchdog, probed by a
+// waiting call, starts the consumer again; a consumer with its pull
+// request held is left alone.
+func TestLostPullRequestFound(t *testing.T) {
+	h := newHarness(t, 1)
+	s := h.open(t, h.config(t))
+	t.Cleanup(func() { _ = s.Close() })
+	m := createTable(t, s, "lost")
+	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 1, 2, 1)}, nil))
+	tbl := s.tableByID(t, m.ID)
+	stream, err := s.js.Stream(ctx, s.streamName("lost"))
+	require.NoError(t, err)
+
+	// Never pulled from: as if its first pull request went nowhere.
+	lost, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true})
+	require.NoError(t, err)
+	require.True(t, tbl.pullLost(ctx, lost), "messages held for it, no pull request")
+
+	// Caught up, its pull request waiting at the server.
+	held, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true,
+		DeliverPolicy: jetstream.DeliverNewPolicy})
+	require.NoError(t, err)
+	it, err := held.Messages()
+	require.NoError(t, err)
+	defer it.Stop()
+	go func() { _, _ = it.Next() }() // the iterator pulls once asked; Stop ends it
+	require.Eventually(t, func() bool {
+		info, err := held.Info(ctx)
+		return err == nil && info.NumWaiting > 0
+	}, testdeadline.Scale(time.Minute), 10*time.Millisecond, "the iterator's pull request reaches the server")
+	require.False(t, tbl.pullLost(ctx, held), "its pull request is held")
+
+	wctx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	kick, probe, created := make(chan struct{}), make(chan struct{}, 1), make(chan jetstream.Consumer, 1)
+	created <- lost
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		tbl.watchdog(wctx, cancel, kick, probe, created)
+	}()
+	probe <- struct{}{}
+	<-done
+	require.ErrorIs(t, context.Cause(wctx), errPullLost, "the watchdog starts the consumer again")
+}
+
 // TestEarlierProcessLatePublishIsApplied opens a second store on a table
 // another process is still writing, as when ingestd is SIGKILLed and
 // restarted while the server still holds a publish it sent: the late
