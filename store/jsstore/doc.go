@@ -29,7 +29,10 @@
 // applied twice. A call the cluster did not answer within
 // Config.PublishTimeout (a publish, a DDL call, a compare-and-set that
 // kept conflicting, a follower that did not deliver an acknowledged
-// block) returns an error wrapping store.ErrUnavailable: the feed fails
+// block), and one the cluster refused (a JetStream API error: no room
+// for a new table's stream, an account limit; a placement refused for a
+// peer that is offline is retried first), returns an error wrapping
+// store.ErrUnavailable: the feed fails
 // that operation and runs on; only the row cache's own disk failing
 // stops it. A server cut off from its cluster keeps its client
 // connections up while every JetStream request through it fails, and

@@ -15,6 +15,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -413,7 +414,11 @@ const errCodeClusterNotAvailable jetstream.ErrorCode = 10008
 func transient(err error) bool {
 	var apiErr *jetstream.APIError
 	if errors.As(err, &apiErr) {
-		return apiErr.ErrorCode == errCodeClusterNotAvailable || apiErr.Code == 503
+		// A placement refused for a peer that is offline (a server
+		// restarting, or not yet heard of in a cluster just started)
+		// succeeds once it is back.
+		return apiErr.ErrorCode == errCodeClusterNotAvailable || apiErr.Code == 503 ||
+			apiErr.ErrorCode == errCodeNoPeers && strings.Contains(apiErr.Description, "peer offline")
 	}
 	var legacyErr *nats.APIError
 	if errors.As(err, &legacyErr) {
@@ -451,8 +456,11 @@ func (s *Store) retry(op func(ctx context.Context) error) error {
 		case transient(err):
 			s.failed(began)
 		}
-		if err == nil || !transient(err) {
-			return err
+		if err == nil {
+			return nil
+		}
+		if !transient(err) {
+			return apiUnavailable(err)
 		}
 		if time.Now().Add(wait).After(deadline) {
 			return unavailable(err)
@@ -460,6 +468,21 @@ func (s *Store) retry(op func(ctx context.Context) error) error {
 		time.Sleep(wait)
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// apiUnavailable marks err as store.ErrUnavailable when the cluster
+// refused the request (a JetStream API error: no room for a stream, an
+// account limit, a placement it cannot make): the feed fails that
+// operation and runs on, as for a cluster that does not answer. Errors of
+// ingestd's own (a record's instance ended, the row cache's disk) are
+// returned as they are.
+func apiUnavailable(err error) error {
+	var apiErr *jetstream.APIError
+	var legacyErr *nats.APIError
+	if errors.As(err, &apiErr) || errors.As(err, &legacyErr) {
+		return unavailable(err)
+	}
+	return err
 }
 
 // placementError tells whether err is the cluster refusing to place the

@@ -129,13 +129,39 @@ func TestTransientAPIErrors(t *testing.T) {
 		fmt.Errorf("jsstore: list tables: %w", &nats.APIError{Code: 503, ErrorCode: 10008, Description: "JetStream system temporarily unavailable"}),
 		nats.ErrNoResponders,
 		context.DeadlineExceeded,
+		// A cluster just started, or a server restarting.
+		&jetstream.APIError{Code: 400, ErrorCode: errCodeNoPeers, Description: "no suitable peers for placement, peer offline"},
 	} {
 		require.True(t, transient(err), "%v", err)
 	}
 	for _, err := range []error{
 		&jetstream.APIError{Code: 400, ErrorCode: 10058, Description: "stream name already in use with a different configuration"},
 		&nats.APIError{Code: 404, ErrorCode: 10059, Description: "stream not found"},
+		&jetstream.APIError{Code: 500, ErrorCode: errCodeNoPeers, Description: "no suitable peers for placement"},
 	} {
 		require.False(t, transient(err), "%v", err)
 	}
+}
+
+// TestRefusedStreamFailsTheCallNotTheNode: a table stream the cluster
+// refuses to create (here: a stream of that name already exists in
+// memory, whose storage JetStream does not change) fails PutTable with
+// store.ErrUnavailable, which the feed answers with 503 and runs on; the
+// store stays usable.
+func TestRefusedStreamFailsTheCallNotTheNode(t *testing.T) {
+	h := newHarness(t, 1)
+	s := h.open(t, h.config(t))
+	t.Cleanup(func() { _ = s.Close() })
+	_, err := s.js.CreateStream(ctx, jetstream.StreamConfig{Name: s.streamName("taken"), Subjects: []string{"elsewhere"},
+		Storage: jetstream.MemoryStorage})
+	require.NoError(t, err)
+	id, err := s.NewTableID(ctx)
+	require.NoError(t, err)
+	_, err = s.PutTable(ctx, store.TableMeta{Name: "taken", ID: id, Sync: true, Epoch: 1, Columns: []store.Column{{Name: "time"}}})
+	require.ErrorIs(t, err, store.ErrUnavailable)
+	var apiErr *jetstream.APIError
+	require.ErrorAs(t, err, &apiErr, "the cluster's refusal is in the error")
+
+	m := createTable(t, s, "free")
+	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 1, 2, 1)}, nil))
 }
