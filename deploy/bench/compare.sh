@@ -29,14 +29,16 @@
 # gives ingestd-retention / ingestd and the aging rows the sweeper removed
 # before the harness started and during its run.
 #
-# ingestd-js1 and ingestd-js2 are ingestd on --store=jetstream:
-# each measurement starts a fresh 3-server NATS cluster on loopback
-# (nats-server built from go.mod's module, file storage, sync_interval:
-# always, replicas 3) and 1 or 2 ingestd nodes in front of it; with 2 the
-# writers' requests go to the nodes in turn (`ingestd bench --write-urls`)
-# and the drain and checks go through the first. The NATS servers' CPU
-# and the second node's are reported as cpu_other_s; the report gives
-# JetStream / badger (the ingestd system) per pattern.
+# ingestd-js1, ingestd-js2 and ingestd-js3 are ingestd on
+# --store=jetstream: each measurement starts a fresh 3-server NATS cluster
+# on loopback (nats-server built from go.mod's module, file storage,
+# sync_interval: always, replicas 3) and 1, 2 or 3 ingestd nodes in front
+# of it; with more than one the writers' requests go to the nodes in turn
+# (`ingestd bench --write-urls`) and the drain and checks go through the
+# first. The NATS servers' CPU and the other nodes' are reported as
+# cpu_other_s; the report gives JetStream / badger (the ingestd system)
+# per pattern, and the whole cluster's CPU seconds per million lines
+# (every ingestd node and NATS server) against that with one node.
 #
 # Not run by CI (it takes several minutes and installs packages). Needs root
 # for apt-get (skipped when influxd and victoria-metrics are on PATH).
@@ -108,7 +110,7 @@ for p in $PATTERNS; do
   case $p in inorder | concurrent | resend | backfill) ;; *) echo "unknown pattern $p in PATTERNS" >&2; exit 1 ;; esac
 done
 for s in $SYSTEMS; do
-  case $s in ingestd | ingestd-retention | ingestd-js1 | ingestd-js2 | influxdb | victoriametrics) ;; *) echo "unknown system $s in SYSTEMS" >&2; exit 1 ;; esac
+  case $s in ingestd | ingestd-retention | ingestd-js1 | ingestd-js2 | ingestd-js3 | influxdb | victoriametrics) ;; *) echo "unknown system $s in SYSTEMS" >&2; exit 1 ;; esac
 done
 
 install_peers
@@ -263,12 +265,12 @@ echo
 echo "== medians over $ROUNDS rounds"
 printf '%-28s %12s %8s %10s %10s %8s %10s %12s %s\n' run lines/s MB/s p50_ms p99_ms cpu_s rss_max_MiB rss_hwm_MiB verified
 # (latency runs: lines/s is the offered rate; cpu_s: the server's user+system seconds over the measured ingest)
-for label in http:ingestd http:ingestd-retention http:ingestd-js1 http:ingestd-js2 http:influxdb http:victoriametrics tcp:ingestd decode \
+for label in http:ingestd http:ingestd-retention http:ingestd-js1 http:ingestd-js2 http:ingestd-js3 http:influxdb http:victoriametrics tcp:ingestd decode \
   latency:ingestd latency:influxdb latency:ingestd@influx latency:victoriametrics; do
   row "$label"
 done
 for p in $(for w in $WRITERS; do echo "concurrent$w"; done) resend backfill; do
-  for sys in ingestd ingestd-retention ingestd-js1 ingestd-js2 influxdb victoriametrics; do row "$p:$sys"; done
+  for sys in ingestd ingestd-retention ingestd-js1 ingestd-js2 ingestd-js3 influxdb victoriametrics; do row "$p:$sys"; done
 done
 max_rss=$(cut -d' ' -f3- "$OUT" | tr ' ' '\n' | grep -E '^rss_(max|hwm)_mib=' | cut -d= -f2 | sort -g | tail -1)
 ingestd_rss=$(grep -E '^[a-z0-9@]+:ingestd(@influx)? ' "$OUT" | tr ' ' '\n' | grep -E '^rss_(max|hwm)_mib=' | cut -d= -f2 | sort -g | tail -1)
@@ -295,11 +297,18 @@ if runs ingestd-retention; then
   done
 fi
 
-if runs ingestd-js1 || runs ingestd-js2; then
+if runs ingestd-js1 || runs ingestd-js2 || runs ingestd-js3; then
   echo
   echo "== --store=jetstream / badger (medians; 3 NATS servers and the ingestd nodes on this machine)"
 fi
-for n in 1 2; do
+# cluster_cpu PATTERN N: CPU seconds per million lines of every ingestd
+# node and NATS server of the N-node median.
+cluster_cpu() {
+  local i o l
+  i=$(med "$1:ingestd-js$2" cpu_s) o=$(med "$1:ingestd-js$2" cpu_other_s) l=$(med "$1:ingestd-js$2" lines)
+  awk -v i="$i" -v o="$o" -v l="$l" 'BEGIN { if (i == "na" || o == "na" || l == "na" || l == 0) print "na"; else printf "%.2f", (i + o) * 1e6 / l }'
+}
+for n in 1 2 3; do
   runs "ingestd-js$n" || continue
   for p in http $(for w in $WRITERS; do echo "concurrent$w"; done) resend backfill; do
     grep -q "^$p:ingestd-js$n round=" "$OUT" || continue
@@ -307,7 +316,8 @@ for n in 1 2; do
       "(lines/s $(med "$p:ingestd-js$n" lines_per_s) / $(med "$p:ingestd" lines_per_s); per round$(for r in $(seq 1 "$ROUNDS"); do printf ' %s' "$(ratio "$(get "$p:ingestd-js$n" lines_per_s "$r")" "$(get "$p:ingestd" lines_per_s "$r")")"; done);" \
       "p99 ms $(med "$p:ingestd-js$n" p99_ms) / $(med "$p:ingestd" p99_ms);" \
       "CPU s: ingestd $(med "$p:ingestd-js$n" cpu_s), NATS servers and other nodes $(med "$p:ingestd-js$n" cpu_other_s) / badger $(med "$p:ingestd" cpu_s);" \
-      "drain rows/s $(med "$p:ingestd-js$n" drain_rows_per_s) / $(med "$p:ingestd" drain_rows_per_s))"
+      "drain rows/s $(med "$p:ingestd-js$n" drain_rows_per_s) / $(med "$p:ingestd" drain_rows_per_s));" \
+      "cluster CPU s per million lines $(cluster_cpu "$p" "$n")$(runs ingestd-js1 && [ "$n" != 1 ] && echo ", / 1 node: $(ratio "$(cluster_cpu "$p" "$n")" "$(cluster_cpu "$p" 1)")")"
   done
 done
 

@@ -36,7 +36,7 @@ install_peers() {
 # build: ingestd (and nats-server when SYSTEMS runs JetStream) into WORK.
 build() {
   go build -o "$WORK/ingestd" ./cmd/ingestd
-  if runs ingestd-js1 || runs ingestd-js2; then go build -o "$WORK/nats-server" github.com/nats-io/nats-server/v2; fi
+  if runs ingestd-js1 || runs ingestd-js2 || runs ingestd-js3; then go build -o "$WORK/nats-server" github.com/nats-io/nats-server/v2; fi
 }
 
 # port N: a loopback port from the base, checked free.
@@ -85,13 +85,13 @@ start() {
   mkdir -p "$dir"
   WRITE_URLS="" OTHER_PIDS=()
   case $sys in
-    ingestd-js1 | ingestd-js2)
+    ingestd-js1 | ingestd-js2 | ingestd-js3)
       start_nats "$dir"
       local n=${sys#ingestd-js} i
       for i in $(seq 2 "$n"); do
-        WRITE_URLS+="${WRITE_URLS:+,}http://127.0.0.1:$(port $((4 + 2 * i)))"
+        WRITE_URLS+="${WRITE_URLS:+,}http://127.0.0.1:$(port $((16 + 2 * i)))"
         "$WORK/ingestd" --store jetstream --nats-url "$NATS_URLS" --data-dir "$dir/data$i" \
-          --http-addr "127.0.0.1:$(port $((4 + 2 * i)))" --tcp-addr "127.0.0.1:$(port $((5 + 2 * i)))" \
+          --http-addr "127.0.0.1:$(port $((16 + 2 * i)))" --tcp-addr "127.0.0.1:$(port $((17 + 2 * i)))" \
           --log-level warn >"$dir/log$i" 2>&1 &
         OTHER_PIDS+=("$!"); PIDS+=("$!")
       done
