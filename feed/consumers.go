@@ -383,6 +383,9 @@ func (s *Sequencer) flushConsumers() {
 	defer s.consumerMu.Unlock()
 	byTable := map[string][]store.Consumer{}
 	for _, t := range s.liveTables() {
+		if t.dropping.Load() {
+			continue
+		}
 		if d := t.consumers.takeDirty(); len(d) > 0 {
 			byTable[t.name] = d
 		}

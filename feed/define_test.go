@@ -111,3 +111,32 @@ func TestNoCreate(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, uint64(1), st.Watermark)
 }
+
+// TestDefineTableOnSharedStore: on a shared store CREATE TABLE with
+// declared columns creates the instance and places its columns through
+// the resolver; the table then takes the declared writes, and a second
+// CREATE TABLE is refused.
+func TestDefineTableOnSharedStore(t *testing.T) {
+	ctx := context.Background()
+	st, h := openShared(t, DefaultConfig())
+	defer h.close()
+	declared := []Column{{"p00", KindFloat}, {"host", KindTag}, {"n", KindInt}}
+	status, err := h.s.DefineTable(ctx, "sensor", true, declared)
+	require.NoError(t, err)
+	require.Equal(t, SyncStatus{Enabled: true, Epoch: 1, Horizon: 1}, status)
+	info, err := h.d.Table("sensor")
+	require.NoError(t, err)
+	require.Equal(t, []Column{{"time", KindTime}, {"host", KindTag}, {"p00", KindFloat}, {"n", KindInt}}, info.Columns)
+	st.mu.Lock()
+	placed := 0
+	for _, cols := range st.cols {
+		placed += len(cols)
+	}
+	st.mu.Unlock()
+	require.Equal(t, 3, placed, "the columns are the shared store's")
+
+	mustAppend(t, h.s, pt("sensor", 1, tg("host", "a"), fld("p00", fv(1.5)), fld("n", iv(2))))
+	_, err = h.s.DefineTable(ctx, "sensor", false, nil)
+	require.ErrorIs(t, err, ErrTableExists)
+	require.Len(t, drainAll(t, h.d, "sensor", 0, 10), 1)
+}

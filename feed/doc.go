@@ -107,10 +107,15 @@
 // discovered by a type assertion: store/jsstore on a JetStream cluster)
 // changes three things. Column positions and series ids come from the
 // store (AddColumns, SeriesID: a tag set is one series, a column one
-// position, in every process), asked by the sequencer when a point
-// brings a column or a tag set it does not know. A table is created in
-// the store at once, and when another process created it meanwhile the
-// sequencer takes that instance. And the store reports, from its own
+// position, in every process), asked when a point brings a column or a
+// tag set the sequencer does not know, by its resolver (resolve.go), a
+// goroutine of its own that holds the write meanwhile: the sequencer
+// never waits for such a round trip. A table is created in the store at
+// once, and when another process created it meanwhile the sequencer
+// takes that instance; every table change (create, SET SYNC, retention,
+// TRUNCATE, DROP) makes its store calls on the resolver as well, one
+// change at a time, the changed table's writes waiting behind it
+// (changes.go). And the store reports, from its own
 // goroutines, each other process's block it applied (Follow): the
 // sequencer publishes the reported columns, series and watermark between
 // group commits, and after every commit before raising its own

@@ -53,11 +53,26 @@ func TestTableLimit(t *testing.T) {
 // TestTombstoneBound checks Config.MaxTombstones: past it tombstones fold
 // into the floor, and a pruned table re-created, also after a restart,
 // still resumes above its old epoch and x_seq (docs/contract.md#epochs).
+// On a shared store the DROP folds them off the sequencer (changes.go).
 func TestTombstoneBound(t *testing.T) {
+	for _, shared := range []bool{false, true} {
+		t.Run(fmt.Sprintf("shared=%v", shared), func(t *testing.T) { testTombstoneBound(t, shared) })
+	}
+}
+
+func testTombstoneBound(t *testing.T, shared bool) {
 	cfg := DefaultConfig()
 	cfg.MaxTombstones = 2
 	disk := memstore.NewDisk()
-	h := openHarness(t, disk, cfg)
+	open := func() *harness {
+		if !shared {
+			return openHarness(t, disk, cfg)
+		}
+		return openHarnessOn(t, disk, cfg, func(db *memstore.Store) Storage {
+			return &sharedStore{Store: db, cols: map[uint64][]store.Column{}, series: map[string]uint64{}}
+		})
+	}
+	h := open()
 	defer func() { h.close() }()
 	ctx := context.Background()
 	old := map[string]SyncStatus{}
@@ -88,7 +103,7 @@ func TestTombstoneBound(t *testing.T) {
 			require.NoError(t, h.s.Drop(ctx, name))
 		}
 		h.close()
-		h = openHarness(t, disk, cfg)
+		h = open()
 		require.LessOrEqual(t, len(h.s.tombstones), 2, "round %d", round)
 		require.Empty(t, h.d.Tables(), "the floor is no table")
 	}

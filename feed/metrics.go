@@ -137,7 +137,7 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 		Name: "ingestd_feed_resolve_failures_total", Help: "Parked writes failed (503) because the shared store did not resolve their new tables, columns or series.",
 	})
 	f.NewGaugeFunc(prometheus.GaugeOpts{
-		Name: "ingestd_feed_resolving_writes", Help: "Writes parked while a shared store creates their tables, adds their columns and numbers their series.",
+		Name: "ingestd_feed_resolving_writes", Help: "Operations parked off the sequencer on a shared store: writes while it creates their tables, adds their columns and numbers their series, a table change while it stores it, and the operations waiting behind that change.",
 	}, func() float64 { return float64(s.res.parked.Load()) })
 	for _, r := range []string{reasonFieldType, reasonTagField, reasonColumnLimit, reasonSeriesLimit, reasonInvalidName, reasonBeyondRetention, reasonTimeRange, reasonInvalidValue, reasonUnresolved} {
 		m.rejected.WithLabelValues(r)

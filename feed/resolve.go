@@ -48,6 +48,10 @@ type resolveReq struct {
 
 	follow   *change
 	instance *instanceState
+
+	// change, when set, is a table change (o its operation) whose store
+	// calls the resolver makes.
+	change *tableChange
 }
 
 // tableNeeds is what a parked write needs of one table name.
@@ -211,6 +215,10 @@ func (s *Sequencer) resolve(req *resolveReq, c *resolveCache) {
 		req.instance, req.err = s.loadInstance(req.follow.Table)
 		return
 	}
+	if req.change != nil {
+		s.runChange(req.change)
+		return
+	}
 	for _, tn := range req.tables {
 		if err := s.resolveTable(tn, c); err != nil {
 			req.err = fmt.Errorf("%w: table %s: %w", ErrUnavailable, QuoteInput(tn.name), err)
@@ -318,16 +326,31 @@ func (s *Sequencer) toResolver(req *resolveReq) {
 // takeResolved takes the writes the resolver handed back: a failed one is
 // answered with its error, a resolved one's tables, columns and series
 // become the tables' (an instance ended meanwhile is left out: the write
-// is checked again when applied) and it is appended to ops. Sequencer
+// is checked again when applied) and it is appended to ops; so are the
+// operations that waited behind a table change it finished (changes.go).
+// A change's storage failure of the store's own is returned, every
+// operation taken answered with it: the sequencer stops. Sequencer
 // goroutine only.
-func (s *Sequencer) takeResolved(ops []*op) []*op {
+func (s *Sequencer) takeResolved(ops []*op) ([]*op, error) {
 	s.res.mu.Lock()
 	reqs := s.res.results
 	s.res.results = nil
 	s.res.mu.Unlock()
-	for _, req := range reqs {
+	for i, req := range reqs {
 		if req.follow != nil {
 			s.takeLoaded(req)
+			continue
+		}
+		if req.change != nil {
+			waited, err := s.finishChange(req.change)
+			if err != nil {
+				failOps(ops, err)
+				s.res.mu.Lock()
+				s.res.results = append(reqs[i+1:], s.res.results...) // failParked answers them
+				s.res.mu.Unlock()
+				return nil, err
+			}
+			ops = append(ops, waited...)
 			continue
 		}
 		s.res.parked.Add(-1)
@@ -341,7 +364,7 @@ func (s *Sequencer) takeResolved(ops []*op) []*op {
 		}
 		ops = append(ops, req.o)
 	}
-	return ops
+	return ops, nil
 }
 
 // adoptNeeds makes what the resolver resolved of tn the table's.
@@ -393,6 +416,7 @@ func (s *Sequencer) failParked(err error) {
 	reqs := append(s.res.queue, s.res.results...)
 	s.res.queue, s.res.results = nil, nil
 	s.res.mu.Unlock()
+	s.failChange(err)
 	for _, req := range reqs {
 		if req.o == nil {
 			continue // an instance load: nothing waits on it

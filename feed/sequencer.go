@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"maps"
 	"math"
 	"slices"
 	"strings"
@@ -126,6 +127,9 @@ type Sequencer struct {
 	// (applyFollowed); their reports wait until it is taken (sequencer
 	// goroutine only).
 	loading map[string]bool
+	// chg is the table change whose store calls the resolver makes
+	// (changes.go; store.Shared only; sequencer goroutine only).
+	chg *tableChange
 
 	// res resolves what writes need of a shared store off this goroutine
 	// (resolve.go; store.Shared only).
@@ -462,7 +466,12 @@ func (s *Sequencer) Run(ctx context.Context) error {
 			// for a follow report, a write that failed): a group
 			// begins only with one, for only a group's end marks the
 			// sequencer idle again (finish).
-			batch = s.collect(s.takeResolved(batch[:0]))
+			resolved, err := s.takeResolved(batch[:0])
+			if err != nil {
+				s.fail(err)
+				return err
+			}
+			batch = s.collect(resolved)
 			if len(batch) == 0 {
 				break
 			}
@@ -489,7 +498,12 @@ func (s *Sequencer) Run(ctx context.Context) error {
 					batch = s.collect(batch[:0])
 				} else {
 					<-s.res.ready
-					batch = s.takeResolved(batch[:0])
+					var err error
+					if batch, err = s.takeResolved(batch[:0]); err != nil {
+						s.failQueued(err)
+						s.failParked(err)
+						return err
+					}
 				}
 				if err := s.process(batch); err != nil {
 					s.failQueued(err)
@@ -587,6 +601,13 @@ func (s *Sequencer) collect(batch []*op) []*op {
 // the ops not yet run with the same error and returns it.
 func (s *Sequencer) process(ops []*op) error {
 	for len(ops) > 0 {
+		if ops[0].kind != opWrite && s.shared != nil {
+			// Its store calls run on the resolver (changes.go).
+			s.beginChange(ops[0])
+			s.finish(nil, nil, len(ops) == 1)
+			ops = ops[1:]
+			continue
+		}
 		if ops[0].kind != opWrite {
 			s.runControl(ops[0])
 			err := ops[0].err
@@ -689,6 +710,10 @@ func (s *Sequencer) commitGroup(ops []*op) error {
 		// (resolve.go). Checked right before the apply: nothing but the
 		// group's own writes changes the tables until it is done.
 		if s.shared != nil {
+			if s.changing(o) { // after the change of its table
+				s.waitChange(o)
+				continue
+			}
 			if req := s.needs(o); req != nil {
 				s.park(req)
 				continue
@@ -943,26 +968,70 @@ const floorName = "x_dropped_tables_floor"
 // floor, the lowest sequence first: the floor is raised and the tombstone
 // goes in one store call, so a crash loses nothing.
 func (s *Sequencer) pruneTombstones() error {
-	for len(s.tombstones) > s.cfg.MaxTombstones {
+	if len(s.tombstones) <= s.cfg.MaxTombstones {
+		return nil
+	}
+	pruned, floor, err := foldTombstones(s.st, maps.Clone(s.tombstones), s.floor, s.cfg.MaxTombstones)
+	s.takeFold(pruned, floor)
+	if err != nil {
+		return storageErr("prune a tombstone", err)
+	}
+	return nil
+}
+
+// foldTombstones folds the oldest of tombs (the lowest sequence first)
+// into floor while more than limit are left, one PruneTombstone each,
+// and returns the names folded and the floor they raised, up to the
+// first store error. It deletes them from tombs, reads nothing else.
+func foldTombstones(st Storage, tombs map[string]store.TableMeta, floor store.TableMeta, limit int) ([]string, store.TableMeta, error) {
+	var pruned []string
+	for len(tombs) > limit {
 		var victim store.TableMeta
 		first := true
-		for _, tb := range s.tombstones {
+		for _, tb := range tombs {
 			if first || tb.Seq < victim.Seq || tb.Seq == victim.Seq && tb.Name < victim.Name {
 				victim, first = tb, false
 			}
 		}
-		floor := store.TableMeta{Name: floorName, Dropped: true,
-			Epoch: max(s.floor.Epoch, victim.Epoch), Seq: max(s.floor.Seq, victim.Seq)}
-		if err := s.st.PruneTombstone(storeCtx, victim.Name, floor); err != nil {
-			return storageErr("prune a tombstone", err)
+		next := store.TableMeta{Name: floorName, Dropped: true,
+			Epoch: max(floor.Epoch, victim.Epoch), Seq: max(floor.Seq, victim.Seq)}
+		if err := st.PruneTombstone(storeCtx, victim.Name, next); err != nil {
+			return pruned, floor, err
 		}
-		s.floor = floor
-		s.mu.Lock()
-		delete(s.tombstones, victim.Name)
-		s.mu.Unlock()
-		s.m.tombstonesPruned.Inc()
+		floor = next
+		delete(tombs, victim.Name)
+		pruned = append(pruned, victim.Name)
 	}
-	return nil
+	return pruned, floor, nil
+}
+
+// takeFold makes what foldTombstones folded the sequencer's: the
+// tombstones pruned leave, the floor rises.
+func (s *Sequencer) takeFold(pruned []string, floor store.TableMeta) {
+	if len(pruned) == 0 {
+		return
+	}
+	s.floor = floor
+	s.mu.Lock()
+	for _, name := range pruned {
+		delete(s.tombstones, name)
+	}
+	s.mu.Unlock()
+	s.m.tombstonesPruned.Add(float64(len(pruned)))
+}
+
+// newMeta returns the metadata of a new instance of table name, but for
+// its id: resuming above the name's tombstone, else above every pruned
+// one.
+func (s *Sequencer) newMeta(name string, sync bool) store.TableMeta {
+	meta := store.TableMeta{Name: name, Sync: sync, Epoch: s.floor.Epoch, Seq: s.floor.Seq}
+	if tomb, ok := s.tombstones[name]; ok {
+		meta.Epoch, meta.Seq = tomb.Epoch, tomb.Seq
+	}
+	if sync {
+		meta.Epoch++
+	}
+	return meta
 }
 
 // createTable makes a new live table (not yet persisted), resuming above a
@@ -972,54 +1041,13 @@ func (s *Sequencer) createTable(name string, sync bool) (*table, error) {
 	if err != nil {
 		return nil, storageErr("create table", err)
 	}
-	meta := store.TableMeta{Name: name, ID: id, Sync: sync}
-	// Above the table's own tombstone, else above every pruned one.
-	meta.Epoch, meta.Seq = s.floor.Epoch, s.floor.Seq
-	if tomb, ok := s.tombstones[name]; ok {
-		meta.Epoch, meta.Seq = tomb.Epoch, tomb.Seq
-	}
-	if sync {
-		meta.Epoch++
-	}
-	t, err := s.newTableOf(meta)
-	if err != nil {
-		return nil, err
-	}
+	meta := s.newMeta(name, sync)
+	meta.ID = id
+	t := newTable(meta, nil)
 	s.mu.Lock()
 	s.tables[name] = t
 	delete(s.tombstones, name)
 	s.mu.Unlock()
-	return t, nil
-}
-
-// newTableOf returns the table of new instance meta. A shared store
-// stores it at once, and when another process created the name meanwhile
-// returns that instance, which the table then is (its schema, series and
-// horizon as the store has them).
-func (s *Sequencer) newTableOf(meta store.TableMeta) (*table, error) {
-	if s.shared == nil {
-		return newTable(meta, nil), nil
-	}
-	m, err := s.st.PutTable(storeCtx, meta)
-	if err != nil {
-		return nil, storageErr("create table", err)
-	}
-	if m.ID == meta.ID {
-		return newTable(m, nil), nil
-	}
-	series, err := s.st.LoadSeries(storeCtx, m.ID)
-	if err != nil {
-		return nil, storageErr("load series", err)
-	}
-	t := newTable(m, series)
-	if t.pub.horizon, err = loadHorizon(s.st, m.ID); err != nil {
-		return nil, storageErr("load horizon", err)
-	}
-	cs, err := s.st.LoadConsumers(storeCtx, m.Name)
-	if err != nil {
-		return nil, storageErr("load consumers", err)
-	}
-	t.consumers.load(cs, s.counts)
 	return t, nil
 }
 

@@ -102,6 +102,9 @@ func (s *Sequencer) applyFollowed(instances bool) {
 		if s.loading[name] {
 			return false // after the instance being loaded is taken
 		}
+		if s.chg != nil && s.chg.o.name == name {
+			return false // after the change in flight (changes.go)
+		}
 		t := s.tables[name]
 		return instances || t != nil && !c.Table.Dropped && c.Table.ID == t.meta.ID
 	}

@@ -30,8 +30,31 @@ type sharedStore struct {
 	fail, putErr error
 	// loadGate, when set, holds LoadConsumers until it is closed (the
 	// other processes not answering); sweepGate SweepBefore, which
-	// closes sweeping when it starts waiting.
-	loadGate, sweepGate, sweeping chan struct{}
+	// closes sweeping when it starts waiting; ddlGate the next
+	// TruncateTable or DropTable, which closes changing.
+	loadGate, sweepGate, sweeping, ddlGate, changing chan struct{}
+}
+
+// holdDDL holds the call if ddlGate is set (once).
+func (s *sharedStore) holdDDL() {
+	s.mu.Lock()
+	gate, changing := s.ddlGate, s.changing
+	s.ddlGate = nil
+	s.mu.Unlock()
+	if gate != nil {
+		close(changing)
+		<-gate
+	}
+}
+
+func (s *sharedStore) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
+	s.holdDDL()
+	return s.Store.TruncateTable(ctx, tid)
+}
+
+func (s *sharedStore) DropTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
+	s.holdDDL()
+	return s.Store.DropTable(ctx, tid)
 }
 
 func (s *sharedStore) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
@@ -383,4 +406,70 @@ func TestSharedSweepBesideTheSequencer(t *testing.T) {
 	eventually(t, func() bool { return status(t, h.d, "t").Horizon == 3 }, "the batch's horizon published")
 	rows := drainAll(t, h.d, "t", 2, 100)
 	require.Len(t, rows, 10, "the aged points went, the writes made meanwhile stayed")
+}
+
+// TestTableChangeOffTheSequencer: on a shared store a table change's
+// store call (here a TRUNCATE, then a DROP) runs beside the sequencer:
+// while the store does not answer it, the other tables' writes commit,
+// and the changed table's writes and later table changes wait behind it,
+// in order: a write sent during the TRUNCATE lands in the new instance.
+func TestTableChangeOffTheSequencer(t *testing.T) {
+	ctx := context.Background()
+	st, h := openSharedTable(t)
+	defer h.close()
+	mustAppend(t, h.s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
+	mustAppend(t, h.s, pt("other", 1, tg("host", "a"), fld("v", iv(1))))
+
+	for _, change := range []string{"truncate", "drop"} {
+		gate, changing := make(chan struct{}), make(chan struct{})
+		released := false
+		defer func() { // a failure below must not leave the resolver stuck for h.close
+			if !released {
+				close(gate)
+			}
+		}()
+		st.mu.Lock()
+		st.ddlGate, st.changing = gate, changing
+		st.mu.Unlock()
+		changed := make(chan error, 1)
+		go func() {
+			var err error
+			if change == "truncate" {
+				_, err = h.s.Truncate(ctx, "t")
+			} else {
+				err = h.s.Drop(ctx, "t")
+			}
+			changed <- err
+		}()
+		<-changing
+		wrote, synced := make(chan error, 1), make(chan error, 1)
+		go func() {
+			_, err := h.s.Append(ctx, &Batch{Points: []Point{pt("t", 2, tg("host", "a"), fld("v", iv(2)))}})
+			wrote <- err
+		}()
+		go func() { _, err := h.s.SetSync(ctx, "other", true); synced <- err }()
+		for i := range 20 {
+			appendWhileStalled(t, h.s, pt("other", int64(i+2), tg("host", "a"), fld("v", iv(int64(i)))))
+		}
+		require.Empty(t, changed, "the %s waits for its store call", change)
+		require.Empty(t, wrote, "a write of the table waits behind its %s", change)
+		require.Empty(t, synced, "a later table change waits behind the %s", change)
+		close(gate)
+		released = true
+		require.NoError(t, <-changed)
+		require.NoError(t, <-wrote)
+		require.NoError(t, <-synced)
+
+		// The write came after the change: it is the truncated table's
+		// only row; it re-created the dropped one.
+		if change == "truncate" {
+			rows := drainAll(t, h.d, "t", 0, 10)
+			require.Len(t, rows, 1)
+			require.Equal(t, iv(2), rows[0].Vals["v"])
+		} else {
+			_, err := h.d.Status("t")
+			require.NoError(t, err, "the write re-created the dropped table")
+		}
+	}
+	require.Zero(t, h.s.QueueDelay())
 }

@@ -3,6 +3,7 @@ package feed
 import (
 	"iter"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/ingestd/ingestd/store"
@@ -48,6 +49,10 @@ type table struct {
 	// consumers is shared with the table that replaces this one on
 	// TRUNCATE: named consumers outlive it.
 	consumers *consumerSet
+	// dropping is set once a DROP of a shared store stored the table's
+	// tombstone, before the sequencer takes the table away: consumer
+	// flushes leave it out (changes.go).
+	dropping atomic.Bool
 }
 
 // published is the state readers see. The slices are append-only

@@ -121,7 +121,8 @@ func (s *Drainer) Tables() []TableInfo {
 	return out
 }
 
-// runControl executes a table operation in the sequencer goroutine.
+// runControl executes a table operation in the sequencer goroutine, on a
+// store of one process (a shared store's: changes.go).
 func (s *Sequencer) runControl(o *op) {
 	t, ok := s.tables[o.name]
 	if o.kind == opDefine {
@@ -188,17 +189,7 @@ func (s *Sequencer) runControl(o *op) {
 			o.err = s.changeErr("truncate", err)
 			return
 		}
-		nt := newTable(m, nil)
-		nt.seq = t.seq
-		nt.pub.seq, nt.pub.watermark = t.seq, t.seq
-		old := t.snapshot()
-		nt.pub.points, nt.pub.removed = old.points, old.removed
-		nt.consumers = t.consumers
-		s.mu.Lock()
-		s.tables[t.name] = nt
-		s.mu.Unlock()
-		t.notify()
-		t = nt
+		t = s.truncated(t, m)
 	case opDrop:
 		// One store call: the tombstone replaces the table, whose data
 		// and consumers go. Under consumerMu, so that a consumer flush
@@ -217,6 +208,23 @@ func (s *Sequencer) runControl(o *op) {
 		return
 	}
 	o.status = t.status()
+}
+
+// truncated makes m, the instance TRUNCATE put in place of t, the
+// table's: empty, its sequence continuing, its consumers kept (their
+// cursors' epoch is stale).
+func (s *Sequencer) truncated(t *table, m store.TableMeta) *table {
+	nt := newTable(m, nil)
+	nt.seq = t.seq
+	nt.pub.seq, nt.pub.watermark = t.seq, t.seq
+	old := t.snapshot()
+	nt.pub.points, nt.pub.removed = old.points, old.removed
+	nt.consumers = t.consumers
+	s.mu.Lock()
+	s.tables[t.name] = nt
+	s.mu.Unlock()
+	t.notify()
+	return nt
 }
 
 // changeErr is the error of a TRUNCATE, DROP or SET SYNC the store
@@ -324,19 +332,10 @@ func (s *Sequencer) runDefine(o *op, exists bool) {
 		o.err = err
 		return
 	}
-	if s.shared != nil { // the store places the columns
-		cols, err := s.shared.AddColumns(storeCtx, t.meta.ID, storeColumns(o.cols))
-		if err != nil {
-			o.err = storageErr("define table", err)
-			return
-		}
-		s.adoptColumns(t, cols)
-	} else {
-		for _, c := range storeColumns(o.cols) {
-			t.addColumn(c)
-		}
-		t.columnsAdded()
+	for _, c := range storeColumns(o.cols) {
+		t.addColumn(c)
 	}
+	t.columnsAdded()
 	o.created = true
 	if _, err := s.st.PutTable(storeCtx, t.meta); err != nil {
 		o.err = storageErr("create table", err)

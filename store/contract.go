@@ -189,13 +189,15 @@ type StatsReader interface {
 // loads the tables.
 //
 // Concurrency: a shared store's round trips must not hold the writer, so
-// the feed calls AddColumns, SeriesID, and NewTableID and PutTable for a
-// table a write creates, and LoadSeries, Horizon and LoadConsumers for an
-// instance another process created, from one goroutine of its own (its
-// resolver: docs/design.md#shared-metadata), and the sweeps (SweepBefore,
-// FirstSeqSince, RaiseHorizon: one at a time) from another, at the same
-// time as the writer's calls (Append, the DDL of Tables), for the same
-// table too. Every such call of one goroutine is a compare-and-set the
+// the feed calls AddColumns, SeriesID, the DDL of Tables (NewTableID,
+// PutTable, TruncateTable, DropTable, PruneTombstone: a table a write
+// creates, and the table changes), and LoadSeries, Horizon and
+// LoadConsumers for an instance another process created, from one
+// goroutine of its own (its resolver: docs/design.md#shared-metadata),
+// and the sweeps (SweepBefore, FirstSeqSince, RaiseHorizon: one at a
+// time) from another, at the same time as the writer's Append, for the
+// same table too (but for a table change: no Append of the table runs
+// beside its TruncateTable or DropTable). Every such call of one goroutine is a compare-and-set the
 // backend retries or merges on conflict, whichever goroutine or process
 // it meets.
 //

@@ -243,11 +243,10 @@
 //
 // # Concurrency
 //
-// The writer's calls (Append, the Tables calls), the resolver's
-// (AddColumns, SeriesID, and NewTableID, PutTable and the loads for a
-// table a write or another process creates) and the sweeps' (SweepBefore,
-// FirstSeqSince, RaiseHorizon) come from three goroutines of the feed at
-// once, as store.Shared says, each making one call at a time: every
+// The writer's calls (Append), the resolver's (AddColumns, SeriesID, the
+// Tables calls, and the loads for a table another process creates) and
+// the sweeps' (SweepBefore, FirstSeqSince, RaiseHorizon) come from three
+// goroutines of the feed at once, as store.Shared says, each making one call at a time: every
 // record change is a compare-and-set on the record's revision (update),
 // the cache's writer side is serialized by cacheMu, and a table's message
 // ids and purged position are atomic. Append's publishes run concurrently
@@ -257,7 +256,7 @@
 // callback; a table's follower.fmu its numbering, applied position, held
 // messages and age index (follower.fcond, on it, is broadcast at every
 // change: Append and Open wait on it); Store.cacheMu serializes the
-// cache's writer side (the followers' ApplyAt, the writer's DDL, sweeps
+// cache's writer side (the followers' ApplyAt, the resolver's DDL, sweeps
 // and horizons), which badgerstore calls one goroutine at a time.
 // Store.mu and fmu are never held together; cacheMu is taken with
 // neither, and a follower takes Store.mu inside it (the record decides
