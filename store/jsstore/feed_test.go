@@ -75,6 +75,11 @@ func (s *stalling) SeriesID(ctx context.Context, tid uint64, key string, tags []
 	return s.Store.SeriesID(ctx, tid, key, tags)
 }
 
+func (s *stalling) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
+	s.hold()
+	return s.Store.TruncateTable(ctx, tid)
+}
+
 // feedOn runs a feed on st (every table created WITH SYNC; then what
 // set changes, when given) until the test ends, then closes st.
 func feedOn(t *testing.T, st feed.Storage, set ...func(*feed.Config)) (*feed.Sequencer, *feed.Drainer) {
@@ -105,13 +110,13 @@ func point(table, host string, ts int64) feed.Point {
 }
 
 // TestStalledMetadataHoldsOnlyNewNames stalls the shared store's round
-// trips for new tables, columns and series on a node whose sequencer
-// runs on a real JetStream: the writes that bring new names (a new table,
-// a new series and a new column of a table in use) wait, while the
-// writers of known series keep committing; once the store answers, the
-// held writes commit too and every line is drained once. A sequencer
-// that made those round trips itself would hold every writer behind
-// them.
+// trips for new tables, columns and series, and table changes, on a node
+// whose sequencer runs on a real JetStream: the writes that bring new
+// names (a new table, a new series and a new column of a table in use)
+// and a TRUNCATE wait, while the writers of known series keep
+// committing; once the store answers, the held writes and the TRUNCATE
+// are done too and every line is drained once. A sequencer that made
+// those round trips itself would hold every writer behind them.
 func TestStalledMetadataHoldsOnlyNewNames(t *testing.T) {
 	h := newHarness(t, 1)
 	st := &stalling{Store: h.open(t, h.config(t))}
@@ -132,8 +137,11 @@ func TestStalledMetadataHoldsOnlyNewNames(t *testing.T) {
 		require.Equal(t, 1, res.Accepted, what)
 	}
 	acked(write(point("steady", "a", 1)), "first write")
+	acked(write(point("changed", "a", 1)), "first write of the table truncated")
 
 	st.stall()
+	truncated := make(chan error, 1)
+	go func() { _, err := seq.Truncate(wctx, "changed"); truncated <- err }()
 	held := []*feed.Pending{
 		write(point("fresh", "a", 1)),  // a new table
 		write(point("steady", "b", 2)), // a new series
@@ -154,11 +162,13 @@ func TestStalledMetadataHoldsOnlyNewNames(t *testing.T) {
 	require.Positive(t, st.waiting.Load(), "the stall held until the steady writes were answered")
 	_, err := d.Table("fresh")
 	require.True(t, errors.Is(err, feed.ErrTableNotFound), "the new table waits for the store: %v", err)
+	require.Empty(t, truncated, "the TRUNCATE waits for the store")
 
 	st.resume()
 	for _, p := range held {
 		acked(p, "a held write, once the store answers")
 	}
+	require.NoError(t, <-truncated)
 	count := func(table string) int {
 		n := 0
 		_, err := d.Drain(wctx, feed.DrainRequest{Table: table, Limit: 1000}, func([]feed.Column, []feed.Value) error {
@@ -170,6 +180,10 @@ func TestStalledMetadataHoldsOnlyNewNames(t *testing.T) {
 	}
 	require.Equal(t, 1+steady+2, count("steady"))
 	require.Equal(t, 1, count("fresh"))
+	status, err := d.Status("changed")
+	require.NoError(t, err)
+	require.Equal(t, uint64(2), status.Epoch, "truncated")
+	require.Zero(t, count("changed"))
 }
 
 // TestClusterGoneFailsWritesNotTheNode stops the only JetStream server
