@@ -39,6 +39,9 @@
 # cpu_other_s; the report gives JetStream / badger (the ingestd system)
 # per pattern, and the whole cluster's CPU seconds per million lines
 # (every ingestd node and NATS server) against that with one node.
+# JS_WRITES=first sends every write through the first node (the others
+# only follow the streams): the cluster's CPU with 2 nodes less that with
+# 1 is then what a node costs that applies another node's blocks.
 #
 # Not run by CI (it takes several minutes and installs packages). Needs root
 # for apt-get (skipped when influxd and victoria-metrics are on PATH).
@@ -88,6 +91,8 @@ WRITERS=${WRITERS:-1 2 4}
 RESEND_WRITERS=${RESEND_WRITERS:-1}
 BACKFILL_WRITERS=${BACKFILL_WRITERS:-1}
 GEN=${GEN:-}
+JS_WRITES=${JS_WRITES:-all}
+case $JS_WRITES in all | first) ;; *) echo "JS_WRITES is all or first, not $JS_WRITES" >&2; exit 1 ;; esac
 PORT=${PORT_BASE:-18600} # below the ephemeral range, where clients' ports never collide
 WORK=$(mktemp -d /tmp/ingestd-compare.XXXXXX)
 OUT=${OUT:-$WORK/results.txt}
@@ -161,7 +166,7 @@ bench() {
   if [ "$sys" != none ]; then
     start "$sys" "$dir"
     extra=(--target "${sys%%-*}" --url "$SURL" --tcp-addr "127.0.0.1:$(port 2)" --server-pid "$SPID")
-    [ -z "$WRITE_URLS" ] || extra+=(--write-urls "$WRITE_URLS")
+    [ -z "$WRITE_URLS" ] || [ "$JS_WRITES" = first ] || extra+=(--write-urls "$WRITE_URLS")
     [ ${#OTHER_PIDS[@]} = 0 ] || extra+=(--other-pids "$(IFS=,; echo "${OTHER_PIDS[*]}")")
     if [[ $sys == ingestd* ]] && runs ingestd-retention; then preload "$sys"; before=$(aged); fi
   fi
