@@ -197,7 +197,7 @@ median() {
 
 med() { get "$1" "$2" | median; }
 
-ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "na" || b == "na" || b == 0) print "na"; else printf "%.2f", a / b }'; }
+ratio() { awk -v a="$1" -v b="$2" 'BEGIN { if (a == "na" || b == "na" || a == "" || b == "" || b == 0) print "na"; else printf "%.2f", a / b }'; }
 
 # times A B: A / B as "1.23x", or na.
 times() { local r; r=$(ratio "$1" "$2"); if [ "$r" = na ]; then echo na; else echo "${r}x"; fi; }
@@ -278,7 +278,8 @@ for p in $(for w in $WRITERS; do echo "concurrent$w"; done) resend backfill; do
   for sys in ingestd ingestd-retention ingestd-js1 ingestd-js2 ingestd-js3 influxdb victoriametrics; do row "$p:$sys"; done
 done
 max_rss=$(cut -d' ' -f3- "$OUT" | tr ' ' '\n' | grep -E '^rss_(max|hwm)_mib=' | cut -d= -f2 | sort -g | tail -1)
-ingestd_rss=$(grep -E '^[a-z0-9@]+:ingestd(@influx)? ' "$OUT" | tr ' ' '\n' | grep -E '^rss_(max|hwm)_mib=' | cut -d= -f2 | sort -g | tail -1)
+# (none when SYSTEMS has no plain ingestd: only JetStream nodes)
+ingestd_rss=$(grep -E '^[a-z0-9@]+:ingestd(@influx)? ' "$OUT" | tr ' ' '\n' | grep -E '^rss_(max|hwm)_mib=' | cut -d= -f2 | sort -g | tail -1) || true
 
 echo
 echo "== ratios per pattern (medians; lines/s of the measured pass)"
