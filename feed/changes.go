@@ -281,11 +281,7 @@ func (s *Sequencer) takeChange(c *tableChange) error {
 				t.setRetention(time.Duration(*m.Retention))
 				continue
 			}
-			t.meta.Sync, t.meta.Epoch = m.Sync, m.Epoch
-			t.mu.Lock()
-			t.pub.sync, t.pub.epoch = t.meta.Sync, t.meta.Epoch
-			t.notifyLocked()
-			t.mu.Unlock()
+			t.setSync(m.Sync, m.Epoch)
 		}
 		if c.err != nil {
 			return s.changeErr(c.putWhat[c.stored], c.err)

@@ -244,11 +244,7 @@ func (s *Sequencer) takeMeta(t *table, f *store.Followed) {
 	if f.Table.Sync == t.meta.Sync && f.Table.Epoch <= t.meta.Epoch {
 		return
 	}
-	t.meta.Sync, t.meta.Epoch = f.Table.Sync, max(t.meta.Epoch, f.Table.Epoch)
-	t.mu.Lock()
-	t.pub.sync, t.pub.epoch = t.meta.Sync, t.meta.Epoch
-	t.notifyLocked()
-	t.mu.Unlock()
+	t.setSync(f.Table.Sync, max(t.meta.Epoch, f.Table.Epoch))
 }
 
 // adoptColumns appends the columns of cols (the backend's whole schema,

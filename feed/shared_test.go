@@ -35,37 +35,43 @@ type sharedStore struct {
 	loadGate, sweepGate, sweeping, ddlGate, changing chan struct{}
 }
 
-// holdDDL holds the call if ddlGate is set (once).
-func (s *sharedStore) holdDDL() {
+// gate is a channel a stalled store call waits on. release opens it,
+// once; a test defers it too (before its harness closes: a call stuck
+// at the gate would keep the feed from stopping).
+type gate struct {
+	ch   chan struct{}
+	once sync.Once
+}
+
+func newGate() *gate { return &gate{ch: make(chan struct{})} }
+
+func (g *gate) release() { g.once.Do(func() { close(g.ch) }) }
+
+// holdAt holds the call until *gate is closed, when it is set (once),
+// closing *entered as it starts waiting.
+func (s *sharedStore) holdAt(gate, entered *chan struct{}) {
 	s.mu.Lock()
-	gate, changing := s.ddlGate, s.changing
-	s.ddlGate = nil
+	g, e := *gate, *entered
+	*gate = nil
 	s.mu.Unlock()
-	if gate != nil {
-		close(changing)
-		<-gate
+	if g != nil {
+		close(e)
+		<-g
 	}
 }
 
 func (s *sharedStore) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
-	s.holdDDL()
+	s.holdAt(&s.ddlGate, &s.changing)
 	return s.Store.TruncateTable(ctx, tid)
 }
 
 func (s *sharedStore) DropTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
-	s.holdDDL()
+	s.holdAt(&s.ddlGate, &s.changing)
 	return s.Store.DropTable(ctx, tid)
 }
 
 func (s *sharedStore) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
-	s.mu.Lock()
-	gate, sweeping := s.sweepGate, s.sweeping
-	s.sweepGate = nil
-	s.mu.Unlock()
-	if gate != nil {
-		close(sweeping)
-		<-gate
-	}
+	s.holdAt(&s.sweepGate, &s.sweeping)
 	return s.Store.SweepBefore(ctx, tid, cutoff, maxFragments)
 }
 
@@ -321,15 +327,10 @@ func TestFollowedTableLoadedOffTheSequencer(t *testing.T) {
 	require.NoError(t, h.db.PutConsumers(ctx, map[string][]store.Consumer{"o": {{Name: "mirror", Epoch: 1, Position: 1}}}))
 
 	mustAppend(t, h.s, pt("t", 0, tg("host", "a"), fld("v", iv(0)))) // its names known: nothing to resolve
-	gate := make(chan struct{})
-	released := false
-	defer func() { // a failure below must not leave the resolver stuck for h.close
-		if !released {
-			close(gate)
-		}
-	}()
+	g := newGate()
+	defer g.release()
 	st.mu.Lock()
-	st.loadGate = gate
+	st.loadGate = g.ch
 	st.mu.Unlock()
 	st.report(store.Followed{Table: m, Seq: 1, Version: 1})
 	for i := range 20 {
@@ -340,8 +341,7 @@ func TestFollowedTableLoadedOffTheSequencer(t *testing.T) {
 	require.ErrorIs(t, err, ErrTableNotFound, "not taken before its consumers are loaded")
 	st.report(store.Followed{Table: m, Seq: 1, Version: 2}) // waits behind the load
 
-	close(gate)
-	released = true
+	g.release()
 	eventually(t, func() bool { _, err := h.d.Status("o"); return err == nil }, "the table taken once loaded")
 	cs, err := h.d.Consumers("o")
 	require.NoError(t, err)
@@ -375,15 +375,10 @@ func TestSharedSweepBesideTheSequencer(t *testing.T) {
 	mustAppend(t, h.s, pt("t", old, tg("host", "a"), fld("v", iv(1))), pt("t", old+1, tg("host", "a"), fld("v", iv(2))))
 	mustAppend(t, h.s, pt("other", old, tg("host", "a"), fld("v", iv(1))))
 
-	gate, sweeping := make(chan struct{}), make(chan struct{})
-	released := false
-	defer func() { // a failure below must not leave the sequencer stuck for h.close
-		if !released {
-			close(gate)
-		}
-	}()
+	g, sweeping := newGate(), make(chan struct{})
+	defer g.release()
 	st.mu.Lock()
-	st.sweepGate, st.sweeping = gate, sweeping
+	st.sweepGate, st.sweeping = g.ch, sweeping
 	st.mu.Unlock()
 	clk.add(2 * time.Hour) // both points of t are past the retention now
 	eventually(t, func() bool {
@@ -401,8 +396,7 @@ func TestSharedSweepBesideTheSequencer(t *testing.T) {
 	}
 	require.Equal(t, uint64(1), status(t, h.d, "t").Horizon, "nothing published before the batch answered")
 
-	close(gate)
-	released = true
+	g.release()
 	eventually(t, func() bool { return status(t, h.d, "t").Horizon == 3 }, "the batch's horizon published")
 	rows := drainAll(t, h.d, "t", 2, 100)
 	require.Len(t, rows, 10, "the aged points went, the writes made meanwhile stayed")
@@ -421,15 +415,10 @@ func TestTableChangeOffTheSequencer(t *testing.T) {
 	mustAppend(t, h.s, pt("other", 1, tg("host", "a"), fld("v", iv(1))))
 
 	for _, change := range []string{"truncate", "drop"} {
-		gate, changing := make(chan struct{}), make(chan struct{})
-		released := false
-		defer func() { // a failure below must not leave the resolver stuck for h.close
-			if !released {
-				close(gate)
-			}
-		}()
+		g, changing := newGate(), make(chan struct{})
+		defer g.release()
 		st.mu.Lock()
-		st.ddlGate, st.changing = gate, changing
+		st.ddlGate, st.changing = g.ch, changing
 		st.mu.Unlock()
 		changed := make(chan error, 1)
 		go func() {
@@ -454,8 +443,7 @@ func TestTableChangeOffTheSequencer(t *testing.T) {
 		require.Empty(t, changed, "the %s waits for its store call", change)
 		require.Empty(t, wrote, "a write of the table waits behind its %s", change)
 		require.Empty(t, synced, "a later table change waits behind the %s", change)
-		close(gate)
-		released = true
+		g.release()
 		require.NoError(t, <-changed)
 		require.NoError(t, <-wrote)
 		require.NoError(t, <-synced)

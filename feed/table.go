@@ -115,6 +115,16 @@ func (p *published) statusLocked() SyncStatus {
 	return SyncStatus{Enabled: p.sync, Epoch: p.epoch, Seq: p.seq, Watermark: p.watermark, Horizon: p.horizon}
 }
 
+// setSync makes sync and epoch the table's and publishes them (a drain
+// of another epoch is refused from then on). Sequencer goroutine only.
+func (t *table) setSync(sync bool, epoch uint64) {
+	t.meta.Sync, t.meta.Epoch = sync, epoch
+	t.mu.Lock()
+	t.pub.sync, t.pub.epoch = sync, epoch
+	t.notifyLocked()
+	t.mu.Unlock()
+}
+
 // setRetention sets the table's own retention. Sequencer goroutine only.
 func (t *table) setRetention(d time.Duration) {
 	ns := int64(d)

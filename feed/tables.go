@@ -175,11 +175,7 @@ func (s *Sequencer) runControl(o *op) {
 				o.err = s.changeErr("set sync", err)
 				return
 			}
-			t.meta.Sync, t.meta.Epoch = m.Sync, m.Epoch
-			t.mu.Lock()
-			t.pub.sync, t.pub.epoch = t.meta.Sync, t.meta.Epoch
-			t.notifyLocked()
-			t.mu.Unlock()
+			t.setSync(m.Sync, m.Epoch)
 		}
 	case opTruncate:
 		// One store call: the new instance (epoch one higher, x_seq
