@@ -307,8 +307,9 @@ func seriesBytes(s *store.Series) int {
 }
 
 // decodeMessage returns the block a message carries (decodeBody and the
-// headers), checking that the header's count matches the body.
-func decodeMessage(h nats.Header, data []byte) (store.TableCommit, error) {
+// headers), checking that the header's count matches the body, and one
+// more than the highest column position it uses.
+func decodeMessage(h nats.Header, data []byte) (store.TableCommit, int, error) {
 	num := func(key string) (uint64, error) {
 		v, err := strconv.ParseUint(h.Get(key), 10, 64)
 		if err != nil {
@@ -321,17 +322,17 @@ func decodeMessage(h nats.Header, data []byte) (store.TableCommit, error) {
 	count, err3 := num(hdrCount)
 	ct, err4 := strconv.ParseInt(h.Get(hdrCommitTime), 10, 64)
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
-		return store.TableCommit{}, err
+		return store.TableCommit{}, 0, err
 	}
 	b, err := decodeBody(data)
 	if err != nil {
-		return store.TableCommit{}, err
+		return store.TableCommit{}, 0, err
 	}
 	if uint64(len(b.frags)) != count {
-		return store.TableCommit{}, fmt.Errorf("%w: %d fragments, header says %d", errCodec, len(b.frags), count)
+		return store.TableCommit{}, 0, fmt.Errorf("%w: %d fragments, header says %d", errCodec, len(b.frags), count)
 	}
 	return store.TableCommit{TableID: tid, Sync: sync == 1, NewSeries: b.series, Writes: b.writes,
-		Fragments: b.frags, CommitTime: ct}, nil
+		Fragments: b.frags, CommitTime: ct}, b.cols, nil
 }
 
 // publish sends j's messages until the stream acknowledges them or

@@ -54,18 +54,27 @@ func fragmentBytes(f *store.Fragment) int {
 	return n
 }
 
-// body is a decoded block message body.
+// body is a decoded block message body. cols is one more than the
+// highest column position it uses (0: none).
 type body struct {
 	series []store.Series
 	writes []int
 	frags  []store.Fragment
+	cols   int
 }
 
-// decoder reads a body; the first error sticks.
+// decoder reads a body; the first error sticks. cols is one more than
+// the highest column position read.
 type decoder struct {
-	b   []byte
-	err error
+	b    []byte
+	err  error
+	cols int
 }
+
+// fieldSlab is how many fields decodeBody allocates at a time for the
+// fragments: one allocation for hundreds of fragments instead of one
+// each (a message's fragments are read once, by the cache, and dropped).
+const fieldSlab = 1024
 
 func (d *decoder) uvarint() uint64 {
 	if d.err != nil {
@@ -92,18 +101,28 @@ func (d *decoder) count(min int) int {
 	return int(v)
 }
 
-func (d *decoder) fields() []store.Field {
+// fields reads a field list into slab's spare capacity, or into a new
+// slab with room for up to chunk more fields when it has too little
+// (chunk 0: exactly the list), and returns the list and the slab.
+func (d *decoder) fields(slab []store.Field, chunk int) (list, rest []store.Field) {
 	n := d.count(3)
 	if n == 0 {
-		return nil
+		return nil, slab
 	}
-	out := make([]store.Field, n)
+	if cap(slab)-len(slab) < n {
+		// No more than the rest of the message can hold (3 bytes a field).
+		slab = make([]store.Field, 0, n+min(chunk, len(d.b)/3))
+	}
+	start := len(slab)
+	slab = slab[:start+n]
+	out := slab[start : start+n : start+n]
 	for i := range out {
 		col := d.uvarint()
 		if d.err != nil || len(d.b) == 0 || col > math.MaxUint32 {
 			d.err = cmpErr(d.err)
-			return nil
+			return nil, slab
 		}
+		d.cols = max(d.cols, int(col)+1)
 		kind := store.Kind(d.b[0])
 		d.b = d.b[1:]
 		out[i] = store.Field{Col: uint32(col), Value: store.Value{Kind: kind}}
@@ -111,7 +130,7 @@ func (d *decoder) fields() []store.Field {
 			l := d.count(1)
 			if d.err != nil || l > len(d.b) {
 				d.err = cmpErr(d.err)
-				return nil
+				return nil, slab
 			}
 			out[i].Value.Str = string(d.b[:l])
 			d.b = d.b[l:]
@@ -119,7 +138,7 @@ func (d *decoder) fields() []store.Field {
 			out[i].Value.Num = d.uvarint()
 		}
 	}
-	return out
+	return out, slab
 }
 
 func cmpErr(err error) error {
@@ -136,7 +155,10 @@ func decodeBody(b []byte) (body, error) {
 	if n := d.count(2); n > 0 {
 		out.series = make([]store.Series, n)
 		for i := range out.series {
-			out.series[i] = store.Series{ID: d.uvarint(), Tags: d.fields()}
+			// Each its own: the feed keeps a series' tags.
+			id := d.uvarint()
+			out.series[i].ID = id
+			out.series[i].Tags, _ = d.fields(nil, 0)
 		}
 	}
 	if n := d.count(1); n > 0 {
@@ -147,6 +169,7 @@ func decodeBody(b []byte) (body, error) {
 	}
 	if n := d.count(3); n > 0 {
 		out.frags = make([]store.Fragment, n)
+		var slab []store.Field
 		for i := range out.frags {
 			sid := d.uvarint()
 			var ts int64
@@ -158,11 +181,13 @@ func decodeBody(b []byte) (body, error) {
 					ts, d.b = v, d.b[k:]
 				}
 			}
-			out.frags[i] = store.Fragment{Series: sid, Time: ts, Fields: d.fields()}
+			out.frags[i] = store.Fragment{Series: sid, Time: ts}
+			out.frags[i].Fields, slab = d.fields(slab, fieldSlab)
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {
 		d.err = fmt.Errorf("%w: %d trailing bytes", errCodec, len(d.b))
 	}
+	out.cols = d.cols
 	return out, d.err
 }

@@ -427,7 +427,7 @@ func (t *table) pullLost(ctx context.Context, cons jetstream.Consumer) bool {
 // numbered nor applied twice (numbered). An empty block (a barrier of
 // any node, barrier.go) takes no number and is only recorded as applied.
 func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Time, id string, msg jetstream.Msg) error {
-	tc, err := decodeMessage(msg.Headers(), msg.Data())
+	tc, cols, err := decodeMessage(msg.Headers(), msg.Data())
 	if err != nil {
 		return &store.CorruptionError{Key: fmt.Appendf(nil, "%s#%d", t.stream, seq), Err: err}
 	}
@@ -517,7 +517,7 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 	last := f.xseq
 	f.fmu.Unlock()
 	if live && !strings.HasPrefix(id, s.node+".") {
-		if err := s.followed(t, &tc, last); err != nil {
+		if err := s.followed(t, &tc, cols, last); err != nil {
 			return err
 		}
 	}

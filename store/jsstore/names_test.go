@@ -81,3 +81,24 @@ func FuzzDecodeBody(f *testing.F) {
 		require.Equal(t, body, again, "encode and decode again: the same body")
 	})
 }
+
+// TestDecodeBodyFieldSlab: the fragments' fields of a block come from a
+// few shared allocations, not one each, and the body says the highest
+// column it uses.
+func TestDecodeBodyFieldSlab(t *testing.T) {
+	frags := make([]store.Fragment, 2000)
+	for i := range frags {
+		frags[i] = store.Fragment{Series: 1, Time: int64(i), Fields: []store.Field{
+			{Col: 2, Value: store.Value{Kind: store.KindFloat, Num: uint64(i)}},
+			{Col: 5, Value: store.Value{Kind: store.KindInt, Num: 7}}}}
+	}
+	b := appendBody(nil, []store.Series{{ID: 1, Tags: []store.Field{{Col: 1, Value: store.Value{Kind: store.KindTag, Str: "h"}}}}}, nil, frags)
+	got, err := decodeBody(b)
+	require.NoError(t, err)
+	require.Equal(t, frags, got.frags)
+	require.Equal(t, 6, got.cols)
+	allocs := testing.AllocsPerRun(10, func() { _, _ = decodeBody(b) })
+	require.Less(t, allocs, 20.0, "one allocation per fragment would be %d", len(frags))
+	got.frags[0].Fields = append(got.frags[0].Fields, store.Field{Col: 9})
+	require.Equal(t, frags[1].Fields, got.frags[1].Fields, "a list grown never writes over the next")
+}

@@ -178,25 +178,15 @@ func (s *Store) Follow(fn func(store.Followed)) {
 
 // followed reports another process's block of the live instance, applied
 // up to x_seq seq, to the Follow callback, reading the record again first
-// when the block uses columns the follower does not know yet (the writer
-// added them with AddColumns before it published).
-func (s *Store) followed(t *table, tc *store.TableCommit, seq uint64) error {
+// when the block uses columns the follower does not know yet (need: one
+// more than the highest position it uses; the writer added them with
+// AddColumns before it published).
+func (s *Store) followed(t *table, tc *store.TableCommit, need int, seq uint64) error {
 	s.mu.Lock()
 	fn, m, rev := s.followFn, t.rec.Meta, t.rev
 	s.mu.Unlock()
 	if fn == nil {
 		return nil
-	}
-	need := 0
-	for _, sr := range tc.NewSeries {
-		for _, f := range sr.Tags {
-			need = max(need, int(f.Col)+1)
-		}
-	}
-	for _, fr := range tc.Fragments {
-		for _, f := range fr.Fields {
-			need = max(need, int(f.Col)+1)
-		}
 	}
 	t.f.fmu.Lock()
 	cols := t.f.cols
