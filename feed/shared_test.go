@@ -31,8 +31,14 @@ type sharedStore struct {
 	// loadGate, when set, holds LoadConsumers until it is closed (the
 	// other processes not answering); sweepGate SweepBefore, which
 	// closes sweeping when it starts waiting; ddlGate the next
-	// TruncateTable or DropTable, which closes changing.
-	loadGate, sweepGate, sweeping, ddlGate, changing chan struct{}
+	// TruncateTable or DropTable, which closes changing; appendGate the
+	// next Append, which closes appending.
+	loadGate, sweepGate, sweeping, ddlGate, changing, appendGate, appending chan struct{}
+}
+
+func (s *sharedStore) Append(ctx context.Context, commits []store.TableCommit, stamped func()) error {
+	s.holdAt(&s.appendGate, &s.appending)
+	return s.Store.Append(ctx, commits, stamped)
 }
 
 // gate is a channel a stalled store call waits on. release opens it,
@@ -460,4 +466,65 @@ func TestTableChangeOffTheSequencer(t *testing.T) {
 		}
 	}
 	require.Zero(t, h.s.QueueDelay())
+}
+
+// TestDroppedConsumersNeverFlushedBack: a consumer position recorded
+// while a shared store's DROP is being stored is never written back once
+// the tombstone is: the flush that runs after the store call, before the
+// sequencer (here stuck in a commit) takes the table away, leaves the
+// dropped table out.
+func TestDroppedConsumersNeverFlushedBack(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.ConsumerFlushInterval = time.Millisecond
+	st, h := openShared(t, cfg)
+	defer h.close()
+	for _, name := range []string{"t", "other"} {
+		_, _, err := h.s.CreateTable(ctx, name, true)
+		require.NoError(t, err)
+		mustAppend(t, h.s, seqPoints(name, 0, 3)...)
+		_, err = tryDrain(h.d, DrainRequest{Table: name, After: 0, Limit: 1, Consumer: "m"})
+		require.NoError(t, err)
+	}
+	eventually(t, func() bool {
+		cs, err := h.db.LoadConsumers(ctx, "t")
+		return err == nil && len(cs) == 1
+	}, "the consumer flushed")
+
+	drop, commit := newGate(), newGate()
+	defer drop.release()
+	defer commit.release()
+	changing, appending := make(chan struct{}), make(chan struct{})
+	st.mu.Lock()
+	st.ddlGate, st.changing = drop.ch, changing
+	st.mu.Unlock()
+	dropped := make(chan error, 1)
+	go func() { dropped <- h.s.Drop(ctx, "t") }()
+	<-changing // the DROP is at the store
+	st.mu.Lock()
+	st.appendGate, st.appending = commit.ch, appending
+	st.mu.Unlock()
+	wrote := make(chan error, 1)
+	go func() {
+		_, err := h.s.Append(ctx, &Batch{Points: seqPoints("other", 10, 1)})
+		wrote <- err
+	}()
+	<-appending // the sequencer is in a commit: it takes no result meanwhile
+	_, err := tryDrain(h.d, DrainRequest{Table: "t", After: 2, Limit: 1, Consumer: "m"})
+	require.NoError(t, err, "the table is live here until the sequencer takes the DROP")
+	drop.release()
+	// A flush after the store call: "other"'s new position reaches the
+	// store only through one.
+	_, err = tryDrain(h.d, DrainRequest{Table: "other", After: 2, Limit: 1, Consumer: "m"})
+	require.NoError(t, err)
+	eventually(t, func() bool {
+		cs, err := h.db.LoadConsumers(ctx, "other")
+		return err == nil && len(cs) == 1 && cs[0].Position == 2
+	}, "a flush ran after the DROP was stored")
+	commit.release()
+	require.NoError(t, <-wrote)
+	require.NoError(t, <-dropped)
+	cs, err := h.db.LoadConsumers(ctx, "t")
+	require.NoError(t, err)
+	require.Empty(t, cs, "the dropped table's consumer was never written back")
 }
