@@ -24,7 +24,11 @@
 // fence phase 1 needed is gone with the expected last sequence). Open and the DDL
 // calls retry what a leader election makes fail for a moment (no answer
 // in time, no responders, JetStream temporarily unavailable) until
-// Config.PublishTimeout (retry); a record update or a table id whose
+// Config.PublishTimeout (retry); the requests a cluster may drop (the
+// meta bucket's creation, the first request to a cluster that has just
+// started; a stream's creation, which several nodes may ask at once)
+// give their first attempt 500 ms and each next one twice as long
+// (growing); a record update or a table id whose
 // answer was lost is detected by compare-and-set and re-read, never
 // applied twice. A call the cluster did not answer within
 // Config.PublishTimeout (a publish, a DDL call, a compare-and-set that

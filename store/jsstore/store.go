@@ -485,6 +485,25 @@ func apiUnavailable(err error) error {
 	return err
 }
 
+// firstAttempt bounds the first attempt of a request that may go
+// unanswered for a reason a second attempt does not meet (growing).
+const firstAttempt = 500 * time.Millisecond
+
+// growing returns op with its first attempt bounded by first and each
+// next one by twice the last, up to opTimeout (retry's own bound): a
+// request the cluster drops (a cluster that has just started, nodes
+// creating the same stream at once) is sent again soon, one that takes
+// long is given the time.
+func growing(first time.Duration, op func(ctx context.Context) error) func(ctx context.Context) error {
+	timeout := first
+	return func(ctx context.Context) error {
+		ctx, cancel := context.WithTimeout(ctx, timeout)
+		defer cancel()
+		timeout = min(2*timeout, opTimeout)
+		return op(ctx)
+	}
+}
+
 // placementError tells whether err is the cluster refusing to place the
 // replicas asked for.
 func placementError(err error) bool {
@@ -512,12 +531,14 @@ const (
 func (s *Store) openMeta() error {
 	for r := s.cfg.Replicas; r >= 1; r-- {
 		var kv jetstream.KeyValue
-		err := s.retry(func(ctx context.Context) (err error) {
+		// The first request to a cluster that has just started may go
+		// unanswered (no meta leader yet): attempts start short.
+		err := s.retry(growing(firstAttempt, func(ctx context.Context) (err error) {
 			kv, err = s.js.CreateOrUpdateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: s.cfg.Prefix + "_meta",
 				Description: "ingestd tables (compare-and-set per DDL), table ids and consumer positions",
 				History:     1, Storage: jetstream.FileStorage, Replicas: r})
 			return err
-		})
+		}))
 		if err == nil {
 			if r < s.cfg.Replicas {
 				s.logger.Warn("jetstream replicas clamped to what the cluster can place", "asked", s.cfg.Replicas, "replicas", r)

@@ -165,3 +165,29 @@ func TestRefusedStreamFailsTheCallNotTheNode(t *testing.T) {
 	m := createTable(t, s, "free")
 	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 1, 2, 1)}, nil))
 }
+
+// TestGrowingAttempts: a request a cluster may drop (the first one to a
+// cluster that has just started) is given firstAttempt, then twice as
+// long each time, up to opTimeout, so that a dropped request costs half a
+// second, not opTimeout.
+func TestGrowingAttempts(t *testing.T) {
+	var start time.Time
+	var bounds []time.Duration
+	op := growing(firstAttempt, func(ctx context.Context) error {
+		d, ok := ctx.Deadline()
+		require.True(t, ok)
+		bounds = append(bounds, d.Sub(start))
+		return nil
+	})
+	for range 7 {
+		start = time.Now()
+		require.NoError(t, op(context.Background()))
+	}
+	want := []time.Duration{firstAttempt, 2 * firstAttempt, 4 * firstAttempt, 8 * firstAttempt, 16 * firstAttempt, opTimeout, opTimeout}
+	for i, b := range bounds {
+		// Set after start: at least the bound, and late by no more
+		// than the scheduler held the call.
+		require.GreaterOrEqual(t, b, want[i], "attempt %d", i)
+		require.Less(t, b, want[i]+testdeadline.Scale(firstAttempt), "attempt %d", i)
+	}
+}

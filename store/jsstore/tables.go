@@ -311,31 +311,23 @@ func mergeColumns(have, add []store.Column) []store.Column {
 	return out
 }
 
-// streamCreateTimeout bounds the first attempt to create a stream; each
-// next attempt waits twice as long, up to opTimeout. Nodes that create
-// the same stream at once (their first writes to a new table) are not all
-// answered: the cluster creates it once and the other requests may go
-// unanswered, so a first attempt gives up soon and the next one finds the
-// stream.
-const streamCreateTimeout = 500 * time.Millisecond
-
 // ensureStream creates t's stream when missing (file storage, the
 // store's replicas, atomic batches, the duplicate window) and returns its
 // last sequence.
 func (s *Store) ensureStream(t *table) (uint64, error) {
 	var stream jetstream.Stream
-	timeout := streamCreateTimeout
-	err := s.retry(func(ctx context.Context) (err error) {
-		ctx, cancel := context.WithTimeout(ctx, timeout)
-		defer cancel()
-		timeout = min(2*timeout, opTimeout)
+	// Nodes that create the same stream at once (their first writes to
+	// a new table) are not all answered: the cluster creates it once and
+	// the other requests may go unanswered, so a first attempt gives up
+	// soon and the next one finds the stream.
+	err := s.retry(growing(firstAttempt, func(ctx context.Context) (err error) {
 		stream, err = s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
 			Name: t.stream, Subjects: []string{subjectOf(t.stream)}, Description: "ingestd table blocks",
 			Storage: jetstream.FileStorage, Replicas: s.replicas, Duplicates: s.cfg.DuplicateWindow,
 			AllowAtomicPublish: true, Discard: jetstream.DiscardOld,
 		})
 		return err
-	})
+	}))
 	if err != nil {
 		return 0, fmt.Errorf("jsstore: create stream %s for table %q: %w", t.stream, t.name, err)
 	}
