@@ -191,20 +191,11 @@ func (s *Sequencer) runChange(c *tableChange) {
 // another process may have created first: its instance is then loaded
 // and taken), and an opDefine's columns.
 func (s *Sequencer) runCreate(c *tableChange) error {
-	id, err := s.st.NewTableID(storeCtx)
+	ct, created, err := s.createInstance(c.create)
 	if err != nil {
 		return err
 	}
-	m := c.create
-	m.ID = id
-	if c.meta, err = s.st.PutTable(storeCtx, m); err != nil {
-		return err
-	}
-	if c.created = c.meta.ID == id; !c.created {
-		if c.instance, err = s.loadInstance(c.meta); err != nil {
-			return err
-		}
-	}
+	c.meta, c.instance, c.created = ct.meta, ct.instance, created
 	if len(c.cols) > 0 {
 		if c.meta.Columns, err = s.shared.AddColumns(storeCtx, c.meta.ID, c.cols); err != nil {
 			return err

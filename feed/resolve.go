@@ -231,19 +231,9 @@ func (s *Sequencer) resolveTable(tn *tableNeeds, c *resolveCache) error {
 	if tn.tid == 0 {
 		ct, ok := c.created[tn.name]
 		if !ok {
-			id, err := s.st.NewTableID(storeCtx)
-			if err != nil {
+			var err error
+			if ct, _, err = s.createInstance(tn.create); err != nil {
 				return err
-			}
-			m := tn.create
-			m.ID = id
-			if ct.meta, err = s.st.PutTable(storeCtx, m); err != nil {
-				return err
-			}
-			if ct.meta.ID != id { // another process created it first
-				if ct.instance, err = s.loadInstance(ct.meta); err != nil {
-					return err
-				}
 			}
 			c.created[tn.name] = ct
 		}
@@ -284,6 +274,23 @@ next:
 		tn.out = append(tn.out, store.Series{ID: id, Tags: tags})
 	}
 	return nil
+}
+
+// createInstance stores a new instance of table m (m but for its id)
+// and returns it; when another process created the name first, its
+// instance, loaded (created false). Resolver goroutine only.
+func (s *Sequencer) createInstance(m store.TableMeta) (ct createdTable, created bool, err error) {
+	if m.ID, err = s.st.NewTableID(storeCtx); err != nil {
+		return ct, false, err
+	}
+	if ct.meta, err = s.st.PutTable(storeCtx, m); err != nil {
+		return ct, false, err
+	}
+	if ct.meta.ID == m.ID {
+		return ct, true, nil
+	}
+	ct.instance, err = s.loadInstance(ct.meta)
+	return ct, false, err
 }
 
 // loadInstance loads what this process needs of instance m, which another
