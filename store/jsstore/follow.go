@@ -568,6 +568,13 @@ type seenID struct {
 // the store closes, or deadline passes.
 func (t *table) await(deadline time.Time, ok func() bool) error {
 	f := &t.f
+	f.fmu.Lock()
+	if ok() { // mostly so once a commit's messages are back: no timers
+		f.stuck = time.Time{}
+		f.fmu.Unlock()
+		return nil
+	}
+	f.fmu.Unlock()
 	timer := time.AfterFunc(time.Until(deadline), func() {
 		f.fmu.Lock()
 		f.fcond.Broadcast()
