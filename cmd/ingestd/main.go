@@ -124,7 +124,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) *cli.FlagGroups {
 	})
 	g.Register(fs, "Process", nil, func(fs *flag.FlagSet) {
 		fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight HTTP requests may finish on shutdown")
-		fs.StringVar(&c.portsFile, "ports-file", c.portsFile, `write {"http":"HOST:PORT","tcp":"HOST:PORT"} here (atomically: temporary file + rename) once both listeners are bound, and remove it on exit; for harnesses that start ingestd on port 0 (empty: off)`)
+		fs.StringVar(&c.portsFile, "ports-file", c.portsFile, `write {"http":"HOST:PORT","tcp":"HOST:PORT"} (and "pprof" with --pprof-addr) here (atomically: temporary file + rename) once both listeners are bound, and remove it on exit; for harnesses that start ingestd on port 0 (empty: off)`)
 		fs.StringVar(&c.pprofAddr, "pprof-addr", c.pprofAddr, "serve Go's net/http/pprof profiles on this separate address (empty: off; keep it on loopback)")
 		fs.Int64Var(&c.memoryLimitBytes, "memory-limit-bytes", c.memoryLimitBytes, "soft memory limit of the Go runtime: the garbage collector works harder near it (0: none, or GOMEMLIMIT when set; GOMEMLIMIT also wins over the default)")
 	})
@@ -357,7 +357,11 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 	sec.warnAtStart(logger, lns.http.Addr(), lns.tcp)
 	api.SetReady(true)
 	if cfg.portsFile != "" {
-		if err := writePortsFile(cfg.portsFile, lns.http.Addr().String(), tcpAddr); err != nil {
+		pf := portsFile{HTTP: lns.http.Addr().String(), TCP: tcpAddr}
+		if lns.pprof != nil {
+			pf.Pprof = lns.pprof.Addr().String()
+		}
+		if err := writePortsFile(cfg.portsFile, pf); err != nil {
 			stopSec()
 			lns.close()
 			return err
@@ -536,12 +540,14 @@ func (l listeners) close() {
 type portsFile struct {
 	HTTP string `json:"http"`
 	TCP  string `json:"tcp"`
+	// Pprof is --pprof-addr's bound address, absent when it is off.
+	Pprof string `json:"pprof,omitempty"`
 }
 
 // writePortsFile writes the bound addresses to path atomically (temporary
 // file, fsync, rename): a reader sees the whole file or none.
-func writePortsFile(path, httpAddr, tcpAddr string) error {
-	b, err := json.Marshal(portsFile{HTTP: httpAddr, TCP: tcpAddr})
+func writePortsFile(path string, pf portsFile) error {
+	b, err := json.Marshal(pf)
 	if err != nil {
 		return err
 	}

@@ -3,10 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"net/http"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -51,8 +53,8 @@ func TestMemoryLimit(t *testing.T) {
 }
 
 // TestPortsFile: --ports-file holds the bound addresses as JSON while the
-// daemon runs and is gone after it stopped; a file that cannot be written
-// stops the start with exit 1.
+// daemon runs (--pprof-addr's too when it is on) and is gone after it
+// stopped; a file that cannot be written stops the start with exit 1.
 func TestPortsFile(t *testing.T) {
 	cfg := testConfig(t.TempDir())
 	cfg.portsFile = filepath.Join(t.TempDir(), "ports.json")
@@ -60,6 +62,18 @@ func TestPortsFile(t *testing.T) {
 	b, err := os.ReadFile(cfg.portsFile)
 	require.NoError(t, err)
 	require.JSONEq(t, fmt.Sprintf(`{"http":%q,"tcp":%q}`, strings.TrimPrefix(d.URL, "http://"), d.TCPAddr), string(b))
+	d.stop(t)
+
+	cfg.pprofAddr = "127.0.0.1:0"
+	d = startDaemon(t, cfg)
+	b, err = os.ReadFile(cfg.portsFile)
+	require.NoError(t, err)
+	var ports portsFile
+	require.NoError(t, json.Unmarshal(b, &ports))
+	resp, err := http.Get("http://" + ports.Pprof + "/debug/pprof/goroutine?debug=1")
+	require.NoError(t, err, "pprof at the ports file's address")
+	require.NoError(t, resp.Body.Close())
+	require.Equal(t, http.StatusOK, resp.StatusCode)
 	entries, err := os.ReadDir(filepath.Dir(cfg.portsFile))
 	require.NoError(t, err)
 	require.Len(t, entries, 1, "no temporary file is left beside it")
