@@ -80,6 +80,7 @@ type proc struct {
 	state     *os.ProcessState
 	URL       string // http://127.0.0.1:port, once started
 	TCPAddr   string // "" when TCP is disabled
+	PprofAddr string // host:port of --pprof-addr, "" when it is off
 }
 
 // launch starts `ingestd args… --ports-file LOGPATH.ports` with its output
@@ -130,12 +131,13 @@ func startIngestd(t testing.TB, logPath string, args ...string) *proc {
 		b, err := os.ReadFile(p.portsPath)
 		if err == nil {
 			var ports struct {
-				HTTP string `json:"http"`
-				TCP  string `json:"tcp"`
+				HTTP  string `json:"http"`
+				TCP   string `json:"tcp"`
+				Pprof string `json:"pprof"`
 			}
 			require.NoError(t, json.Unmarshal(b, &ports), "--ports-file %s: %s", p.portsPath, b)
 			require.NotEmpty(t, ports.HTTP, "--ports-file %s: %s", p.portsPath, b)
-			p.URL, p.TCPAddr = "http://"+ports.HTTP, ports.TCP
+			p.URL, p.TCPAddr, p.PprofAddr = "http://"+ports.HTTP, ports.TCP, ports.Pprof
 			return p
 		}
 		require.ErrorIs(t, err, os.ErrNotExist)
