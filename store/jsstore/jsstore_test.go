@@ -327,6 +327,32 @@ func TestOtherNodeTableChangesFollowed(t *testing.T) {
 	require.Equal(t, 2.0, testutil.ToFloat64(b.m.changes.WithLabelValues("truncate"))+testutil.ToFloat64(b.m.changes.WithLabelValues("drop")), "one truncate and one drop followed")
 }
 
+// TestPrunedTombstoneForgotten: a tombstone another node pruned goes
+// from this node's tables too (it stayed in LoadTables for good).
+func TestPrunedTombstoneForgotten(t *testing.T) {
+	h := newHarness(t, 1)
+	a := h.open(t, h.config(t))
+	t.Cleanup(func() { _ = a.Close() })
+	b := h.open(t, func() Config { c := h.cfgOf(a); c.CacheDir = t.TempDir(); return c }())
+	t.Cleanup(func() { _ = b.Close() })
+	names := func(s *Store) []string {
+		metas, err := s.LoadTables(ctx)
+		require.NoError(t, err)
+		var out []string
+		for _, m := range metas {
+			out = append(out, m.Name)
+		}
+		return out
+	}
+	m := createTable(t, a, "pruned")
+	tomb, err := a.DropTable(ctx, m.ID)
+	require.NoError(t, err)
+	require.Eventually(t, func() bool { return slices.Equal(names(b), []string{"pruned"}) }, testdeadline.Scale(time.Minute), 10*time.Millisecond, "b holds the tombstone")
+	require.NoError(t, a.PruneTombstone(ctx, "pruned", store.TableMeta{Name: "x_floor", Epoch: tomb.Epoch, Seq: tomb.Seq}))
+	require.Equal(t, []string{"x_floor"}, names(a))
+	require.Eventually(t, func() bool { return slices.Equal(names(b), []string{"x_floor"}) }, testdeadline.Scale(time.Minute), 10*time.Millisecond, "b forgets the pruned tombstone: %v", names(b))
+}
+
 // TestStreamBehindIsWaitedFor keeps a node's follower from applying a
 // block another node wrote (its cache held, as a stream whose new leader
 // still applies its log delivers late): the node's next Append, which
@@ -762,9 +788,14 @@ func TestRecordsFromABehindReplica(t *testing.T) {
 	marker, err := s.lastRecordRevision(ctx)
 	require.NoError(t, err)
 	require.Greater(t, marker, last, "a purge's marker counts")
+	var removed []string
 	require.NoError(t, s.eachRecord(ctx, marker, func(e jetstream.KeyValueEntry) (bool, error) {
 		return e == nil, nil
+	}, func(key string, rev uint64) {
+		removed = append(removed, key)
+		require.Equal(t, marker, rev)
 	}), "the marker ends the current records, though fn never sees it")
+	require.Equal(t, []string{s.tableKey("gone")}, removed, "removed sees it")
 
 	var names []string
 	err = s.eachRecord(ctx, marker+1, func(e jetstream.KeyValueEntry) (bool, error) {
@@ -773,7 +804,7 @@ func TestRecordsFromABehindReplica(t *testing.T) {
 		}
 		names = append(names, e.Key())
 		return false, nil
-	})
+	}, nil)
 	require.ErrorIs(t, err, errStaleRecords)
 	require.True(t, transient(err), "a stale watch is retried")
 	require.Equal(t, []string{s.tableKey("a")}, names)

@@ -309,7 +309,7 @@ func (s *Store) watchRecords(ctx context.Context) {
 				return false, nil
 			}
 			return false, s.adoptRecord(rec, e.Revision(), nil)
-		})
+		}, s.forgetRecord)
 		if ctx.Err() != nil {
 			return
 		}
@@ -318,6 +318,28 @@ func (s *Store) watchRecords(ctx context.Context) {
 		case <-ctx.Done():
 		case <-time.After(time.Second):
 		}
+	}
+}
+
+// forgetRecord takes the removal (revision rev) of the record at key
+// from another process's PruneTombstone: the name's tombstone goes, as
+// it went there, and its follower, if one still ran, stops. Only a
+// tombstone is ever removed; a live record or a later one stays.
+func (s *Store) forgetRecord(key string, rev uint64) {
+	s.mu.Lock()
+	var gone *table
+	for name, t := range s.byName {
+		if s.tableKey(name) == key {
+			if !t.rec.live() && t.rev < rev {
+				gone = t
+				delete(s.byName, name)
+			}
+			break
+		}
+	}
+	s.mu.Unlock()
+	if gone != nil {
+		gone.stopFollower()
 	}
 }
 

@@ -629,7 +629,7 @@ func (s *Store) loadRecords(ctx context.Context) error {
 		}
 		s.mu.Unlock()
 		return false, nil
-	})
+	}, nil)
 }
 
 // errStaleRecords is a watch of the table records that began on a replica
@@ -679,13 +679,13 @@ func (s *Store) lastRecordRevision(ctx context.Context) (uint64, error) {
 	return resp.Message.Seq, nil
 }
 
-// eachRecord watches the table records and calls fn with each entry
-// (deletions and purges skipped), nil marking the end of the current
-// ones, until fn says stop or fails, or ctx ends. The current records
-// must reach revision atLeast (deletions and purges count), else it
-// returns errStaleRecords before fn sees the end of them; errWatchEnded
-// when the watch ends.
-func (s *Store) eachRecord(ctx context.Context, atLeast uint64, fn func(jetstream.KeyValueEntry) (stop bool, err error)) error {
+// eachRecord watches the table records and calls fn with each entry,
+// nil marking the end of the current ones, until fn says stop or fails,
+// or ctx ends; a deletion or purge goes to removed instead (nil: skipped).
+// The current records must reach revision atLeast (deletions and purges
+// count), else it returns errStaleRecords before fn sees the end of them;
+// errWatchEnded when the watch ends.
+func (s *Store) eachRecord(ctx context.Context, atLeast uint64, fn func(jetstream.KeyValueEntry) (stop bool, err error), removed func(key string, rev uint64)) error {
 	w, err := s.meta.WatchFiltered(ctx, []string{"t.>"})
 	if err != nil {
 		return err
@@ -712,6 +712,9 @@ func (s *Store) eachRecord(ctx context.Context, atLeast uint64, fn func(jetstrea
 		case e != nil:
 			seen = max(seen, e.Revision())
 			if e.Operation() != jetstream.KeyValuePut {
+				if removed != nil {
+					removed(e.Key(), e.Revision())
+				}
 				continue
 			}
 		}
