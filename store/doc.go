@@ -77,9 +77,13 @@
 // Shared (store/jsstore does, store/badgerstore does not; the feed finds
 // out with a type assertion): column positions and series ids come from
 // it, the same in every process, and it reports the other processes'
-// blocks once applied and their table changes (Follow). Everything above holds for each process,
-// and x_seq is unique and ascending across them (storetest runs against
-// one process; jsstore's own tests and cmd/ingestd/crashtest run two).
+// blocks once applied and their table changes (Follow). Everything above
+// holds for each process, and x_seq is unique and ascending across them.
+// storetest checks it with two processes: the Shared subtests, and every
+// single-process guarantee with the writes going to one process and the
+// reads to the other once it applied them (but StampedBeforeVisible,
+// which reads inside the writer's Append); jsstore's own tests and
+// cmd/ingestd/crashtest run more.
 //
 // # Concurrency
 //

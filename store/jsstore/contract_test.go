@@ -2,6 +2,7 @@ package jsstore
 
 import (
 	"fmt"
+	"maps"
 	"path/filepath"
 	"sync"
 	"sync/atomic"
@@ -83,7 +84,66 @@ func (h *harness) storetest() storetest.Harness {
 			cfg.CacheDir = filepath.Join(t.TempDir(), "cache") // its own row cache
 			return h.open(t, cfg)
 		},
+		Applied: applied,
 	}
+}
+
+// applied snapshots every name's record revision and, for a live
+// instance, the stream sequence a's follower applied; the check holds
+// once b knows each record at least as recent and, where it still has
+// the same instance, applied its stream as far, and holds no name a
+// no longer holds (a pruned tombstone).
+func applied(a, b store.Backend) func() bool {
+	type mark struct {
+		rev, tid, applied uint64
+	}
+	marks := map[string]mark{}
+	for name, t := range tablesOf(a.(*Store)) {
+		a.(*Store).mu.Lock()
+		m := mark{rev: t.rev}
+		if t.rec.live() {
+			m.tid = t.rec.Meta.ID
+		}
+		a.(*Store).mu.Unlock()
+		if m.tid != 0 {
+			m.applied, _ = t.position()
+		}
+		marks[name] = m
+	}
+	sb := b.(*Store)
+	return func() bool {
+		tables := tablesOf(sb)
+		for name := range tables {
+			if _, ok := marks[name]; !ok {
+				return false
+			}
+		}
+		for name, m := range marks {
+			t := tables[name]
+			if t == nil {
+				return false
+			}
+			sb.mu.Lock()
+			rev, tid := t.rev, t.rec.Meta.ID
+			sb.mu.Unlock()
+			if rev < m.rev {
+				return false
+			}
+			if m.tid != 0 && tid == m.tid {
+				if applied, _ := t.position(); applied < m.applied {
+					return false
+				}
+			}
+		}
+		return true
+	}
+}
+
+// tablesOf copies s's tables by name.
+func tablesOf(s *Store) map[string]*table {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return maps.Clone(s.byName)
 }
 
 // TestContract runs the store contract suite against an embedded

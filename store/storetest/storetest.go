@@ -46,47 +46,60 @@ type Harness struct {
 	Reads func(b store.Backend) (blocks, entries uint64)
 	// Peer opens another process's backend on b's shared data (another
 	// ingestd node on the same cluster), for a backend that implements
-	// store.Shared: the Shared subtests run only with it. The suite
-	// closes it.
+	// store.Shared: the Shared subtests, and the others through a peer,
+	// run only with it. The suite closes it.
 	Peer func(t testing.TB, b store.Backend) store.Backend
+	// Applied, required with Peer, snapshots what a has acknowledged
+	// (blocks, table changes) and returns a check of whether peer b has
+	// applied all of it: the single-store subtests run through a peer
+	// read from b once it holds. The check is called repeatedly, from
+	// any goroutine, and must not block.
+	Applied func(a, b store.Backend) func() bool
 }
 
-// Run runs every subtest of the contract against the backends h opens.
+// singleTests are the guarantees of one store; durable ones need
+// Harness.Restart and Harness.Crash.
+var singleTests = []struct {
+	name    string
+	durable bool
+	fn      func(t *testing.T, h Harness)
+}{
+	{"XSeqAssignedByBackend", false, testXSeqAssigned},
+	{"StampedBeforeVisible", false, testStampedBeforeVisible},
+	{"DrainNeverSkipsAcknowledged", false, testDrainNeverSkips},
+	{"Coalescing", false, testCoalescing},
+	{"Operation", false, testOperation},
+	{"FilteredRead", false, testFilteredRead},
+	{"OverwriteReadsBounded", false, testOverwriteReads},
+	{"TruncateBumpsEpochKeepsSeq", false, testTruncate},
+	{"DropAndRecreateResumeAbove", false, testDropAndRecreate},
+	{"PruneTombstone", false, testPruneTombstone},
+	{"Consumers", false, testConsumers},
+	{"HorizonOnlyRises", false, testHorizon},
+	{"SweepRaisesHorizonFirst", false, testSweep},
+	{"RowsOpaqueCursor", false, testRowsCursor},
+	{"ContextEnded", false, testContextEnded},
+	{"ContextEndsLongRead", false, testContextEndsLongRead},
+	{"ErrClosedAfterClose", false, testErrClosed},
+	{"RestartKeepsEverything", true, testRestart},
+	{"CrashReopen", true, testCrashReopen},
+	{"CrashAfterDDL", true, testCrashAfterDDL},
+}
+
+// Run runs every subtest of the contract against the backends h opens:
+// with Harness.Peer also the Shared subtests, and the single-store ones
+// through a peer (peer.go).
 func Run(t *testing.T, h Harness) {
-	tests := []struct {
-		name    string
-		durable bool
-		fn      func(t *testing.T, h Harness)
-	}{
-		{"XSeqAssignedByBackend", false, testXSeqAssigned},
-		{"StampedBeforeVisible", false, testStampedBeforeVisible},
-		{"DrainNeverSkipsAcknowledged", false, testDrainNeverSkips},
-		{"Coalescing", false, testCoalescing},
-		{"Operation", false, testOperation},
-		{"FilteredRead", false, testFilteredRead},
-		{"OverwriteReadsBounded", false, testOverwriteReads},
-		{"TruncateBumpsEpochKeepsSeq", false, testTruncate},
-		{"DropAndRecreateResumeAbove", false, testDropAndRecreate},
-		{"PruneTombstone", false, testPruneTombstone},
-		{"Consumers", false, testConsumers},
-		{"HorizonOnlyRises", false, testHorizon},
-		{"SweepRaisesHorizonFirst", false, testSweep},
-		{"RowsOpaqueCursor", false, testRowsCursor},
-		{"ContextEnded", false, testContextEnded},
-		{"ContextEndsLongRead", false, testContextEndsLongRead},
-		{"ErrClosedAfterClose", false, testErrClosed},
-		{"RestartKeepsEverything", true, testRestart},
-		{"CrashReopen", true, testCrashReopen},
-		{"CrashAfterDDL", true, testCrashAfterDDL},
-	}
-	for _, tc := range tests {
+	for _, tc := range singleTests {
 		if tc.durable && (h.Restart == nil || h.Crash == nil) {
 			continue // nothing survives Close: not a property of this backend
 		}
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, h) })
 	}
 	if h.Peer != nil {
+		require.NotNil(t, h.Applied, "Harness.Peer without Harness.Applied")
 		runShared(t, h)
+		runThroughPeer(t, h)
 	}
 }
 
