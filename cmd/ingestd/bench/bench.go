@@ -131,8 +131,8 @@ func (c *benchConfig) registerFlags(fs *flag.FlagSet) {
 	fs.BoolVar(&c.drain, "drain", true, "ingestd, http and tcp modes: drain every table after the ingest and time it")
 	fs.IntVar(&c.drainLimit, "drain-limit", 10000, "rows per drain page (JSON)")
 	fs.IntVar(&c.serverPID, "server-pid", 0, "the server's process id, for its resident memory (/proc/PID/status VmRSS sampled, VmHWM) and the CPU time it spent on the measured ingest (/proc/PID/stat utime+stime); 0: not reported")
-	fs.StringVar(&c.writeURLs, "write-urls", "", "ingestd, http mode: further ingestd nodes' base URLs (comma-separated), to which the writers send their requests in turn with --url's (several nodes on one --store=jetstream cluster); the drain and the checks use --url")
-	fs.StringVar(&c.otherPIDs, "other-pids", "", "further process ids (comma-separated: the NATS servers and the other ingestd nodes of a --store=jetstream run) whose CPU time over the measured ingest is reported next to the server's, as cpu_other_s")
+	fs.StringVar(&c.writeURLs, "write-urls", "", "ingestd, http and soak modes: further ingestd nodes' base URLs (comma-separated), to which the writers send their requests in turn with --url's (several nodes on one --store=jetstream cluster); the drain and the checks use --url")
+	fs.StringVar(&c.otherPIDs, "other-pids", "", "further process ids (comma-separated: the NATS servers and the other ingestd nodes of a --store=jetstream run) whose CPU time over the measured ingest (soak: the whole run) is reported next to the server's, as cpu_other_s")
 	fs.DurationVar(&c.rssEvery, "rss-interval", 100*time.Millisecond, "how often to sample the server's VmRSS")
 	fs.DurationVar(&c.verifyWait, "verify-wait", 60*time.Second, "how long the counts may take to appear (VictoriaMetrics makes samples searchable about a second after acknowledging them)")
 	fs.DurationVar(&c.timeout, "timeout", 30*time.Minute, "give up after this long")
@@ -186,8 +186,8 @@ func (c *benchConfig) validate() error {
 	if c.mode == benchModeLatency && c.rate <= 0 {
 		return errors.New("--mode latency needs --rate (lines per second)")
 	}
-	if c.writeURLs != "" && (c.target != benchIngestd || c.mode != benchModeHTTP) {
-		return errors.New("--write-urls needs --target ingestd and --mode http")
+	if c.writeURLs != "" && (c.target != benchIngestd || c.mode != benchModeHTTP && c.mode != benchModeSoak) {
+		return errors.New("--write-urls needs --target ingestd and --mode http or soak")
 	}
 	if err := cli.ValidateURL(c.url); err != nil {
 		return fmt.Errorf("--url: %w", err)

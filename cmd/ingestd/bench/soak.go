@@ -492,6 +492,8 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 		"t_s", "offered", "acked/s", "p50_ms", "p99_ms", "max_ms", "refused", "ref_p99_ms", "failed", "cpu_s", "anon_mib", "file_mib", "store_mb", "lag_s", "disk_ms")
 	prev := sampleServer(cfg.serverPID, cfg.storeDir)
 	first := prev
+	others, _ := parsePIDs(cfg.otherPIDs) // validated
+	other0, otherErr := sumProcCPU(others)
 	winStart := start
 	windows, good := 0, 0
 	// Windows that missed while the disk probe saw a sync slower than
@@ -634,6 +636,8 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 
 	dur := end.Sub(start)
 	last := prev
+	other1, err := sumProcCPU(others)
+	otherErr = errors.Join(otherErr, err)
 	sent := total * int64(lines)
 	fmt.Fprintf(out, "soak summary: %d lines offered over %s (%.0f lines/s): %.0f lines/s acknowledged, %d refused, %d failed; latency p50 %s, p99 %s, max %s; pacer at most %s late\n",
 		sent, dur.Round(time.Millisecond), float64(sent)/dur.Seconds(), float64(sums.acked)/dur.Seconds(), sums.refused, sums.failed,
@@ -675,6 +679,16 @@ func benchSoak(ctx context.Context, cfg *benchConfig, t *benchTarget, out io.Wri
 		res.set("cpu_s_per_mline", cpu/(float64(sums.acked)/1e6))
 		res.set("rss_anon_max_mib", mib(peakAnon))
 		res.set("rss_file_max_mib", mib(peakFile))
+	}
+	if len(others) > 0 {
+		if otherErr != nil {
+			return fmt.Errorf("--other-pids CPU time: %w", otherErr)
+		}
+		cpu := (other1 - other0).Seconds()
+		fmt.Fprintf(out, "other processes' CPU (%s): %.2f s (user+system) over the run: %.2f cores, %.2f s per million lines acknowledged\n",
+			cfg.otherPIDs, cpu, cpu/dur.Seconds(), cpu/(float64(max(sums.acked, 1))/1e6))
+		res.set("cpu_other_s", cpu)
+		res.set("cpu_other_s_per_mline", cpu/(float64(max(sums.acked, 1))/1e6))
 	}
 	if last.store >= 0 {
 		res.set("store_mb", float64(last.store)/1e6)
