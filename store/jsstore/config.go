@@ -50,11 +50,24 @@ const (
 	// (Beyond): at most 10 of each a second per table and node, whatever
 	// clients send.
 	DefaultBarrierInterval = 100 * time.Millisecond
+	// DefaultFollowerHeartbeat is how often the server tells a table's
+	// idle follower that its pull request still stands: a follower that
+	// hears nothing for two of them starts its consumer again. nats.go's
+	// own default, 15 s, left a follower whose pull request went nowhere
+	// (a server that had not heard of the new consumer yet) stalled for
+	// 30 s whenever no Append of this node waited on it: the drains of a
+	// table other nodes write saw nothing new meanwhile.
+	DefaultFollowerHeartbeat = 2 * time.Second
 	// MaxReplicas is JetStream's limit on a stream's replicas.
 	MaxReplicas = 5
 	// minBarrierInterval and maxBarrierInterval bound
 	// Config.BarrierInterval.
 	minBarrierInterval, maxBarrierInterval = 10 * time.Millisecond, time.Minute
+	// minFollowerHeartbeat and maxFollowerHeartbeat bound
+	// Config.FollowerHeartbeat (nats.go: below half the pull request's
+	// 30 s expiry; a follower checking every 100 ms never received a
+	// message).
+	minFollowerHeartbeat, maxFollowerHeartbeat = time.Second, 14 * time.Second
 )
 
 // Config configures the JetStream backend. The connection settings follow
@@ -108,6 +121,12 @@ type Config struct {
 	// share it, and those the interval holds back are answered as not
 	// caught up yet (never refused).
 	BarrierInterval time.Duration
+	// FollowerHeartbeat is the idle heartbeat of each table's follower
+	// (1s..14s): with nothing to deliver, the server sends one this
+	// often, and a follower that hears nothing for two starts its
+	// consumer again from its position. Each idle follower costs the
+	// server one small message per heartbeat.
+	FollowerHeartbeat time.Duration
 	// MaxMessageBytes, when positive, caps a block message below the
 	// server's max_payload (tests use it to exercise atomic batches); 0
 	// follows the server.
@@ -118,7 +137,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Replicas: DefaultReplicas, Prefix: DefaultPrefix, DuplicateWindow: DefaultDuplicateWindow,
 		PublishTimeout: DefaultPublishTimeout, SwitchAfter: DefaultSwitchAfter, PurgeMinMessages: DefaultPurgeMinMessages,
-		BarrierInterval: DefaultBarrierInterval}
+		BarrierInterval: DefaultBarrierInterval, FollowerHeartbeat: DefaultFollowerHeartbeat}
 }
 
 // RegisterFlags registers the backend's flags on fs.
@@ -139,6 +158,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.SwitchAfter, "jetstream-switch-after", c.SwitchAfter, "how long JetStream may be unreachable through the connected NATS server before ingestd reconnects to another (a server cut off from its cluster keeps its clients); below --jetstream-publish-timeout")
 	fs.IntVar(&c.PurgeMinMessages, "jetstream-purge-min-messages", c.PurgeMinMessages, "stream messages retention must have left nothing of before a table's stream is purged of them (each purge republishes the table's series dictionary)")
 	fs.DurationVar(&c.BarrierInterval, "jetstream-barrier-interval", c.BarrierInterval, "least time between two checks of a table (a stream info, then a barrier: an empty message to its stream) this node makes to refuse a drain cursor as beyond the sequence rather than another node's (10ms..1m); drains it holds back get an empty page that keeps the cursor")
+	fs.DurationVar(&c.FollowerHeartbeat, "jetstream-follower-heartbeat", c.FollowerHeartbeat, "idle heartbeat of each table's follower (1s..14s): one that hears nothing for two starts its consumer again, so a drain here sees another node's writes after a lost pull request within two of them")
 	fs.StringVar(&c.CacheDir, "jetstream-cache-dir", c.CacheDir, "local row cache materialised from the streams, rebuilt at every start (default: "+DefaultCacheDirName+" under --data-dir)")
 }
 
@@ -199,6 +219,9 @@ func (c *Config) Validate() error {
 	}
 	if c.PurgeMinMessages < 1 {
 		errs = append(errs, errors.New("jsstore: --jetstream-purge-min-messages must be at least 1"))
+	}
+	if c.FollowerHeartbeat < minFollowerHeartbeat || c.FollowerHeartbeat > maxFollowerHeartbeat {
+		errs = append(errs, fmt.Errorf("jsstore: --jetstream-follower-heartbeat must be within %s..%s", minFollowerHeartbeat, maxFollowerHeartbeat))
 	}
 	if c.BarrierInterval < minBarrierInterval || c.BarrierInterval > maxBarrierInterval {
 		errs = append(errs, fmt.Errorf("jsstore: --jetstream-barrier-interval must be within %s..%s", minBarrierInterval, maxBarrierInterval))

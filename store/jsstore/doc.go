@@ -181,8 +181,14 @@
 // ms on it while the server holds messages for the consumer but no pull
 // request of it: a new consumer's first pull request can reach a server
 // that has not heard of the consumer yet, whose "no responders" nats.go's
-// iterator ignores, waiting for heartbeats for 30 s
-// (ingestd_jetstream_pulls_lost_total). The row cache is derived state, written without fsync and rebuilt at every Open: the
+// iterator ignores, waiting for heartbeats
+// (ingestd_jetstream_pulls_lost_total). Without a call waiting, the
+// heartbeats find it: the server sends one every
+// Config.FollowerHeartbeat while it has nothing to deliver, and a
+// follower that hears nothing for two starts its consumer again
+// (ingestd_jetstream_heartbeats_missed_total), so a node's drains of a
+// table only other nodes write fall behind by seconds, not the 30 s of
+// nats.go's default. The row cache is derived state, written without fsync and rebuilt at every Open: the
 // directory is cleared, every live table's follower starts at its
 // anchor and Open waits until each has applied its stream up to where
 // the stream ended when Open looked, then the record's cutoff is swept

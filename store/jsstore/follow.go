@@ -227,6 +227,9 @@ func (s *Store) follow(ctx context.Context, t *table, from uint64) {
 			s.logger.Info("following a table stream: its pull request was lost, starting again", "stream", t.stream)
 			continue
 		}
+		if errors.Is(err, jetstream.ErrNoHeartbeat) {
+			s.m.heartbeatsMissed.Inc()
+		}
 		s.logger.Warn("following a table stream failed: starting again", "stream", t.stream, "err", err)
 		select {
 		case <-ctx.Done():
@@ -278,7 +281,8 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 		_ = stream.DeleteConsumer(dctx, cons.CachedInfo().Name)
 		cancel()
 	}()
-	it, err := cons.Messages(jetstream.PullMaxMessages(512), jetstream.WithMessagesErrOnMissingHeartbeat(true))
+	it, err := cons.Messages(jetstream.PullMaxMessages(512), jetstream.PullHeartbeat(s.cfg.FollowerHeartbeat),
+		jetstream.WithMessagesErrOnMissingHeartbeat(true))
 	if err != nil {
 		return err
 	}

@@ -152,7 +152,7 @@ type Store struct {
 
 // metrics are the store's counters (docs/reference.md#metrics).
 type metrics struct {
-	publishes, retries, dedups, behind, catchup, purged, switches, pullsLost prometheus.Counter
+	publishes, retries, dedups, behind, catchup, purged, switches, pullsLost, heartbeatsMissed prometheus.Counter
 	// conflicts counts the pauses after compare-and-set conflicts on the
 	// meta bucket (contended).
 	conflicts prometheus.Counter
@@ -181,6 +181,7 @@ func newMetrics() metrics {
 		catchup:   c("ingestd_jetstream_catchup_messages_total", "Block messages applied to the local row cache from the streams at start."),
 		purged:    c("ingestd_jetstream_purged_sequences_total", "Stream sequences purged below a retention cutoff (messages retention left nothing of)."),
 		conflicts: c("ingestd_jetstream_meta_conflicts_total", "Compare-and-set updates of the meta bucket (series ids, columns, table records, counters) that another node's change came before, each tried again after a pause of 1 to 100 ms; they fail only after --jetstream-publish-timeout."),
+		heartbeatsMissed: c("ingestd_jetstream_heartbeats_missed_total", "Table stream consumers started again because the server sent nothing, not even a heartbeat, for two --jetstream-follower-heartbeat (a pull request lost, a server gone), whether or not a call waited on them."),
 		pullsLost: c("ingestd_jetstream_pulls_lost_total", "Table stream consumers started again because the server held messages for them and no pull request (the request went to a server that did not know the new consumer yet); found while a call waited more than 100 ms on the follower."),
 		switches:  c("ingestd_jetstream_server_switches_total", "Reconnects to another NATS server forced after JetStream was unreachable through the connected one for --jetstream-switch-after."),
 		checks: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestd_jetstream_beyond_checks_total",
@@ -277,7 +278,7 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 				}
 				return float64(n)
 			}))
-		reg.MustRegister(s.m.publishes, s.m.retries, s.m.conflicts, s.m.dedups, s.m.behind, s.m.catchup, s.m.purged, s.m.switches, s.m.pullsLost,
+		reg.MustRegister(s.m.publishes, s.m.retries, s.m.conflicts, s.m.dedups, s.m.behind, s.m.catchup, s.m.purged, s.m.switches, s.m.pullsLost, s.m.heartbeatsMissed,
 			s.m.checks, s.m.checkJoins, s.m.checkHeld, s.m.voided, s.m.changes)
 	}
 	s.logger.Info("jetstream store open", "servers", cfg.URLs, "replicas", s.replicas, "tables", len(s.byTID))

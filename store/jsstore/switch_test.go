@@ -191,3 +191,40 @@ func TestGrowingAttempts(t *testing.T) {
 		require.Less(t, b, want[i]+testdeadline.Scale(firstAttempt), "attempt %d", i)
 	}
 }
+
+// TestIdleFollowerHearsNothing: a follower nothing waits on (this node
+// does not write the table; its drains only read it) whose server goes
+// silent (natstest.ClientProxy: everything it sends withheld, a
+// message delivered meanwhile lost) starts its consumer again after two
+// missed heartbeats, and applies what another node wrote. With nats.go's
+// default heartbeat it waited 30 s, and the node's drains saw nothing.
+func TestIdleFollowerHearsNothing(t *testing.T) {
+	h := newHarness(t, 1)
+	proxy := h.cluster.ClientProxy(0)
+	cfg := h.config(t)
+	cfg.URLs = proxy.URL()
+	cfg.FollowerHeartbeat = time.Second
+	a := h.open(t, cfg)
+	t.Cleanup(func() { _ = a.Close() })
+	bcfg := h.cfgOf(a)
+	bcfg.URLs, bcfg.CacheDir = h.cluster.URLs(), t.TempDir()
+	b := h.open(t, bcfg)
+	t.Cleanup(func() { _ = b.Close() })
+	m := createTable(t, b, "idle")
+	cs := []store.TableCommit{commit(m, true, 1, 2, 1)}
+	require.NoError(t, b.Append(ctx, cs, nil))
+	appliedTo(t, a, m.ID, cs[0].FirstSeq+1)
+
+	proxy.Hold()
+	cs = []store.TableCommit{commit(m, false, 3, 2, 1)}
+	require.NoError(t, b.Append(ctx, cs, nil), "b writes while a hears nothing")
+	require.Eventually(t, func() bool { return testutil.ToFloat64(a.m.heartbeatsMissed) > 0 },
+		testdeadline.Scale(10*time.Second), 10*time.Millisecond, "a's follower noticed the silence")
+	proxy.Release()
+	// Polled, not awaited: a call waiting on the follower would have the
+	// watchdog start it again whatever the heartbeats.
+	tb := a.tableByID(t, m.ID)
+	require.Eventually(t, func() bool { _, xseq := tb.position(); return xseq >= cs[0].FirstSeq+1 },
+		testdeadline.Scale(10*time.Second), 10*time.Millisecond, "a applied what b wrote while it heard nothing")
+	require.Len(t, readAll(t, a, m.ID, 0, cs[0].FirstSeq+1).Seq, 4, "a serves b's rows")
+}

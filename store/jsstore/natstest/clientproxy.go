@@ -9,7 +9,7 @@ import (
 
 // ClientProxy is a TCP proxy in front of one server's client port, for
 // tests that must lose a client's connection at a chosen moment: Hold
-// withholds the server's answers, Sent tells when the client has sent
+// withholds the server's answers (Release forwards them again), Sent tells when the client has sent
 // something since, Drop closes every connection and refuses new ones.
 // Its methods are safe for concurrent use.
 type ClientProxy struct {
@@ -43,6 +43,10 @@ func (p *ClientProxy) URL() string { return "nats://" + p.l.Addr().String() }
 // Hold withholds from the clients everything the server sends from now
 // on (read and discarded): requests in flight get no answer.
 func (p *ClientProxy) Hold() { p.held.Store(true) }
+
+// Release forwards what the server sends again after Hold (what was
+// withheld meanwhile stays lost).
+func (p *ClientProxy) Release() { p.held.Store(false) }
 
 // Sent is how many bytes clients sent to the server through the proxy.
 func (p *ClientProxy) Sent() int64 { return p.sent.Load() }
