@@ -144,6 +144,13 @@ EOF
   esac
   SPID=$!
   PIDS+=("$SPID")
+  # The harness waits for --url itself; the other nodes must answer too
+  # before the first request is dealt to them.
+  local u i
+  for u in ${WRITE_URLS//,/ }; do
+    for i in $(seq 600); do curl -sf -o /dev/null "$u/ping" && break; sleep 0.1; done
+    curl -sf -o /dev/null "$u/ping" || { echo "the node at $u did not start; its log:" >&2; tail -20 "$dir"/log* >&2; exit 1; }
+  done
 }
 
 stop() {
