@@ -74,7 +74,12 @@ type config struct {
 	logLevel        string
 	logFormat       string
 	shutdownTimeout time.Duration
-	pprofAddr       string
+	// shutdownLimit bounds the whole shutdown (--shutdown-limit);
+	// shutdownStuck, when set, is called once it passed with the
+	// shutdown unfinished (run then returns without waiting for it).
+	shutdownLimit time.Duration
+	shutdownStuck func()
+	pprofAddr     string
 	// portsFile, when set, receives the bound addresses as JSON once both
 	// listeners are bound (--ports-file).
 	portsFile string
@@ -124,6 +129,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) *cli.FlagGroups {
 	})
 	g.Register(fs, "Process", nil, func(fs *flag.FlagSet) {
 		fs.DurationVar(&c.shutdownTimeout, "shutdown-timeout", c.shutdownTimeout, "how long in-flight HTTP requests may finish on shutdown")
+		fs.DurationVar(&c.shutdownLimit, "shutdown-limit", c.shutdownLimit, "how long the whole shutdown may take (above --shutdown-timeout): past it ingestd exits 1 without finishing it, as a crash would, which loses nothing acknowledged (a store that cannot be reached, e.g. every NATS server gone, is retried for --jetstream-publish-timeout per call)")
 		fs.StringVar(&c.portsFile, "ports-file", c.portsFile, `write {"http":"HOST:PORT","tcp":"HOST:PORT"} (and "pprof" with --pprof-addr) here (atomically: temporary file + rename) once both listeners are bound, and remove it on exit; for harnesses that start ingestd on port 0 (empty: off)`)
 		fs.StringVar(&c.pprofAddr, "pprof-addr", c.pprofAddr, "serve Go's net/http/pprof profiles on this separate address (empty: off; keep it on loopback)")
 		fs.Int64Var(&c.memoryLimitBytes, "memory-limit-bytes", c.memoryLimitBytes, "soft memory limit of the Go runtime: the garbage collector works harder near it (0: none, or GOMEMLIMIT when set; GOMEMLIMIT also wins over the default)")
@@ -137,6 +143,9 @@ func (c *config) validate() error {
 	}
 	if c.shutdownTimeout <= 0 {
 		return errors.New("--shutdown-timeout must be positive")
+	}
+	if c.shutdownLimit <= c.shutdownTimeout {
+		return errors.New("--shutdown-limit must be above --shutdown-timeout")
 	}
 	if c.memoryLimitBytes < 0 {
 		return errors.New("--memory-limit-bytes must not be negative")
@@ -218,7 +227,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	}
 	cfg := config{
 		backend: "badger", store: badgerstore.DefaultConfig(), jetstream: jsstore.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
-		auth: auth.DefaultConfig(), httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
+		auth: auth.DefaultConfig(), httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second, shutdownLimit: 45 * time.Second,
 		memoryLimitBytes: DefaultMemoryLimitBytes,
 	}
 	fs := flag.NewFlagSet("ingestd", flag.ContinueOnError)
@@ -232,11 +241,21 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		return cmd.UsageError(stderr, "invalid configuration: "+strings.ReplaceAll(err.Error(), "\n", "; "))
 	}
 	logger := cli.NewLogger(stderr, cfg.logLevel, cfg.logFormat)
-	if err := serve(ctx, cfg, logger, nil); err != nil {
-		logger.Error("ingestd stopped", "err", err)
+	stuck := make(chan struct{})
+	cfg.shutdownStuck = func() { close(stuck) }
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, cfg, logger, nil) }()
+	select {
+	case err := <-done:
+		if err != nil {
+			logger.Error("ingestd stopped", "err", err)
+			return cli.ExitFailure
+		}
+		return cli.ExitOK
+	case <-stuck:
+		logger.Error("ingestd stopped: the shutdown did not finish within --shutdown-limit; exiting as a crash would, which loses nothing acknowledged", "shutdown_limit", cfg.shutdownLimit)
 		return cli.ExitFailure
 	}
-	return cli.ExitOK
 }
 
 // runCommand runs subcommand name; `help CMD` is `CMD --help`.
@@ -318,6 +337,22 @@ func serve(ctx context.Context, cfg config, logger *slog.Logger, started func(ht
 		g        rungroup.Group
 		failures actorFailures
 	)
+	// The whole shutdown, whatever began it, is bounded by
+	// --shutdown-limit (docs/operations.md#stopping): the group's first
+	// interrupt starts the clock.
+	if cfg.shutdownStuck != nil {
+		quit := make(chan struct{})
+		var limit *time.Timer
+		g.Add(func() error { <-quit; return nil }, func(error) {
+			close(quit)
+			limit = time.AfterFunc(cfg.shutdownLimit, cfg.shutdownStuck)
+		})
+		defer func() {
+			if limit != nil {
+				limit.Stop()
+			}
+		}()
+	}
 	addSignal(&g, ctx, logger)
 	addHTTP(&g, &failures, srv, lns.http, sec.tls.ServerConfig(), api, cfg.shutdownTimeout, logger)
 	tcpAddr := ""

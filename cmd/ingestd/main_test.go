@@ -52,6 +52,14 @@ func TestMemoryLimit(t *testing.T) {
 	require.Contains(t, stderr.String(), "--memory-limit-bytes must not be negative")
 }
 
+// TestShutdownLimitAboveTimeout: a --shutdown-limit that leaves the HTTP
+// requests' --shutdown-timeout no room is refused at start.
+func TestShutdownLimitAboveTimeout(t *testing.T) {
+	var stderr bytes.Buffer
+	require.Equal(t, 2, run(context.Background(), []string{"--shutdown-timeout", "10s", "--shutdown-limit", "10s"}, io.Discard, &stderr))
+	require.Contains(t, stderr.String(), "--shutdown-limit must be above --shutdown-timeout")
+}
+
 // TestPortsFile: --ports-file holds the bound addresses as JSON while the
 // daemon runs (--pprof-addr's too when it is on) and is gone after it
 // stopped; a file that cannot be written stops the start with exit 1.
