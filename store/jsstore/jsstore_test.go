@@ -163,8 +163,7 @@ func TestTwoWritersNumberInStreamOrder(t *testing.T) {
 	t.Cleanup(func() { _ = a.Close() })
 	m := createTable(t, a, "two")
 	require.NoError(t, a.Append(ctx, []store.TableCommit{commit(m, true, 1, 2, 1)}, nil))
-	b := h.open(t, func() Config { c := h.cfgOf(a); c.CacheDir = t.TempDir(); return c }())
-	t.Cleanup(func() { _ = b.Close() })
+	b := h.peer(t, a)
 
 	const rounds = 30
 	var (
@@ -230,6 +229,17 @@ func appliedTo(t *testing.T, s *Store, tid, x uint64) {
 	}))
 }
 
+// peer opens another process's store on a's shared data, with its own
+// row cache, closed at the end of the test.
+func (h *harness) peer(t *testing.T, a *Store) *Store {
+	t.Helper()
+	cfg := h.cfgOf(a)
+	cfg.CacheDir = t.TempDir()
+	s := h.open(t, cfg)
+	t.Cleanup(func() { _ = s.Close() })
+	return s
+}
+
 // tableByID returns s's state of live instance tid.
 func (s *Store) tableByID(t *testing.T, tid uint64) *table {
 	t.Helper()
@@ -268,8 +278,7 @@ func TestOtherNodeTableChangesFollowed(t *testing.T) {
 	h := newHarness(t, 1)
 	a := h.open(t, h.config(t))
 	t.Cleanup(func() { _ = a.Close() })
-	b := h.open(t, func() Config { c := h.cfgOf(a); c.CacheDir = t.TempDir(); return c }())
-	t.Cleanup(func() { _ = b.Close() })
+	b := h.peer(t, a)
 	var got reports
 	b.Follow(got.add)
 	wait := func(what string, ok func(store.Followed) bool) {
@@ -321,8 +330,7 @@ func TestOtherNodeTableChangesFollowed(t *testing.T) {
 	appliedTo(t, a, re.ID, re.Seq+3)
 	require.Equal(t, readAll(t, b, re.ID, 0, re.Seq+3), readAll(t, a, re.ID, 0, re.Seq+3), "a serves b's rows of the re-created table")
 	require.Len(t, readAll(t, a, re.ID, 0, re.Seq+3).Seq, 3)
-	c := h.open(t, func() Config { c := h.cfgOf(a); c.CacheDir = t.TempDir(); return c }())
-	t.Cleanup(func() { _ = c.Close() })
+	c := h.peer(t, a)
 	require.Equal(t, readAll(t, a, re.ID, 0, re.Seq+3), readAll(t, c, re.ID, 0, re.Seq+3), "a node started from the anchor numbers alike")
 	require.Equal(t, 2.0, testutil.ToFloat64(b.m.changes.WithLabelValues("truncate"))+testutil.ToFloat64(b.m.changes.WithLabelValues("drop")), "one truncate and one drop followed")
 }
@@ -333,8 +341,7 @@ func TestPrunedTombstoneForgotten(t *testing.T) {
 	h := newHarness(t, 1)
 	a := h.open(t, h.config(t))
 	t.Cleanup(func() { _ = a.Close() })
-	b := h.open(t, func() Config { c := h.cfgOf(a); c.CacheDir = t.TempDir(); return c }())
-	t.Cleanup(func() { _ = b.Close() })
+	b := h.peer(t, a)
 	names := func(s *Store) []string {
 		metas, err := s.LoadTables(ctx)
 		require.NoError(t, err)
