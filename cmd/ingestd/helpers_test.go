@@ -10,11 +10,6 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/ingestd/ingestd/feed"
-	"github.com/ingestd/ingestd/httpapi"
-	"github.com/ingestd/ingestd/httpapi/auth"
-	"github.com/ingestd/ingestd/ilp"
-	"github.com/ingestd/ingestd/store/badgerstore"
 	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
@@ -32,10 +27,9 @@ type daemon struct {
 // testConfig returns the defaults with loopback listeners on free ports and
 // the data in dir.
 func testConfig(dir string) config {
-	cfg := config{
-		store: badgerstore.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
-		auth: auth.DefaultConfig(), httpAddr: "127.0.0.1:0", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second,
-	}
+	cfg := defaultConfig()
+	cfg.httpAddr = "127.0.0.1:0"
+	cfg.memoryLimitBytes = 0 // the test binary's runtime is shared
 	cfg.store.Dir = dir
 	cfg.ilp.TCPAddr = "127.0.0.1:0"
 	// Writes slowed by the race detector on a busy machine would trip

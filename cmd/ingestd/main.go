@@ -137,6 +137,15 @@ func (c *config) registerFlags(fs *flag.FlagSet) *cli.FlagGroups {
 	return g
 }
 
+// defaultConfig is the daemon's configuration without flags.
+func defaultConfig() config {
+	return config{
+		backend: "badger", store: badgerstore.DefaultConfig(), jetstream: jsstore.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
+		auth: auth.DefaultConfig(), httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second, shutdownLimit: 45 * time.Second,
+		memoryLimitBytes: DefaultMemoryLimitBytes,
+	}
+}
+
 func (c *config) validate() error {
 	if err := cli.ValidateLog(c.logLevel, c.logFormat); err != nil {
 		return err
@@ -225,11 +234,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if len(args) == 1 && (args[0] == "--version" || args[0] == "-version") {
 		return runVersion(nil, stdout, stderr)
 	}
-	cfg := config{
-		backend: "badger", store: badgerstore.DefaultConfig(), jetstream: jsstore.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
-		auth: auth.DefaultConfig(), httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second, shutdownLimit: 45 * time.Second,
-		memoryLimitBytes: DefaultMemoryLimitBytes,
-	}
+	cfg := defaultConfig()
 	fs := flag.NewFlagSet("ingestd", flag.ContinueOnError)
 	cmd := &cli.Command{Name: "ingestd", Usage: usage, EnvPrefix: "INGESTD", Groups: cfg.registerFlags(fs),
 		// The flags whose value is a type of the daemon's own.
