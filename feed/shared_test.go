@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"slices"
 	"sync"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -34,6 +35,24 @@ type sharedStore struct {
 	// TruncateTable or DropTable, which closes changing; appendGate the
 	// next Append, which closes appending.
 	loadGate, sweepGate, sweeping, ddlGate, changing, appendGate, appending chan struct{}
+	// met, when set, holds each SeriesID call until two are in at once
+	// (closing it), or for at most a few seconds; inSeries counts them.
+	met      chan struct{}
+	metOnce  sync.Once
+	inSeries atomic.Int32
+}
+
+// meet holds a SeriesID call until another is in too (met closed) or
+// the wait ends.
+func (s *sharedStore) meet() {
+	defer s.inSeries.Add(-1)
+	if s.inSeries.Add(1) >= 2 {
+		s.metOnce.Do(func() { close(s.met) })
+	}
+	select {
+	case <-s.met:
+	case <-time.After(testdeadline.Scale(5 * time.Second)):
+	}
 }
 
 func (s *sharedStore) Append(ctx context.Context, commits []store.TableCommit, stamped func()) error {
@@ -134,6 +153,9 @@ func (s *sharedStore) AddColumns(_ context.Context, tid uint64, cols []store.Col
 }
 
 func (s *sharedStore) SeriesID(_ context.Context, tid uint64, key string, _ []store.Field) (uint64, error) {
+	if s.met != nil {
+		s.meet()
+	}
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	if s.fail != nil {
@@ -259,6 +281,32 @@ func TestSharedStoreFailureFailsOnlyItsWrite(t *testing.T) {
 	status, err := d.Status("t")
 	require.NoError(t, err)
 	require.Equal(t, uint64(3), status.Watermark, "the failed write left nothing: its line of a known series neither")
+}
+
+// TestNewSeriesNumberedAtOnce: the series a write brings are numbered by
+// the shared store several at a time (each is a round trip to the meta
+// bucket: 1,000 new hosts took 2 s one at a time), each once, each its
+// own id.
+func TestNewSeriesNumberedAtOnce(t *testing.T) {
+	st, h := openSharedTable(t)
+	defer h.close()
+	st.met = make(chan struct{})
+	var pts []Point
+	for i := range 50 {
+		pts = append(pts, pt("t", int64(i+1), tg("host", fmt.Sprint("h", i)), fld("v", iv(int64(i)))))
+	}
+	mustAppend(t, h.s, pts...)
+	select {
+	case <-st.met:
+	default:
+		t.Fatal("no two SeriesID calls were in at once")
+	}
+	st.mu.Lock()
+	defer st.mu.Unlock()
+	require.Len(t, st.series, 50, "each series numbered once")
+	status, err := h.d.Status("t")
+	require.NoError(t, err)
+	require.Equal(t, uint64(50), status.Watermark)
 }
 
 // TestSharedStoreRefusalsNotParked writes, on a shared store, points that

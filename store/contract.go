@@ -217,7 +217,8 @@ type Shared interface {
 	// SeriesID returns the id of the series whose canonical tag set is
 	// key (tags: the same tag set, columns as AddColumns returned them) in
 	// live instance tid: the id the first process to ask minted, the same
-	// in every process.
+	// in every process. Safe for concurrent use: the resolver numbers a
+	// burst of new series several at a time.
 	SeriesID(ctx context.Context, tid uint64, key string, tags []Field) (uint64, error)
 	// Beyond reports whether drain cursor after is beyond live instance
 	// tid's sequence (docs/contract.md#cursor-beyond-sequence): above every x_seq

@@ -256,7 +256,9 @@
 // The writer's calls (Append), the resolver's (AddColumns, SeriesID, the
 // Tables calls, and the loads for a table another process creates) and
 // the sweeps' (SweepBefore, FirstSeqSince, RaiseHorizon) come from three
-// goroutines of the feed at once, as store.Shared says, each making one call at a time: every
+// goroutines of the feed at once, as store.Shared says, each making one call at a time but
+// for SeriesID, which the resolver calls up to 16 at a time (the id
+// blocks are taken under idMu, each entry is a KV Create): every
 // record change is a compare-and-set on the record's revision (update),
 // the cache's writer side is serialized by cacheMu, and a table's message
 // ids and purged position are atomic. Append's publishes run concurrently
