@@ -300,10 +300,9 @@ type newSeries struct {
 }
 
 // resolveParallel is how many series ids the resolver asks a shared
-// store for at once: each is a round trip or two (a read, a create), so
-// a burst of new series (a fleet's first writes: 1,000 hosts took 2 s
-// one at a time on one node beside a 3-server cluster) is numbered
-// this many times faster.
+// store for at once: each is a round trip or two to the cluster (a read,
+// a create), which a burst of new series (a fleet's first writes) would
+// otherwise wait for one after the other.
 const resolveParallel = 16
 
 // seriesIDs numbers each of miss in instance tid, up to resolveParallel
