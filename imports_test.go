@@ -18,15 +18,20 @@ const module = "github.com/ingestd/ingestd"
 var importRules = map[string][]string{
 	"":      {},
 	"store": {},
-	// The badger backend implements the contract of store.
-	"store/badgerstore": {"store"},
+	// The row engine both disk-backed backends keep their rows in: a
+	// table's blocks, late-point index and coalescing reads in badger.
+	"store/rowengine": {"store"},
+	// The badger backend implements the contract of store: rows in the
+	// row engine, metadata, numbering and consumers beside them. No
+	// backend imports another.
+	"store/badgerstore": {"store", "store/rowengine"},
 	// The in-memory backend the feed's unit tests run on.
 	"store/memstore": {"store"},
 	// The contract suite every backend runs from its tests.
 	"store/storetest": {"store", "store/testdeadline"},
 	// The JetStream backend: blocks in streams, metadata in a KV
-	// bucket, rows materialised into a badgerstore cache.
-	"store/jsstore": {"store", "store/badgerstore"},
+	// bucket, rows materialised into a row engine of its own.
+	"store/jsstore": {"store", "store/rowengine"},
 	// Embedded NATS servers for tests: only the tests' deadline
 	// scaling.
 	"store/jsstore/natstest": {"store/testdeadline"},
@@ -48,7 +53,7 @@ var importRules = map[string][]string{
 	"httpapi/client": {"httpapi/wire"},
 	// What the server writes and the client reads: standard library only.
 	"httpapi/wire": {},
-	"cmd/ingestd": {"", "store", "store/badgerstore", "store/jsstore", "feed", "ilp", "httpapi", "httpapi/auth", "httpapi/client",
+	"cmd/ingestd": {"", "store", "store/rowengine", "store/badgerstore", "store/jsstore", "feed", "ilp", "httpapi", "httpapi/auth", "httpapi/client",
 		"cmd/ingestd/cli", "cmd/ingestd/mirror", "cmd/ingestd/bench"},
 	// What every command shares (flags, help, exit codes, logger).
 	"cmd/ingestd/cli": {},
@@ -69,8 +74,8 @@ var importRules = map[string][]string{
 
 // TestImportDirection enforces docs/design.md#engineering-rules: imports run one way only, store ←
 // feed ← ilp, httpapi ← cmd/ingestd, and badger stays inside
-// store/badgerstore, the one backend of the store contract (store itself is
-// backend-neutral, so nothing above it links badger). It reads every
+// store/rowengine and store/badgerstore (store itself is backend-neutral,
+// so nothing above it links badger). It reads every
 // package's non-test imports (tests may wire real parts together).
 func TestImportDirection(t *testing.T) {
 	for dir, ok := range importRules {
@@ -83,7 +88,7 @@ func TestImportDirection(t *testing.T) {
 			require.NoError(t, err)
 			var bad []string
 			for _, imp := range pkg.Imports {
-				if strings.HasPrefix(imp, "github.com/dgraph-io/badger") && dir != "store/badgerstore" {
+				if strings.HasPrefix(imp, "github.com/dgraph-io/badger") && dir != "store/badgerstore" && dir != "store/rowengine" {
 					bad = append(bad, imp)
 					continue
 				}
@@ -130,6 +135,7 @@ func TestBadgerNotLinked(t *testing.T) {
 			}
 		}
 		walk(root)
+		require.False(t, seen["store/rowengine"], "%s links store/rowengine", root)
 		require.False(t, seen["store/badgerstore"], "%s links store/badgerstore", root)
 		require.False(t, seen["store/jsstore"], "%s links store/jsstore", root)
 	}

@@ -45,7 +45,7 @@
 //     commit: they were all in flight together (none answered), so the
 //     sequencer applies them by their lowest point time, which keeps a
 //     series' points of concurrent writers' requests in ascending runs
-//     (store/badgerstore/doc.go). The lines of one write keep their order,
+//     (store/rowengine/doc.go). The lines of one write keep their order,
 //     and a writer that waits for an answer before its next write (every
 //     HTTP client, one batch in flight per TCP connection) sees its writes
 //     in the order it sent them.

@@ -11,6 +11,7 @@ import (
 	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/badgerstore"
 	"github.com/ingestd/ingestd/store/memstore"
+	"github.com/ingestd/ingestd/store/rowengine"
 	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
@@ -47,7 +48,7 @@ func openHarnessOn(t testing.TB, disk *memstore.Disk, cfg Config, wrap func(*mem
 // with.
 func openBadgerHarness(t testing.TB, cfg Config) *harness {
 	t.Helper()
-	scfg := badgerstore.DefaultConfig()
+	scfg := rowengine.DefaultConfig()
 	scfg.Dir = t.TempDir()
 	db, err := badgerstore.Open(scfg, nil, nil)
 	require.NoError(t, err)

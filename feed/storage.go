@@ -5,10 +5,10 @@ import "github.com/ingestd/ingestd/store"
 // Storage is what the feed needs from durable storage: the backend-neutral
 // contract of store (see store.Backend and store/doc.go), without Close,
 // which the owner of the backend calls once Run has returned.
-// *badgerstore.DB implements it, and a second backend (e.g. NATS
-// JetStream) would too. The sequencer goroutine calls the writer side
-// (store.Appender, store.Tables, SweepBefore, RaiseHorizon); drains, copies
-// and consumers call the read side concurrently.
+// *badgerstore.DB, *jsstore.Store and *memstore.Store implement it. The
+// sequencer goroutine calls the writer side (store.Appender, store.Tables,
+// SweepBefore, RaiseHorizon); drains, copies and consumers call the read
+// side concurrently.
 type Storage interface {
 	store.Loader
 	store.Appender

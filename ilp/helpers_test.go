@@ -20,6 +20,7 @@ import (
 
 	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/rowengine"
 	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
@@ -63,7 +64,7 @@ func newRig(t testing.TB, mod func(*Config), tables ...string) *rig {
 func newRigOpts(t testing.TB, opts rigOptions, tables ...string) *rig {
 	t.Helper()
 	mod := opts.mod
-	scfg := badgerstore.DefaultConfig()
+	scfg := rowengine.DefaultConfig()
 	scfg.Dir = t.TempDir()
 	db, err := badgerstore.Open(scfg, nil, nil)
 	require.NoError(t, err)

@@ -7,7 +7,8 @@
 // assigns the sequence, the committed last sequence is the watermark, a
 // batch is one atomic publish with a deduplication id, metadata lives in
 // key-value buckets updated with compare-and-set) stands behind the same
-// calls. store/storetest is the suite every backend runs; the subtest
+// calls (store/jsstore). Both keep their rows in store/rowengine, as
+// peers. store/storetest is the suite every backend runs; the subtest
 // checking each guarantee is named after it below.
 //
 // # What a backend guarantees

@@ -149,7 +149,7 @@ type TableCommit struct {
 	// Writes, ascending, are the indexes in Fragments at which the
 	// fragments of another write (request, TCP batch) of the group commit
 	// begin; nil: one write. A hint a backend may lay its data out by
-	// (badgerstore keeps the in-order points of two writes in two series
+	// (store/rowengine keeps the in-order points of two writes in two series
 	// runs, so that a write landing later between them needs no
 	// point-index look-up) and may ignore (memstore); it changes no
 	// read.
@@ -284,7 +284,7 @@ type TableStats struct {
 	// Series is the number of distinct tag sets (exact).
 	Series uint64
 	// Bytes is the backend's estimate of what the table's data takes in
-	// it, each backend saying how it counts (badgerstore: keys and values
+	// it, each backend saying how it counts (store/rowengine: keys and values
 	// before compression, not the superseded data its files hold until
 	// compaction; memstore: the fragments' encoded size).
 	Bytes uint64

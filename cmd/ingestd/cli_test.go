@@ -15,7 +15,7 @@ import (
 	"github.com/ingestd/ingestd/feed"
 	"github.com/ingestd/ingestd/httpapi"
 	"github.com/ingestd/ingestd/ilp"
-	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/rowengine"
 )
 
 // runCLI runs the command line as main does and returns its exit code,
@@ -119,7 +119,7 @@ func TestBadUsage(t *testing.T) {
 // environment; plain integers still work.
 func TestSizeFlags(t *testing.T) {
 	t.Setenv("INGESTD_STORE_MEMTABLE_BYTES", "1 GiB")
-	cfg := config{store: badgerstore.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig()}
+	cfg := config{store: rowengine.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig()}
 	fs := flag.NewFlagSet("ingestd", flag.ContinueOnError)
 	cmd := &cli.Command{Name: "ingestd", EnvPrefix: "INGESTD", Groups: cfg.registerFlags(fs)}
 	code, done := cmd.Parse(fs, []string{"--max-body-bytes", "32MiB", "--http-max-inflight-write-bytes=1GB", "--max-line-bytes", "4096",

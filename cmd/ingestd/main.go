@@ -50,6 +50,7 @@ import (
 	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/badgerstore"
 	"github.com/ingestd/ingestd/store/jsstore"
+	"github.com/ingestd/ingestd/store/rowengine"
 )
 
 func main() {
@@ -64,7 +65,7 @@ type config struct {
 	// backend is --store: "badger" (store/badgerstore, the default) or
 	// "jetstream" (store/jsstore, with the badger settings for its cache).
 	backend         string
-	store           badgerstore.Config
+	store           rowengine.Config
 	jetstream       jsstore.Config
 	feed            feed.Config
 	ilp             ilp.Config
@@ -140,7 +141,7 @@ func (c *config) registerFlags(fs *flag.FlagSet) *cli.FlagGroups {
 // defaultConfig is the daemon's configuration without flags.
 func defaultConfig() config {
 	return config{
-		backend: "badger", store: badgerstore.DefaultConfig(), jetstream: jsstore.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
+		backend: "badger", store: rowengine.DefaultConfig(), jetstream: jsstore.DefaultConfig(), feed: feed.DefaultConfig(), ilp: ilp.DefaultConfig(), http: httpapi.DefaultConfig(),
 		auth: auth.DefaultConfig(), httpAddr: ":8086", logLevel: "info", logFormat: "text", shutdownTimeout: 10 * time.Second, shutdownLimit: 45 * time.Second,
 		memoryLimitBytes: DefaultMemoryLimitBytes,
 	}

@@ -15,6 +15,7 @@ import (
 	"github.com/ingestd/ingestd/httpapi"
 	"github.com/ingestd/ingestd/ilp"
 	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/rowengine"
 )
 
 // serverURL is the in-process ingestd the examples and tests talk to
@@ -46,7 +47,7 @@ func startIngestd() (string, func() error, error) {
 	}
 	logger := slog.New(slog.DiscardHandler)
 	reg := prometheus.NewRegistry()
-	scfg := badgerstore.DefaultConfig()
+	scfg := rowengine.DefaultConfig()
 	scfg.Dir = dir
 	db, err := badgerstore.Open(scfg, logger, reg)
 	if err != nil {

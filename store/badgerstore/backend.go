@@ -2,41 +2,35 @@ package badgerstore
 
 import (
 	"context"
-	"encoding/binary"
-	"errors"
 	"fmt"
 
 	"github.com/dgraph-io/badger/v4"
 
 	"github.com/ingestd/ingestd/store"
+	"github.com/ingestd/ingestd/store/rowengine"
 )
 
-// This file is the store.Backend contract as badger implements it: each
-// exported method checks that the store is open and ctx alive, then runs
-// the unexported method doing the work, holding closeMu's read side so
-// that Close waits for it.
+// This file is the store.Backend contract: the metadata, numbering and
+// consumers this backend answers itself, each exported method checking
+// that the store is open and ctx alive and holding closeMu's read side so
+// that Close waits for it; rows, horizons and sweeps the row engine
+// answers.
 
 var _ store.Backend = (*DB)(nil)
 
-// MaxValueBytes is the largest value badger holds here (its value-log
-// file size): a table's block in one commit is one value.
-const MaxValueBytes = 256 << 20
-
-// maxKeyNameBytes is the longest name badger's keys hold: the longest
-// key, a consumer's position, holds a table name and a consumer name plus
-// 2 bytes, and badger refuses keys over 65,000 bytes.
+// maxKeyNameBytes is the longest name this backend's keys hold: the
+// longest key, a consumer's position, holds a table name and a consumer
+// name plus 2 bytes, and badger refuses keys over rowengine.MaxKeyBytes.
 const maxKeyNameBytes = 32_000
 
-// Limits returns what every DB holds: a block up to a value, a fragment
-// up to half of one, a table's metadata up to a quarter, names up to
-// maxKeyNameBytes.
-func Limits() store.Limits {
-	return store.Limits{MaxBlockBytes: MaxValueBytes, MaxFragmentBytes: MaxValueBytes / 2,
-		MaxMetaBytes: MaxValueBytes / 4, MaxNameBytes: maxKeyNameBytes}
+// Limits implements store.Backend: the row engine's blocks and fragments
+// (rowengine.Limits), a table's metadata up to a quarter of a value,
+// names up to maxKeyNameBytes.
+func (db *DB) Limits() store.Limits {
+	l := rowengine.Limits()
+	l.MaxMetaBytes, l.MaxNameBytes = rowengine.MaxValueBytes/4, maxKeyNameBytes
+	return l
 }
-
-// Limits implements store.Backend (the package's Limits).
-func (db *DB) Limits() store.Limits { return Limits() }
 
 // seqLeaseChunk is how many x_seq numbers one durable lease reserves beyond
 // what a commit needs: one extra fsync per this many fragments per table.
@@ -61,9 +55,9 @@ func (db *DB) leave() { db.closeMu.RUnlock() }
 
 // Close records each live table's exact x_seq as its lease (a restart
 // then burns no numbers; when that write fails the leases stay, which
-// only skips numbers), stops the value-log collector, flushes and closes
-// the database and releases the directory lock. In-flight calls finish
-// first; every later call, Close included, returns store.ErrClosed.
+// only skips numbers), then closes the row engine (rowengine.Engine.Close).
+// In-flight calls finish first; every later call, Close included,
+// returns store.ErrClosed.
 func (db *DB) Close() error {
 	db.closeMu.Lock()
 	if db.closed {
@@ -72,31 +66,10 @@ func (db *DB) Close() error {
 	}
 	db.closed = true
 	db.closeMu.Unlock()
-	if err := db.flushHeads(); err != nil {
-		db.logger.Warn("head runs not stored: the next Open replays them", "err", err)
-	}
 	if err := db.releaseLeases(); err != nil {
 		db.logger.Warn("x_seq leases not released: a restart skips the unused numbers", "err", err)
 	}
-	db.stopBackground()
-	err := db.bdb.Close()
-	if db.lock != nil {
-		err = errors.Join(err, db.lock.Close())
-	}
-	return err
-}
-
-// stopBackground stops the value-log collector and the mapped-pages
-// bound and waits for them, before badger closes.
-func (db *DB) stopBackground() {
-	if db.gc != nil {
-		close(db.gc.stop)
-		<-db.gc.done
-	}
-	if db.mapped != nil {
-		close(db.mapped.stop)
-		<-db.mapped.done
-	}
+	return db.e.Close()
 }
 
 // LoadTables implements store.Loader: every table's metadata, tombstones
@@ -109,29 +82,28 @@ func (db *DB) LoadTables(ctx context.Context) ([]store.TableMeta, error) {
 	return db.loadTables()
 }
 
-// LoadSeries implements store.Loader.
+// LoadSeries implements store.Loader (the row engine's).
 func (db *DB) LoadSeries(ctx context.Context, tid uint64) ([]store.Series, error) {
-	if err := db.enter(ctx); err != nil {
-		return nil, err
-	}
-	defer db.leave()
-	return db.loadSeries(tid)
+	return db.e.LoadSeries(ctx, tid)
 }
 
 // Append implements store.Appender: it assigns x_seq numbers from each
 // table's lease, extends a lease that runs out (one transaction holding
 // every extended table's metadata, durable before stamped runs), calls
-// stamped, then writes the commit as doc.go describes and returns once it
-// is fsynced (unless Config.UnsafeNoSync). Writer only.
+// stamped, then has the row engine write the commit, with the metadata of
+// each TableCommit.Meta, and returns once it is fsynced (unless
+// Config.UnsafeNoSync). Once stamped ran, ctx no longer stops it: the
+// numbers are handed out. Writer only.
 func (db *DB) Append(ctx context.Context, commits []store.TableCommit, stamped func()) error {
 	if err := db.enter(ctx); err != nil {
 		return err
 	}
 	defer db.leave()
-	if err := db.checkSpace(); err != nil {
+	if err := db.e.CheckSpace(); err != nil {
 		return err
 	}
-	var extended []*tableState
+	var extended []*instance
+	var own []rowengine.KV
 	for i := range commits {
 		tc := &commits[i]
 		st := db.table(tc.TableID)
@@ -157,10 +129,24 @@ func (db *DB) Append(ctx context.Context, commits []store.TableCommit, stamped f
 		}
 		db.leaseExtensions.Add(float64(len(extended)))
 	}
+	// The metadata a commit carries, with each lease as extended above:
+	// never lower than what writeMetas made durable.
+	for i := range commits {
+		if commits[i].Meta != nil {
+			st := db.table(commits[i].TableID)
+			m := st.meta
+			m.Seq = max(m.Seq, st.lease)
+			kvs, err := db.metaKVs(m)
+			if err != nil {
+				return err
+			}
+			own = append(own, kvs...)
+		}
+	}
 	if stamped != nil {
 		stamped()
 	}
-	return db.commit(commits)
+	return db.e.Apply(context.WithoutCancel(ctx), commits, own...)
 }
 
 // NewTableID implements store.Tables: ids are persisted with the metadata
@@ -179,23 +165,23 @@ func (db *DB) PutTable(ctx context.Context, m store.TableMeta) (store.TableMeta,
 		return store.TableMeta{}, err
 	}
 	defer db.leave()
-	if err := db.checkSpace(); err != nil {
+	if err := db.e.CheckSpace(); err != nil {
 		return store.TableMeta{}, err
 	}
 	m, err := db.adopt(db.table(m.ID), m)
 	if err != nil {
 		return store.TableMeta{}, err
 	}
-	return m, db.putMeta(m)
+	return m, db.e.Update(ctx, func(txn *badger.Txn) error { return db.setMeta(txn, m) })
 }
 
 // TruncateTable implements store.Tables (see endInstance). Writer only.
 func (db *DB) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
-	return db.endInstance(ctx, tid, func(txn *badger.Txn, old *tableState) (store.TableMeta, error) {
+	return db.endInstance(ctx, tid, func(txn *badger.Txn, old *instance) (store.TableMeta, error) {
 		m := store.TableMeta{Name: old.meta.Name, ID: db.allocTableID(), Sync: old.meta.Sync, Epoch: old.meta.Epoch + 1,
 			Seq: old.lease, Retention: old.meta.Retention}
 		return m, db.setMeta(txn, m)
-	}, func(m store.TableMeta, old *tableState) {
+	}, func(m store.TableMeta, old *instance) {
 		st := db.table(m.ID)
 		st.meta, st.live, st.seq, st.lease = m, true, old.seq, old.lease
 	})
@@ -204,7 +190,7 @@ func (db *DB) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta, e
 // DropTable implements store.Tables (see endInstance); its transaction
 // also deletes the name's consumers. Writer only.
 func (db *DB) DropTable(ctx context.Context, tid uint64) (store.TableMeta, error) {
-	return db.endInstance(ctx, tid, func(txn *badger.Txn, old *tableState) (store.TableMeta, error) {
+	return db.endInstance(ctx, tid, func(txn *badger.Txn, old *instance) (store.TableMeta, error) {
 		tomb := store.TableMeta{Name: old.meta.Name, Epoch: old.meta.Epoch, Seq: max(old.lease, old.seq), Dropped: true}
 		if err := db.setMeta(txn, tomb); err != nil {
 			return store.TableMeta{}, err
@@ -225,18 +211,19 @@ func (db *DB) DropTable(ctx context.Context, tid uint64) (store.TableMeta, error
 }
 
 // endInstance ends live instance tid (TRUNCATE, DROP): one transaction
-// writes what end puts in its place and a drop mark for tid; then ended
-// (when non-nil) sees the result, and the instance's keys go (badger
-// DropPrefix, which blocks writes while it runs) with the mark. A crash
-// before that leaves the mark, and Open finishes the removal, so the
-// change is whole or not at all.
-func (db *DB) endInstance(ctx context.Context, tid uint64, end func(*badger.Txn, *tableState) (store.TableMeta, error),
-	ended func(store.TableMeta, *tableState)) (store.TableMeta, error) {
+// writes what end puts in its place and the row engine's drop mark for
+// tid (rowengine.MarkDrop); then ended (when non-nil) sees the result,
+// and the engine removes the instance's rows (rowengine.Engine.DropInstance,
+// which blocks writes while it runs) with the mark. A crash before that
+// leaves the mark, and Open finishes the removal, so the change is whole
+// or not at all.
+func (db *DB) endInstance(ctx context.Context, tid uint64, end func(*badger.Txn, *instance) (store.TableMeta, error),
+	ended func(store.TableMeta, *instance)) (store.TableMeta, error) {
 	if err := db.enter(ctx); err != nil {
 		return store.TableMeta{}, err
 	}
 	defer db.leave()
-	if err := db.checkSpace(); err != nil {
+	if err := db.e.CheckSpace(); err != nil {
 		return store.TableMeta{}, err
 	}
 	old, err := db.liveTable(tid)
@@ -244,12 +231,12 @@ func (db *DB) endInstance(ctx context.Context, tid uint64, end func(*badger.Txn,
 		return store.TableMeta{}, err
 	}
 	var m store.TableMeta
-	err = db.bdb.Update(func(txn *badger.Txn) error {
+	err = db.e.Update(ctx, func(txn *badger.Txn) error {
 		var err error
 		if m, err = end(txn, old); err != nil {
 			return err
 		}
-		return txn.Set(dropKey(tid), nil)
+		return rowengine.MarkDrop(txn, tid)
 	})
 	if err != nil {
 		return store.TableMeta{}, err
@@ -258,7 +245,10 @@ func (db *DB) endInstance(ctx context.Context, tid uint64, end func(*badger.Txn,
 		ended(m, old)
 	}
 	old.live = false
-	return m, db.dropInstance(tid)
+	db.mu.Lock()
+	delete(db.tables, tid)
+	db.mu.Unlock()
+	return m, db.e.DropInstance(context.WithoutCancel(ctx), tid)
 }
 
 // PruneTombstone implements store.Tables in one transaction. Writer only.
@@ -267,10 +257,10 @@ func (db *DB) PruneTombstone(ctx context.Context, name string, floor store.Table
 		return err
 	}
 	defer db.leave()
-	if err := db.checkSpace(); err != nil {
+	if err := db.e.CheckSpace(); err != nil {
 		return err
 	}
-	return db.bdb.Update(func(txn *badger.Txn) error {
+	return db.e.Update(ctx, func(txn *badger.Txn) error {
 		if err := db.setMeta(txn, floor); err != nil {
 			return err
 		}
@@ -278,32 +268,24 @@ func (db *DB) PruneTombstone(ctx context.Context, name string, floor store.Table
 	})
 }
 
-// ReadSeq implements store.Reader (see readSeq).
+// ReadSeq implements store.Reader (the row engine's).
 func (db *DB) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int, filter *store.SeqFilter, visit func(*store.Row) error) (uint64, error) {
-	if err := db.enter(ctx); err != nil {
-		return after, err
-	}
-	defer db.leave()
-	return db.readSeq(ctx, tid, after, upto, limit, filter, visit)
+	return db.e.ReadSeq(ctx, tid, after, upto, limit, filter, visit)
 }
 
-// SeqTime implements store.Reader (see seqTime).
+// SeqTime implements store.Reader (the row engine's).
 func (db *DB) SeqTime(ctx context.Context, tid, seq uint64) (int64, bool, error) {
-	if err := db.enter(ctx); err != nil {
-		return 0, false, err
-	}
-	defer db.leave()
-	return db.seqTime(tid, seq)
+	return db.e.SeqTime(ctx, tid, seq)
 }
 
-// ReadRows implements store.Reader (see readRows).
+// ReadRows implements store.Reader (the row engine's).
 func (db *DB) ReadRows(ctx context.Context, tid uint64, cur store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error) {
-	if err := db.enter(ctx); err != nil {
-		return nil, false, err
-	}
-	defer db.leave()
-	return db.readRows(ctx, tid, cur, start, end, limit, visit)
+	return db.e.ReadRows(ctx, tid, cur, start, end, limit, visit)
 }
+
+// ReadCounts returns the blocks and point-index entries the row engine's
+// reads read since Open (rowengine.Engine.ReadCounts).
+func (db *DB) ReadCounts() (blocks, entries uint64) { return db.e.ReadCounts() }
 
 // PutConsumers implements store.ConsumerStore (see putConsumers).
 func (db *DB) PutConsumers(ctx context.Context, byTable map[string][]store.Consumer) error {
@@ -311,7 +293,7 @@ func (db *DB) PutConsumers(ctx context.Context, byTable map[string][]store.Consu
 		return err
 	}
 	defer db.leave()
-	return db.putConsumers(byTable)
+	return db.putConsumers(ctx, byTable)
 }
 
 // LoadConsumers implements store.ConsumerStore (see loadConsumers).
@@ -320,7 +302,7 @@ func (db *DB) LoadConsumers(ctx context.Context, table string) ([]store.Consumer
 		return nil, err
 	}
 	defer db.leave()
-	return db.loadConsumers(table)
+	return db.loadConsumers(ctx, table)
 }
 
 // DeleteConsumer implements store.ConsumerStore.
@@ -329,59 +311,39 @@ func (db *DB) DeleteConsumer(ctx context.Context, table, name string) error {
 		return err
 	}
 	defer db.leave()
-	return db.deleteConsumer(table, name)
+	return db.deleteConsumer(ctx, table, name)
 }
 
-// SweepBefore implements store.Sweeper (see sweepBefore). Writer only.
+// SweepBefore implements store.Sweeper (the row engine's). Writer only.
 func (db *DB) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
-	if err := db.enter(ctx); err != nil {
-		return store.SweepResult{}, err
-	}
-	defer db.leave()
-	return db.sweepBefore(tid, cutoff, maxFragments)
+	return db.e.SweepBefore(ctx, tid, cutoff, maxFragments)
 }
 
-// RaiseHorizon implements store.Sweeper (see raiseHorizon). Writer only.
+// RaiseHorizon implements store.Sweeper (the row engine's). Writer only.
 func (db *DB) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error) {
-	if err := db.enter(ctx); err != nil {
-		return 0, err
-	}
-	defer db.leave()
-	return db.raiseHorizon(tid, h)
+	return db.e.RaiseHorizon(ctx, tid, h)
 }
 
-// Horizon implements store.Sweeper (see horizon).
+// Horizon implements store.Sweeper (the row engine's).
 func (db *DB) Horizon(ctx context.Context, tid uint64) (uint64, error) {
-	if err := db.enter(ctx); err != nil {
-		return 0, err
-	}
-	defer db.leave()
-	return db.horizon(tid)
+	return db.e.Horizon(ctx, tid)
 }
 
-// FirstSeqSince implements store.Sweeper (see firstSeqSince).
+// FirstSeqSince implements store.Sweeper (the row engine's).
 func (db *DB) FirstSeqSince(ctx context.Context, tid, from uint64, cutoff int64, maxBlocks int) (uint64, bool, bool, error) {
-	if err := db.enter(ctx); err != nil {
-		return 0, false, false, err
-	}
-	defer db.leave()
-	return db.firstSeqSince(tid, from, cutoff, maxBlocks)
+	return db.e.FirstSeqSince(ctx, tid, from, cutoff, maxBlocks)
 }
 
-// TableStats implements store.StatsReader (see countTable).
+// TableStats implements store.StatsReader (the row engine's).
 func (db *DB) TableStats(ctx context.Context, tid uint64) (store.TableStats, error) {
-	if err := db.enter(ctx); err != nil {
-		return store.TableStats{}, err
-	}
-	defer db.leave()
-	return db.countTable(tid)
+	return db.e.TableStats(ctx, tid)
 }
 
 // adopt makes m the metadata of instance st and returns it as it will be
 // stored. An instance new to this process starts its x_seq counter at
 // m.Seq, raised (with the epoch) above a tombstone of the same name; a
 // known one keeps Seq at its lease. Writer only.
-func (db *DB) adopt(st *tableState, m store.TableMeta) (store.TableMeta, error) {
+func (db *DB) adopt(st *instance, m store.TableMeta) (store.TableMeta, error) {
 	if !st.live {
 		prev, found, err := db.getMeta(m.Name)
 		if err != nil {
@@ -407,125 +369,10 @@ func (db *DB) adopt(st *tableState, m store.TableMeta) (store.TableMeta, error) 
 }
 
 // liveTable returns the state of live instance tid.
-func (db *DB) liveTable(tid uint64) (*tableState, error) {
+func (db *DB) liveTable(tid uint64) (*instance, error) {
 	st := db.table(tid)
 	if !st.live {
 		return nil, fmt.Errorf("store: table instance %d is not live", tid)
 	}
 	return st, nil
-}
-
-// getMeta reads the metadata stored under name.
-func (db *DB) getMeta(name string) (m store.TableMeta, found bool, err error) {
-	err = db.bdb.View(func(txn *badger.Txn) error {
-		item, err := txn.Get(metaKey(name))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
-			return err
-		}
-		found = true
-		err = item.Value(func(v []byte) (err error) {
-			m, err = decodeMeta(name, v) // the key's name (encodeMeta)
-			return err
-		})
-		if err != nil {
-			return &store.CorruptionError{Key: metaKey(name), Err: err}
-		}
-		return nil
-	})
-	return m, found, err
-}
-
-// setMeta writes m under its name and the instance id high-water in txn.
-func (db *DB) setMeta(txn *badger.Txn, m store.TableMeta) error {
-	v, err := encodeMeta(m)
-	if err != nil {
-		return err
-	}
-	if err := txn.Set(metaKey(m.Name), v); err != nil {
-		return err
-	}
-	return txn.Set([]byte{ksNext, 't'}, binary.AppendUvarint(nil, db.nextTID))
-}
-
-// writeMetas durably writes the metadata of sts with each lease, in one
-// transaction.
-func (db *DB) writeMetas(sts []*tableState) error {
-	return db.bdb.Update(func(txn *badger.Txn) error {
-		for _, st := range sts {
-			m := st.meta
-			m.Seq = st.lease
-			if err := db.setMeta(txn, m); err != nil {
-				return err
-			}
-		}
-		return nil
-	})
-}
-
-// releaseLeases lowers each live table's lease to its exact x_seq.
-func (db *DB) releaseLeases() error {
-	var sts []*tableState
-	db.mu.Lock()
-	for _, st := range db.tables {
-		if st.live && st.lease > st.seq {
-			st.lease = st.seq
-			sts = append(sts, st)
-		}
-	}
-	db.mu.Unlock()
-	if len(sts) == 0 {
-		return nil
-	}
-	if err := db.checkSpace(); err != nil {
-		return err
-	}
-	return db.writeMetas(sts)
-}
-
-// dropKey marks instance tid for removal ('x' tid): written with the
-// metadata change that ends the instance, deleted once its data is gone.
-func dropKey(tid uint64) []byte { return tablePrefix(ksDrop, tid) }
-
-// dropInstance removes what instance tid stored, then its drop mark.
-func (db *DB) dropInstance(tid uint64) error {
-	if err := db.dropTableData(tid); err != nil {
-		return err
-	}
-	return db.bdb.Update(func(txn *badger.Txn) error { return txn.Delete(dropKey(tid)) })
-}
-
-// ApplyAt writes commits whose x_seq numbers another system already
-// assigned (each TableCommit.FirstSeq as given, 0 for an unsynced block)
-// instead of assigning them as Append does: store/jsstore materialises a
-// JetStream stream's blocks into a badger cache with it. Every instance
-// written must be live (PutTable); its x_seq counter is raised to the
-// commit's last number so a later Append never goes below it. A series
-// given again (store/jsstore republishes a table's dictionary before it
-// purges old messages) keeps its entry's value and what the store knows
-// of its stored times. It returns
-// once the commit is fsynced (unless Config.UnsafeNoSync), like Append.
-// Writer only; the default backend's own writes never call it.
-func (db *DB) ApplyAt(ctx context.Context, commits []store.TableCommit) error {
-	if err := db.enter(ctx); err != nil {
-		return err
-	}
-	defer db.leave()
-	if err := db.checkSpace(); err != nil {
-		return err
-	}
-	for i := range commits {
-		tc := &commits[i]
-		st, err := db.liveTable(tc.TableID)
-		if err != nil {
-			return err
-		}
-		if tc.FirstSeq != 0 && len(tc.Fragments) > 0 {
-			last := tc.FirstSeq + uint64(len(tc.Fragments)) - 1
-			st.seq, st.lease = max(st.seq, last), max(st.lease, last)
-		}
-	}
-	return db.commit(commits)
 }

@@ -1,7 +1,7 @@
 package badgerstore
 
 import (
-	"errors"
+	"context"
 
 	"github.com/dgraph-io/badger/v4"
 
@@ -16,38 +16,38 @@ func consumerKey(table, name string) []byte { return append(consumerPrefix(table
 
 // putConsumers durably writes consumer positions, by table name. Safe for
 // concurrent use.
-func (db *DB) putConsumers(byTable map[string][]store.Consumer) error {
-	if err := db.checkSpace(); err != nil {
+func (db *DB) putConsumers(ctx context.Context, byTable map[string][]store.Consumer) error {
+	if err := db.e.CheckSpace(); err != nil {
 		return err
 	}
-	wb := db.bdb.NewWriteBatch()
-	defer wb.Cancel()
-	for table, cs := range byTable {
-		for _, c := range cs {
-			v, err := encodeConsumer(c)
-			if err != nil {
-				return err
-			}
-			if err := wb.Set(consumerKey(table, c.Name), v); err != nil {
-				return err
+	return db.e.WriteBatch(ctx, func(wb *badger.WriteBatch) error {
+		for table, cs := range byTable {
+			for _, c := range cs {
+				v, err := encodeConsumer(c)
+				if err != nil {
+					return err
+				}
+				if err := wb.Set(consumerKey(table, c.Name), v); err != nil {
+					return err
+				}
 			}
 		}
-	}
-	return wb.Flush()
+		return nil
+	})
 }
 
 // deleteConsumer forgets one consumer of a table; it is not an error when
 // there is none. Safe for concurrent use.
-func (db *DB) deleteConsumer(table, name string) error {
-	return db.bdb.Update(func(txn *badger.Txn) error { return txn.Delete(consumerKey(table, name)) })
+func (db *DB) deleteConsumer(ctx context.Context, table, name string) error {
+	return db.e.Update(ctx, func(txn *badger.Txn) error { return txn.Delete(consumerKey(table, name)) })
 }
 
 // loadConsumers returns the consumers of a table, ordered by name, each
 // name read from its key. Table names never contain 0x00 (the feed refuses
 // them), so a table's prefix 'c' name 0x00 covers its consumers only.
-func (db *DB) loadConsumers(table string) ([]store.Consumer, error) {
+func (db *DB) loadConsumers(ctx context.Context, table string) ([]store.Consumer, error) {
 	var out []store.Consumer
-	err := db.bdb.View(func(txn *badger.Txn) error {
+	err := db.e.View(ctx, func(txn *badger.Txn) error {
 		prefix := consumerPrefix(table)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: prefix, PrefetchValues: true})
 		defer it.Close()
@@ -65,31 +65,4 @@ func (db *DB) loadConsumers(table string) ([]store.Consumer, error) {
 		return nil
 	})
 	return out, err
-}
-
-// seqTime returns when the server committed the fragment with x_seq seq of
-// table instance tid (Unix nanoseconds), or ok=false when no stored block
-// holds seq (e.g. a burned gap or a truncated range: the next stored one
-// answers). Safe for concurrent use.
-func (db *DB) seqTime(tid, seq uint64) (ts int64, ok bool, err error) {
-	err = db.bdb.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSync, tid), PrefetchValues: false})
-		defer it.Close()
-		it.Seek(tableKey(ksSync, tid, seq))
-		if !it.Valid() {
-			return nil
-		}
-		return it.Item().Value(func(v []byte) error {
-			var br blockReader
-			if err := br.init(v); err != nil {
-				return &store.CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
-			}
-			ts, ok = br.commitTime, true
-			return nil
-		})
-	})
-	if errors.Is(err, badger.ErrKeyNotFound) {
-		return 0, false, nil
-	}
-	return ts, ok, err
 }

@@ -8,6 +8,7 @@ import (
 
 	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/rowengine"
 	"github.com/ingestd/ingestd/store/storetest"
 )
 
@@ -21,7 +22,7 @@ func TestContract(t *testing.T) {
 			dirs = map[store.Backend]string{}
 		)
 		openDir := func(t testing.TB, dir string) store.Backend {
-			cfg := badgerstore.DefaultConfig()
+			cfg := rowengine.DefaultConfig()
 			cfg.Dir = dir
 			db, err := badgerstore.Open(cfg, nil, nil)
 			require.NoError(t, err)
@@ -54,7 +55,7 @@ func TestContract(t *testing.T) {
 	})
 	t.Run("memory", func(t *testing.T) {
 		storetest.Run(t, storetest.Harness{New: func(t testing.TB) store.Backend {
-			cfg := badgerstore.DefaultConfig()
+			cfg := rowengine.DefaultConfig()
 			cfg.InMemory = true
 			db, err := badgerstore.Open(cfg, nil, nil)
 			require.NoError(t, err)

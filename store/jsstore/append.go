@@ -14,7 +14,7 @@ import (
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ingestd/ingestd/store"
-	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/rowengine"
 )
 
 // The headers of a block message (doc.go, "Block messages").
@@ -281,21 +281,28 @@ func (s *Store) prepare(t *table, tc *store.TableCommit, kind string) (publishJo
 // fragments (prepare's initial size: the counts).
 const bodyFraming = 4 * binary.MaxVarintLen64
 
+// maxNameBytes bounds a table, column or consumer name: the default
+// backend's bound, so that what one backend takes the other does too.
+// The row cache keeps no name; a name's room is in the table's record
+// (limitsOf).
+const maxNameBytes = 32_000
+
 // limitsOf returns the store's limits for servers whose max_payload is
 // maxPayload and block messages of at most maxMsg body bytes: the row
-// cache's (badger's), narrowed to what a message holds. A fragment
-// travels in one message, and a block in an atomic batch of at most
-// maxBatchMessages, each filled at least half by prepare; a table's
+// cache's (rowengine.Limits), narrowed to what a message holds. A
+// fragment travels in one message, and a block in an atomic batch of at
+// most maxBatchMessages, each filled at least half by prepare; a table's
 // record is one key-value entry of at most maxPayload bytes, which holds
 // the schema and, besides it, the name twice (as bytes and in the
 // metadata, each JSON-escaped to at most 6 bytes per byte), the stream's
 // name, anchors and counters (recordRoom).
 func limitsOf(maxPayload, maxMsg int) store.Limits {
-	l := badgerstore.Limits()
+	l := rowengine.Limits()
+	l.MaxNameBytes = maxNameBytes
 	recordRoom := 12*l.MaxNameBytes + 4096
 	l.MaxFragmentBytes = min(l.MaxFragmentBytes, maxMsg-bodyFraming)
 	l.MaxBlockBytes = min(l.MaxBlockBytes, maxBatchMessages/2*(maxMsg-bodyFraming))
-	l.MaxMetaBytes = min(l.MaxMetaBytes, maxPayload-recordRoom)
+	l.MaxMetaBytes = maxPayload - recordRoom
 	return l
 }
 

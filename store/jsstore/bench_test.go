@@ -8,6 +8,7 @@ import (
 
 	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/rowengine"
 )
 
 // BenchmarkAppend commits groups of fragments (10 numeric fields each,
@@ -23,7 +24,7 @@ func BenchmarkAppend(b *testing.B) {
 		open func(b *testing.B) store.Backend
 	}{
 		{"badger", func(b *testing.B) store.Backend {
-			cfg := badgerstore.DefaultConfig()
+			cfg := rowengine.DefaultConfig()
 			cfg.Dir = b.TempDir()
 			db, err := badgerstore.Open(cfg, nil, nil)
 			require.NoError(b, err)

@@ -11,8 +11,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
-	"github.com/ingestd/ingestd/store/badgerstore"
 	"github.com/ingestd/ingestd/store/jsstore/natstest"
+	"github.com/ingestd/ingestd/store/rowengine"
 	"github.com/ingestd/ingestd/store/storetest"
 )
 
@@ -43,7 +43,7 @@ func (h *harness) config(t testing.TB) Config {
 
 func (h *harness) open(t testing.TB, cfg Config) *Store {
 	t.Helper()
-	s, err := Open(cfg, badgerstore.DefaultConfig(), nil, nil)
+	s, err := Open(cfg, rowengine.DefaultConfig(), nil, nil)
 	require.NoError(t, err)
 	h.mu.Lock()
 	h.cfgs[s] = cfg

@@ -162,9 +162,11 @@
 // # Row cache
 //
 // Rows for drains and /rows are materialised from the streams into a
-// local badgerstore (Config.CacheDir/rows; one cache instance per table
-// instance, named after its id) through badgerstore.DB.ApplyAt, which
-// stores blocks at the x_seq numbers the follower gives them. Each live
+// local row engine (store/rowengine, in Config.CacheDir/rows, keyed by
+// table instance id, as the default backend keeps its rows) through
+// rowengine.Engine.Apply, which stores blocks at the x_seq numbers the
+// follower gives them. The cache holds rows only: names, schemas and
+// consumers are in the meta bucket. Each live
 // table has a follower (follow.go): a goroutine reading the table's
 // stream with an ordered consumer from the anchor on (nats.go recreates
 // it after a lost connection, from the last message it delivered), which
@@ -247,7 +249,7 @@
 // messages may hold the first use of series still in use, so the
 // instance's series dictionary is published again (one message of series
 // only) before the purge; a rebuild applies a repeated series as the
-// same entry (badgerstore.DB.ApplyAt keeps what it knows of its times).
+// same entry (rowengine.Engine.Apply keeps what it knows of its times).
 // JetStream's purge keeps the stream's sequence running. Messages of an
 // ended instance are purged at TRUNCATE and DROP.
 //
@@ -268,8 +270,8 @@
 // callback; a table's follower.fmu its numbering, applied position, held
 // messages and age index (follower.fcond, on it, is broadcast at every
 // change: Append and Open wait on it); Store.cacheMu serializes the
-// cache's writer side (the followers' ApplyAt, the resolver's DDL, sweeps
-// and horizons), which badgerstore calls one goroutine at a time.
+// cache's writer side (the followers' Apply, the resolver's DDL, sweeps
+// and horizons), which the row engine takes one goroutine at a time.
 // Store.mu and fmu are never held together; cacheMu is taken with
 // neither, and a follower takes Store.mu inside it (the record decides
 // whether a block goes to the cache). A table's life mutex serializes

@@ -495,7 +495,7 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 			s.cacheMu.Lock()
 			err := s.syncCacheLocked(t)
 			if live = err == nil && t.cached == tc.TableID; live {
-				err = s.cache.ApplyAt(context.Background(), []store.TableCommit{tc})
+				err = s.cache.Apply(context.Background(), []store.TableCommit{tc})
 			}
 			s.cacheMu.Unlock()
 			if err != nil {

@@ -17,7 +17,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
-	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/rowengine"
 	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
@@ -558,7 +558,7 @@ func TestReplicasRefusedOrClamped(t *testing.T) {
 	h := newHarness(t, 1)
 	cfg := h.config(t)
 	cfg.Replicas = 3
-	_, err := Open(cfg, badgerstore.DefaultConfig(), nil, nil)
+	_, err := Open(cfg, rowengine.DefaultConfig(), nil, nil)
 	require.ErrorContains(t, err, "cannot place 3 replicas")
 	require.ErrorContains(t, err, "--jetstream-replicas")
 	cfg.ClampReplicas = true

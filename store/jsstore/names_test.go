@@ -10,7 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
-	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/rowengine"
 )
 
 // TestHostileNames: table names with what stream names and KV keys may
@@ -55,7 +55,7 @@ func TestHostileNames(t *testing.T) {
 func TestSyncIntervalWarning(t *testing.T) {
 	h := newHarness(t, 1)
 	var logs bytes.Buffer
-	s, err := Open(h.config(t), badgerstore.DefaultConfig(), slog.New(slog.NewTextHandler(&logs, nil)), nil)
+	s, err := Open(h.config(t), rowengine.DefaultConfig(), slog.New(slog.NewTextHandler(&logs, nil)), nil)
 	require.NoError(t, err)
 	require.NoError(t, s.Close())
 	require.Contains(t, logs.String(), "level=WARN")

@@ -22,7 +22,7 @@ func (s *Store) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int,
 }
 
 // ReadCounts returns the blocks and point-index entries the row cache's
-// reads (ReadSeq, ReadRows) read since Open: badgerstore.DB.ReadCounts.
+// reads (ReadSeq, ReadRows) read since Open: rowengine.Engine.ReadCounts.
 func (s *Store) ReadCounts() (blocks, entries uint64) { return s.cache.ReadCounts() }
 
 // SeqTime implements store.Reader from the row cache.
@@ -63,7 +63,7 @@ func (s *Store) FirstSeqSince(ctx context.Context, tid, from uint64, cutoff int6
 }
 
 // TableStats implements store.StatsReader from the row cache (its counts
-// and their age, badgerstore.Config.TableStatsMaxAge).
+// and their age, rowengine.Config.TableStatsMaxAge).
 func (s *Store) TableStats(ctx context.Context, tid uint64) (store.TableStats, error) {
 	if err := s.enter(ctx); err != nil {
 		return store.TableStats{}, err

@@ -202,8 +202,8 @@ func changeKind(prev, rec record) string {
 }
 
 // syncCache makes the cache hold the live instance of t's record: an
-// ended instance's rows go (and its age index), a new one's table is
-// created. Whoever changed the record calls it; a follower calls it
+// ended instance's rows go (and its age index), a new one starts at the
+// record's horizon. Whoever changed the record calls it; a follower calls it
 // before it applies a block (the record may have moved on since).
 func (s *Store) syncCache(t *table) error {
 	s.cacheMu.Lock()
@@ -224,7 +224,7 @@ func (s *Store) syncCacheLocked(t *table) error {
 	}
 	ctx := context.Background()
 	if t.cached != 0 {
-		if _, err := s.cache.DropTable(ctx, t.cached); err != nil {
+		if err := s.cache.DropInstance(ctx, t.cached); err != nil {
 			return err
 		}
 		t.f.fmu.Lock()
@@ -233,9 +233,6 @@ func (s *Store) syncCacheLocked(t *table) error {
 	}
 	t.cached = 0
 	if want != 0 {
-		if _, err := s.cache.PutTable(ctx, cacheMeta(want)); err != nil {
-			return err
-		}
 		// Another process's retention trimmed the instance's history: a
 		// drain below its horizon is refused here too.
 		if horizon > 1 {

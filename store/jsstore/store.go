@@ -26,7 +26,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/ingestd/ingestd/store"
-	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/rowengine"
 )
 
 // opTimeout bounds one metadata operation (a KV read or update, a stream
@@ -101,7 +101,7 @@ type Store struct {
 	nc     *nats.Conn
 	js     jetstream.JetStream
 	meta   jetstream.KeyValue
-	cache  *badgerstore.DB
+	cache  *rowengine.Engine
 	lock   *os.File
 	node   string // this process's id in message ids
 	// replicas is what the streams and buckets were created with.
@@ -113,7 +113,7 @@ type Store struct {
 
 	// cacheMu serializes the cache's writer side (the followers' applies,
 	// the writer's DDL, sweeps and horizons): one goroutine at a time, as
-	// badgerstore's contract asks.
+	// the row engine asks.
 	cacheMu sync.Mutex
 
 	mu     sync.Mutex        // guards byName and byTID (the writer changes them, readers look)
@@ -204,7 +204,7 @@ var _ store.Backend = (*Store)(nil)
 // another process holds cfg.CacheDir (store.ErrLocked). cacheCfg
 // configures the cache's badger (its Dir is replaced). logger may be nil
 // (discard); reg may be nil (no metrics).
-func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prometheus.Registerer) (_ *Store, err error) {
+func Open(cfg Config, cacheCfg rowengine.Config, logger *slog.Logger, reg prometheus.Registerer) (_ *Store, err error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
@@ -254,7 +254,7 @@ func Open(cfg Config, cacheCfg badgerstore.Config, logger *slog.Logger, reg prom
 		return nil, fmt.Errorf("jsstore: clear the row cache: %w", err)
 	}
 	cacheCfg.Dir, cacheCfg.InMemory, cacheCfg.UnsafeNoSync = rows, false, true
-	if s.cache, err = badgerstore.Open(cacheCfg, logger, reg); err != nil {
+	if s.cache, err = rowengine.Open(cacheCfg, logger, reg); err != nil {
 		return nil, fmt.Errorf("jsstore: open the row cache: %w", err)
 	}
 	if err := s.load(); err != nil {
@@ -723,12 +723,6 @@ func (s *Store) eachRecord(ctx context.Context, atLeast uint64, fn func(jetstrea
 			return err
 		}
 	}
-}
-
-// cacheMeta is instance tid's metadata in the cache: one name per
-// instance, so that the cache never sees two instances under one name.
-func cacheMeta(tid uint64) store.TableMeta {
-	return store.TableMeta{Name: "i" + strconv.FormatUint(tid, 16), ID: tid, Sync: true, Epoch: 1}
 }
 
 // catchUp starts t's follower at the record's anchor and waits until it

@@ -14,8 +14,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
-	"github.com/ingestd/ingestd/store/badgerstore"
 	"github.com/ingestd/ingestd/store/jsstore/natstest"
+	"github.com/ingestd/ingestd/store/rowengine"
 	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
@@ -33,7 +33,7 @@ func TestSwitchOffIsolatedServer(t *testing.T) {
 	h := &harness{cluster: c, cfgs: map[store.Backend]Config{}}
 	cfg := h.config(t)
 	cfg.PublishTimeout, cfg.SwitchAfter = 20*time.Second, time.Second
-	s, err := Open(cfg, badgerstore.DefaultConfig(), nil, nil)
+	s, err := Open(cfg, rowengine.DefaultConfig(), nil, nil)
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = s.Close() })
 	m := createTable(t, s, "isolated")

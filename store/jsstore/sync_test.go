@@ -9,10 +9,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/ingestd/ingestd/store/rowengine"
 	"github.com/nats-io/nats-server/v2/server"
 	"github.com/stretchr/testify/require"
-
-	"github.com/ingestd/ingestd/store/badgerstore"
 )
 
 // TestSyncIntervalChecked: where the operator exported the system
@@ -51,7 +50,7 @@ system_account: SYS
 			cfg.URLs, cfg.User, cfg.Password, cfg.Replicas = srv.ClientURL(), "app", "app", 1
 			cfg.CacheDir = filepath.Join(dir, "cache")
 			var logs bytes.Buffer
-			s, err := Open(cfg, badgerstore.DefaultConfig(), slog.New(slog.NewTextHandler(&logs, nil)), nil)
+			s, err := Open(cfg, rowengine.DefaultConfig(), slog.New(slog.NewTextHandler(&logs, nil)), nil)
 			require.NoError(t, err)
 			require.NoError(t, s.Close())
 			require.NotContains(t, logs.String(), "cannot read the servers' sync_interval", "the VARZ request was answered")

@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"strconv"
@@ -22,7 +22,7 @@ func TestLSMMetrics(t *testing.T) {
 	cfg.GCInterval = 0
 	db, err := Open(cfg, nil, nil)
 	require.NoError(t, err)
-	tid := db.allocTableID()
+	tid := nextTID()
 	require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}},
 		Fragments: []store.Fragment{{Series: 1, Time: 1, Fields: []store.Field{{Col: 1, Value: store.Value{Kind: store.KindInt, Num: 7}}}}}}}))
 	require.NoError(t, db.Close()) // flushes the memtable to level 0

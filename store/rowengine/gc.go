@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"errors"
@@ -40,7 +40,7 @@ func newGCState() *gcState {
 }
 
 // runGC is the background loop: a pass every interval until Close.
-func (db *DB) runGC(interval time.Duration, bytesPerSecond int64) {
+func (db *Engine) runGC(interval time.Duration, bytesPerSecond int64) {
 	defer close(db.gc.done)
 	t := time.NewTicker(interval)
 	defer t.Stop()
@@ -64,9 +64,9 @@ func (db *DB) runGC(interval time.Duration, bytesPerSecond int64) {
 // file takes at --store-gc-max-bytes-per-second. It returns how many files it rewrote. The file badger is
 // writing to is never rewritten. Safe for concurrent use; passes run one
 // at a time.
-func (db *DB) collectGarbage() (int, error) { return db.collect(db.gcBytesPerSecond) }
+func (db *Engine) collectGarbage() (int, error) { return db.collect(db.gcBytesPerSecond) }
 
-func (db *DB) collect(bytesPerSecond int64) (n int, err error) {
+func (db *Engine) collect(bytesPerSecond int64) (n int, err error) {
 	if db.gc == nil {
 		return 0, nil
 	}
@@ -117,14 +117,14 @@ func (db *DB) collect(bytesPerSecond int64) (n int, err error) {
 // (allocated blocks, as du counts them: badger preallocates value-log
 // files sparsely), the LSM tree's (.sst) and the value log's (.vlog)
 // apart; the memtable logs, manifest and other files count as lsm.
-func (db *DB) diskSize() (lsm, vlog int64) {
+func (db *Engine) diskSize() (lsm, vlog int64) {
 	lsm, vlog, _, _ = db.diskFiles()
 	return lsm, vlog
 }
 
 // diskFiles is diskSize with the number of files of each part: badger
 // keeps every one of them open and mapped.
-func (db *DB) diskFiles() (lsm, vlog int64, lsmFiles, vlogFiles int) {
+func (db *Engine) diskFiles() (lsm, vlog int64, lsmFiles, vlogFiles int) {
 	if db.dir == "" || db.lock == nil {
 		l, v := db.bdb.Size()
 		return l, v, 0, 0
@@ -154,7 +154,7 @@ func (db *DB) diskFiles() (lsm, vlog int64, lsmFiles, vlogFiles int) {
 }
 
 // sizeCollector reports the data directory's size at every scrape.
-type sizeCollector struct{ db *DB }
+type sizeCollector struct{ db *Engine }
 
 var sizeDesc = prometheus.NewDesc("ingestd_store_size_bytes",
 	"Bytes the data directory occupies on disk (allocated blocks, measured at each scrape) by part: vlog (value-log files), lsm (everything else: LSM tables, memtable logs, manifest).",
@@ -176,7 +176,7 @@ func (c sizeCollector) Collect(ch chan<- prometheus.Metric) {
 
 // lsmCollector reports the LSM tree's shape and how long the write path
 // waited on it, at every scrape.
-type lsmCollector struct{ db *DB }
+type lsmCollector struct{ db *Engine }
 
 var (
 	lsmTablesDesc = prometheus.NewDesc("ingestd_store_lsm_tables",

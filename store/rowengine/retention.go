@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"encoding/binary"
@@ -27,7 +27,7 @@ func horizonKey(tid uint64) []byte { return tablePrefix(ksHorizon, tid) }
 // horizon returns table instance tid's history horizon: the lowest x_seq a
 // drain may still start at (after >= horizon-1). It is 1 while nothing of
 // the instance's history was removed. Safe for concurrent use.
-func (db *DB) horizon(tid uint64) (uint64, error) {
+func (db *Engine) horizon(tid uint64) (uint64, error) {
 	txn := db.bdb.NewTransaction(false)
 	defer txn.Discard()
 	return readHorizon(txn, tid)
@@ -55,7 +55,7 @@ func readHorizon(txn *badger.Txn, tid uint64) (uint64, error) {
 // raiseHorizon durably sets table instance tid's history horizon to h
 // when h is above it (drains after < h-1 are refused from then on) and
 // returns the horizon now in force. Sequencer only.
-func (db *DB) raiseHorizon(tid, h uint64) (uint64, error) {
+func (db *Engine) raiseHorizon(tid, h uint64) (uint64, error) {
 	if err := db.checkSpace(); err != nil {
 		return 0, err
 	}
@@ -81,7 +81,7 @@ func (db *DB) raiseHorizon(tid, h uint64) (uint64, error) {
 // is older than cutoff). Commit times are the server's clock at commit, so
 // they ascend with x_seq unless the clock stepped back. Safe for
 // concurrent use.
-func (db *DB) firstSeqSince(tid, from uint64, cutoff int64, maxBlocks int) (seq uint64, found, more bool, err error) {
+func (db *Engine) firstSeqSince(tid, from uint64, cutoff int64, maxBlocks int) (seq uint64, found, more bool, err error) {
 	txn := db.bdb.NewTransaction(false)
 	defer txn.Discard()
 	it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSync, tid)})
@@ -128,7 +128,7 @@ type sweepBlock struct {
 // blocks, then the index entries (a repeated sweep finds the entries of
 // fragments already removed and removes them again, idempotently).
 // Sequencer only (it runs between group commits).
-func (db *DB) sweepBefore(tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
+func (db *Engine) sweepBefore(tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
 	if err := db.checkSpace(); err != nil {
 		return store.SweepResult{}, err
 	}

@@ -1,7 +1,8 @@
-package badgerstore
+package rowengine
 
 import (
 	"context"
+	"errors"
 	"fmt"
 
 	"github.com/dgraph-io/badger/v4"
@@ -22,7 +23,7 @@ import (
 // call to visit; visit's error stops the read and is returned, and so is
 // ctx's once it ends (checked before each block: a block is decoded in
 // microseconds). Safe for concurrent use with Commit.
-func (db *DB) readSeq(ctx context.Context, tid, after, upto uint64, limit int, flt *store.SeqFilter, visit func(*store.Row) error) (uint64, error) {
+func (db *Engine) readSeq(ctx context.Context, tid, after, upto uint64, limit int, flt *store.SeqFilter, visit func(*store.Row) error) (uint64, error) {
 	if after >= upto || limit <= 0 {
 		return after, nil
 	}
@@ -136,4 +137,31 @@ func (st *tableState) dupRefs(sid uint64, ts int64) (string, bool) {
 	entry, ok := st.dups[pointID{sid, ts}]
 	st.dupMu.RUnlock()
 	return entry, ok
+}
+
+// seqTime returns when the server committed the fragment with x_seq seq of
+// table instance tid (Unix nanoseconds), or ok=false when no stored block
+// holds seq (e.g. a burned gap or a truncated range: the next stored one
+// answers). Safe for concurrent use.
+func (db *Engine) seqTime(tid, seq uint64) (ts int64, ok bool, err error) {
+	err = db.bdb.View(func(txn *badger.Txn) error {
+		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSync, tid), PrefetchValues: false})
+		defer it.Close()
+		it.Seek(tableKey(ksSync, tid, seq))
+		if !it.Valid() {
+			return nil
+		}
+		return it.Item().Value(func(v []byte) error {
+			var br blockReader
+			if err := br.init(v); err != nil {
+				return &store.CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
+			}
+			ts, ok = br.commitTime, true
+			return nil
+		})
+	})
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return 0, false, nil
+	}
+	return ts, ok, err
 }

@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"encoding/binary"
@@ -398,7 +398,7 @@ func (c *fetcher) rebuildUnion(txn *badger.Txn, tid, sid uint64, ts int64, refs 
 // become unions, and the unions of the tables a torn commit wrote are
 // rebuilt from the fragments actually stored. Both are idempotent: a crash
 // during either repeats it at the next Open.
-func (db *DB) upgrade() error {
+func (db *Engine) upgrade() error {
 	var torn []uint64
 	err := db.bdb.View(func(txn *badger.Txn) error {
 		item, err := txn.Get([]byte{ksTorn})
@@ -473,7 +473,7 @@ func (db *DB) upgrade() error {
 // tornRecords returns the keys of the head records of table instances
 // tids whose block is not stored: a crash split their commit after the
 // record and before the block (committer.index writes the block last).
-func (db *DB) tornRecords(tids []uint64) ([][]byte, error) {
+func (db *Engine) tornRecords(tids []uint64) ([][]byte, error) {
 	var voided [][]byte
 	err := db.bdb.View(func(txn *badger.Txn) error {
 		for _, tid := range tids {
@@ -536,7 +536,7 @@ func headRecordBlock(rec []byte) (ref, error) {
 // names a fragment whose block is not stored, from the fragments that are;
 // it returns how many it rewrote. A point left with one fragment loses its
 // overwrite marker, one left with none its entry.
-func (db *DB) rebuildEntries(tids []uint64) (int, error) {
+func (db *Engine) rebuildEntries(tids []uint64) (int, error) {
 	view := db.bdb.NewTransaction(false)
 	defer view.Discard()
 	w := &committer{db: db, txn: db.bdb.NewTransaction(true)}

@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"context"
@@ -14,8 +14,8 @@ import (
 // its first visit) stops before the next block with ctx's error, rather
 // than reading the table to its limit.
 func TestReadsStopWhenCtxEnds(t *testing.T) {
-	forEachConfig(t, func(t *testing.T, db *DB) {
-		tid := db.allocTableID()
+	forEachConfig(t, func(t *testing.T, db *Engine) {
+		tid := nextTID()
 		const blocks, perBlock = 3, 10
 		for b := range blocks {
 			tc := store.TableCommit{TableID: tid, FirstSeq: uint64(b*perBlock + 1)}

@@ -1,14 +1,16 @@
-package badgerstore
+package rowengine
 
 import (
 	"context"
 	"encoding/binary"
+	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"strconv"
+	"sync/atomic"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
@@ -35,7 +37,7 @@ func configs(t *testing.T) map[string]Config {
 	return map[string]Config{"on-disk": onDisk, "in-memory": mem, "no-sync": noSync}
 }
 
-func forEachConfig(t *testing.T, fn func(t *testing.T, db *DB)) {
+func forEachConfig(t *testing.T, fn func(t *testing.T, db *Engine)) {
 	for name, cfg := range configs(t) {
 		t.Run(name, func(t *testing.T) {
 			db, err := Open(cfg, nil, nil)
@@ -52,7 +54,7 @@ func intField(col uint32, v int64) store.Field {
 
 // readAll drains tid after..upto with the given page size, returning rows
 // with copied fields.
-func readAll(t *testing.T, db *DB, tid, after, upto uint64, limit int) []store.Row {
+func readAll(t *testing.T, db *Engine, tid, after, upto uint64, limit int) []store.Row {
 	t.Helper()
 	var out []store.Row
 	for {
@@ -73,8 +75,8 @@ func readAll(t *testing.T, db *DB, tid, after, upto uint64, limit int) []store.R
 }
 
 func TestReadSeqAcrossBlocks(t *testing.T) {
-	forEachConfig(t, func(t *testing.T, db *DB) {
-		tid := db.allocTableID()
+	forEachConfig(t, func(t *testing.T, db *Engine) {
+		tid := nextTID()
 		series := []store.Series{{ID: 1, Tags: []store.Field{{Col: 0, Value: store.Value{Kind: store.KindTag, Str: "a"}}}}}
 		seq := uint64(0)
 		// Blocks of 1, 200 and 70 fragments: pages must cross the skip
@@ -112,8 +114,8 @@ func TestReadSeqAcrossBlocks(t *testing.T) {
 }
 
 func TestCoalesceOverwrites(t *testing.T) {
-	forEachConfig(t, func(t *testing.T, db *DB) {
-		tid := db.allocTableID()
+	forEachConfig(t, func(t *testing.T, db *Engine) {
+		tid := nextTID()
 		// An unsynced fragment, then two synced ones at the same point (one
 		// in the same commit as a late point of another series).
 		require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, NewSeries: []store.Series{{ID: 1}, {ID: 2}},
@@ -139,8 +141,8 @@ func TestCoalesceOverwrites(t *testing.T) {
 }
 
 func TestValueKindsRoundTrip(t *testing.T) {
-	forEachConfig(t, func(t *testing.T, db *DB) {
-		tid := db.allocTableID()
+	forEachConfig(t, func(t *testing.T, db *Engine) {
+		tid := nextTID()
 		fields := []store.Field{
 			{Col: 1, Value: store.Value{Kind: store.KindFloat, Num: math.Float64bits(-1.5e300)}},
 			{Col: 2, Value: store.Value{Kind: store.KindInt, Num: 1 << 63}},
@@ -158,35 +160,52 @@ func TestValueKindsRoundTrip(t *testing.T) {
 	})
 }
 
-func TestMetaSeriesAndDrop(t *testing.T) {
-	dir := t.TempDir()
+// TestSeriesOwnKeysAndDrop: a commit's series and the owner's keys
+// written with it survive a restart, and DropInstance removes the
+// instance's series and rows, leaving the owner's keys.
+func TestSeriesOwnKeysAndDrop(t *testing.T) {
+	ctx := context.Background()
 	cfg := DefaultConfig()
-	cfg.Dir = dir
+	cfg.Dir = t.TempDir()
 	db, err := Open(cfg, nil, nil)
 	require.NoError(t, err)
-	tid := db.allocTableID()
-	meta := store.TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1, Seq: 10, Columns: []store.Column{{Name: "host", Kind: store.KindTag}, {Name: "v", Kind: store.KindInt}}}
+	tid := nextTID()
 	tags := []store.Field{{Col: 0, Value: store.Value{Kind: store.KindTag, Str: "a,b=c d"}}}
-	require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, Meta: &meta, NewSeries: []store.Series{{ID: 1, Tags: tags}},
-		FirstSeq: 1, Fragments: []store.Fragment{{Series: 1, Time: 1, Fields: []store.Field{intField(1, 1)}}}}}))
+	own := KV{Key: []byte{ksMeta, 't'}, Value: []byte("owner's")}
+	require.NoError(t, db.Apply(ctx, []store.TableCommit{{TableID: tid, NewSeries: []store.Series{{ID: 1, Tags: tags}},
+		FirstSeq: 1, Fragments: []store.Fragment{{Series: 1, Time: 1, Fields: []store.Field{intField(1, 1)}}}}}, own))
 	require.NoError(t, db.Close())
 
 	db, err = Open(cfg, nil, nil)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
-	metas, err := db.loadTables()
-	require.NoError(t, err)
-	require.Equal(t, []store.TableMeta{meta}, metas)
-	series, err := db.loadSeries(tid)
+	series, err := db.LoadSeries(ctx, tid)
 	require.NoError(t, err)
 	require.Equal(t, []store.Series{{ID: 1, Tags: tags}}, series)
-	require.Greater(t, db.allocTableID(), tid, "table ids are not reused after a restart")
+	require.Equal(t, own.Value, ownValue(t, db, own.Key))
 
-	require.NoError(t, db.dropTableData(tid))
+	require.NoError(t, db.DropInstance(ctx, tid))
 	require.Empty(t, readAll(t, db, tid, 0, 1, 10))
-	series, err = db.loadSeries(tid)
+	series, err = db.LoadSeries(ctx, tid)
 	require.NoError(t, err)
 	require.Empty(t, series)
+	require.Equal(t, own.Value, ownValue(t, db, own.Key), "the owner's keys stay")
+}
+
+// ownValue reads an owner's key (nil when there is none).
+func ownValue(t *testing.T, db *Engine, k []byte) []byte {
+	t.Helper()
+	var v []byte
+	require.NoError(t, db.View(context.Background(), func(txn *badger.Txn) error {
+		item, err := txn.Get(k)
+		if errors.Is(err, badger.ErrKeyNotFound) {
+			return nil
+		}
+		require.NoError(t, err)
+		v, err = item.ValueCopy(nil)
+		return err
+	}))
+	return v
 }
 
 func TestOpenRefusals(t *testing.T) {
@@ -246,25 +265,23 @@ func TestDiskFull(t *testing.T) {
 		require.Equal(t, cfg.Dir, dir)
 		return free, nil
 	}
-	tid := db.allocTableID()
-	meta := store.TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1, Seq: 10}
-	commit := []store.TableCommit{{TableID: tid, Meta: &meta, NewSeries: []store.Series{{ID: 1}},
+	tid := nextTID()
+	own := KV{Key: []byte{ksMeta, 't'}, Value: []byte{1}}
+	commit := []store.TableCommit{{TableID: tid, NewSeries: []store.Series{{ID: 1}},
 		FirstSeq: 1, Fragments: []store.Fragment{{Series: 1, Time: 1, Fields: []store.Field{intField(1, 1)}}}}}
 	writes := map[string]func() error{
-		"commit": func() error { return db.commit(commit) },
-		"meta":   func() error { return db.putMeta(meta) },
-		"consumers": func() error {
-			return db.putConsumers(map[string][]store.Consumer{"t": {{Name: "c", Epoch: 1, Position: 1}}})
+		"apply": func() error { return db.Apply(context.Background(), commit, own) },
+		"write batch": func() error {
+			return db.WriteBatch(context.Background(), func(*badger.WriteBatch) error { return nil })
 		},
+		"check": db.CheckSpace,
 	}
 	for name, write := range writes {
 		err := write()
 		require.ErrorIs(t, err, store.ErrDiskFull, name)
 		require.ErrorContains(t, err, "1048575 bytes free", name)
 	}
-	metas, err := db.loadTables()
-	require.NoError(t, err)
-	require.Empty(t, metas, "a refused write writes nothing")
+	require.Nil(t, ownValue(t, db, own.Key), "a refused write writes nothing")
 	require.Empty(t, readAll(t, db, tid, 0, 1, 10))
 
 	free = 1 << 20
@@ -302,7 +319,7 @@ func TestOpenWithEmptyLogs(t *testing.T) {
 			cfg.Dir = t.TempDir()
 			db, err := Open(cfg, nil, nil)
 			require.NoError(t, err)
-			tid := db.allocTableID()
+			tid := nextTID()
 			require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}},
 				Fragments: []store.Fragment{{Series: 1, Time: 1, Fields: []store.Field{intField(1, 7)}}}}}))
 			require.NoError(t, db.Close())
@@ -336,7 +353,7 @@ func TestTornSplitCommit(t *testing.T) {
 			cfg.Dir = t.TempDir()
 			db, err := Open(cfg, nil, nil)
 			require.NoError(t, err)
-			tid := db.allocTableID()
+			tid := nextTID()
 			seq := func(n uint64) uint64 {
 				if tc.firstSeq == 0 {
 					return 0
@@ -398,7 +415,7 @@ func TestSeriesRuns(t *testing.T) {
 	cfg.Dir = t.TempDir()
 	db, err := Open(cfg, nil, nil)
 	require.NoError(t, err)
-	tid := db.allocTableID()
+	tid := nextTID()
 	require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: 1, NewSeries: []store.Series{{ID: 1}, {ID: 2}}, Fragments: []store.Fragment{
 		{Series: 1, Time: 10, Fields: []store.Field{intField(1, 1)}},
 		{Series: 2, Time: 10, Fields: []store.Field{intField(1, 2)}},
@@ -468,33 +485,6 @@ func TestLayoutVersions(t *testing.T) {
 	require.ErrorIs(t, err, store.ErrVersion)
 }
 
-// TestNamesFromKeys checks that table and consumer names come back byte
-// for byte, even where JSON would not carry them (invalid UTF-8 becomes
-// U+FFFD there): a table stored as "\xff" by an older version must not
-// collide with "\uFFFD" after a restart.
-func TestNamesFromKeys(t *testing.T) {
-	forEachConfig(t, func(t *testing.T, db *DB) {
-		names := []string{"\xff", "\uFFFD", "a", "a\xfe"}
-		for i, n := range names {
-			require.NoError(t, db.putMeta(store.TableMeta{Name: n, ID: uint64(i + 1), Epoch: uint64(i)}))
-		}
-		require.NoError(t, db.putConsumers(map[string][]store.Consumer{"a": {{Name: "\xff", Position: 1}, {Name: "\uFFFD", Position: 2}}}))
-		metas, err := db.loadTables()
-		require.NoError(t, err)
-		got := map[string]uint64{}
-		for _, m := range metas {
-			got[m.Name] = m.ID
-		}
-		require.Equal(t, map[string]uint64{"\xff": 1, "\uFFFD": 2, "a": 3, "a\xfe": 4}, got)
-		cs, err := db.loadConsumers("a")
-		require.NoError(t, err)
-		require.Equal(t, []store.Consumer{{Name: "\uFFFD", Position: 2}, {Name: "\xff", Position: 1}}, cs, "ordered by name bytes")
-		cs, err = db.loadConsumers("a\xfe")
-		require.NoError(t, err)
-		require.Empty(t, cs, "a table's consumer prefix covers no other table's")
-	})
-}
-
 // TestLegacyEntriesConverted checks the upgrade from layout 2, where a
 // point-index entry listed every fragment at its point: Open turns such an
 // entry into the point's union with a reference entry per later fragment,
@@ -504,7 +494,7 @@ func TestLegacyEntriesConverted(t *testing.T) {
 	cfg.Dir = t.TempDir()
 	db, err := Open(cfg, nil, nil)
 	require.NoError(t, err)
-	tid := db.allocTableID()
+	tid := nextTID()
 	for i, f := range [][]store.Field{{intField(1, 1)}, {intField(2, 2)}, {intField(1, 3)}} {
 		require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: uint64(i + 1), NewSeries: []store.Series{{ID: 1}},
 			Fragments: []store.Fragment{{Series: 1, Time: 100, Fields: f}}}}))
@@ -735,7 +725,7 @@ func TestRowsSkipBlocksOfOverwrites(t *testing.T) {
 			db, err := Open(cfg, nil, nil)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, db.Close()) }()
-			tid := db.allocTableID()
+			tid := nextTID()
 			const points, passes = 16, 50
 			seq := uint64(1)
 			for pass := range passes {
@@ -767,4 +757,52 @@ func TestRowsSkipBlocksOfOverwrites(t *testing.T) {
 			require.Equal(t, uint64(1), blocks-blocks0, "only the block of the first pass is read")
 		})
 	}
+}
+
+// tids numbers the test tables' instances: unique within the process, as
+// an owner's instance ids are within a store.
+var tids atomic.Uint64
+
+func nextTID() uint64 { return tids.Add(1) }
+
+// TestDropMarkFinishedAtOpen: an instance marked for removal (MarkDrop in
+// the owner's transaction) whose removal a crash cut short is removed by
+// the next Open, mark included.
+func TestDropMarkFinishedAtOpen(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.Dir = t.TempDir()
+	db, err := Open(cfg, nil, nil)
+	require.NoError(t, err)
+	tid := nextTID()
+	require.NoError(t, db.Apply(ctx, []store.TableCommit{{TableID: tid, NewSeries: []store.Series{{ID: 1}}, CommitTime: 1, FirstSeq: 1,
+		Fragments: []store.Fragment{{Series: 1, Time: 1, Fields: []store.Field{intField(1, 1)}}, {Series: 1, Time: 1, Fields: []store.Field{intField(1, 2)}}}}}))
+	_, err = db.RaiseHorizon(ctx, tid, 2)
+	require.NoError(t, err)
+	require.NoError(t, db.Update(ctx, func(txn *badger.Txn) error { return MarkDrop(txn, tid) }))
+	require.Positive(t, countKeys(t, db, tid), "the instance's keys are there before the reopen")
+	require.NoError(t, db.Close())
+
+	db, err = Open(cfg, nil, nil)
+	require.NoError(t, err)
+	defer func() { require.NoError(t, db.Close()) }()
+	require.Zero(t, countKeys(t, db, tid), "Open finished the removal")
+	require.Nil(t, ownValue(t, db, dropKey(tid)), "and deleted the mark")
+}
+
+// countKeys counts the keys of instance tid in every per-instance keyspace.
+func countKeys(t *testing.T, db *Engine, tid uint64) int {
+	t.Helper()
+	n := 0
+	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {
+		for _, ks := range []byte{ksSeries, ksSync, ksUnsync, ksRun, ksPoint, ksDup, ksHorizon, ksHead, ksOver, ksRef} {
+			it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ks, tid)})
+			for it.Rewind(); it.Valid(); it.Next() {
+				n++
+			}
+			it.Close()
+		}
+		return nil
+	}))
+	return n
 }

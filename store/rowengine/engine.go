@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"cmp"
@@ -198,10 +198,11 @@ func (c *Config) Validate() error {
 	return nil
 }
 
-// DB is the badger-backed store. Commit, PutMeta and DropTableData must be
-// called from one goroutine at a time (the sequencer); every other method is
-// safe for concurrent use.
-type DB struct {
+// Engine is the row engine of one data directory (doc.go). Apply,
+// SweepBefore, RaiseHorizon and DropInstance must be called from one
+// goroutine at a time (the owner's writer); every other method is safe for
+// concurrent use.
+type Engine struct {
 	bdb    *badger.DB
 	lock   *os.File
 	logger *slog.Logger
@@ -211,13 +212,12 @@ type DB struct {
 	minFree   int64
 	freeBytes func(dir string) (uint64, error)
 
-	// nextBlock is the next unsynced block number and nextTID the next
-	// table instance id; touched by the sequencer's calls only.
+	// nextBlock is the next unsynced block number; touched by the
+	// writer's calls only.
 	nextBlock uint64
-	nextTID   uint64
 	// blockBody and blockOffs are the block encoder's scratch space
 	// (appendBlock), kept across commits unless larger than
-	// maxScratchBodyBytes; touched by the sequencer's calls only.
+	// maxScratchBodyBytes; touched by the writer's calls only.
 	blockBody []byte
 	blockOffs []uint64
 
@@ -228,9 +228,6 @@ type DB struct {
 	// contract, its write side by Close to set closed (see enter).
 	closeMu sync.RWMutex
 	closed  bool
-
-	// leaseExtensions counts durable x_seq lease extensions.
-	leaseExtensions prometheus.Counter
 
 	stats lookupStats
 	// headSeq numbers the next head record; headMax is
@@ -267,25 +264,17 @@ type DB struct {
 
 // tableState is the store's in-memory state of one table instance.
 type tableState struct {
-	// meta is a live instance's metadata as last written, live is set
-	// while it is (not truncated or dropped), seq is the highest x_seq
-	// assigned to it and lease the highest durably reserved (Seq as
-	// stored); writer only.
-	meta       store.TableMeta
-	live       bool
-	seq, lease uint64
-
 	// maxTs is, for each series whose figures are known, its highest
 	// timestamp and the bound above which the LSM tree holds nothing of
-	// it; touched by Commit only.
+	// it; touched by commit only.
 	maxTs map[uint64]seriesMax
 
 	dupMu sync.RWMutex // guards dups
 	// head holds the series runs of commits since the last flush
-	// (head.go); touched by Commit only.
+	// (head.go); touched by commit only.
 	head tableHead
 	// sealed is the head a background flush is storing (nil when
-	// none): set and cleared by the writer under DB.mu, read by the
+	// none): set and cleared by the writer under Engine.mu, read by the
 	// writer and the flush.
 	sealed *tableHead
 
@@ -317,15 +306,12 @@ type pointID struct {
 // when another process holds the directory, ErrDiskFull when its file system
 // has less than cfg.MinFreeBytes free and ErrVersion for a foreign layout.
 // logger may be nil (discard); reg may be nil (no metrics).
-func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, err error) {
+func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *Engine, err error) {
 	if logger == nil {
 		logger = slog.New(slog.DiscardHandler)
 	}
-	db := &DB{logger: logger.With("component", "store"), tables: map[uint64]*tableState{}, dir: cfg.Dir, freeBytes: freeBytes,
+	db := &Engine{logger: logger.With("component", "store"), tables: map[uint64]*tableState{}, dir: cfg.Dir, freeBytes: freeBytes,
 		statsMaxAge: cfg.TableStatsMaxAge, tableStats: tableStatsCache{byTID: map[uint64]store.TableStats{}},
-		leaseExtensions: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ingestd_feed_seq_lease_extensions_total", Help: "Durable x_seq lease extensions.",
-		}),
 		headMax: max(cfg.HeadMaxEntries, 1),
 		headFlushes: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_store_head_flushes_total", Help: "Times the head's series runs were stored as run keys (--store-head-max-entries reached, a retention sweep, Close).",
@@ -382,7 +368,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 	if err := db.upgrade(); err != nil {
 		return nil, errors.Join(err, db.bdb.Close())
 	}
-	if err := db.loadInstances(); err != nil {
+	if err := db.finishDrops(); err != nil {
 		return nil, errors.Join(err, db.bdb.Close())
 	}
 	if err := db.loadHeads(); err != nil {
@@ -407,7 +393,7 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *DB, er
 		}
 	}
 	if reg != nil {
-		reg.MustRegister(sizeCollector{db}, lsmCollector{db}, statsCollector{db}, freeCollector{db}, db.leaseExtensions, db.headFlushes, db.keysWritten,
+		reg.MustRegister(sizeCollector{db}, lsmCollector{db}, statsCollector{db}, freeCollector{db}, db.headFlushes, db.keysWritten,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "ingestd_store_head_entries", Help: "Entries the head holds in memory, one per new point or overwrite (at most twice --store-head-max-entries).",
 			}, func() float64 { return float64(db.headEntries(true)) }))
@@ -473,7 +459,7 @@ func freeBytes(dir string) (uint64, error) {
 
 // checkSpace returns ErrDiskFull when the data directory's file system has
 // less than MinFreeBytes free. Every write calls it first.
-func (db *DB) checkSpace() error {
+func (db *Engine) checkSpace() error {
 	if db.minFree <= 0 {
 		return nil
 	}
@@ -490,7 +476,7 @@ func (db *DB) checkSpace() error {
 
 // load checks the layout version and reads the counters and the overwrite
 // markers.
-func (db *DB) load() error {
+func (db *Engine) load() error {
 	return db.bdb.Update(func(txn *badger.Txn) error {
 		item, err := txn.Get([]byte{ksVersion})
 		switch {
@@ -526,24 +512,17 @@ func (db *DB) load() error {
 				}
 			}
 		}
-		for _, c := range []struct {
-			key []byte
-			dst *uint64
-		}{{[]byte{ksNext}, &db.nextBlock}, {[]byte{ksNext, 't'}, &db.nextTID}} {
-			item, err := txn.Get(c.key)
-			if errors.Is(err, badger.ErrKeyNotFound) {
-				continue
-			}
-			if err != nil {
-				return err
-			}
+		switch item, err := txn.Get([]byte{ksNext}); {
+		case errors.Is(err, badger.ErrKeyNotFound):
+		case err != nil:
+			return err
+		default:
 			v, err := item.ValueCopy(nil)
 			if err != nil {
 				return err
 			}
-			*c.dst, _ = binary.Uvarint(v)
+			db.nextBlock, _ = binary.Uvarint(v)
 		}
-		db.nextTID = max(db.nextTID, 1)
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{ksDup}})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
@@ -558,10 +537,9 @@ func (db *DB) load() error {
 	})
 }
 
-// loadInstances finishes the removal of every instance marked for it (a
-// TRUNCATE or DROP the process did not finish) and starts each live
-// table's x_seq counter at its lease.
-func (db *DB) loadInstances() error {
+// finishDrops finishes the removal of every instance marked for it
+// (MarkDrop: an instance whose removal the process did not finish).
+func (db *Engine) finishDrops() error {
 	var marked []uint64
 	err := db.bdb.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{ksDrop}})
@@ -584,22 +562,12 @@ func (db *DB) loadInstances() error {
 		}
 		db.logger.Info("finished removing a truncated or dropped table instance", "instance", tid)
 	}
-	metas, err := db.loadTables()
-	if err != nil {
-		return err
-	}
-	for _, m := range metas {
-		if !m.Dropped {
-			st := db.tableLocked(m.ID)
-			st.meta, st.live, st.seq, st.lease = m, true, m.Seq, m.Seq
-		}
-	}
 	return nil
 }
 
 // tableLocked returns the state of instance tid, creating it.
 // db.mu must be held, or the caller must be the only user (Open).
-func (db *DB) tableLocked(tid uint64) *tableState {
+func (db *Engine) tableLocked(tid uint64) *tableState {
 	ts, ok := db.tables[tid]
 	if !ok {
 		ts = &tableState{maxTs: map[uint64]seriesMax{}, dups: map[pointID]string{}}
@@ -608,49 +576,15 @@ func (db *DB) tableLocked(tid uint64) *tableState {
 	return ts
 }
 
-func (db *DB) table(tid uint64) *tableState {
+func (db *Engine) table(tid uint64) *tableState {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	return db.tableLocked(tid)
 }
 
-// loadTables returns every table's metadata, tombstones included, ordered
-// by name. Each name is read from its key, so it is exactly the name
-// putMeta was given.
-func (db *DB) loadTables() ([]store.TableMeta, error) {
-	var metas []store.TableMeta
-	err := db.bdb.View(func(txn *badger.Txn) error {
-		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{ksMeta}, PrefetchValues: true})
-		defer it.Close()
-		for it.Rewind(); it.Valid(); it.Next() {
-			// The key holds the name byte for byte; JSON would have turned
-			// invalid UTF-8 into U+FFFD (names stored by older versions).
-			var m store.TableMeta
-			err := it.Item().Value(func(v []byte) (err error) {
-				m, err = decodeMeta(string(it.Item().Key()[1:]), v)
-				return err
-			})
-			if err != nil {
-				return &store.CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
-			}
-			metas = append(metas, m)
-		}
-		return nil
-	})
-	return metas, err
-}
-
-// allocTableID returns a table instance id never returned before, also
-// across restarts: ids are persisted with the metadata that uses them.
-// Sequencer only.
-func (db *DB) allocTableID() uint64 {
-	db.nextTID++
-	return db.nextTID - 1
-}
-
 // loadSeries returns the series dictionary of table instance tid, ordered by
 // series id.
-func (db *DB) loadSeries(tid uint64) ([]store.Series, error) {
+func (db *Engine) loadSeries(tid uint64) ([]store.Series, error) {
 	var out []store.Series
 	err := db.bdb.View(func(txn *badger.Txn) error {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: tablePrefix(ksSeries, tid), PrefetchValues: true})
@@ -672,23 +606,9 @@ func (db *DB) loadSeries(tid uint64) ([]store.Series, error) {
 	return out, err
 }
 
-// putMeta durably writes one table's metadata (and the instance id
-// high-water) in its own transaction.
-func (db *DB) putMeta(m store.TableMeta) error {
-	if err := db.checkSpace(); err != nil {
-		return err
-	}
-	w := &committer{db: db, txn: db.bdb.NewTransaction(true)}
-	defer func() { w.txn.Discard() }()
-	if err := w.putMeta(&m); err != nil {
-		return err
-	}
-	return w.txn.Commit()
-}
-
 // dropTableData deletes every fragment, series and index entry of table
 // instance tid. It blocks writes while it runs (badger DropPrefix).
-func (db *DB) dropTableData(tid uint64) error {
+func (db *Engine) dropTableData(tid uint64) error {
 	// A flush in progress may be storing the instance's runs.
 	if err := db.reapFlush(true); err != nil {
 		return err
@@ -701,17 +621,17 @@ func (db *DB) dropTableData(tid uint64) error {
 		tablePrefix(ksHead, tid), horizonKey(tid))
 }
 
-// commit durably writes the given table commits: per table, metadata and
-// series first, then the point index, then the table's block. It returns
-// once everything is fsynced (unless UnsafeNoSync). A commit larger than
-// one badger transaction is split into several, committed in order; a
-// crash between them leaves a prefix: whole blocks, each with its index,
-// and perhaps index entries naming a block never stored, which Open
-// repairs (split, repairTorn; the sequence lease accounts for the lost
-// numbers).
+// commit durably writes the given table commits, after own (the
+// owner's keys, Apply): per table, series first, then the point index,
+// then the table's block. It returns once everything is fsynced (unless
+// UnsafeNoSync). A commit larger than one badger transaction is split
+// into several, committed in order; a crash between them leaves a
+// prefix: own, whole blocks, each with its index, and perhaps index
+// entries naming a block never stored, which Open repairs (split,
+// repairTorn; the owner's numbering accounts for the lost numbers).
 // It returns ErrDiskFull, having written nothing, when the data directory's
 // file system has less than Config.MinFreeBytes free.
-func (db *DB) commit(commits []store.TableCommit) error {
+func (db *Engine) commit(commits []store.TableCommit, own ...KV) error {
 	if err := db.checkSpace(); err != nil {
 		return err
 	}
@@ -730,6 +650,11 @@ func (db *DB) commit(commits []store.TableCommit) error {
 	}()
 	for i := range commits {
 		w.tids = append(w.tids, commits[i].TableID)
+	}
+	for _, kv := range own {
+		if err := w.set(kv.Key, kv.Value); err != nil {
+			return err
+		}
 	}
 	for i := range commits {
 		if err := w.table(&commits[i]); err != nil {
@@ -782,7 +707,7 @@ const valueThreshold = 512
 const maxScratchBodyBytes = 4 << 20
 
 type committer struct {
-	db    *DB
+	db    *Engine
 	txn   *badger.Txn
 	body  []byte
 	offs  []uint64
@@ -799,7 +724,7 @@ type committer struct {
 	// (flushTxnKeys), keys counting those in the current one.
 	maxKeys, keys int
 	// flush marks a head flush's committer (storeHeads): each of its
-	// transactions counts in DB.flushGen.
+	// transactions counts in Engine.flushGen.
 	flush bool
 }
 
@@ -882,21 +807,12 @@ func (w *committer) split() error {
 
 func (w *committer) table(tc *store.TableCommit) error {
 	st := w.db.table(tc.TableID)
-	if tc.Meta != nil {
-		m := *tc.Meta
-		if st.live {
-			m.Seq = max(m.Seq, st.lease)
-		}
-		if err := w.putMeta(&m); err != nil {
-			return err
-		}
-	}
 	w.look.table(tc.TableID, st)
 	for _, s := range tc.NewSeries {
 		if err := w.set(tableKey(ksSeries, tc.TableID, s.ID), appendSeries(nil, s.Tags)); err != nil {
 			return err
 		}
-		if _, known := st.maxTs[s.ID]; !known { // ApplyAt may repeat a series (store/jsstore's dictionary snapshots)
+		if _, known := st.maxTs[s.ID]; !known { // Apply may repeat a series (store/jsstore's dictionary snapshots)
 			st.maxTs[s.ID] = seriesMax{math.MinInt64, math.MinInt64}
 		}
 	}
@@ -1180,18 +1096,6 @@ func (w *committer) extend(tid uint64, old []byte, r ref, f *store.Fragment, loc
 	start := len(w.unions)
 	w.unions = appendUnion(w.unions, e.count+1, e.first, f.Series, f.Time, fields)
 	return w.unions[start:len(w.unions):len(w.unions)], e.count + 1, nil
-}
-
-// putMeta writes a table's metadata and the instance id high-water.
-func (w *committer) putMeta(m *store.TableMeta) error {
-	v, err := encodeMeta(*m)
-	if err != nil {
-		return err
-	}
-	if err := w.set(metaKey(m.Name), v); err != nil {
-		return err
-	}
-	return w.set([]byte{ksNext, 't'}, binary.AppendUvarint(nil, w.db.nextTID))
 }
 
 // maxTs returns a series' highest times (seriesMax), looking them up

@@ -1,6 +1,6 @@
 //go:build !linux
 
-package badgerstore
+package rowengine
 
 import "errors"
 

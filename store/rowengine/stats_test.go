@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"testing"
@@ -21,7 +21,7 @@ func TestTableStatsMaxAge(t *testing.T) {
 			db, err := Open(cfg, nil, nil)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, db.Close()) }()
-			tid := db.allocTableID()
+			tid := nextTID()
 			commit := func(first uint64, n int) {
 				frags := make([]store.Fragment, n)
 				for i := range frags {

@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"time"
@@ -51,7 +51,7 @@ func newMappedState(maxBytes int64) *mappedState {
 // runMappedBound checks RssFile every mappedInterval until Close and
 // pages out when it is above the bound. A system without the figures
 // (no /proc) or without MADV_PAGEOUT logs once and stops checking.
-func (db *DB) runMappedBound(m *mappedState) {
+func (db *Engine) runMappedBound(m *mappedState) {
 	defer close(m.done)
 	t := time.NewTicker(mappedInterval)
 	defer t.Stop()

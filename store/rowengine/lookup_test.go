@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"context"
@@ -18,7 +18,7 @@ import (
 // commits that spread their fragments over every table (as a group commit
 // of TSBS data does: 9 tables), mixing new and late (repeated) points.
 type lateHarness struct {
-	db     *DB
+	db     *Engine
 	tables []lateTable
 	rng    *rand.Rand
 	closed bool
@@ -53,7 +53,7 @@ func newLateHarness(tb testing.TB, cfg Config) *lateHarness {
 	}
 	for i := range h.tables {
 		t := &h.tables[i]
-		t.tid = db.allocTableID()
+		t.tid = nextTID()
 		t.next = make([]int64, lateSeries)
 		for s := range t.next {
 			t.next[s] = 1
@@ -416,7 +416,7 @@ func TestLatePlacementModel(t *testing.T) {
 			db, err := Open(cfg, nil, nil)
 			require.NoError(t, err)
 			defer func() { require.NoError(t, db.Close()) }()
-			tid := db.allocTableID()
+			tid := nextTID()
 			type write struct {
 				col uint32
 				seq uint64
@@ -556,7 +556,7 @@ func TestGapRunsBounded(t *testing.T) {
 // seqTable is one synced table of a fresh store (no fsync), committed to
 // in x_seq order.
 type seqTable struct {
-	db       *DB
+	db       *Engine
 	tid, seq uint64
 }
 
@@ -568,7 +568,7 @@ func newSeqTable(tb testing.TB) *seqTable {
 	db, err := Open(cfg, nil, nil)
 	require.NoError(tb, err)
 	tb.Cleanup(func() { require.NoError(tb, db.Close()) })
-	return &seqTable{db: db, tid: db.allocTableID()}
+	return &seqTable{db: db, tid: nextTID()}
 }
 
 // commit writes frags as one block, x_seq following the last.
@@ -579,4 +579,4 @@ func (s *seqTable) commit(tb testing.TB, frags ...store.Fragment) {
 }
 
 // pointEntries counts table instance tid's point-index entries.
-func pointEntries(tb testing.TB, db *DB, tid uint64) int { return keysIn(tb, db, ksPoint, tid) }
+func pointEntries(tb testing.TB, db *Engine, tid uint64) int { return keysIn(tb, db, ksPoint, tid) }

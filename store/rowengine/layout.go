@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"encoding/binary"
@@ -76,8 +76,6 @@ var errShort = errors.New("truncated encoding")
 // the commit each. The floor's two live keys end that walk. Scans of a
 // whole keyspace skip them (keyspaceFloor).
 func keyspaceFloor(k []byte) bool { return len(k) <= 2 }
-
-func metaKey(name string) []byte { return append([]byte{ksMeta}, name...) }
 
 // tableKey returns ks|tid|a (17 bytes).
 func tableKey(ks byte, tid, a uint64) []byte {

@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"context"
@@ -62,7 +62,7 @@ func decodeRowPos(c store.RowCursor) (rowPos, error) {
 // Safe for concurrent use with Commit: it reads one consistent view,
 // taken before the first call to visit, so blocks committed meanwhile are
 // not visited.
-func (db *DB) readRows(ctx context.Context, tid uint64, c store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error) {
+func (db *Engine) readRows(ctx context.Context, tid uint64, c store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error) {
 	cur, err := decodeRowPos(c)
 	if err != nil {
 		return nil, false, err

@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"encoding/binary"
@@ -12,7 +12,7 @@ import (
 )
 
 // keysIn counts the keys of keyspace ks of table instance tid.
-func keysIn(t testing.TB, db *DB, ks byte, tid uint64) int {
+func keysIn(t testing.TB, db *Engine, ks byte, tid uint64) int {
 	t.Helper()
 	n := 0
 	require.NoError(t, db.bdb.View(func(txn *badger.Txn) error {
@@ -74,7 +74,7 @@ func TestHeadFlushSplit(t *testing.T) {
 // crashReopen ends db as a crash would, leaving badger's files as its last
 // commit left them (no head flush, no memtable flush), and opens the
 // store again with cfg; the new store is closed when the test ends.
-func crashReopen(t *testing.T, db *DB, cfg Config) *DB {
+func crashReopen(t *testing.T, db *Engine, cfg Config) *Engine {
 	t.Helper()
 	db.stopBackground()
 	require.NoError(t, db.bdb.Close())
@@ -97,9 +97,9 @@ func TestHeadReplayedAfterCrash(t *testing.T) {
 			cfg.UnsafeNoSync = true
 			db, err := Open(cfg, nil, nil)
 			require.NoError(t, err)
-			tid := db.allocTableID()
+			tid := nextTID()
 			seq := uint64(0)
-			commit := func(db *DB, frags []store.Fragment) {
+			commit := func(db *Engine, frags []store.Fragment) {
 				first := uint64(0)
 				if sync {
 					first = seq + 1
@@ -108,7 +108,7 @@ func TestHeadReplayedAfterCrash(t *testing.T) {
 				require.NoError(t, db.commit([]store.TableCommit{{TableID: tid, FirstSeq: first, Fragments: frags}}))
 			}
 			const series = 5
-			pass := func(db *DB, col uint32, times []int64) {
+			pass := func(db *Engine, col uint32, times []int64) {
 				for _, ts := range times {
 					frags := make([]store.Fragment, series)
 					for s := range frags {
@@ -152,9 +152,9 @@ func TestMaxTsAfterCrash(t *testing.T) {
 	cfg.UnsafeNoSync = true
 	db, err := Open(cfg, nil, nil)
 	require.NoError(t, err)
-	tid := db.allocTableID()
+	tid := nextTID()
 	seq := uint64(0)
-	commit := func(db *DB, col uint32, times ...int64) {
+	commit := func(db *Engine, col uint32, times ...int64) {
 		t.Helper()
 		var frags []store.Fragment
 		for _, ts := range times {

@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"math"
@@ -30,7 +30,7 @@ func TestGCDiscardRatio(t *testing.T) {
 		cfg.ValueLogMaxEntries = 64
 		db, err := Open(cfg, nil, nil)
 		require.NoError(t, err)
-		swept, kept := db.allocTableID(), db.allocTableID()
+		swept, kept := nextTID(), nextTID()
 		// Series per commit: the swept table's a third of the bytes, and
 		// both tables' head records under valueThreshold.
 		const sweptSeries, keptSeries, commits, rounds = 120, 240, 60, 6

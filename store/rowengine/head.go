@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"cmp"
@@ -36,12 +36,12 @@ type headRun struct {
 func (r *headRun) last() int64 { return r.ents[len(r.ents)-1].ts }
 
 // tableHead is one table instance's head. Touched by the writer only,
-// but for entries, which DB.mu guards (metrics read it).
+// but for entries, which Engine.mu guards (metrics read it).
 type tableHead struct {
 	series  map[uint64][]*headRun // by series id: disjoint, by ascending first time
 	records [][]byte              // the head records' keys
 	entries int
-	newDups int // len(fresh); DB.mu guards it too
+	newDups int // len(fresh); Engine.mu guards it too
 	// over holds, by series id, the references of the fragments that
 	// overwrote a point (its second and later ones), in commit order. A
 	// flush stores them as overwrite runs, and the entry of each point
@@ -471,7 +471,7 @@ func unionCount(v []byte) uint64 {
 // which nothing writes again), Open the records it replays (copied out of
 // badger). frag resolves the record's headFrag sections from its block.
 // A point absent from st.dups became overwritten in this head.
-func (db *DB) applyHead(st *tableState, k, rec []byte, owned bool, frag fragSource) error {
+func (db *Engine) applyHead(st *tableState, k, rec []byte, owned bool, frag fragSource) error {
 	st.dupMu.Lock()
 	added, newDups, err := st.head.apply(k, rec, frag, func(id pointID, entry []byte) {
 		e := string(entry)
@@ -615,7 +615,7 @@ func (h heads) last(sid uint64) (ts int64, ok bool) {
 
 // headEntries is the number of run entries every table's live heads
 // hold, and their sealed ones too when sealed is set.
-func (db *DB) headEntries(sealed bool) int {
+func (db *Engine) headEntries(sealed bool) int {
 	db.mu.Lock()
 	defer db.mu.Unlock()
 	n := 0
@@ -641,7 +641,7 @@ type headFlush struct {
 // head, starts empty live heads and returns the flush that is to store
 // them (nil when there is nothing to store). No flush may be in progress.
 // Writer only.
-func (db *DB) seal() *headFlush {
+func (db *Engine) seal() *headFlush {
 	f := &headFlush{done: make(chan struct{})}
 	db.mu.Lock()
 	defer db.mu.Unlock()
@@ -683,7 +683,7 @@ func (st *tableState) storing(h *tableHead) {
 // the flush has ended and the next commit's view sees its run keys
 // (reapFlush). A flush still in progress is waited for first, which
 // bounds the heads' memory at twice Config.HeadMaxEntries. Writer only.
-func (db *DB) startFlush() error {
+func (db *Engine) startFlush() error {
 	if err := db.reapFlush(true); err != nil {
 		return err
 	}
@@ -699,7 +699,7 @@ func (db *DB) startFlush() error {
 // flushHeads stores every table's heads as run keys before it returns:
 // a retention sweep walks stored runs, and Close leaves nothing to
 // replay. Writer only.
-func (db *DB) flushHeads() error {
+func (db *Engine) flushHeads() error {
 	if err := db.reapFlush(true); err != nil {
 		return err
 	}
@@ -716,7 +716,7 @@ func (db *DB) flushHeads() error {
 // store's records in place for Open to replay and its error sticks:
 // every later commit returns it, as the heads no longer match what is
 // stored. Writer only.
-func (db *DB) reapFlush(wait bool) error {
+func (db *Engine) reapFlush(wait bool) error {
 	f := db.flush
 	if f == nil {
 		return db.flushErr
@@ -751,7 +751,7 @@ func (db *DB) reapFlush(wait bool) error {
 // heads and writes the same keys again (overwrite runs may then be
 // grouped otherwise and name a fragment twice, which retention and
 // repairs tolerate). The sealed heads do not change while it runs.
-func (db *DB) storeHeads(f *headFlush) error {
+func (db *Engine) storeHeads(f *headFlush) error {
 	w := &committer{db: db, txn: db.bdb.NewTransaction(true), maxKeys: flushTxnKeys, flush: true}
 	defer func() { w.txn.Discard() }()
 	for i, st := range f.sts {
@@ -841,7 +841,7 @@ func (w *committer) storeUnions(st *tableState, tid uint64, h *tableHead) error 
 // and sets the next record number above them. A record's block, which
 // its headFrag sections name, is read when one is met: Open has voided
 // the records of blocks a crash kept from being stored (upgrade).
-func (db *DB) loadHeads() error {
+func (db *Engine) loadHeads() error {
 	return db.bdb.View(func(txn *badger.Txn) error {
 		fetchers := map[uint64]*fetcher{} // by table: a fetcher reads one table's blocks
 		defer func() {

@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"bufio"
@@ -75,7 +75,7 @@ func TestMaxMappedBytes(t *testing.T) {
 	cfg.MaxMappedBytes = 0 // off while the pages are made resident
 	db, err := Open(cfg, nil, nil)
 	require.NoError(t, err)
-	tid := db.allocTableID()
+	tid := nextTID()
 	// Values that do not compress, so that the files span many pages.
 	const commits, points = 32, 10000
 	rnd := rand.New(rand.NewPCG(1, 2))

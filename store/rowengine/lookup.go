@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"bytes"
@@ -45,7 +45,7 @@ func (s *lookupStats) load() lookupCounts {
 // ReadCounts returns how many blocks and point-index entries the reads of
 // drains and row copies (ReadSeq, ReadRows) have read since Open; the
 // same figures as ingestd_store_feed_reads_total. Safe for concurrent use.
-func (db *DB) ReadCounts() (blocks, entries uint64) {
+func (db *Engine) ReadCounts() (blocks, entries uint64) {
 	return db.stats.readBlocks.Load(), db.stats.readEntries.Load()
 }
 
@@ -64,12 +64,12 @@ func (db *DB) ReadCounts() (blocks, entries uint64) {
 // decoded, so the late points of a resent or backfilled batch, which fall
 // in the same few runs, mostly cost one binary search.
 type lookup struct {
-	db    *DB
+	db    *Engine
 	view  *badger.Txn
 	runIt *badger.Iterator // reverse over ksRun
 	fwdIt *badger.Iterator // forward over ksRun
 	ptIt  *badger.Iterator // reverse over ksPoint
-	// gen is DB.flushGen when the view began.
+	// gen is Engine.flushGen when the view began.
 	gen   uint64
 	key   []byte
 	runs  map[uint64]storedRun // by series id, for the current table
@@ -354,7 +354,7 @@ func (l *lookup) maxTs(sid uint64) (int64, error) {
 }
 
 // statsCollector reports lookupStats.
-type statsCollector struct{ db *DB }
+type statsCollector struct{ db *Engine }
 
 var (
 	lookupDesc = prometheus.NewDesc("ingestd_store_index_reads_total",

@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"context"
@@ -20,7 +20,7 @@ type sweepModel struct {
 }
 
 // readPoints copies the table by time range: every point once, coalesced.
-func readPoints(t *testing.T, db *DB, tid uint64) map[pointID]map[uint32]int64 {
+func readPoints(t *testing.T, db *Engine, tid uint64) map[pointID]map[uint32]int64 {
 	t.Helper()
 	out := map[pointID]map[uint32]int64{}
 	var cur store.RowCursor
@@ -50,8 +50,8 @@ func readPoints(t *testing.T, db *DB, tid uint64) map[pointID]map[uint32]int64 {
 // above every removed x_seq, and a drain from the horizon reads every
 // retained fragment while one below it is refused.
 func TestSweepRemovesExactlyAged(t *testing.T) {
-	forEachConfig(t, func(t *testing.T, db *DB) {
-		tid := db.allocTableID()
+	forEachConfig(t, func(t *testing.T, db *Engine) {
+		tid := nextTID()
 		rng := rand.New(rand.NewPCG(1, 2))
 		m := sweepModel{points: map[pointID]map[uint32]int64{}, seqTs: map[uint64]int64{}}
 		seq := uint64(0)
@@ -164,7 +164,7 @@ func TestSweepIdempotentAfterPartialWrites(t *testing.T) {
 	cfg.MinFreeBytes = 0
 	db, err := Open(cfg, nil, nil)
 	require.NoError(t, err)
-	tid := db.allocTableID()
+	tid := nextTID()
 	frags := []store.Fragment{}
 	for i := range 200 {
 		frags = append(frags, store.Fragment{Series: 1, Time: int64(i), Fields: []store.Field{intField(1, int64(i))}})
@@ -224,7 +224,7 @@ func TestCollectGarbageGivesSpaceBack(t *testing.T) {
 	var written int64 // the directory's size once the first round is written
 	rewrites := 0
 	for round := range 8 {
-		tid := db.allocTableID()
+		tid := nextTID()
 		for c := range 20 {
 			frags := make([]store.Fragment, 5000)
 			for j := range frags {

@@ -1,4 +1,4 @@
-package badgerstore
+package rowengine
 
 import (
 	"encoding/binary"
@@ -26,7 +26,7 @@ type tableStatsCache struct {
 // of the instance (values are not read, except the few header bytes of each
 // block). A count younger than Config.TableStatsMaxAge is returned as is.
 // Safe for concurrent use; scans run one at a time.
-func (db *DB) countTable(tid uint64) (store.TableStats, error) {
+func (db *Engine) countTable(tid uint64) (store.TableStats, error) {
 	c := &db.tableStats
 	c.mu.Lock()
 	defer c.mu.Unlock()
@@ -50,7 +50,7 @@ func (db *DB) countTable(tid uint64) (store.TableStats, error) {
 	return s, nil
 }
 
-func (db *DB) scanTableStats(tid uint64) (store.TableStats, error) {
+func (db *Engine) scanTableStats(tid uint64) (store.TableStats, error) {
 	var s store.TableStats
 	// The points overwritten for the first time since the last flush
 	// have no marker yet (a flush in between may count one twice: an
@@ -114,7 +114,7 @@ func blockCount(v []byte) (uint64, error) {
 
 // freeSpace reports the free space of the data directory's file system in
 // bytes (0 for an in-memory store).
-func (db *DB) freeSpace() (uint64, error) {
+func (db *Engine) freeSpace() (uint64, error) {
 	if db.dir == "" || db.lock == nil {
 		return 0, nil
 	}
@@ -125,7 +125,7 @@ var freeDesc = prometheus.NewDesc("ingestd_store_free_bytes",
 	"Free space of the data directory's file system in bytes (ingestd stops writing below --store-min-free-bytes).", nil, nil)
 
 // freeCollector reports FreeBytes at each scrape.
-type freeCollector struct{ db *DB }
+type freeCollector struct{ db *Engine }
 
 func (c freeCollector) Describe(ch chan<- *prometheus.Desc) { ch <- freeDesc }
 
