@@ -12,7 +12,7 @@ import (
 
 // This file is the store.Backend contract: the metadata, numbering and
 // consumers this backend answers itself, each exported method checking
-// that the store is open and ctx alive and holding closeMu's read side so
+// that the store is open and ctx alive and holding the gate so
 // that Close waits for it; rows, horizons and sweeps the row engine
 // answers.
 
@@ -36,36 +36,15 @@ func (db *DB) Limits() store.Limits {
 // what a commit needs: one extra fsync per this many fragments per table.
 const seqLeaseChunk = 1 << 16
 
-// enter admits a call: ErrClosed after Close, ctx.Err() when ctx ended.
-// On nil the caller must call leave.
-func (db *DB) enter(ctx context.Context) error {
-	db.closeMu.RLock()
-	if db.closed {
-		db.closeMu.RUnlock()
-		return store.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		db.closeMu.RUnlock()
-		return err
-	}
-	return nil
-}
-
-func (db *DB) leave() { db.closeMu.RUnlock() }
-
 // Close records each live table's exact x_seq as its lease (a restart
 // then burns no numbers; when that write fails the leases stay, which
 // only skips numbers), then closes the row engine (rowengine.Engine.Close).
 // In-flight calls finish first; every later call, Close included,
 // returns store.ErrClosed.
 func (db *DB) Close() error {
-	db.closeMu.Lock()
-	if db.closed {
-		db.closeMu.Unlock()
-		return store.ErrClosed
+	if err := db.gate.Close(); err != nil {
+		return err
 	}
-	db.closed = true
-	db.closeMu.Unlock()
 	if err := db.releaseLeases(); err != nil {
 		db.logger.Warn("x_seq leases not released: a restart skips the unused numbers", "err", err)
 	}
@@ -75,10 +54,10 @@ func (db *DB) Close() error {
 // LoadTables implements store.Loader: every table's metadata, tombstones
 // included, ordered by name, each name read from its key byte for byte.
 func (db *DB) LoadTables(ctx context.Context) ([]store.TableMeta, error) {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return nil, err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.loadTables()
 }
 
@@ -95,10 +74,10 @@ func (db *DB) LoadSeries(ctx context.Context, tid uint64) ([]store.Series, error
 // Config.UnsafeNoSync). Once stamped ran, ctx no longer stops it: the
 // numbers are handed out. Writer only.
 func (db *DB) Append(ctx context.Context, commits []store.TableCommit, stamped func()) error {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	if err := db.e.CheckSpace(); err != nil {
 		return err
 	}
@@ -152,19 +131,19 @@ func (db *DB) Append(ctx context.Context, commits []store.TableCommit, stamped f
 // NewTableID implements store.Tables: ids are persisted with the metadata
 // that uses them.
 func (db *DB) NewTableID(ctx context.Context) (uint64, error) {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return 0, err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.allocTableID(), nil
 }
 
 // PutTable implements store.Tables in one transaction. Writer only.
 func (db *DB) PutTable(ctx context.Context, m store.TableMeta) (store.TableMeta, error) {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return store.TableMeta{}, err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	if err := db.e.CheckSpace(); err != nil {
 		return store.TableMeta{}, err
 	}
@@ -219,10 +198,10 @@ func (db *DB) DropTable(ctx context.Context, tid uint64) (store.TableMeta, error
 // or not at all.
 func (db *DB) endInstance(ctx context.Context, tid uint64, end func(*badger.Txn, *instance) (store.TableMeta, error),
 	ended func(store.TableMeta, *instance)) (store.TableMeta, error) {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return store.TableMeta{}, err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	if err := db.e.CheckSpace(); err != nil {
 		return store.TableMeta{}, err
 	}
@@ -253,10 +232,10 @@ func (db *DB) endInstance(ctx context.Context, tid uint64, end func(*badger.Txn,
 
 // PruneTombstone implements store.Tables in one transaction. Writer only.
 func (db *DB) PruneTombstone(ctx context.Context, name string, floor store.TableMeta) error {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	if err := db.e.CheckSpace(); err != nil {
 		return err
 	}
@@ -289,28 +268,28 @@ func (db *DB) ReadCounts() (blocks, entries uint64) { return db.e.ReadCounts() }
 
 // PutConsumers implements store.ConsumerStore (see putConsumers).
 func (db *DB) PutConsumers(ctx context.Context, byTable map[string][]store.Consumer) error {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.putConsumers(ctx, byTable)
 }
 
 // LoadConsumers implements store.ConsumerStore (see loadConsumers).
 func (db *DB) LoadConsumers(ctx context.Context, table string) ([]store.Consumer, error) {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return nil, err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.loadConsumers(ctx, table)
 }
 
 // DeleteConsumer implements store.ConsumerStore.
 func (db *DB) DeleteConsumer(ctx context.Context, table, name string) error {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.deleteConsumer(ctx, table, name)
 }
 

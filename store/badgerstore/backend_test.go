@@ -18,12 +18,7 @@ import (
 // are gone leaves the mark, and the next Open removes the instance's rows.
 func TestDropMarkFinishedAtOpen(t *testing.T) {
 	ctx := context.Background()
-	cfg := rowengine.DefaultConfig()
-	cfg.Dir = t.TempDir()
-	db, err := Open(cfg, nil, nil)
-	require.NoError(t, err)
-	tid, err := db.NewTableID(ctx)
-	require.NoError(t, err)
+	db, cfg, tid := openOnDisk(t)
 	m, err := db.PutTable(ctx, store.TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1})
 	require.NoError(t, err)
 	commits := []store.TableCommit{{TableID: m.ID, Sync: true, NewSeries: []store.Series{{ID: 1}}, CommitTime: 1,
@@ -54,6 +49,19 @@ func TestDropMarkFinishedAtOpen(t *testing.T) {
 	require.Equal(t, []store.TableMeta{{Name: "t", Epoch: 1, Seq: 2, Dropped: true}}, metas)
 }
 
+// openOnDisk opens a store in a new directory, with its configuration
+// and a new table instance id.
+func openOnDisk(t *testing.T) (*DB, rowengine.Config, uint64) {
+	t.Helper()
+	cfg := rowengine.DefaultConfig()
+	cfg.Dir = t.TempDir()
+	db, err := Open(cfg, nil, nil)
+	require.NoError(t, err)
+	tid, err := db.NewTableID(context.Background())
+	require.NoError(t, err)
+	return db, cfg, tid
+}
+
 func seriesOf(t *testing.T, db *DB, tid uint64) []store.Series {
 	t.Helper()
 	series, err := db.LoadSeries(context.Background(), tid)
@@ -65,13 +73,8 @@ func seriesOf(t *testing.T, db *DB, tid uint64) []store.Series {
 // it, a clean Close lowers it to the exact number.
 func TestLeaseReleasedOnClose(t *testing.T) {
 	ctx := context.Background()
-	cfg := rowengine.DefaultConfig()
-	cfg.Dir = t.TempDir()
-	db, err := Open(cfg, nil, nil)
-	require.NoError(t, err)
-	tid, err := db.NewTableID(ctx)
-	require.NoError(t, err)
-	_, err = db.PutTable(ctx, store.TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1})
+	db, cfg, tid := openOnDisk(t)
+	_, err := db.PutTable(ctx, store.TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1})
 	require.NoError(t, err)
 	commits := []store.TableCommit{{TableID: tid, Sync: true, NewSeries: []store.Series{{ID: 1}}, CommitTime: 1,
 		Fragments: []store.Fragment{{Series: 1, Time: 1}, {Series: 1, Time: 2}, {Series: 1, Time: 3}}}}
@@ -135,12 +138,7 @@ func TestNamesFromKeys(t *testing.T) {
 // number handed out.
 func TestCommitsMetaKeepsTheLease(t *testing.T) {
 	ctx := context.Background()
-	cfg := rowengine.DefaultConfig()
-	cfg.Dir = t.TempDir()
-	db, err := Open(cfg, nil, nil)
-	require.NoError(t, err)
-	tid, err := db.NewTableID(ctx)
-	require.NoError(t, err)
+	db, cfg, tid := openOnDisk(t)
 	meta := store.TableMeta{Name: "t", ID: tid, Sync: true, Epoch: 1}
 	commits := []store.TableCommit{{TableID: tid, Meta: &meta, Sync: true, NewSeries: []store.Series{{ID: 1}}, CommitTime: 1,
 		Fragments: []store.Fragment{{Series: 1, Time: 1}, {Series: 1, Time: 2}, {Series: 1, Time: 3}}}}
@@ -151,7 +149,7 @@ func TestCommitsMetaKeepsTheLease(t *testing.T) {
 	storetest.CopyDir(t, cfg.Dir, crashed)
 	require.NoError(t, db.Close())
 	cfg.Dir = crashed
-	db, err = Open(cfg, nil, nil)
+	db, err := Open(cfg, nil, nil)
 	require.NoError(t, err)
 	defer func() { require.NoError(t, db.Close()) }()
 	metas, err := db.LoadTables(ctx)

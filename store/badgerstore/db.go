@@ -39,11 +39,9 @@ type DB struct {
 	mu     sync.Mutex           // guards tables
 	tables map[uint64]*instance // by table instance id
 
-	// closeMu's read side is held by every call of the store.Backend
-	// contract that this backend answers itself, its write side by Close
-	// to set closed (see enter).
-	closeMu sync.RWMutex
-	closed  bool
+	// gate is held by every call of the store.Backend contract that
+	// this backend answers itself, and closed by Close.
+	gate store.CloseGate
 
 	// leaseExtensions counts durable x_seq lease extensions.
 	leaseExtensions prometheus.Counter

@@ -39,10 +39,10 @@ const maxBatchMessages = 1000
 // the follower has applied them to the row cache, so the caller's
 // watermark never passes a message the cache lacks. Writer only.
 func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped func()) (err error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	tables := make([]*table, len(commits))
 	defer func() {
 		if err != nil {
@@ -169,15 +169,15 @@ func (s *Store) awaitFollower(t *table, deadline time.Time, ok func() bool) erro
 	return t.await(deadline, ok)
 }
 
-// enterLive is enter, then live: it admits a call on live instance tid.
-// On nil the caller must call leave.
+// enterLive is gate.Enter, then live: it admits a call on live instance
+// tid. On nil the caller must call gate.Leave.
 func (s *Store) enterLive(ctx context.Context, tid uint64) (*table, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return nil, err
 	}
 	t, err := s.live(tid)
 	if err != nil {
-		s.leave()
+		s.gate.Leave()
 		return nil, err
 	}
 	return t, nil

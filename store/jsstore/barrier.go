@@ -31,7 +31,7 @@ func (s *Store) Beyond(ctx context.Context, tid, after uint64) (bool, error) {
 	if err != nil {
 		return false, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	if _, xseq := t.position(); after <= xseq {
 		return false, nil
 	}

@@ -59,9 +59,7 @@ func (h *harness) cfgOf(b store.Backend) Config {
 
 // crash ends s as a crash would: nothing released, no lease lowered.
 func crash(s *Store) {
-	s.closeMu.Lock()
-	s.closed = true
-	s.closeMu.Unlock()
+	_ = s.gate.Close()
 	s.abandon()
 }
 

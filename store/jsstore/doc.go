@@ -276,7 +276,7 @@
 // neither, and a follower takes Store.mu inside it (the record decides
 // whether a block goes to the cache). A table's life mutex serializes
 // starting and stopping its follower. A table's tableChecks.mu (barrier.go) is taken alone.
-// closeMu's read side is held by every call, its write side by Close,
+// Store.gate (store.CloseGate) is held by every call and closed by Close,
 // which first ends the waits for Beyond's checks (checkState.halt), then
 // stops the followers and waits for the checks before it closes the
 // cache.

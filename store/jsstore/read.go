@@ -14,10 +14,10 @@ import (
 
 // ReadSeq implements store.Reader from the row cache.
 func (s *Store) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int, filter *store.SeqFilter, visit func(*store.Row) error) (uint64, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return after, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	return s.cache.ReadSeq(ctx, tid, after, upto, limit, filter, visit)
 }
 
@@ -27,58 +27,58 @@ func (s *Store) ReadCounts() (blocks, entries uint64) { return s.cache.ReadCount
 
 // SeqTime implements store.Reader from the row cache.
 func (s *Store) SeqTime(ctx context.Context, tid, seq uint64) (int64, bool, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return 0, false, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	return s.cache.SeqTime(ctx, tid, seq)
 }
 
 // ReadRows implements store.Reader from the row cache (its cursors).
 func (s *Store) ReadRows(ctx context.Context, tid uint64, cur store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return nil, false, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	return s.cache.ReadRows(ctx, tid, cur, start, end, limit, visit)
 }
 
 // Horizon implements store.Sweeper from the row cache (raised from the
 // record at Open).
 func (s *Store) Horizon(ctx context.Context, tid uint64) (uint64, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return 0, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	return s.cache.Horizon(ctx, tid)
 }
 
 // FirstSeqSince implements store.Sweeper from the row cache.
 func (s *Store) FirstSeqSince(ctx context.Context, tid, from uint64, cutoff int64, maxBlocks int) (uint64, bool, bool, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return 0, false, false, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	return s.cache.FirstSeqSince(ctx, tid, from, cutoff, maxBlocks)
 }
 
 // TableStats implements store.StatsReader from the row cache (its counts
 // and their age, rowengine.Config.TableStatsMaxAge).
 func (s *Store) TableStats(ctx context.Context, tid uint64) (store.TableStats, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return store.TableStats{}, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	return s.cache.TableStats(ctx, tid)
 }
 
 // RaiseHorizon implements store.Sweeper: the record first (a rebuild
 // keeps it), then the cache. Writer only.
 func (s *Store) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return 0, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	t, void, err := s.liveOrVoid(tid)
 	if void || err != nil {
 		return h, err
@@ -111,10 +111,10 @@ func (s *Store) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error)
 // rows, and once the sweep at cutoff is complete the stream is purged of
 // the messages it left nothing of (purgeAged). Writer only.
 func (s *Store) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return store.SweepResult{}, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	t, void, err := s.liveOrVoid(tid)
 	if void || err != nil {
 		return store.SweepResult{}, err

@@ -22,10 +22,10 @@ var _ store.Shared = (*Store)(nil)
 // for concurrent use with the writer (a conflict with its updates is
 // merged as one with another process's).
 func (s *Store) AddColumns(ctx context.Context, tid uint64, cols []store.Column) ([]store.Column, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return nil, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	if have, ok := s.endedColumns(tid); ok {
 		return s.voidColumns(tid, have, cols), nil
 	}
@@ -83,10 +83,10 @@ func seriesKey(tid uint64, key string) string {
 // seriesIDBlock at a time, so that processes numbering new series of one
 // table at once seldom contend for the counter. Safe for concurrent use.
 func (s *Store) SeriesID(ctx context.Context, tid uint64, key string, _ []store.Field) (uint64, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return 0, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	if _, ended := s.endedColumns(tid); !ended {
 		if _, err := s.live(tid); err != nil {
 			return 0, err

@@ -143,9 +143,8 @@ type Store struct {
 	// chk tracks Beyond's checks in flight (barrier.go).
 	chk checkState
 
-	// closeMu's read side is held by every call, its write side by Close.
-	closeMu sync.RWMutex
-	closed  bool
+	// gate is held by every call and closed by Close.
+	gate store.CloseGate
 
 	m metrics
 }
@@ -799,35 +798,14 @@ func (t *table) anchor() anchor {
 	return anchor{XSeq: t.rec.Meta.Seq}
 }
 
-// enter admits a call: ErrClosed after Close, ctx.Err() when ctx ended.
-// On nil the caller must call leave.
-func (s *Store) enter(ctx context.Context) error {
-	s.closeMu.RLock()
-	if s.closed {
-		s.closeMu.RUnlock()
-		return store.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		s.closeMu.RUnlock()
-		return err
-	}
-	return nil
-}
-
-func (s *Store) leave() { s.closeMu.RUnlock() }
-
 // Close stops the followers, closes the cache and the connection. In-flight calls finish first (a
 // Beyond waiting for a barrier returns at once, its cursor unknown); every later call,
 // Close included, returns store.ErrClosed.
 func (s *Store) Close() error {
 	s.chk.halt()
-	s.closeMu.Lock()
-	if s.closed {
-		s.closeMu.Unlock()
-		return store.ErrClosed
+	if err := s.gate.Close(); err != nil {
+		return err
 	}
-	s.closed = true
-	s.closeMu.Unlock()
 	s.abandonFollowers()
 	s.chk.wg.Wait() // a check waiting for its follower ended with it
 	err := s.cache.Close()

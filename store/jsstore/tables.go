@@ -21,10 +21,10 @@ import (
 // table's Seq is the highest number its follower has numbered (at least
 // every number this node assigned).
 func (s *Store) LoadTables(ctx context.Context) ([]store.TableMeta, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return nil, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	out := make([]store.TableMeta, 0, len(s.byName))
@@ -49,10 +49,10 @@ func (s *Store) LoadTables(ctx context.Context) ([]store.TableMeta, error) {
 // not hold yet (another process made it a moment ago) has none there:
 // its series reach the Follow callback as its blocks are applied.
 func (s *Store) LoadSeries(ctx context.Context, tid uint64) ([]store.Series, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return nil, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	s.cacheMu.Lock()
 	cached := false
 	for _, t := range s.allTables() {
@@ -69,10 +69,10 @@ func (s *Store) LoadSeries(ctx context.Context, tid uint64) ([]store.Series, err
 // raised with compare-and-set, so an id is never returned twice, across
 // restarts and processes.
 func (s *Store) NewTableID(ctx context.Context) (uint64, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return 0, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	return s.newTableID()
 }
 
@@ -162,10 +162,10 @@ func (s *Store) contended(what string, attempt func() (done bool, err error)) er
 // writer: the feed's resolver creates the tables writes bring
 // (store.Shared).
 func (s *Store) PutTable(ctx context.Context, m store.TableMeta) (store.TableMeta, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return store.TableMeta{}, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	m, _, err := s.putTable(m)
 	if errors.Is(err, errVoid) {
 		err = fmt.Errorf("%w: instance %d of %q", store.ErrEnded, m.ID, m.Name)
@@ -344,7 +344,7 @@ func (s *Store) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta,
 	if err != nil {
 		return store.TableMeta{}, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	id, err := s.newTableID()
 	if err != nil {
 		return store.TableMeta{}, err
@@ -376,7 +376,7 @@ func (s *Store) DropTable(ctx context.Context, tid uint64) (store.TableMeta, err
 	if err != nil {
 		return store.TableMeta{}, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	var born uint64
 	at := t.numberedTo()
 	var tomb store.TableMeta
@@ -431,10 +431,10 @@ func (s *Store) endInstance(t *table) error {
 // records, which only keeps a second, lower floor (never a lower number).
 // Writer only.
 func (s *Store) PruneTombstone(ctx context.Context, name string, floor store.TableMeta) error {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	s.mu.Lock()
 	ft, old := s.byName[floor.Name], s.byName[name]
 	s.mu.Unlock()
@@ -533,10 +533,10 @@ func (s *Store) changeConsumers(table string, change func(consumers)) error {
 // PutConsumers implements store.ConsumerStore: one compare-and-set
 // update per table.
 func (s *Store) PutConsumers(ctx context.Context, byTable map[string][]store.Consumer) error {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	for table, list := range byTable {
 		err := s.changeConsumers(table, func(cs consumers) {
 			for _, c := range list {
@@ -552,10 +552,10 @@ func (s *Store) PutConsumers(ctx context.Context, byTable map[string][]store.Con
 
 // LoadConsumers implements store.ConsumerStore.
 func (s *Store) LoadConsumers(ctx context.Context, table string) ([]store.Consumer, error) {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return nil, err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	cs, _, err := s.readConsumers(ctx, s.consumersKey(table, s.born(table)))
 	if err != nil {
 		return nil, err
@@ -570,9 +570,9 @@ func (s *Store) LoadConsumers(ctx context.Context, table string) ([]store.Consum
 
 // DeleteConsumer implements store.ConsumerStore.
 func (s *Store) DeleteConsumer(ctx context.Context, table, name string) error {
-	if err := s.enter(ctx); err != nil {
+	if err := s.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer s.leave()
+	defer s.gate.Leave()
 	return s.changeConsumers(table, func(cs consumers) { delete(cs, name) })
 }

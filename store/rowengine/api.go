@@ -11,7 +11,7 @@ import (
 
 // This file is what a backend (the engine's owner) calls: each exported
 // method checks that the engine is open and ctx alive, then runs the
-// unexported method doing the work, holding closeMu's read side so that
+// unexported method doing the work, holding the gate so that
 // Close waits for it.
 
 // MaxValueBytes is the largest value the engine holds (badger's value-log
@@ -45,36 +45,15 @@ type KV struct {
 	Value []byte
 }
 
-// enter admits a call: ErrClosed after Close, ctx.Err() when ctx ended.
-// On nil the caller must call leave.
-func (db *Engine) enter(ctx context.Context) error {
-	db.closeMu.RLock()
-	if db.closed {
-		db.closeMu.RUnlock()
-		return store.ErrClosed
-	}
-	if err := ctx.Err(); err != nil {
-		db.closeMu.RUnlock()
-		return err
-	}
-	return nil
-}
-
-func (db *Engine) leave() { db.closeMu.RUnlock() }
-
 // Close stores the head's runs, stops the value-log collector, flushes and
 // closes the database and releases the directory lock. In-flight calls
 // finish first; every later call, Close included, returns
 // store.ErrClosed. An owner writes what it keeps for a clean restart
 // before.
 func (db *Engine) Close() error {
-	db.closeMu.Lock()
-	if db.closed {
-		db.closeMu.Unlock()
-		return store.ErrClosed
+	if err := db.gate.Close(); err != nil {
+		return err
 	}
-	db.closed = true
-	db.closeMu.Unlock()
 	if err := db.flushHeads(); err != nil {
 		db.logger.Warn("head runs not stored: the next Open replays them", "err", err)
 	}
@@ -110,10 +89,10 @@ func (db *Engine) stopBackground() {
 // directory's file system has less than Config.MinFreeBytes free. Writer
 // only: one goroutine at a time, beside no Sweep or DropInstance.
 func (db *Engine) Apply(ctx context.Context, commits []store.TableCommit, own ...KV) error {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.commit(commits, own...)
 }
 
@@ -121,10 +100,10 @@ func (db *Engine) Apply(ctx context.Context, commits []store.TableCommit, own ..
 // fsynced unless Config.UnsafeNoSync) when fn returns nil: for the
 // owner's keys (OwnerKeyspaces) and MarkDrop. Safe for concurrent use.
 func (db *Engine) Update(ctx context.Context, fn func(txn *badger.Txn) error) error {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	if err := db.checkSpace(); err != nil {
 		return err
 	}
@@ -134,10 +113,10 @@ func (db *Engine) Update(ctx context.Context, fn func(txn *badger.Txn) error) er
 // View runs fn in one read-only badger transaction, for the owner's keys.
 // Safe for concurrent use.
 func (db *Engine) View(ctx context.Context, fn func(txn *badger.Txn) error) error {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.bdb.View(fn)
 }
 
@@ -145,10 +124,10 @@ func (db *Engine) View(ctx context.Context, fn func(txn *badger.Txn) error) erro
 // the owner's keys (OwnerKeyspaces) at the cost of one sync. Safe for
 // concurrent use.
 func (db *Engine) WriteBatch(ctx context.Context, fn func(wb *badger.WriteBatch) error) error {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	if err := db.checkSpace(); err != nil {
 		return err
 	}
@@ -171,10 +150,10 @@ func MarkDrop(txn *badger.Txn, tid uint64) error { return txn.Set(dropKey(tid), 
 // did not). It blocks writes while it runs (badger DropPrefix). Writer
 // only.
 func (db *Engine) DropInstance(ctx context.Context, tid uint64) error {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	if err := db.bdb.Update(func(txn *badger.Txn) error { return MarkDrop(txn, tid) }); err != nil {
 		return err
 	}
@@ -201,83 +180,83 @@ func (db *Engine) CheckSpace() error { return db.checkSpace() }
 // LoadSeries returns the series dictionary of instance tid, ordered by
 // series id.
 func (db *Engine) LoadSeries(ctx context.Context, tid uint64) ([]store.Series, error) {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return nil, err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.loadSeries(tid)
 }
 
 // ReadSeq is store.Reader's ReadSeq (see readSeq).
 func (db *Engine) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int, filter *store.SeqFilter, visit func(*store.Row) error) (uint64, error) {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return after, err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.readSeq(ctx, tid, after, upto, limit, filter, visit)
 }
 
 // SeqTime is store.Reader's SeqTime (see seqTime).
 func (db *Engine) SeqTime(ctx context.Context, tid, seq uint64) (int64, bool, error) {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return 0, false, err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.seqTime(tid, seq)
 }
 
 // ReadRows is store.Reader's ReadRows (see readRows).
 func (db *Engine) ReadRows(ctx context.Context, tid uint64, cur store.RowCursor, start, end int64, limit int, visit func(*store.Row) error) (store.RowCursor, bool, error) {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return nil, false, err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.readRows(ctx, tid, cur, start, end, limit, visit)
 }
 
 // SweepBefore is store.Sweeper's SweepBefore (see sweepBefore). Writer
 // only.
 func (db *Engine) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return store.SweepResult{}, err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.sweepBefore(tid, cutoff, maxFragments)
 }
 
 // RaiseHorizon is store.Sweeper's RaiseHorizon (see raiseHorizon). Writer
 // only.
 func (db *Engine) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error) {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return 0, err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.raiseHorizon(tid, h)
 }
 
 // Horizon is store.Sweeper's Horizon (see horizon).
 func (db *Engine) Horizon(ctx context.Context, tid uint64) (uint64, error) {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return 0, err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.horizon(tid)
 }
 
 // FirstSeqSince is store.Sweeper's FirstSeqSince (see firstSeqSince).
 func (db *Engine) FirstSeqSince(ctx context.Context, tid, from uint64, cutoff int64, maxBlocks int) (uint64, bool, bool, error) {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return 0, false, false, err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.firstSeqSince(tid, from, cutoff, maxBlocks)
 }
 
 // TableStats is store.StatsReader's TableStats (see countTable).
 func (db *Engine) TableStats(ctx context.Context, tid uint64) (store.TableStats, error) {
-	if err := db.enter(ctx); err != nil {
+	if err := db.gate.Enter(ctx); err != nil {
 		return store.TableStats{}, err
 	}
-	defer db.leave()
+	defer db.gate.Leave()
 	return db.countTable(tid)
 }

@@ -224,10 +224,8 @@ type Engine struct {
 	mu     sync.Mutex             // guards tables
 	tables map[uint64]*tableState // by table instance id
 
-	// closeMu's read side is held by every call of the store.Backend
-	// contract, its write side by Close to set closed (see enter).
-	closeMu sync.RWMutex
-	closed  bool
+	// gate is held by every exported call (api.go) and closed by Close.
+	gate store.CloseGate
 
 	stats lookupStats
 	// headSeq numbers the next head record; headMax is
