@@ -260,6 +260,9 @@ func (s *Drainer) readPage(ctx context.Context, req DrainRequest, from uint64, p
 		pg.Rows++
 		return nil
 	})
+	if errors.Is(err, store.ErrNotServed) {
+		return Page{}, fmt.Errorf("%w: %w", ErrNotServed, err)
+	}
 	if err != nil && !full {
 		return Page{}, err
 	}

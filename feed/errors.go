@@ -56,6 +56,11 @@ var (
 	// writes its points again, which overwrites them) or for a table
 	// change (not made). The sequencer runs on; retry.
 	ErrUnavailable = errors.New("feed: the store did not answer in time: retry")
+	// ErrNotServed is returned by Drain, Rows and TableStats for a table
+	// this node's store does not materialise (a shared store that keeps
+	// the rows of some tables only, store.ErrNotServed): its reads are
+	// another node's to serve.
+	ErrNotServed = errors.New("feed: this node does not keep the table's rows: read it through a node that does")
 	// ErrClosed is returned once the sequencer has stopped.
 	ErrClosed = errors.New("feed: sequencer stopped")
 	// ErrTableChanged is returned by Truncate, Drop, SetSync and

@@ -148,6 +148,9 @@ func (s *Drainer) Rows(ctx context.Context, req RowsRequest, visit func(cols []C
 	if errors.Is(err, store.ErrInvalidCursor) {
 		return RowsPage{}, fmt.Errorf("%w: %s", ErrInvalidCursor, QuoteInput(req.Cursor))
 	}
+	if errors.Is(err, store.ErrNotServed) {
+		return RowsPage{}, fmt.Errorf("%w: %w", ErrNotServed, err)
+	}
 	if err != nil {
 		return RowsPage{}, err
 	}

@@ -676,6 +676,9 @@ var errStorage = errors.New("feed: storage failure")
 // operation fails, the sequencer runs on), else a storage failure that
 // stops the sequencer (the disk's own: errStorage).
 func storageErr(what string, err error) error {
+	if errors.Is(err, store.ErrNotServed) {
+		return fmt.Errorf("%w: %s: %w", ErrNotServed, what, err)
+	}
 	if errors.Is(err, store.ErrUnavailable) {
 		return fmt.Errorf("%w: %s: %w", ErrUnavailable, what, err)
 	}

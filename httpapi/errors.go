@@ -68,6 +68,8 @@ func errorStatus(err error) (int, string) {
 		return http.StatusForbidden, wire.CodeForbidden
 	case errors.Is(err, feed.ErrConsumerNotFound):
 		return http.StatusNotFound, wire.CodeConsumerNotFound
+	case errors.Is(err, feed.ErrNotServed):
+		return http.StatusMisdirectedRequest, wire.CodeNotServed
 	case errors.Is(err, feed.ErrClosed), errors.Is(err, feed.ErrBusy), errors.Is(err, feed.ErrTableChanged), errors.Is(err, feed.ErrUnavailable),
 		errors.Is(err, errResponseBudget):
 		return http.StatusServiceUnavailable, wire.CodeUnavailable

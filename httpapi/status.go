@@ -3,6 +3,7 @@ package httpapi
 import (
 	"context"
 	_ "embed"
+	"errors"
 	"fmt"
 	"html/template"
 	"math"
@@ -314,7 +315,9 @@ func (a *API) status(w http.ResponseWriter, r *http.Request) {
 		st := statusTable{Name: statusName(t.Name), Sync: t.Sync.Enabled, Epoch: t.Sync.Epoch, Seq: t.Sync.Seq, Watermark: t.Sync.Watermark}
 		if a.opts.Stats != nil {
 			stats, err := a.opts.Stats.TableStats(t.Name)
-			if err != nil {
+			if errors.Is(err, feed.ErrNotServed) {
+				st.StatsErr = "kept by another node"
+			} else if err != nil {
 				st.StatsErr = "unavailable"
 				a.clientLog.Warn("status page: table stats", "table", t.Name, "err", err)
 			}

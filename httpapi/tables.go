@@ -27,6 +27,9 @@ func (a *API) withStats(out *wire.Table) error {
 		return nil
 	}
 	st, err := a.opts.Stats.TableStats(out.Name)
+	if errors.Is(err, feed.ErrNotServed) {
+		return nil // no counts here: another node keeps the rows
+	}
 	if err != nil {
 		return err
 	}

@@ -54,6 +54,12 @@ func (e *CorruptionError) Unwrap() error { return e.Err }
 // read would return has been removed (or its history trimmed).
 var ErrHistoryExpired = errors.New("store: feed history expired")
 
+// ErrNotServed is returned by ReadSeq, ReadRows and TableStats of a
+// Shared backend for a table this process does not materialise
+// (store/jsstore's Config.Materialise): another process serves its reads.
+// The table's writes, DDL and numbering work as on any other.
+var ErrNotServed = errors.New("store: this node does not materialise the table")
+
 // ErrRowLeftOut, returned by a ReadRows visit function, ends the page
 // before the row it was called with: ReadRows returns no error and a
 // cursor that resumes at that row.

@@ -10,12 +10,14 @@ import (
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/cmd/ingestd/cli"
 	"github.com/ingestd/ingestd/store/jsstore"
 	"github.com/ingestd/ingestd/store/jsstore/natstest"
+	"github.com/ingestd/ingestd/store/testdeadline"
 )
 
 // TestJetStreamBackend runs the real daemon with --store=jetstream against
@@ -69,6 +71,45 @@ func TestJetStreamBackend(t *testing.T) {
 	require.Contains(t, string(c.getOK(t, "/metrics").Body), `ingestd_jetstream_beyond_checks_total{result="applied"} 1`)
 }
 
+// TestJetStreamNodeKeepingNoRows runs two daemons on one cluster, the
+// second with --jetstream-materialise="" (it keeps no table's rows): a
+// write through it is acknowledged and drained through the first, while
+// its own drains and copies of the table answer 421 not_served, its table
+// listing omits the counts, and its metrics say what it keeps.
+func TestJetStreamNodeKeepingNoRows(t *testing.T) {
+	cluster := natstest.Start(t, 1)
+	cluster.WaitJetStream()
+	node := func(materialise string) *apiClient {
+		cfg := testConfig(t.TempDir())
+		cfg.backend, cfg.jetstream = "jetstream", jsstore.DefaultConfig()
+		cfg.jetstream.URLs, cfg.jetstream.Replicas, cfg.jetstream.Materialise = cluster.URLs(), 1, materialise
+		require.NoError(t, cfg.validate())
+		return newClient(t, startDaemon(t, cfg))
+	}
+	a, b := node("*"), node("")
+	a.createSyncTable(t, "sensor")
+	pollUntil(t, testdeadline.Scale(30*time.Second), func() bool { return b.get(t, tablePath("sensor")).Status == http.StatusOK },
+		"the second node follows the table's creation")
+	b.mustWrite(t, "sensor,host=h1 v=1 1764410400\nsensor,host=h2 v=2 1764410400\n")
+	// The first node applies the other's write within moments: its
+	// drain waits for it (wait=) rather than polling.
+	page, _ := a.drainOK(t, url.Values{"table": {"sensor"}, "epoch": {"1"}, "after": {"0"}, "limit": {"10"}, "wait": {"30s"}})
+	for i := 0; page.Next < 2 && i < 2; i++ {
+		page, _ = a.drainOK(t, url.Values{"table": {"sensor"}, "epoch": {"1"}, "after": {strconv.FormatUint(page.Next, 10)}, "limit": {"10"}, "wait": {"30s"}})
+	}
+	require.Equal(t, uint64(2), page.Next, "the keeping node drains what the other took")
+
+	e := decodeError(t, b.drain(t, url.Values{"table": {"sensor"}, "epoch": {"1"}, "after": {"0"}, "limit": {"10"}}), http.StatusMisdirectedRequest)
+	require.Equal(t, "not_served", e.Code, "message: %s", e.Message)
+	e = decodeError(t, b.get(t, tablePath("sensor")+"/rows?limit=10"), http.StatusMisdirectedRequest)
+	require.Equal(t, "not_served", e.Code, "message: %s", e.Message)
+	require.Contains(t, string(a.getOK(t, tablePath("sensor")).Body), `"stats"`, "counts where the rows are kept")
+	require.NotContains(t, string(b.getOK(t, tablePath("sensor")).Body), `"stats"`, "none where they are not")
+	metrics := string(b.getOK(t, "/metrics").Body)
+	require.Contains(t, metrics, `ingestd_jetstream_tables{materialised="false"} 1`)
+	require.Contains(t, metrics, `ingestd_jetstream_tables{materialised="true"} 0`)
+}
+
 // TestREADMEWalkthroughOnJetStream runs the README's Walkthrough and the
 // guide's SQL section, each on a fresh daemon with --store=jetstream over
 // one embedded 3-server cluster (its own --jetstream-prefix per daemon),
@@ -107,6 +148,7 @@ func TestJetStreamFlagsValidated(t *testing.T) {
 		{[]string{"--store=jetstream", "--nats-url=nats://x:4222", "--jetstream-prefix=a.b"}, "--jetstream-prefix must be"},
 		{[]string{"--store=jetstream", "--nats-url=nats://x:4222", "--jetstream-barrier-interval=1ms"}, "--jetstream-barrier-interval must be within 10ms..1m0s"},
 		{[]string{"--store=jetstream", "--nats-url=nats://x:4222", "--jetstream-barrier-interval=2m"}, "--jetstream-barrier-interval must be within 10ms..1m0s"},
+		{[]string{"--store=jetstream", "--nats-url=nats://x:4222", "--jetstream-materialise=cpu,*mem"}, `--jetstream-materialise: "*mem": a * may only end a name`},
 	} {
 		code, _, errOut := runCLI(t, append([]string{"--data-dir", dir}, tc.args...)...)
 		require.Equal(t, cli.ExitBadUsage, code, "%v", tc.args)

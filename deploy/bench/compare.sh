@@ -42,6 +42,8 @@
 # JS_WRITES=first sends every write through the first node (the others
 # only follow the streams): the cluster's CPU with 2 nodes less that with
 # 1 is then what a node costs that applies another node's blocks.
+# JS_OTHERS_MATERIALISE, when set, is every node's but the first's
+# --jetstream-materialise (empty: they keep no table's rows).
 #
 # Not run by CI (it takes several minutes and installs packages). Needs root
 # for apt-get (skipped when influxd and victoria-metrics are on PATH).

@@ -87,12 +87,16 @@ start() {
   case $sys in
     ingestd-js1 | ingestd-js2 | ingestd-js3)
       start_nats "$dir"
-      local n=${sys#ingestd-js} i
+      local n=${sys#ingestd-js} i mat=()
+      # JS_OTHERS_MATERIALISE, when set, is the --jetstream-materialise of
+      # every node but the first (which serves the drains and tails): empty
+      # keeps no table's rows there.
+      [ -z "${JS_OTHERS_MATERIALISE+set}" ] || mat=(--jetstream-materialise "$JS_OTHERS_MATERIALISE")
       for i in $(seq 2 "$n"); do
         WRITE_URLS+="${WRITE_URLS:+,}http://127.0.0.1:$(port $((16 + 2 * i)))"
         "$WORK/ingestd" --store jetstream --nats-url "$NATS_URLS" --data-dir "$dir/data$i" \
           --http-addr "127.0.0.1:$(port $((16 + 2 * i)))" --tcp-addr "127.0.0.1:$(port $((17 + 2 * i)))" \
-          --log-level warn >"$dir/log$i" 2>&1 &
+          --log-level warn "${mat[@]}" >"$dir/log$i" 2>&1 &
         OTHER_PIDS+=("$!"); PIDS+=("$!")
       done
       SURL="http://127.0.0.1:$(port 1)"

@@ -38,6 +38,9 @@ TAILS=${TAILS:-0}
 # the first with JS_WRITES=first, and the NATS servers' and the other
 # nodes' CPU time is reported beside the first node's (cluster_cpu/Ml:
 # the whole cluster's CPU seconds per million lines acknowledged).
+# JS_OTHERS_MATERIALISE, when set, is the other nodes'
+# --jetstream-materialise (empty: they keep no rows; the tails read the
+# first node).
 JS_WRITES=${JS_WRITES:-all}
 case $JS_WRITES in all | first) ;; *) echo "JS_WRITES is all or first, not $JS_WRITES" >&2; exit 1 ;; esac
 PORT=${PORT_BASE:-18600}

@@ -49,6 +49,10 @@ var (
 	// ErrUnavailable is returned while the server shuts down or sheds load
 	// (503): retry after a pause.
 	ErrUnavailable = &Error{Code: wire.CodeUnavailable}
+	// ErrNotServed is returned by a drain, copy or query of a table the
+	// node does not keep the rows of (421; --store=jetstream with
+	// --jetstream-materialise): ask a node that does.
+	ErrNotServed = &Error{Code: wire.CodeNotServed}
 	// ErrUnauthorized is returned for a missing, unknown or revoked token
 	// (401).
 	ErrUnauthorized = &Error{Code: wire.CodeUnauthorized}

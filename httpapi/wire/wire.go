@@ -37,6 +37,9 @@ const (
 	// that does not exist has its own code.
 	CodeNotFound    = "not_found"
 	CodeUnavailable = "unavailable"
+	// CodeNotServed (421) refuses a read of a table this node does not
+	// keep the rows of (--jetstream-materialise): another node serves it.
+	CodeNotServed = "not_served"
 	// CodeUnauthorized and CodeForbidden are InfluxDB 2.x's codes of 401
 	// and 403 (package auth writes them for tokens; CodeForbidden also
 	// refuses cross-site requests).

@@ -317,6 +317,26 @@ func seriesBytes(s *store.Series) int {
 // headers), checking that the header's count matches the body, and one
 // more than the highest column position it uses.
 func decodeMessage(h nats.Header, data []byte) (store.TableCommit, int, error) {
+	tc, count, err := decodeHeaders(h)
+	if err != nil {
+		return store.TableCommit{}, 0, err
+	}
+	b, err := decodeBody(data)
+	if err != nil {
+		return store.TableCommit{}, 0, err
+	}
+	if uint64(len(b.frags)) != count {
+		return store.TableCommit{}, 0, fmt.Errorf("%w: %d fragments, header says %d", errCodec, len(b.frags), count)
+	}
+	tc.NewSeries, tc.Writes, tc.Fragments = b.series, b.writes, b.frags
+	return tc, b.cols, nil
+}
+
+// decodeHeaders returns what a message's headers say of its block (the
+// instance, sync and commit time, without series or fragments) and how
+// many fragments it holds: all a follower of a table this node does not
+// materialise reads (a consumer of headers only).
+func decodeHeaders(h nats.Header) (store.TableCommit, uint64, error) {
 	num := func(key string) (uint64, error) {
 		v, err := strconv.ParseUint(h.Get(key), 10, 64)
 		if err != nil {
@@ -331,15 +351,7 @@ func decodeMessage(h nats.Header, data []byte) (store.TableCommit, int, error) {
 	if err := errors.Join(err1, err2, err3, err4); err != nil {
 		return store.TableCommit{}, 0, err
 	}
-	b, err := decodeBody(data)
-	if err != nil {
-		return store.TableCommit{}, 0, err
-	}
-	if uint64(len(b.frags)) != count {
-		return store.TableCommit{}, 0, fmt.Errorf("%w: %d fragments, header says %d", errCodec, len(b.frags), count)
-	}
-	return store.TableCommit{TableID: tid, Sync: sync == 1, NewSeries: b.series, Writes: b.writes,
-		Fragments: b.frags, CommitTime: ct}, b.cols, nil
+	return store.TableCommit{TableID: tid, Sync: sync == 1, CommitTime: ct}, count, nil
 }
 
 // publish sends j's messages until the stream acknowledges them or

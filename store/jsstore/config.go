@@ -127,6 +127,14 @@ type Config struct {
 	// consumer again from its position. Each idle follower costs the
 	// server one small message per heartbeat.
 	FollowerHeartbeat time.Duration
+	// Materialise says which tables this node keeps rows of (its row
+	// cache, which drains, /rows and table counts read): comma-separated
+	// table names, each exact or a prefix followed by '*'; "*" (the
+	// default) is every table, "" none. Another table's stream is
+	// followed by its messages' headers only, enough to number this
+	// node's writes (docs/design.md#materialised-tables), and its reads
+	// are refused with store.ErrNotServed.
+	Materialise string
 	// MaxMessageBytes, when positive, caps a block message below the
 	// server's max_payload (tests use it to exercise atomic batches); 0
 	// follows the server.
@@ -137,7 +145,7 @@ type Config struct {
 func DefaultConfig() Config {
 	return Config{Replicas: DefaultReplicas, Prefix: DefaultPrefix, DuplicateWindow: DefaultDuplicateWindow,
 		PublishTimeout: DefaultPublishTimeout, SwitchAfter: DefaultSwitchAfter, PurgeMinMessages: DefaultPurgeMinMessages,
-		BarrierInterval: DefaultBarrierInterval, FollowerHeartbeat: DefaultFollowerHeartbeat}
+		BarrierInterval: DefaultBarrierInterval, FollowerHeartbeat: DefaultFollowerHeartbeat, Materialise: "*"}
 }
 
 // RegisterFlags registers the backend's flags on fs.
@@ -159,6 +167,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.PurgeMinMessages, "jetstream-purge-min-messages", c.PurgeMinMessages, "stream messages retention must have left nothing of before a table's stream is purged of them (each purge republishes the table's series dictionary)")
 	fs.DurationVar(&c.BarrierInterval, "jetstream-barrier-interval", c.BarrierInterval, "least time between two checks of a table (a stream info, then a barrier: an empty message to its stream) this node makes to refuse a drain cursor as beyond the sequence rather than another node's (10ms..1m); drains it holds back get an empty page that keeps the cursor")
 	fs.DurationVar(&c.FollowerHeartbeat, "jetstream-follower-heartbeat", c.FollowerHeartbeat, "idle heartbeat of each table's follower (1s..14s): one that hears nothing for two starts its consumer again, so a drain here sees another node's writes after a lost pull request within two of them")
+	fs.StringVar(&c.Materialise, "jetstream-materialise", c.Materialise, "tables whose rows this node keeps and serves (drains, /rows, counts): comma-separated names, each exact or a prefix followed by *; * is every table, an empty value none. Other tables' streams are followed by their headers only, enough to number this node's writes, and their reads here answer 421")
 	fs.StringVar(&c.CacheDir, "jetstream-cache-dir", c.CacheDir, "local row cache materialised from the streams, rebuilt at every start (default: "+DefaultCacheDirName+" under --data-dir)")
 }
 
@@ -229,10 +238,30 @@ func (c *Config) Validate() error {
 	if c.CacheDir == "" {
 		errs = append(errs, errors.New("jsstore: --jetstream-cache-dir must not be empty"))
 	}
+	for _, p := range strings.Split(c.Materialise, ",") {
+		if i := strings.IndexByte(p, '*'); i >= 0 && i != len(p)-1 {
+			errs = append(errs, fmt.Errorf("jsstore: --jetstream-materialise: %q: a * may only end a name (a prefix)", p))
+		}
+	}
 	if c.MaxMessageBytes < 0 {
 		errs = append(errs, errors.New("jsstore: MaxMessageBytes must not be negative"))
 	}
 	return errors.Join(errs...)
+}
+
+// materialises tells whether this node keeps the rows of the table named
+// name (Materialise).
+func (c *Config) materialises(name string) bool {
+	for _, p := range strings.Split(c.Materialise, ",") {
+		if prefix, ok := strings.CutSuffix(p, "*"); ok {
+			if strings.HasPrefix(name, prefix) {
+				return true
+			}
+		} else if p == name && p != "" {
+			return true
+		}
+	}
+	return false
 }
 
 // natsOptions returns the connection options of c: reconnect forever

@@ -166,7 +166,11 @@
 // table instance id, as the default backend keeps its rows) through
 // rowengine.Engine.Apply, which stores blocks at the x_seq numbers the
 // follower gives them. The cache holds rows only: names, schemas and
-// consumers are in the meta bucket. Each live
+// consumers are in the meta bucket. It holds the tables
+// Config.Materialise names (docs/design.md#materialised-tables): another
+// table's follower reads its stream with a consumer of headers only,
+// which number its messages (decodeHeaders) and apply nothing, and its
+// reads answer store.ErrNotServed. Each live
 // table has a follower (follow.go): a goroutine reading the table's
 // stream with an ordered consumer from the anchor on (nats.go recreates
 // it after a lost connection, from the last message it delivered), which

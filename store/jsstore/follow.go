@@ -6,10 +6,12 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ingestd/ingestd/store"
@@ -271,6 +273,7 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
 		AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1, InactiveThreshold: followerIdle,
+		HeadersOnly: !t.served, // numbering needs the headers alone
 	})
 	if err != nil {
 		return setupFailed(err)
@@ -431,7 +434,28 @@ func (t *table) pullLost(ctx context.Context, cons jetstream.Consumer) bool {
 // numbered nor applied twice (numbered). An empty block (a barrier of
 // any node, barrier.go) takes no number and is only recorded as applied.
 func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Time, id string, msg jetstream.Msg) error {
-	tc, cols, err := decodeMessage(msg.Headers(), msg.Data())
+	var (
+		tc    store.TableCommit
+		cols  int
+		count int // fragments
+		err   error
+	)
+	if t.served {
+		tc, cols, err = decodeMessage(msg.Headers(), msg.Data())
+		count = len(tc.Fragments)
+	} else {
+		var n uint64
+		if tc, n, err = decodeHeaders(msg.Headers()); err == nil {
+			// Each fragment takes bytes of the body the server measured:
+			// a count above them is a corrupt header, refused as the
+			// nodes that decode the body refuse it.
+			size, serr := strconv.ParseUint(msg.Headers().Get(nats.MsgSize), 10, 64)
+			if serr != nil || n > size {
+				err = fmt.Errorf("%w: header %s says %d fragments in a body of %s bytes", errCodec, hdrCount, n, msg.Headers().Get(nats.MsgSize))
+			}
+		}
+		count = int(min(n, math.MaxInt32))
+	}
 	if err != nil {
 		return &store.CorruptionError{Key: fmt.Appendf(nil, "%s#%d", t.stream, seq), Err: err}
 	}
@@ -455,8 +479,10 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 		_, a, anchored = s.recordView(t, tc.TableID)
 	}
 	// blocks: something for the cache and the Follow callback (a barrier
-	// has nothing); live: a block of the live instance, applied.
-	blocks := len(tc.NewSeries) > 0 || len(tc.Fragments) > 0
+	// has nothing; nor has a message of series only, read by its
+	// headers); live: a block of the live instance, applied (or, on a
+	// table this node does not materialise, numbered).
+	blocks := len(tc.NewSeries) > 0 || count > 0
 	own := strings.HasPrefix(id, s.node+"."+idAppend+".")
 	live := false
 	f.fmu.Lock()
@@ -480,16 +506,23 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 				return context.Canceled
 			}
 		}
-		if tc.Sync && len(tc.Fragments) > 0 {
+		if tc.Sync && count > 0 {
 			tc.FirstSeq = first
 			if len(f.recent) == maxRecent {
 				f.recent = slices.Delete(f.recent, 0, 1)
 			}
 			f.recent = append(f.recent, numberedMsg{seq: seq, before: f.xseq})
-			f.xseq += uint64(len(tc.Fragments))
+			f.xseq += uint64(count)
 		}
 		f.fmu.Unlock()
-		if blocks {
+		if blocks && !t.served {
+			s.mu.Lock()
+			live = t.rec.live() && t.rec.Meta.ID == tc.TableID
+			s.mu.Unlock()
+			if !live && own {
+				s.m.voided.Add(float64(count))
+			}
+		} else if blocks {
 			// The record decides under cacheMu: an instance ended meanwhile
 			// has its rows dropped, before or after this block.
 			s.cacheMu.Lock()

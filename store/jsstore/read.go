@@ -3,6 +3,7 @@ package jsstore
 import (
 	"context"
 	"errors"
+	"fmt"
 
 	"github.com/ingestd/ingestd/store"
 )
@@ -10,7 +11,25 @@ import (
 // The read side is served by the row cache, which holds exactly what
 // Append applied after the streams acknowledged it (and, after Open, what
 // the streams held): each method checks that the store is open, then
-// asks the cache.
+// asks the cache. A table this node does not materialise has nothing in
+// the cache: its reads are refused (notServed), and what the feed asks of
+// it besides (times, horizons) is answered from its record.
+
+// notServed returns the live table of instance tid when this node does
+// not materialise it (nil otherwise).
+func (s *Store) notServed(tid uint64) *table {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if t, ok := s.byTID[tid]; ok && !t.served {
+		return t
+	}
+	return nil
+}
+
+// errNotServed is store.ErrNotServed for table t.
+func errNotServed(t *table) error {
+	return fmt.Errorf("%w: %q (--jetstream-materialise)", store.ErrNotServed, t.name)
+}
 
 // ReadSeq implements store.Reader from the row cache.
 func (s *Store) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int, filter *store.SeqFilter, visit func(*store.Row) error) (uint64, error) {
@@ -18,6 +37,9 @@ func (s *Store) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int,
 		return after, err
 	}
 	defer s.gate.Leave()
+	if t := s.notServed(tid); t != nil {
+		return after, errNotServed(t)
+	}
 	return s.cache.ReadSeq(ctx, tid, after, upto, limit, filter, visit)
 }
 
@@ -31,6 +53,9 @@ func (s *Store) SeqTime(ctx context.Context, tid, seq uint64) (int64, bool, erro
 		return 0, false, err
 	}
 	defer s.gate.Leave()
+	if s.notServed(tid) != nil {
+		return 0, false, nil // unknown here, as for a gap
+	}
 	return s.cache.SeqTime(ctx, tid, seq)
 }
 
@@ -40,6 +65,9 @@ func (s *Store) ReadRows(ctx context.Context, tid uint64, cur store.RowCursor, s
 		return nil, false, err
 	}
 	defer s.gate.Leave()
+	if t := s.notServed(tid); t != nil {
+		return nil, false, errNotServed(t)
+	}
 	return s.cache.ReadRows(ctx, tid, cur, start, end, limit, visit)
 }
 
@@ -50,6 +78,11 @@ func (s *Store) Horizon(ctx context.Context, tid uint64) (uint64, error) {
 		return 0, err
 	}
 	defer s.gate.Leave()
+	if t := s.notServed(tid); t != nil {
+		s.mu.Lock()
+		defer s.mu.Unlock()
+		return max(t.rec.Horizon, 1), nil
+	}
 	return s.cache.Horizon(ctx, tid)
 }
 
@@ -59,6 +92,9 @@ func (s *Store) FirstSeqSince(ctx context.Context, tid, from uint64, cutoff int6
 		return 0, false, false, err
 	}
 	defer s.gate.Leave()
+	if s.notServed(tid) != nil {
+		return 0, false, false, nil // its retention is the materialising nodes'
+	}
 	return s.cache.FirstSeqSince(ctx, tid, from, cutoff, maxBlocks)
 }
 
@@ -69,11 +105,15 @@ func (s *Store) TableStats(ctx context.Context, tid uint64) (store.TableStats, e
 		return store.TableStats{}, err
 	}
 	defer s.gate.Leave()
+	if t := s.notServed(tid); t != nil {
+		return store.TableStats{}, errNotServed(t)
+	}
 	return s.cache.TableStats(ctx, tid)
 }
 
 // RaiseHorizon implements store.Sweeper: the record first (a rebuild
-// keeps it), then the cache. Writer only.
+// keeps it), then the cache (when this node materialises the table).
+// Writer only.
 func (s *Store) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error) {
 	if err := s.gate.Enter(ctx); err != nil {
 		return 0, err
@@ -83,7 +123,14 @@ func (s *Store) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error)
 	if void || err != nil {
 		return h, err
 	}
-	cur, err := s.cache.Horizon(ctx, tid)
+	var cur uint64
+	if t.served {
+		cur, err = s.cache.Horizon(ctx, tid)
+	} else {
+		s.mu.Lock()
+		cur = max(t.rec.Horizon, 1)
+		s.mu.Unlock()
+	}
 	if err != nil || h <= cur {
 		return cur, err
 	}
@@ -99,6 +146,9 @@ func (s *Store) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error)
 	}
 	if err != nil {
 		return cur, err
+	}
+	if !t.served {
+		return h, nil
 	}
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()

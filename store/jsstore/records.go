@@ -13,9 +13,9 @@ import (
 )
 
 // newTable returns the state of the name rec holds, at revision rev.
-func newTable(rec record, rev uint64) *table {
+func (s *Store) newTable(rec record, rev uint64) *table {
 	rec.Meta.Name = string(rec.Name)
-	return &table{name: rec.Meta.Name, stream: rec.Stream, rec: rec, rev: rev}
+	return &table{name: rec.Meta.Name, stream: rec.Stream, rec: rec, rev: rev, served: s.cfg.materialises(rec.Meta.Name)}
 }
 
 // metaWire is a table's metadata as the meta bucket holds it, inside its
@@ -150,7 +150,7 @@ func (s *Store) adoptRecord(rec record, rev uint64, self *table) error {
 	s.mu.Lock()
 	t := s.byName[name]
 	if t == nil {
-		t = newTable(record{Name: rec.Name, Stream: rec.Stream}, 0)
+		t = s.newTable(record{Name: rec.Name, Stream: rec.Stream}, 0)
 		s.byName[name] = t
 	}
 	s.mu.Unlock()
@@ -201,9 +201,9 @@ func changeKind(prev, rec record) string {
 	}
 }
 
-// syncCache makes the cache hold the live instance of t's record: an
-// ended instance's rows go (and its age index), a new one starts at the
-// record's horizon. Whoever changed the record calls it; a follower calls it
+// syncCache makes the cache hold the live instance of t's record (none
+// when this node does not materialise t): an ended instance's rows go
+// (and its age index), a new one starts at the record's horizon. Whoever changed the record calls it; a follower calls it
 // before it applies a block (the record may have moved on since).
 func (s *Store) syncCache(t *table) error {
 	s.cacheMu.Lock()
@@ -215,7 +215,7 @@ func (s *Store) syncCache(t *table) error {
 func (s *Store) syncCacheLocked(t *table) error {
 	s.mu.Lock()
 	want, horizon := uint64(0), t.rec.Horizon
-	if t.rec.live() {
+	if t.rec.live() && t.served {
 		want = t.rec.Meta.ID
 	}
 	s.mu.Unlock()

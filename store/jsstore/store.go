@@ -68,6 +68,11 @@ type record struct {
 type table struct {
 	// name and stream are the name and its stream (fixed).
 	name, stream string
+	// served is set when this node materialises the table
+	// (Config.Materialise; fixed): its follower applies the stream to
+	// the row cache. Otherwise the follower reads the messages' headers
+	// only and numbers them, and reads are refused (store.ErrNotServed).
+	served bool
 	// rec is the name's record as this process knows it, rev its revision
 	// in the bucket (0: not stored); Store.mu guards both (setRecord).
 	rec record
@@ -277,6 +282,7 @@ func Open(cfg Config, cacheCfg rowengine.Config, logger *slog.Logger, reg promet
 				}
 				return float64(n)
 			}))
+		reg.MustRegister(tablesCollector{s})
 		reg.MustRegister(s.m.publishes, s.m.retries, s.m.conflicts, s.m.dedups, s.m.behind, s.m.catchup, s.m.purged, s.m.switches, s.m.pullsLost, s.m.heartbeatsMissed,
 			s.m.checks, s.m.checkJoins, s.m.checkHeld, s.m.voided, s.m.changes)
 	}
@@ -301,6 +307,33 @@ func (s *Store) abandonFollowers() {
 	for _, t := range s.allTables() {
 		t.stopFollower()
 	}
+}
+
+// tablesDesc describes ingestd_jetstream_tables.
+var tablesDesc = prometheus.NewDesc("ingestd_jetstream_tables",
+	"Live tables by whether this node materialises them (--jetstream-materialise): materialised=\"true\" keeps their rows and serves their reads, \"false\" follows their streams by the messages' headers only.",
+	[]string{"materialised"}, nil)
+
+// tablesCollector counts the live tables at each scrape (tablesDesc).
+type tablesCollector struct{ s *Store }
+
+func (c tablesCollector) Describe(ch chan<- *prometheus.Desc) { ch <- tablesDesc }
+
+func (c tablesCollector) Collect(ch chan<- prometheus.Metric) {
+	var served, followed float64
+	c.s.mu.Lock()
+	for _, t := range c.s.byName {
+		switch {
+		case !t.rec.live():
+		case t.served:
+			served++
+		default:
+			followed++
+		}
+	}
+	c.s.mu.Unlock()
+	ch <- prometheus.MustNewConstMetric(tablesDesc, prometheus.GaugeValue, served, "true")
+	ch <- prometheus.MustNewConstMetric(tablesDesc, prometheus.GaugeValue, followed, "false")
 }
 
 // allTables returns every table with a record (any order).
@@ -621,7 +654,7 @@ func (s *Store) loadRecords(ctx context.Context) error {
 		if err != nil {
 			return true, err
 		}
-		t := newTable(rec, e.Revision())
+		t := s.newTable(rec, e.Revision())
 		s.mu.Lock()
 		s.byName[t.name] = t
 		if !t.rec.Meta.Dropped {
@@ -764,6 +797,9 @@ func (s *Store) catchUp(t *table) error {
 			break
 		}
 		from = applied
+	}
+	if !t.served { // no rows here: the record's horizon is answered as it is
+		return nil
 	}
 	if cutoff != nil {
 		for {

@@ -216,7 +216,7 @@ func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 	if t == nil {
 		s.mu.Lock()
 		if t = s.byName[m.Name]; t == nil { // or the record watcher's, which then conflicts
-			t = newTable(record{Name: []byte(m.Name), Stream: s.streamName(m.Name)}, 0)
+			t = s.newTable(record{Name: []byte(m.Name), Stream: s.streamName(m.Name)}, 0)
 			s.byName[m.Name] = t
 		}
 		s.mu.Unlock()
@@ -439,7 +439,7 @@ func (s *Store) PruneTombstone(ctx context.Context, name string, floor store.Tab
 	ft, old := s.byName[floor.Name], s.byName[name]
 	s.mu.Unlock()
 	if ft == nil {
-		ft = newTable(record{Name: []byte(floor.Name), Stream: s.streamName(floor.Name)}, 0)
+		ft = s.newTable(record{Name: []byte(floor.Name), Stream: s.streamName(floor.Name)}, 0)
 	}
 	floor.Dropped, floor.ID = true, 0
 	if err := s.update(ft, func(r *record) error { r.Meta = floor; return nil }); err != nil {
