@@ -203,8 +203,9 @@ func changeKind(prev, rec record) string {
 
 // syncCache makes the cache hold the live instance of t's record (none
 // when this node does not materialise t): an ended instance's rows go
-// (and its age index), a new one starts at the record's horizon. Whoever changed the record calls it; a follower calls it
-// before it applies a block (the record may have moved on since).
+// (and its age index), a new one starts at the record's horizon. Whoever
+// changed the record calls it; a follower calls it before it applies a
+// block (the record may have moved on since).
 func (s *Store) syncCache(t *table) error {
 	s.cacheMu.Lock()
 	defer s.cacheMu.Unlock()
