@@ -167,7 +167,8 @@ bench() {
   local removed="" before=0
   if [ "$sys" != none ]; then
     start "$sys" "$dir"
-    extra=(--target "${sys%%-*}" --url "$SURL" --tcp-addr "127.0.0.1:$(port 2)" --server-pid "$SPID")
+    # The server's own TCP address: listening already, so not port()'s free check.
+    extra=(--target "${sys%%-*}" --url "$SURL" --tcp-addr "127.0.0.1:$((PORT + 2))" --server-pid "$SPID")
     [ -z "$WRITE_URLS" ] || [ "$JS_WRITES" = first ] || extra+=(--write-urls "$WRITE_URLS")
     [ ${#OTHER_PIDS[@]} = 0 ] || extra+=(--other-pids "$(IFS=,; echo "${OTHER_PIDS[*]}")")
     if [[ $sys == ingestd* ]] && runs ingestd-retention; then preload "$sys"; before=$(aged); fi
