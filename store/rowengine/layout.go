@@ -13,7 +13,8 @@ import (
 	"github.com/ingestd/ingestd/store"
 )
 
-// Keyspace tags; see doc.go.
+// Keyspace tags; see doc.go. ksMeta and ksConsumer are the owner's
+// (OwnerKeyspaces): the engine never reads or writes them.
 const (
 	ksMeta     = 'm'
 	ksNext     = 'n'
