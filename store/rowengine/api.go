@@ -154,7 +154,15 @@ func (db *Engine) DropInstance(ctx context.Context, tid uint64) error {
 		return err
 	}
 	defer db.gate.Leave()
-	if err := db.bdb.Update(func(txn *badger.Txn) error { return MarkDrop(txn, tid) }); err != nil {
+	// The owner's transaction wrote the mark as a rule (badgerstore's
+	// TRUNCATE and DROP): a read then saves a synced write.
+	err := db.bdb.Update(func(txn *badger.Txn) error {
+		if _, err := txn.Get(dropKey(tid)); !errors.Is(err, badger.ErrKeyNotFound) {
+			return err
+		}
+		return MarkDrop(txn, tid)
+	})
+	if err != nil {
 		return err
 	}
 	return db.dropInstance(tid)
