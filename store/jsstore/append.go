@@ -23,6 +23,7 @@ const (
 	hdrSync       = "Ingestd-Sync"        // "1": the fragments get x_seq numbers; "0": unsynced
 	hdrCount      = "Ingestd-Count"       // fragments in the message
 	hdrCommitTime = "Ingestd-Commit-Time" // Unix nanoseconds
+	hdrEncoding   = "Ingestd-Encoding"    // the body's encoding (codec.go); absent: encodingPlain
 )
 
 // maxBatchMessages is JetStream's default bound of an atomic batch.
@@ -268,6 +269,7 @@ func (s *Store) prepare(t *table, tc *store.TableCommit, kind string) (publishJo
 		m.Header.Set(hdrSync, syncHeader(block.Sync))
 		m.Header.Set(hdrCount, strconv.Itoa(len(block.Fragments)))
 		m.Header.Set(hdrCommitTime, strconv.FormatInt(tc.CommitTime, 10))
+		m.Header.Set(hdrEncoding, encodingCompact)
 		m.Data = appendBody(make([]byte, 0, size), block.NewSeries, block.Writes, block.Fragments)
 		j.msgs = append(j.msgs, m)
 	}
@@ -321,7 +323,7 @@ func decodeMessage(h nats.Header, data []byte) (store.TableCommit, int, error) {
 	if err != nil {
 		return store.TableCommit{}, 0, err
 	}
-	b, err := decodeBody(data)
+	b, err := decodeBody(data, h.Get(hdrEncoding))
 	if err != nil {
 		return store.TableCommit{}, 0, err
 	}

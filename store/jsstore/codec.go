@@ -8,9 +8,25 @@ import (
 	"github.com/ingestd/ingestd/store"
 )
 
-// appendBody encodes one block message's body: the new series (the
-// commit's first message only), the write boundaries relative to frags and
-// the fragments (layout in doc.go, "Block messages").
+// The encodings of a block message's body, named by its Ingestd-Encoding
+// header (doc.go, "Block messages"). A message without the header is
+// encodingPlain: streams written before encodingCompact keep decoding.
+const (
+	// encodingPlain: every fragment plainly (series, time, fields with
+	// column, kind and value each).
+	encodingPlain = ""
+	// encodingCompact: each fragment encoded against the one before it
+	// (appendCompactFragment). It is what Append writes: on TSBS devops
+	// it stores 21 bytes a line where encodingPlain takes 47, and every
+	// byte is stored, fsynced and replicated by each of the stream's
+	// servers.
+	encodingCompact = "2"
+)
+
+// appendBody encodes one block message's body in encodingCompact: the new
+// series of the commit (its first message only), the write boundaries
+// relative to frags and the fragments (layout in doc.go, "Block
+// messages").
 func appendBody(b []byte, series []store.Series, writes []int, frags []store.Fragment) []byte {
 	b = binary.AppendUvarint(b, uint64(len(series)))
 	for _, s := range series {
@@ -22,12 +38,76 @@ func appendBody(b []byte, series []store.Series, writes []int, frags []store.Fra
 		b = binary.AppendUvarint(b, uint64(w))
 	}
 	b = binary.AppendUvarint(b, uint64(len(frags)))
-	for _, f := range frags {
-		b = binary.AppendUvarint(b, f.Series)
-		b = binary.AppendVarint(b, f.Time)
-		b = appendFields(b, f.Fields)
+	for i := range frags {
+		var prev *store.Fragment
+		if i > 0 {
+			prev = &frags[i-1]
+		}
+		b = appendCompactFragment(b, &frags[i], prev)
 	}
 	return b
+}
+
+// appendCompactFragment appends f encoded against prev (nil: against a
+// fragment of series 0 at time 0 without fields): zig-zag varint series
+// and time deltas, the shape, then each field's value without its column
+// or kind. The shape is uvarint 0 when f has prev's columns with prev's
+// kinds in prev's order, else uvarint field count + 1 followed by each
+// field's uvarint column and kind byte. A value is a float's 8 bytes
+// little-endian, a zig-zag varint integer, a uvarint unsigned one, a
+// boolean's byte, or a string's uvarint length and bytes: at least one
+// byte each, so that a fragment takes at least 3 bytes and a field 1.
+//
+// What it saves: a message holds one table's part of a commit, rows of
+// one measurement lying close in time, so consecutive fragments share
+// their columns and a line of integer fields costs about a byte a field
+// plus three, against three a field plus eleven plainly.
+func appendCompactFragment(b []byte, f, prev *store.Fragment) []byte {
+	var pf store.Fragment
+	if prev != nil {
+		pf = *prev
+	}
+	b = binary.AppendVarint(b, int64(f.Series-pf.Series))
+	b = binary.AppendVarint(b, f.Time-pf.Time)
+	if prev != nil && sameColumns(f.Fields, pf.Fields) {
+		b = append(b, 0)
+	} else {
+		b = binary.AppendUvarint(b, uint64(len(f.Fields))+1)
+		for _, fl := range f.Fields {
+			b = binary.AppendUvarint(b, uint64(fl.Col))
+			b = append(b, byte(fl.Value.Kind))
+		}
+	}
+	for _, fl := range f.Fields {
+		switch v := fl.Value; v.Kind {
+		case store.KindFloat:
+			b = binary.LittleEndian.AppendUint64(b, v.Num)
+		case store.KindInt:
+			b = binary.AppendVarint(b, int64(v.Num))
+		case store.KindBool:
+			b = append(b, byte(v.Num))
+		case store.KindTag, store.KindString:
+			b = binary.AppendUvarint(b, uint64(len(v.Str)))
+			b = append(b, v.Str...)
+		default: // KindUint
+			b = binary.AppendUvarint(b, v.Num)
+		}
+	}
+	return b
+}
+
+// sameColumns reports whether a and b list the same columns with the
+// same kinds in the same order.
+func sameColumns(a, b []store.Field) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Col != b[i].Col || a[i].Value.Kind != b[i].Value.Kind {
+			return false
+		}
+	}
+	return true
 }
 
 func appendFields(b []byte, fields []store.Field) []byte {
@@ -81,6 +161,19 @@ func (d *decoder) uvarint() uint64 {
 		return 0
 	}
 	v, n := binary.Uvarint(d.b)
+	if n <= 0 {
+		d.err = fmt.Errorf("%w: bad varint", errCodec)
+		return 0
+	}
+	d.b = d.b[n:]
+	return v
+}
+
+func (d *decoder) varint() int64 {
+	if d.err != nil {
+		return 0
+	}
+	v, n := binary.Varint(d.b)
 	if n <= 0 {
 		d.err = fmt.Errorf("%w: bad varint", errCodec)
 		return 0
@@ -148,10 +241,16 @@ func cmpErr(err error) error {
 	return fmt.Errorf("%w: truncated field", errCodec)
 }
 
-// decodeBody decodes what appendBody encoded.
-func decodeBody(b []byte) (body, error) {
+// decodeBody decodes a body of encoding enc (encodingCompact, what
+// appendBody writes, or encodingPlain).
+func decodeBody(b []byte, enc string) (body, error) {
 	d := &decoder{b: b}
 	var out body
+	switch enc {
+	case encodingPlain, encodingCompact:
+	default:
+		return out, fmt.Errorf("%w: unknown encoding %q", errCodec, enc)
+	}
 	if n := d.count(2); n > 0 {
 		out.series = make([]store.Series, n)
 		for i := range out.series {
@@ -169,20 +268,10 @@ func decodeBody(b []byte) (body, error) {
 	}
 	if n := d.count(3); n > 0 {
 		out.frags = make([]store.Fragment, n)
-		var slab []store.Field
-		for i := range out.frags {
-			sid := d.uvarint()
-			var ts int64
-			if d.err == nil {
-				v, k := binary.Varint(d.b)
-				if k <= 0 {
-					d.err = fmt.Errorf("%w: bad time", errCodec)
-				} else {
-					ts, d.b = v, d.b[k:]
-				}
-			}
-			out.frags[i] = store.Fragment{Series: sid, Time: ts}
-			out.frags[i].Fields, slab = d.fields(slab, fieldSlab)
+		if enc == encodingCompact {
+			d.compactFragments(out.frags)
+		} else {
+			d.plainFragments(out.frags)
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {
@@ -190,4 +279,113 @@ func decodeBody(b []byte) (body, error) {
 	}
 	out.cols = d.cols
 	return out, d.err
+}
+
+// plainFragments reads len(frags) fragments of encodingPlain into frags.
+func (d *decoder) plainFragments(frags []store.Fragment) {
+	var slab []store.Field
+	for i := range frags {
+		sid := d.uvarint()
+		ts := d.varint()
+		if d.err != nil {
+			return
+		}
+		frags[i] = store.Fragment{Series: sid, Time: ts}
+		frags[i].Fields, slab = d.fields(slab, fieldSlab)
+	}
+}
+
+// compactFragments reads len(frags) fragments of encodingCompact
+// (appendCompactFragment) into frags.
+func (d *decoder) compactFragments(frags []store.Fragment) {
+	var (
+		slab  []store.Field
+		shape []store.Field // the previous fragment's columns and kinds
+		prev  store.Fragment
+	)
+	for i := range frags {
+		sid := prev.Series + uint64(d.varint())
+		ts := prev.Time + d.varint()
+		switch n := d.uvarint(); {
+		case d.err != nil:
+			return
+		case n == 0 && i == 0:
+			d.err = fmt.Errorf("%w: the first fragment takes the shape of none", errCodec)
+			return
+		case n > 0:
+			// Two bytes a column at least, and a byte a value.
+			if n-1 > uint64(len(d.b)/3) {
+				d.err = fmt.Errorf("%w: %d fields exceed the message", errCodec, n-1)
+				return
+			}
+			shape = make([]store.Field, n-1)
+			for j := range shape {
+				col := d.uvarint()
+				if d.err != nil || len(d.b) == 0 || col > math.MaxUint32 {
+					d.err = cmpErr(d.err)
+					return
+				}
+				shape[j] = store.Field{Col: uint32(col), Value: store.Value{Kind: store.Kind(d.b[0])}}
+				d.b = d.b[1:]
+				d.cols = max(d.cols, int(col)+1)
+			}
+		}
+		frags[i] = store.Fragment{Series: sid, Time: ts}
+		if len(shape) > 0 {
+			if len(shape) > len(d.b) { // a byte a value at least
+				d.err = cmpErr(nil)
+				return
+			}
+			if cap(slab)-len(slab) < len(shape) {
+				slab = make([]store.Field, 0, len(shape)+min(fieldSlab, len(d.b)))
+			}
+			fs := slab[len(slab) : len(slab)+len(shape) : len(slab)+len(shape)]
+			slab = slab[:len(slab)+len(shape)]
+			copy(fs, shape)
+			for j := range fs {
+				d.value(&fs[j].Value)
+			}
+			frags[i].Fields = fs
+		}
+		if d.err != nil {
+			return
+		}
+		prev = frags[i]
+	}
+}
+
+// value reads a value of v.Kind in encodingCompact into v.
+func (d *decoder) value(v *store.Value) {
+	if d.err != nil {
+		return
+	}
+	switch v.Kind {
+	case store.KindFloat:
+		if len(d.b) < 8 {
+			d.err = cmpErr(nil)
+			return
+		}
+		v.Num = binary.LittleEndian.Uint64(d.b)
+		d.b = d.b[8:]
+	case store.KindInt:
+		v.Num = uint64(d.varint())
+	case store.KindUint:
+		v.Num = d.uvarint()
+	case store.KindBool:
+		if len(d.b) == 0 {
+			d.err = cmpErr(nil)
+			return
+		}
+		v.Num, d.b = uint64(d.b[0]), d.b[1:]
+	case store.KindTag, store.KindString:
+		l := d.count(1)
+		if d.err == nil && l > len(d.b) {
+			d.err = cmpErr(nil)
+		}
+		if d.err == nil {
+			v.Str, d.b = string(d.b[:l]), d.b[l:]
+		}
+	default:
+		d.err = fmt.Errorf("%w: unknown kind %d", errCodec, v.Kind)
+	}
 }

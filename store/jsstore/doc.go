@@ -107,11 +107,19 @@
 // acknowledgement is stored once, within the duplicate window),
 // Ingestd-Instance (the table instance id), Ingestd-Sync ("1": the
 // fragments get x_seq numbers; "0": written with sync OFF), Ingestd-Count
-// (fragments) and Ingestd-Commit-Time (Unix nanoseconds). A message
-// carries no x_seq: its numbers follow from its place in the stream. The body is uvarint-framed: the new series of the commit
-// (id, tags), the write boundaries (TableCommit.Writes), the fragments
-// (series, zig-zag time, fields: column, kind, number or string). A
-// decoder never allocates more than the message's size. A barrier (below,
+// (fragments), Ingestd-Commit-Time (Unix nanoseconds) and
+// Ingestd-Encoding ("2": encodingCompact; absent: encodingPlain, what
+// streams written before it hold). A message carries no x_seq: its
+// numbers follow from its place in the stream. The body is
+// uvarint-framed: the new series of the commit (id, tags), the write
+// boundaries (TableCommit.Writes), the fragments: each encoded against
+// the one before it (series and time deltas, its columns and kinds only
+// when they differ from the previous fragment's, then the values; see
+// appendCompactFragment), or plainly (series, zig-zag time, fields:
+// column, kind, number or string). Every fragment takes at least 3 bytes
+// and every field 1, so a decoder never allocates more elements than the
+// message has bytes, and a node that reads only the headers can bound
+// Ingestd-Count by the body's size. A barrier (below,
 // "Beyond the sequence") is an empty block: no series, no fragments,
 // Ingestd-Count 0, message id NODE.b.TID.N; every follower records it as
 // applied and gives it no number.

@@ -2,8 +2,10 @@ package jsstore
 
 import (
 	"bytes"
+	"encoding/hex"
 	"log/slog"
 	"math"
+	"slices"
 	"strings"
 	"testing"
 
@@ -63,23 +65,70 @@ func TestSyncIntervalWarning(t *testing.T) {
 	require.Contains(t, logs.String(), "/varz")
 }
 
-// FuzzDecodeBody: a block body never panics the decoder nor makes it
-// allocate beyond the message, and what it decodes encodes and decodes
-// again to the same (bytes may differ: a varint may be padded).
+// FuzzDecodeBody: a block body of either encoding never panics the
+// decoder nor makes it allocate beyond the message, and what it decodes
+// encodes (compact) and decodes again to the same (bytes may differ: a
+// varint may be padded).
 func FuzzDecodeBody(f *testing.F) {
 	f.Add(appendBody(nil, []store.Series{{ID: 1, Tags: []store.Field{{Col: 1, Value: store.Value{Kind: store.KindTag, Str: "h"}}}}},
-		[]int{1}, []store.Fragment{{Series: 1, Time: -5, Fields: []store.Field{{Col: 2, Value: store.Value{Kind: store.KindFloat, Num: 7}}}}, {Series: 1, Time: 9}}))
-	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f})
-	f.Fuzz(func(t *testing.T, b []byte) {
-		body, err := decodeBody(b)
+		[]int{1}, []store.Fragment{{Series: 1, Time: -5, Fields: []store.Field{{Col: 2, Value: store.Value{Kind: store.KindFloat, Num: 7}}}}, {Series: 1, Time: 9}}), true)
+	f.Add(plainBodyV1, false)
+	f.Add([]byte{0xff, 0xff, 0xff, 0xff, 0x0f}, true)
+	f.Fuzz(func(t *testing.T, b []byte, compact bool) {
+		enc := encodingPlain
+		if compact {
+			enc = encodingCompact
+		}
+		body, err := decodeBody(b, enc)
 		if err != nil {
 			require.ErrorIs(t, err, errCodec)
 			return
 		}
-		again, err := decodeBody(appendBody(nil, body.series, body.writes, body.frags))
+		if !compact && slices.ContainsFunc(body.frags, func(f store.Fragment) bool {
+			return slices.ContainsFunc(f.Fields, func(fl store.Field) bool { return fl.Value.Kind < store.KindTag || fl.Value.Kind > store.KindBool })
+		}) {
+			return // a kind no writer sends, which only the plain encoding carries
+		}
+		again, err := decodeBody(appendBody(nil, body.series, body.writes, body.frags), encodingCompact)
 		require.NoError(t, err)
 		require.Equal(t, body, again, "encode and decode again: the same body")
 	})
+}
+
+// plainBodyV1 is a body of encodingPlain, as streams written before
+// encodingCompact hold: series 3 {1: "h1"}, write boundary 1, and two
+// fragments of series 3, at 1.7e18 ns (float 100 in column 2, int -5 in
+// column 3) and 10 s later (string "ok", true, uint 9 in columns 4-6).
+var plainBodyV1, _ = hex.DecodeString("0103010101026831010102038080d0e2c6bfce972f020202808080808080c0ac400303fbffffffffffffffff01038090afa391c0ce972f030405026f6b050601060409")
+
+// TestDecodeBodyEncodings: a stream's older plain bodies decode as they
+// were written, a compact body to what was encoded, and its bytes are
+// fewer; an unknown encoding is refused.
+func TestDecodeBodyEncodings(t *testing.T) {
+	minus5 := int64(-5)
+	series := []store.Series{{ID: 3, Tags: []store.Field{{Col: 1, Value: store.Value{Kind: store.KindTag, Str: "h1"}}}}}
+	frags := []store.Fragment{
+		{Series: 3, Time: 1700000000000000000, Fields: []store.Field{
+			{Col: 2, Value: store.Value{Kind: store.KindFloat, Num: math.Float64bits(100)}},
+			{Col: 3, Value: store.Value{Kind: store.KindInt, Num: uint64(minus5)}}}},
+		{Series: 3, Time: 1700000010000000000, Fields: []store.Field{
+			{Col: 4, Value: store.Value{Kind: store.KindString, Str: "ok"}},
+			{Col: 5, Value: store.Value{Kind: store.KindBool, Num: 1}},
+			{Col: 6, Value: store.Value{Kind: store.KindUint, Num: 9}}}},
+	}
+	want := body{series: series, writes: []int{1}, frags: frags, cols: 7}
+	got, err := decodeBody(plainBodyV1, encodingPlain)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "a plain body")
+	compact := appendBody(nil, series, []int{1}, frags)
+	got, err = decodeBody(compact, encodingCompact)
+	require.NoError(t, err)
+	require.Equal(t, want, got, "a compact body")
+	require.Less(t, len(compact), len(plainBodyV1))
+	_, err = decodeBody(compact, "3")
+	require.ErrorIs(t, err, errCodec)
+	_, err = decodeBody(compact, encodingPlain)
+	require.Error(t, err, "a compact body read as plain")
 }
 
 // TestDecodeBodyFieldSlab: the fragments' fields of a block come from a
@@ -93,11 +142,11 @@ func TestDecodeBodyFieldSlab(t *testing.T) {
 			{Col: 5, Value: store.Value{Kind: store.KindInt, Num: 7}}}}
 	}
 	b := appendBody(nil, []store.Series{{ID: 1, Tags: []store.Field{{Col: 1, Value: store.Value{Kind: store.KindTag, Str: "h"}}}}}, nil, frags)
-	got, err := decodeBody(b)
+	got, err := decodeBody(b, encodingCompact)
 	require.NoError(t, err)
 	require.Equal(t, frags, got.frags)
 	require.Equal(t, 6, got.cols)
-	allocs := testing.AllocsPerRun(10, func() { _, _ = decodeBody(b) })
+	allocs := testing.AllocsPerRun(10, func() { _, _ = decodeBody(b, encodingCompact) })
 	require.Less(t, allocs, 20.0, "one allocation per fragment would be %d", len(frags))
 	got.frags[0].Fields = append(got.frags[0].Fields, store.Field{Col: 9})
 	require.Equal(t, frags[1].Fields, got.frags[1].Fields, "a list grown never writes over the next")
