@@ -87,6 +87,7 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 			return err
 		}
 	}
+	defer s.dropPending(s.addPending(jobs))
 	var wg sync.WaitGroup
 	errs := make([]error, len(jobs))
 	for i := range jobs {
@@ -209,9 +210,46 @@ func (s *Store) liveOrVoid(tid uint64) (*table, bool, error) {
 
 // publishJob is one table commit's messages and the blocks they carry.
 type publishJob struct {
-	t    *table
-	msgs []*nats.Msg
-	last uint64 // the stream sequence of the last message, once acknowledged
+	t      *table
+	msgs   []*nats.Msg
+	blocks []store.TableCommit // what msgs[i] carries, encoded
+	last   uint64              // the stream sequence of the last message, once acknowledged
+}
+
+// addPending records jobs' blocks by message id, for the followers
+// (pendingBlock), and returns the ids for dropPending.
+func (s *Store) addPending(jobs []publishJob) []string {
+	var ids []string
+	s.pendingMu.Lock()
+	defer s.pendingMu.Unlock()
+	for _, j := range jobs {
+		for i, m := range j.msgs {
+			id := m.Header.Get(jetstream.MsgIDHeader)
+			s.pending[id] = &j.blocks[i]
+			ids = append(ids, id)
+		}
+	}
+	return ids
+}
+
+// dropPending forgets the blocks of ids.
+func (s *Store) dropPending(ids []string) {
+	s.pendingMu.Lock()
+	defer s.pendingMu.Unlock()
+	for _, id := range ids {
+		delete(s.pending, id)
+	}
+}
+
+// pendingBlock returns the block of this process's message id while its
+// Append is in flight: what the message's body decodes to.
+func (s *Store) pendingBlock(id string) (store.TableCommit, bool) {
+	s.pendingMu.Lock()
+	defer s.pendingMu.Unlock()
+	if b, ok := s.pending[id]; ok {
+		return *b, true
+	}
+	return store.TableCommit{}, false
 }
 
 // The kinds of message ids (NODE.KIND.TID.COMMIT.INDEX; a barrier's is
@@ -272,6 +310,7 @@ func (s *Store) prepare(t *table, tc *store.TableCommit, kind string) (publishJo
 		m.Header.Set(hdrEncoding, encodingCompact)
 		m.Data = appendBody(make([]byte, 0, size), block.NewSeries, block.Writes, block.Fragments)
 		j.msgs = append(j.msgs, m)
+		j.blocks = append(j.blocks, block)
 	}
 	if len(j.msgs) > maxBatchMessages {
 		return j, fmt.Errorf("jsstore: a commit of %d messages exceeds an atomic batch (%d): lower --feed-max-group-bytes", len(j.msgs), maxBatchMessages)

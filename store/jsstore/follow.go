@@ -440,7 +440,12 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 		count int // fragments
 		err   error
 	)
-	if t.served {
+	own := strings.HasPrefix(id, s.node+"."+idAppend+".")
+	if block, ok := s.pendingBlock(id); ok && own && t.served {
+		// This process's message, its Append in flight: the block it
+		// encoded, not decoded again (cols is only for other writers').
+		tc, count = block, len(block.Fragments)
+	} else if t.served {
 		tc, cols, err = decodeMessage(msg.Headers(), msg.Data())
 		count = len(tc.Fragments)
 	} else {
@@ -483,7 +488,6 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 	// headers); live: a block of the live instance, applied (or, on a
 	// table this node does not materialise, numbered).
 	blocks := len(tc.NewSeries) > 0 || count > 0
-	own := strings.HasPrefix(id, s.node+"."+idAppend+".")
 	live := false
 	f.fmu.Lock()
 	if seq > f.numbered && f.repeated(id, stored) {

@@ -507,8 +507,9 @@ func TestAtomicBatchAboveMaxPayload(t *testing.T) {
 
 // TestDeletedCacheRebuilds writes, truncates, sweeps and raises a horizon,
 // closes, deletes the cache directory and opens again: the drains and
-// row pages are identical, a drain below the horizon is still refused and
-// the swept rows stay gone.
+// row pages are identical (what the writing process applied from its own
+// blocks is what a rebuild decodes from the stream), a drain below the
+// horizon is still refused and the swept rows stay gone.
 func TestDeletedCacheRebuilds(t *testing.T) {
 	h := newHarness(t, 1)
 	cfg := h.config(t)
@@ -534,6 +535,9 @@ func TestDeletedCacheRebuilds(t *testing.T) {
 	beforeGone := readAll(t, s, gone.ID, 0, math.MaxUint64)
 	require.NotEmpty(t, before.Seq)
 	require.Len(t, beforeGone.Seq, 20)
+	s.pendingMu.Lock()
+	require.Empty(t, s.pending, "no Append's blocks kept once it returned")
+	s.pendingMu.Unlock()
 	require.NoError(t, s.Close())
 
 	require.NoError(t, os.RemoveAll(cfg.CacheDir))

@@ -137,6 +137,13 @@ type Store struct {
 	idMu     sync.Mutex
 	idBlocks map[uint64]idBlock
 
+	// pending are the blocks of this process's Appends in flight, by
+	// message id: the follower applies its own messages from them instead
+	// of decoding the bodies it wrote (a message is what prepare encoded
+	// from its block). pendingMu guards it.
+	pendingMu sync.Mutex
+	pending   map[string]*store.TableCommit
+
 	// stopWatch ends the record watcher; watchDone is closed when it ended.
 	stopWatch context.CancelFunc
 	watchDone chan struct{}
@@ -217,6 +224,7 @@ func Open(cfg Config, cacheCfg rowengine.Config, logger *slog.Logger, reg promet
 	}
 	s := &Store{cfg: cfg, logger: logger.With("component", "jetstream"), node: randomID(),
 		byName: map[string]*table{}, byTID: map[uint64]*table{}, ended: map[uint64][]store.Column{}, idBlocks: map[uint64]idBlock{},
+		pending: map[string]*store.TableCommit{},
 		m: newMetrics()}
 	s.chk.stop = make(chan struct{})
 	if err := os.MkdirAll(cfg.CacheDir, 0o750); err != nil {
