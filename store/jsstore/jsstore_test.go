@@ -744,6 +744,40 @@ func TestRetentionPurgesStream(t *testing.T) {
 	require.Greater(t, cs[0].FirstSeq, last)
 }
 
+// TestSweepRecordsAnUnrecordedHorizon: when a sweep removed rows from the
+// cache and its record update failed, the next sweep records the horizon
+// though it removes nothing, so that a rebuild keeps it.
+func TestSweepRecordsAnUnrecordedHorizon(t *testing.T) {
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	s := h.open(t, cfg)
+	m := createTable(t, s, "unrecorded")
+	for i := range 6 {
+		require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, i == 0, int64(i*10), 1, 1)}, nil))
+	}
+	s.mu.Lock()
+	tab := s.byName["unrecorded"]
+	before := tab.rec.Horizon
+	s.mu.Unlock()
+	sweepAll(t, s, m.ID, 30, 10)
+	hz, err := s.Horizon(ctx, m.ID)
+	require.NoError(t, err)
+	require.Greater(t, hz, max(before, 1), "the sweep raised the horizon")
+	// The record as a failed update leaves it.
+	require.NoError(t, s.update(tab, func(r *record) error { r.Horizon, r.Cutoff = before, nil; return nil }))
+	res, err := s.SweepBefore(ctx, m.ID, 30, 10)
+	require.NoError(t, err)
+	require.Zero(t, res.Removed)
+	require.NoError(t, s.Close())
+
+	require.NoError(t, os.RemoveAll(cfg.CacheDir))
+	s2 := h.open(t, cfg)
+	t.Cleanup(func() { _ = s2.Close() })
+	got, err := s2.Horizon(ctx, m.ID)
+	require.NoError(t, err)
+	require.Equal(t, hz, got, "the horizon after a rebuild")
+}
+
 // TestOverwriteAfterPurgeRebuild: after a purge and a rebuild, where the
 // republished dictionary repeats a series whose points are stored, a
 // later write at one of those points is still an overwrite: one row,

@@ -86,6 +86,16 @@ func (s *Store) Horizon(ctx context.Context, tid uint64) (uint64, error) {
 	return s.cache.Horizon(ctx, tid)
 }
 
+// horizonUnrecorded reports whether t's record holds a lower horizon for
+// live instance tid than h, the cache's: a sweep removed rows and failed
+// to record its horizon, which the next sweep records though it removes
+// nothing (a rebuild of the cache takes its horizon from the record).
+func (s *Store) horizonUnrecorded(t *table, tid, h uint64) bool {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return t.rec.live() && t.rec.Meta.ID == tid && t.rec.Horizon < h
+}
+
 // FirstSeqSince implements store.Sweeper from the row cache.
 func (s *Store) FirstSeqSince(ctx context.Context, tid, from uint64, cutoff int64, maxBlocks int) (uint64, bool, bool, error) {
 	if err := s.gate.Enter(ctx); err != nil {
@@ -175,7 +185,7 @@ func (s *Store) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFr
 		res, err = s.cache.SweepBefore(ctx, tid, cutoff, maxFragments)
 	}
 	s.cacheMu.Unlock()
-	if err != nil || res.Removed == 0 {
+	if err != nil || (res.Removed == 0 && !s.horizonUnrecorded(t, tid, res.Horizon)) {
 		return res, err
 	}
 	err = s.update(t, func(r *record) error {
