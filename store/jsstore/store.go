@@ -224,8 +224,7 @@ func Open(cfg Config, cacheCfg rowengine.Config, logger *slog.Logger, reg promet
 	}
 	s := &Store{cfg: cfg, logger: logger.With("component", "jetstream"), node: randomID(),
 		byName: map[string]*table{}, byTID: map[uint64]*table{}, ended: map[uint64][]store.Column{}, idBlocks: map[uint64]idBlock{},
-		pending: map[string]*store.TableCommit{},
-		m: newMetrics()}
+		pending: map[string]*store.TableCommit{}, m: newMetrics()}
 	s.chk.stop = make(chan struct{})
 	if err := os.MkdirAll(cfg.CacheDir, 0o750); err != nil {
 		return nil, fmt.Errorf("jsstore: create cache directory: %w", err)
