@@ -192,3 +192,42 @@ func poll(t *testing.T, cond func() bool, what string, args ...any) {
 		time.Sleep(20 * time.Millisecond)
 	}
 }
+
+// TestBeyondAfterAPurgeNotRead: a node whose follower had not read a
+// table's last messages when another node truncated it (the stream
+// purged: they never arrive, and the stream's last sequence lies above
+// what the follower applied) still proves a cursor beyond the new
+// instance's sequence, without waiting for a write.
+func TestBeyondAfterAPurgeNotRead(t *testing.T) {
+	h := newHarness(t, 1)
+	a := h.open(t, h.config(t))
+	t.Cleanup(func() { _ = a.Close() })
+	b := h.peer(t, a)
+	m := createTable(t, a, "unread")
+	cs := []store.TableCommit{commit(m, true, 1, 3, 1)}
+	require.NoError(t, a.Append(ctx, cs, nil))
+	appliedTo(t, b, m.ID, 3)
+	require.NoError(t, a.Append(ctx, []store.TableCommit{commit(m, false, 5, 2, 1)}, nil))
+	appliedTo(t, b, m.ID, 5)
+	tr, err := a.TruncateTable(ctx, m.ID)
+	require.NoError(t, err)
+	poll(t, func() bool { _, err := b.live(tr.ID); return err == nil }, "b takes the truncate")
+	// As if the last message (two fragments) had been purged before b's
+	// follower read it.
+	bt := b.tableByID(t, tr.ID)
+	bt.f.fmu.Lock()
+	require.Equal(t, bt.f.applied, bt.f.numbered)
+	require.Equal(t, uint64(5), bt.f.xseq)
+	bt.f.applied--
+	bt.f.numbered--
+	bt.f.xseq -= 2
+	bt.f.fmu.Unlock()
+	poll(t, func() bool {
+		beyond, err := b.Beyond(ctx, tr.ID, 6)
+		require.NoError(t, err)
+		return beyond
+	}, "a cursor beyond the sequence proven on b")
+	beyond, err := b.Beyond(ctx, tr.ID, 5)
+	require.NoError(t, err)
+	require.False(t, beyond, "the last number handed out is not beyond")
+}

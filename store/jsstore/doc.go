@@ -225,9 +225,10 @@
 // (TestBeyondStaleLeaderCutOff). A publish is linearizable: acknowledged
 // only once the stream's quorum stored it, at a sequence above every
 // message acknowledged before it was sent. So a check first asks the
-// leader (when it reports more than the follower applied, or a group it
-// does not hear a majority of, the cursor may be another node's and
-// nothing is written), then publishes a barrier to the table's stream and
+// leader (when it holds a message above what the follower applied, or a
+// group it does not hear a majority of, the cursor may be another node's
+// and nothing is written; messages purged before the follower read them
+// are not awaited), then publishes a barrier to the table's stream and
 // waits, within sendTimeout, until the follower applied it: every number
 // any node handed out before the check began is then numbered here, and
 // a cursor above them all is beyond the sequence. A check that gets no
