@@ -69,6 +69,21 @@ type Field struct {
 	Value Value
 }
 
+// SameColumns reports whether a and b list the same columns with the same
+// kinds in the same order, whatever their values: two fragments of one
+// shape, which an encoding may store once for both.
+func SameColumns(a, b []Field) bool {
+	if len(a) != len(b) {
+		return false
+	}
+	for i := range a {
+		if a[i].Col != b[i].Col || a[i].Value.Kind != b[i].Value.Kind {
+			return false
+		}
+	}
+	return true
+}
+
 // Column is one column of a table's schema. Position 0 is always "time" with
 // Kind 0; tags and fields follow in order of first appearance.
 type Column struct {

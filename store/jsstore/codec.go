@@ -61,7 +61,10 @@ func appendBody(b []byte, series []store.Series, writes []int, frags []store.Fra
 // What it saves: a message holds one table's part of a commit, rows of
 // one measurement lying close in time, so consecutive fragments share
 // their columns and a line of integer fields costs about a byte a field
-// plus three, against three a field plus eleven plainly.
+// plus three, against three a field plus eleven plainly. The row
+// engine's blocks use the same scheme, written separately on purpose: a
+// stream's messages are read by every node, of this build and the next,
+// and must not change when the cache's layout does.
 func appendCompactFragment(b []byte, f, prev *store.Fragment) []byte {
 	var pf store.Fragment
 	if prev != nil {
@@ -69,7 +72,7 @@ func appendCompactFragment(b []byte, f, prev *store.Fragment) []byte {
 	}
 	b = binary.AppendVarint(b, int64(f.Series-pf.Series))
 	b = binary.AppendVarint(b, f.Time-pf.Time)
-	if prev != nil && sameColumns(f.Fields, pf.Fields) {
+	if prev != nil && store.SameColumns(f.Fields, pf.Fields) {
 		b = append(b, 0)
 	} else {
 		b = binary.AppendUvarint(b, uint64(len(f.Fields))+1)
@@ -94,20 +97,6 @@ func appendCompactFragment(b []byte, f, prev *store.Fragment) []byte {
 		}
 	}
 	return b
-}
-
-// sameColumns reports whether a and b list the same columns with the
-// same kinds in the same order.
-func sameColumns(a, b []store.Field) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Col != b[i].Col || a[i].Value.Kind != b[i].Value.Kind {
-			return false
-		}
-	}
-	return true
 }
 
 func appendFields(b []byte, fields []store.Field) []byte {
@@ -169,17 +158,10 @@ func (d *decoder) uvarint() uint64 {
 	return v
 }
 
+// varint reads a zig-zag varint (binary.AppendVarint).
 func (d *decoder) varint() int64 {
-	if d.err != nil {
-		return 0
-	}
-	v, n := binary.Varint(d.b)
-	if n <= 0 {
-		d.err = fmt.Errorf("%w: bad varint", errCodec)
-		return 0
-	}
-	d.b = d.b[n:]
-	return v
+	u := d.uvarint()
+	return int64(u>>1) ^ -int64(u&1)
 }
 
 // count reads a length that must fit what is left of the body, at least

@@ -272,7 +272,7 @@ func appendCompactFragment(dst []byte, f, prev *store.Fragment) []byte {
 	}
 	dst = binary.AppendVarint(dst, int64(f.Series-prevSid))
 	dst = binary.AppendVarint(dst, f.Time-prevTime)
-	if prev != nil && sameShape(f.Fields, prev.Fields) {
+	if prev != nil && store.SameColumns(f.Fields, prev.Fields) {
 		dst = append(dst, 0)
 	} else {
 		dst = binary.AppendUvarint(dst, uint64(len(f.Fields))+1)
@@ -285,20 +285,6 @@ func appendCompactFragment(dst []byte, f, prev *store.Fragment) []byte {
 		dst = appendValueBody(dst, fl.Value)
 	}
 	return dst
-}
-
-// sameShape reports whether a and b have the same columns with the same
-// kinds in the same order.
-func sameShape(a, b []store.Field) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i].Col != b[i].Col || a[i].Value.Kind != b[i].Value.Kind {
-			return false
-		}
-	}
-	return true
 }
 
 // appendValue appends v's kind byte and its value (appendValueBody).
