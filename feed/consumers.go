@@ -345,7 +345,9 @@ func (s *Sequencer) consumerUpkeep(stop <-chan struct{}) {
 		case <-stop:
 			return
 		case <-flush.C:
-			s.flushConsumers()
+			if err := s.flushConsumers(); err != nil {
+				s.logger.Error("write consumer positions", "err", err)
+			}
 		case <-expire.C:
 			s.expireConsumers()
 		}
@@ -376,9 +378,11 @@ func (s *Sequencer) expireConsumers() {
 }
 
 // flushConsumers durably writes the consumer positions changed since the
-// last flush. A failure is logged and the positions are written at the next
-// change; they only feed lag metrics and listings.
-func (s *Sequencer) flushConsumers() {
+// last flush and returns the store's error (store.ErrClosed: nil). The
+// upkeep's flushes log a failure and write the positions at the next
+// change (they only feed lag metrics, listings and history holds); the
+// final flush at shutdown makes it Run's error.
+func (s *Sequencer) flushConsumers() error {
 	s.consumerMu.Lock()
 	defer s.consumerMu.Unlock()
 	byTable := map[string][]store.Consumer{}
@@ -391,9 +395,10 @@ func (s *Sequencer) flushConsumers() {
 		}
 	}
 	if len(byTable) == 0 {
-		return
+		return nil
 	}
 	if err := s.st.PutConsumers(storeCtx, byTable); err != nil && !errors.Is(err, store.ErrClosed) {
-		s.logger.Error("write consumer positions", "err", err)
+		return fmt.Errorf("feed: write consumer positions: %w", err)
 	}
+	return nil
 }

@@ -2,6 +2,7 @@ package feed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"sync/atomic"
@@ -697,4 +698,45 @@ func TestConsumerFlushNeverHoldsWrites(t *testing.T) {
 	cs, err := h.db.LoadConsumers(ctx, "t")
 	require.NoError(t, err)
 	require.Empty(t, cs, "the flushed position went with the DROP, never written back after it")
+}
+
+// failingConsumers is the in-memory store whose PutConsumers fails: a
+// store that cannot write the positions (a disk gone read-only, a
+// cluster that refuses).
+type failingConsumers struct{ *memstore.Store }
+
+var errPositions = errors.New("positions not written")
+
+func (failingConsumers) PutConsumers(context.Context, map[string][]store.Consumer) error {
+	return errPositions
+}
+
+// TestConsumerFinalFlushFailure: positions are written at shutdown, so a
+// stop that cannot write them returns the error (the daemon then exits 1
+// instead of reporting a clean stop), after committing every line.
+func TestConsumerFinalFlushFailure(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.ConsumerFlushInterval = time.Hour // only the final flush writes
+	h := openHarnessOn(t, memstore.NewDisk(), cfg, func(db *memstore.Store) Storage { return failingConsumers{db} })
+	_, _, err := h.s.CreateTable(ctx, "t", true)
+	require.NoError(t, err)
+	mustAppend(t, h.s, seqPoints("t", 0, 5)...)
+	_, err = tryDrain(h.d, DrainRequest{Table: "t", After: 2, Limit: 1, Consumer: "m"})
+	require.NoError(t, err)
+
+	h.cancel()
+	require.ErrorIs(t, <-h.done, errPositions)
+	require.Equal(t, uint64(5), status(t, h.d, "t").Watermark, "every line committed before the final flush")
+	require.NoError(t, h.db.Close())
+}
+
+// TestConsumerFinalFlushNothingToWrite: without a changed position the
+// final flush writes nothing and the stop is clean, whatever the store.
+func TestConsumerFinalFlushNothingToWrite(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.ConsumerFlushInterval = time.Hour
+	h := openHarnessOn(t, memstore.NewDisk(), cfg, func(db *memstore.Store) Storage { return failingConsumers{db} })
+	mustAppend(t, h.s, seqPoints("t", 0, 5)...)
+	h.close()
 }

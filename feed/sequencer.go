@@ -413,9 +413,11 @@ func (s *Sequencer) checkTableName(name string) error {
 	return nil
 }
 
-// Run is the sequencer goroutine. It returns nil after ctx ends and every
-// operation queued before has been committed, or the storage error that
-// stopped it (after failing every queued operation).
+// Run is the sequencer goroutine. It returns nil after ctx ends, every
+// operation queued before has been committed and the consumers' changed
+// positions written; the error of that final write (every line is
+// committed then); or the storage error that stopped it (after failing
+// every queued operation).
 func (s *Sequencer) Run(ctx context.Context) error {
 	defer close(s.stopped)
 	if s.shared != nil {
@@ -511,8 +513,10 @@ func (s *Sequencer) Run(ctx context.Context) error {
 					return err
 				}
 			}
-			s.flushConsumers()
-			return nil
+			// The positions are written at shutdown too
+			// (docs/contract.md#consumers): a stop that could not
+			// write them is not clean.
+			return s.flushConsumers()
 		}
 	}
 }
