@@ -1,7 +1,6 @@
 package feed
 
 import (
-	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -299,35 +298,28 @@ type newSeries struct {
 	id      uint64
 }
 
-// resolveParallel is how many series ids the resolver asks a shared
-// store for at once: each is a round trip or two to the cluster (a read,
-// a create), which a burst of new series (a fleet's first writes) would
-// otherwise wait for one after the other.
-const resolveParallel = 16
-
-// seriesIDs numbers each of miss in instance tid, up to resolveParallel
-// at a time (store.Shared.SeriesID is safe for concurrent use), and
-// returns the first error.
+// seriesIDs numbers each of miss in instance tid with one call of the
+// shared store (store.Shared.SeriesIDs: a burst of new series costs it a
+// few round trips, not one per series).
 func (s *Sequencer) seriesIDs(tid uint64, miss []newSeries) error {
-	if len(miss) == 1 {
-		var err error
-		miss[0].id, err = s.shared.SeriesID(storeCtx, tid, miss[0].key, miss[0].tags)
+	if len(miss) == 0 {
+		return nil
+	}
+	keys := make([]store.SeriesKey, len(miss))
+	for i, ns := range miss {
+		keys[i] = store.SeriesKey{Key: ns.key, Tags: ns.tags}
+	}
+	ids, err := s.shared.SeriesIDs(storeCtx, tid, keys)
+	if err != nil {
 		return err
 	}
-	var (
-		wg   sync.WaitGroup
-		next atomic.Int64
-		errs = make([]error, min(len(miss), resolveParallel))
-	)
-	for w := range errs {
-		wg.Go(func() {
-			for i := int(next.Add(1) - 1); i < len(miss) && errs[w] == nil; i = int(next.Add(1) - 1) {
-				miss[i].id, errs[w] = s.shared.SeriesID(storeCtx, tid, miss[i].key, miss[i].tags)
-			}
-		})
+	if len(ids) != len(miss) {
+		return fmt.Errorf("feed: %d series ids for %d series", len(ids), len(miss))
 	}
-	wg.Wait()
-	return errors.Join(errs...)
+	for i := range miss {
+		miss[i].id = ids[i]
+	}
+	return nil
 }
 
 // createInstance stores a new instance of table m (m but for its id)

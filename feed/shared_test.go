@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"slices"
 	"sync"
-	"sync/atomic"
 	"testing"
 	"time"
 
@@ -35,24 +34,9 @@ type sharedStore struct {
 	// TruncateTable or DropTable, which closes changing; appendGate the
 	// next Append, which closes appending.
 	loadGate, sweepGate, sweeping, ddlGate, changing, appendGate, appending chan struct{}
-	// met, when set, holds each SeriesID call until two are in at once
-	// (closing it), or for at most a few seconds; inSeries counts them.
-	met      chan struct{}
-	metOnce  sync.Once
-	inSeries atomic.Int32
-}
-
-// meet holds a SeriesID call until another is in too (met closed) or
-// the wait ends.
-func (s *sharedStore) meet() {
-	defer s.inSeries.Add(-1)
-	if s.inSeries.Add(1) >= 2 {
-		s.metOnce.Do(func() { close(s.met) })
-	}
-	select {
-	case <-s.met:
-	case <-time.After(testdeadline.Scale(5 * time.Second)):
-	}
+	// seriesCalls counts SeriesIDs calls, seriesAsked the series they
+	// asked for.
+	seriesCalls, seriesAsked int
 }
 
 func (s *sharedStore) Append(ctx context.Context, commits []store.TableCommit, stamped func()) error {
@@ -152,21 +136,23 @@ func (s *sharedStore) AddColumns(_ context.Context, tid uint64, cols []store.Col
 	return slices.Clone(s.cols[tid]), nil
 }
 
-func (s *sharedStore) SeriesID(_ context.Context, tid uint64, key string, _ []store.Field) (uint64, error) {
-	if s.met != nil {
-		s.meet()
-	}
+func (s *sharedStore) SeriesIDs(_ context.Context, tid uint64, series []store.SeriesKey) ([]uint64, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.seriesCalls++
+	s.seriesAsked += len(series)
 	if s.fail != nil {
-		return 0, s.fail
+		return nil, s.fail
 	}
-	k := string(rune(tid)) + key
-	if id, ok := s.series[k]; ok {
-		return id, nil
+	ids := make([]uint64, len(series))
+	for i, sk := range series {
+		k := string(rune(tid)) + sk.Key
+		if _, ok := s.series[k]; !ok {
+			s.series[k] = uint64(len(s.series) + 1)
+		}
+		ids[i] = s.series[k]
 	}
-	s.series[k] = uint64(len(s.series) + 1)
-	return s.series[k], nil
+	return ids, nil
 }
 
 func (s *sharedStore) Beyond(context.Context, uint64, uint64) (bool, error) { return false, nil }
@@ -284,25 +270,21 @@ func TestSharedStoreFailureFailsOnlyItsWrite(t *testing.T) {
 }
 
 // TestNewSeriesNumberedAtOnce: the series a write brings are numbered by
-// the shared store several at a time (each is a round trip to the meta
-// bucket: 1,000 new hosts took 2 s one at a time), each once, each its
-// own id.
+// the shared store in one call (each call is a round trip or more to the
+// meta bucket: 1,000 new hosts took 2 s one at a time), each once, each
+// its own id.
 func TestNewSeriesNumberedAtOnce(t *testing.T) {
 	st, h := openSharedTable(t)
 	defer h.close()
-	st.met = make(chan struct{})
 	var pts []Point
 	for i := range 50 {
 		pts = append(pts, pt("t", int64(i+1), tg("host", fmt.Sprint("h", i)), fld("v", iv(int64(i)))))
 	}
 	mustAppend(t, h.s, pts...)
-	select {
-	case <-st.met:
-	default:
-		t.Fatal("no two SeriesID calls were in at once")
-	}
 	st.mu.Lock()
 	defer st.mu.Unlock()
+	require.Equal(t, 1, st.seriesCalls, "one call for the write's new series")
+	require.Equal(t, 50, st.seriesAsked, "each series asked for once")
 	require.Len(t, st.series, 50, "each series numbered once")
 	status, err := h.d.Status("t")
 	require.NoError(t, err)

@@ -189,7 +189,7 @@ type StatsReader interface {
 // loads the tables.
 //
 // Concurrency: a shared store's round trips must not hold the writer, so
-// the feed calls AddColumns, SeriesID, the DDL of Tables (NewTableID,
+// the feed calls AddColumns, SeriesIDs, the DDL of Tables (NewTableID,
 // PutTable, TruncateTable, DropTable, PruneTombstone: a table a write
 // creates, and the table changes), and LoadSeries, Horizon and
 // LoadConsumers for an instance another process created, from one
@@ -203,7 +203,7 @@ type StatsReader interface {
 //
 // An instance another process ended (TRUNCATE, DROP) stays writable for
 // the caller until it takes the report of the change (Follow): AddColumns
-// and SeriesID answer for it as before, and the backend's Append
+// and SeriesIDs answer for it as before, and the backend's Append
 // acknowledges its commits without storing them (they are ordered before
 // the change: a write that raced it); TruncateTable and DropTable refuse
 // it with ErrEnded.
@@ -214,12 +214,15 @@ type Shared interface {
 	// change; a name another process added first keeps its kind, which
 	// the caller checks against the returned schema.
 	AddColumns(ctx context.Context, tid uint64, cols []Column) ([]Column, error)
-	// SeriesID returns the id of the series whose canonical tag set is
-	// key (tags: the same tag set, columns as AddColumns returned them) in
-	// live instance tid: the id the first process to ask minted, the same
-	// in every process. Safe for concurrent use: the resolver numbers a
-	// burst of new series several at a time.
-	SeriesID(ctx context.Context, tid uint64, key string, tags []Field) (uint64, error)
+	// SeriesIDs returns the ids of series (ids[i] is series[i]'s) in
+	// live instance tid: for each canonical tag set, the id the first
+	// process to ask minted, the same in every process; a key given twice
+	// gets one id. The resolver asks for every series of a table new to
+	// it at once, so that a burst of new series (a fleet's first writes)
+	// costs the backend a few round trips, not one per series. On an
+	// error none of the ids is returned (some may have been minted: the
+	// next call returns them). Safe for concurrent use.
+	SeriesIDs(ctx context.Context, tid uint64, series []SeriesKey) ([]uint64, error)
 	// Beyond reports whether drain cursor after is beyond live instance
 	// tid's sequence (docs/contract.md#cursor-beyond-sequence): above every x_seq
 	// any process had handed out when the call began. False while that is
@@ -265,7 +268,7 @@ type Followed struct {
 	Table TableMeta
 	// Ended is, for a tombstone, the id of the instance the DROP ended.
 	Ended uint64
-	// Series are the series a block introduced (ids as SeriesID gives).
+	// Series are the series a block introduced (ids as SeriesIDs gives).
 	Series []Series
 	// Seq is the highest x_seq applied to the instance (every number at
 	// or below it is readable: the watermark the caller may publish).

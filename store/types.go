@@ -114,6 +114,16 @@ type Series struct {
 	Tags []Field
 }
 
+// SeriesKey is a series to number (Shared.SeriesIDs): its canonical tag
+// set as a key, and the same tag set as columns and values.
+type SeriesKey struct {
+	// Key is the canonical tag set: tag keys sorted, escaped as in line
+	// protocol ("host=a,region=eu").
+	Key string
+	// Tags are the tag columns and values, sorted by tag key.
+	Tags []Field
+}
+
 // TableMeta is a table's durable metadata. A dropped table keeps a tombstone
 // (Dropped set, ID 0) so that a re-created table resumes above its epoch and
 // sequence. Like every type of this package it has no encoding: each

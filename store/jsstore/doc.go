@@ -69,9 +69,12 @@
 //     change is a set, a maximum or a merge of columns by name).
 //   - next_tid: the table-id counter, raised with compare-and-set.
 //   - s.TID.HASH (HASH: base32 of the SHA-256 of the canonical tag set):
-//     a series of instance TID, {id, tag set}, created with KV Create;
-//     n.TID: the instance's series-id counter (SeriesID), from which a
-//     process reserves 64 ids at a time.
+//     a series of instance TID, {id, tag set}, created with KV Create
+//     semantics (no earlier entry expected), a call's keys in atomic
+//     batches of up to 1000 (the bucket's stream allows them: Open
+//     turns that on for a bucket an earlier build created); n.TID: the
+//     instance's series-id counter (SeriesIDs), from which a process
+//     reserves at least 64 ids at a time.
 //   - c.ENC(name).BORN: the name's consumers of generation BORN (one JSON
 //     object by consumer name, updated with compare-and-set): TRUNCATE
 //     keeps BORN, DROP clears it in the same update that writes the
@@ -268,12 +271,11 @@
 //
 // # Concurrency
 //
-// The writer's calls (Append), the resolver's (AddColumns, SeriesID, the
+// The writer's calls (Append), the resolver's (AddColumns, SeriesIDs, the
 // Tables calls, and the loads for a table another process creates) and
 // the sweeps' (SweepBefore, FirstSeqSince, RaiseHorizon) come from three
-// goroutines of the feed at once, as store.Shared says, each making one call at a time but
-// for SeriesID, which the resolver calls up to 16 at a time (the id
-// blocks are taken under idMu, each entry is a KV Create): every
+// goroutines of the feed at once, as store.Shared says, each making one
+// call at a time (SeriesIDs takes its id blocks under idMu): every
 // record change is a compare-and-set on the record's revision (update),
 // the cache's writer side is serialized by cacheMu, and a table's message
 // ids and purged position are atomic. Append's publishes run concurrently
@@ -315,11 +317,15 @@
 //     other nodes' columns included). A follower that meets a block using
 //     a column it does not know reads the record again.
 //
-//   - Series: SeriesID creates s.TID.HASH with KV Create; the loser of a
-//     race reads the winner's id (its counter number is a gap). The feed
-//     asks once per tag set new to it (three to four KV round trips), then
-//     keeps the id; the block carries the series too, so every node's
-//     cache and feed learn the tag set from the stream.
+//   - Series: SeriesIDs creates the s.TID.HASH keys of a call's series in
+//     atomic batches, each key expecting no earlier entry; a batch that
+//     meets a key another process created is refused whole, and its keys
+//     are then read, or created one at a time (KV Create), the loser of a
+//     race reading the winner's id (its counter number is a gap). The
+//     feed asks once per tag set new to it, all of a table's new series
+//     of a write in one call (one round trip per batch), then keeps the
+//     id; the block carries the series too, so every node's cache and
+//     feed learn the tag set from the stream.
 //
 //   - Tables: a node creating a name another node created meanwhile finds
 //     the record live under another instance id in its compare-and-set,
@@ -352,7 +358,7 @@
 //     passes their acknowledged sequence without them), counted in
 //     ingestd_jetstream_voided_lines_total; AddColumns merges in memory
 //     (Store.ended keeps the last maxEnded ended instances' columns);
-//     SeriesID answers from the bucket; SweepBefore and RaiseHorizon do
+//     SeriesIDs answers from the bucket; SweepBefore and RaiseHorizon do
 //     nothing; TruncateTable and DropTable return store.ErrEnded. Each
 //     record update checks, in its compare-and-set, that its instance is
 //     still the live one, so a node never writes an ended instance's

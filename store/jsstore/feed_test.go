@@ -70,9 +70,9 @@ func (s *stalling) AddColumns(ctx context.Context, tid uint64, cols []store.Colu
 	return s.Store.AddColumns(ctx, tid, cols)
 }
 
-func (s *stalling) SeriesID(ctx context.Context, tid uint64, key string, tags []store.Field) (uint64, error) {
+func (s *stalling) SeriesIDs(ctx context.Context, tid uint64, series []store.SeriesKey) ([]uint64, error) {
 	s.hold()
-	return s.Store.SeriesID(ctx, tid, key, tags)
+	return s.Store.SeriesIDs(ctx, tid, series)
 }
 
 func (s *stalling) TruncateTable(ctx context.Context, tid uint64) (store.TableMeta, error) {

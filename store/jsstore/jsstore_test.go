@@ -12,6 +12,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
@@ -883,4 +884,58 @@ func TestUnhealthyWhileAFollowerLags(t *testing.T) {
 	tb.f.err = nil
 	tb.f.fmu.Unlock()
 	require.Empty(t, s.Unhealthy())
+}
+
+// TestSeriesBatches: a call's new series are created in atomic batches
+// of at most seriesBatch keys; a batch meeting a key another process
+// created is refused whole and its keys read or created one at a time,
+// every id the first one minted. A meta bucket an earlier build created
+// (without atomic batches) is given them at Open.
+func TestSeriesBatches(t *testing.T) {
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	nc, err := nats.Connect(h.cluster.URLs())
+	require.NoError(t, err)
+	t.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(t, err)
+	_, err = js.CreateKeyValue(ctx, jetstream.KeyValueConfig{Bucket: cfg.Prefix + "_meta", History: 1, Storage: jetstream.FileStorage})
+	require.NoError(t, err)
+	a := h.open(t, cfg)
+	t.Cleanup(func() { _ = a.Close() })
+	info, err := js.Stream(ctx, "KV_"+cfg.Prefix+"_meta")
+	require.NoError(t, err)
+	require.True(t, info.CachedInfo().Config.AllowAtomicPublish, "the earlier bucket takes atomic batches")
+
+	m := createTable(t, a, "t")
+	b := h.peer(t, a)
+	keys := func(vals ...string) []store.SeriesKey {
+		out := make([]store.SeriesKey, len(vals))
+		for i, v := range vals {
+			out[i] = store.SeriesKey{Key: "host=" + v}
+		}
+		return out
+	}
+	many := make([]string, seriesBatch+500)
+	for i := range many {
+		many[i] = fmt.Sprint("h", i)
+	}
+	ids, err := a.SeriesIDs(ctx, m.ID, keys(many...))
+	require.NoError(t, err)
+	require.Equal(t, 2.0, testutil.ToFloat64(a.m.seriesBatches), "1,500 new series in two batches")
+	require.Zero(t, testutil.ToFloat64(a.m.seriesBatchConflicts))
+	distinct := map[uint64]bool{}
+	for _, id := range ids {
+		distinct[id] = true
+	}
+	require.Len(t, distinct, len(many), "an id per series")
+
+	mixed, err := b.SeriesIDs(ctx, m.ID, keys("new1", many[7], "new2"))
+	require.NoError(t, err)
+	require.Equal(t, 1.0, testutil.ToFloat64(b.m.seriesBatchConflicts), "the batch met a's key")
+	require.Equal(t, ids[7], mixed[1], "the id a minted")
+	again, err := a.SeriesIDs(ctx, m.ID, keys("new2", "new1"))
+	require.NoError(t, err)
+	require.Equal(t, []uint64{mixed[2], mixed[0]}, again, "a reads the ids b minted")
+	require.False(t, distinct[mixed[0]] || distinct[mixed[2]] || mixed[0] == mixed[2], "new ids of their own")
 }

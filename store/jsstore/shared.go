@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strconv"
 
+	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 
 	"github.com/ingestd/ingestd/store"
@@ -75,23 +76,107 @@ func seriesKey(tid uint64, key string) string {
 	return "s." + strconv.FormatUint(tid, 10) + "." + b32.EncodeToString(sum[:])
 }
 
-// SeriesID implements store.Shared: the series' key in the meta bucket
-// holds its id; the first process to ask creates the key (KV Create) with
-// a number of its own, a process that loses the race reads the winner's
-// (its own number is skipped: ids have gaps, never two tag sets). A
-// process takes its numbers from the instance's counter (n.TID)
+// SeriesIDs implements store.Shared: a series' key in the meta bucket
+// (seriesKey) holds its id; the first process to ask creates the key
+// with a number of its own, a process that loses the race reads the
+// winner's (its own number is skipped: ids have gaps, never two tag
+// sets). The keys are created seriesBatch at a time, each batch one
+// atomic batch of KV creates (each expecting no earlier entry of its
+// key): one round trip and one replicated write for the batch. When the
+// stream refuses a batch because one of its keys exists (another process
+// numbered it, or an attempt whose acknowledgement was lost did), each of
+// its keys is read and, if missing, created on its own (seriesID). A
+// process takes its numbers from the instance's counter (n.TID) at least
 // seriesIDBlock at a time, so that processes numbering new series of one
 // table at once seldom contend for the counter. Safe for concurrent use.
-func (s *Store) SeriesID(ctx context.Context, tid uint64, key string, _ []store.Field) (uint64, error) {
+func (s *Store) SeriesIDs(ctx context.Context, tid uint64, series []store.SeriesKey) ([]uint64, error) {
 	if err := s.gate.Enter(ctx); err != nil {
-		return 0, err
+		return nil, err
 	}
 	defer s.gate.Leave()
 	if _, ended := s.endedColumns(tid); !ended {
 		if _, err := s.live(tid); err != nil {
-			return 0, err
+			return nil, err
 		}
 	}
+	// A key given twice is asked for once (an atomic batch refuses two
+	// creates of one key).
+	ids := make([]uint64, len(series))
+	firstOf := make(map[string]int, len(series))
+	var keys []string // distinct, in order
+	for _, sk := range series {
+		if _, ok := firstOf[sk.Key]; !ok {
+			firstOf[sk.Key] = len(keys)
+			keys = append(keys, sk.Key)
+		}
+	}
+	got := make([]uint64, len(keys))
+	for lo := 0; lo < len(keys); lo += seriesBatch {
+		hi := min(lo+seriesBatch, len(keys))
+		if err := s.createSeries(tid, keys[lo:hi], got[lo:hi]); err != nil {
+			return nil, err
+		}
+	}
+	for i, sk := range series {
+		ids[i] = got[firstOf[sk.Key]]
+	}
+	return ids, nil
+}
+
+// seriesBatch bounds the series keys of one atomic batch (the server's
+// default bound of a batch).
+const seriesBatch = maxBatchMessages
+
+// createSeries numbers keys (distinct tag sets of instance tid) into ids:
+// one atomic batch creating every key, or, when the stream refuses it
+// because a key exists, seriesID for each.
+func (s *Store) createSeries(tid uint64, keys []string, ids []uint64) error {
+	nums, err := s.nextSeriesIDs(tid, len(keys))
+	if err != nil {
+		return err
+	}
+	msgs := make([]*nats.Msg, len(keys))
+	for i, key := range keys {
+		v, err := json.Marshal(seriesEntry{ID: nums[i], Key: []byte(key)})
+		if err != nil {
+			return err
+		}
+		m := nats.NewMsg(s.metaSubject(seriesKey(tid, key)))
+		m.Header.Set(jetstream.ExpectedLastSubjSeqHeader, "0")
+		m.Data = v
+		msgs[i] = m
+	}
+	err = s.retry(func(context.Context) error {
+		_, _, err := s.send(msgs)
+		return err
+	})
+	switch {
+	case err == nil:
+		copy(ids, nums)
+		s.m.seriesBatches.Inc()
+		return nil
+	case !isConflict(err):
+		return fmt.Errorf("jsstore: series ids: %w", err)
+	}
+	// Some key exists: its id is the one to use (the numbers reserved
+	// for this batch are gaps).
+	s.m.seriesBatchConflicts.Inc()
+	for i, key := range keys {
+		if ids[i], err = s.seriesID(tid, key); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// metaSubject is the subject of key in the meta bucket.
+func (s *Store) metaSubject(key string) string { return "$KV." + s.meta.Bucket() + "." + key }
+
+// seriesID returns the id of tag set key in instance tid, reading its
+// entry, or creating it (KV Create) with a number of this process's when
+// it is missing; a create that meets another process's entry reads that
+// one.
+func (s *Store) seriesID(tid uint64, key string) (uint64, error) {
 	k := seriesKey(tid, key)
 	var id uint64
 	err := s.contended("series id", func() (bool, error) {
@@ -111,11 +196,11 @@ func (s *Store) SeriesID(ctx context.Context, tid uint64, key string, _ []store.
 		case !errors.Is(err, jetstream.ErrKeyNotFound):
 			return false, fmt.Errorf("jsstore: series id: %w", err)
 		}
-		n, err := s.nextSeriesID(tid)
+		nums, err := s.nextSeriesIDs(tid, 1)
 		if err != nil {
 			return false, err
 		}
-		v, err := json.Marshal(seriesEntry{ID: n, Key: []byte(key)})
+		v, err := json.Marshal(seriesEntry{ID: nums[0], Key: []byte(key)})
 		if err != nil {
 			return false, err
 		}
@@ -125,7 +210,7 @@ func (s *Store) SeriesID(ctx context.Context, tid uint64, key string, _ []store.
 		})
 		switch {
 		case err == nil:
-			id = n
+			id = nums[0]
 			return true, nil
 		case isConflict(err):
 			return false, nil // another process numbered it first: read its id
@@ -148,25 +233,34 @@ const maxIDBlocks = 1024
 // next..end-1.
 type idBlock struct{ next, end uint64 }
 
-// nextSeriesID returns an unused series id of instance tid from this
-// process's reserved block, reserving the next block when it is used up.
-// Safe for concurrent use (idMu).
-func (s *Store) nextSeriesID(tid uint64) (uint64, error) {
+// nextSeriesIDs returns n unused series ids of instance tid from this
+// process's reserved block, reserving more when it runs out: at least
+// seriesIDBlock, and all that is missing in one compare-and-set. Safe for
+// concurrent use (idMu).
+func (s *Store) nextSeriesIDs(tid uint64, n int) ([]uint64, error) {
 	s.idMu.Lock()
 	defer s.idMu.Unlock()
-	if b, ok := s.idBlocks[tid]; ok && b.next < b.end {
-		s.idBlocks[tid] = idBlock{b.next + 1, b.end}
-		return b.next, nil
+	out := make([]uint64, 0, n)
+	b := s.idBlocks[tid]
+	for ; b.next < b.end && len(out) < n; b.next++ {
+		out = append(out, b.next)
 	}
-	first, err := s.reserve("n."+strconv.FormatUint(tid, 10), "series id", seriesIDBlock)
-	if err != nil {
-		return 0, err
+	if missing := uint64(n - len(out)); missing > 0 {
+		size := max(missing, seriesIDBlock)
+		first, err := s.reserve("n."+strconv.FormatUint(tid, 10), "series id", size)
+		if err != nil {
+			return nil, err
+		}
+		for i := range missing {
+			out = append(out, first+i)
+		}
+		b = idBlock{first + missing, first + size}
 	}
-	if len(s.idBlocks) >= maxIDBlocks {
+	if _, ok := s.idBlocks[tid]; !ok && len(s.idBlocks) >= maxIDBlocks {
 		clear(s.idBlocks)
 	}
-	s.idBlocks[tid] = idBlock{first + 1, first + seriesIDBlock}
-	return first, nil
+	s.idBlocks[tid] = b
+	return out, nil
 }
 
 // Follow implements store.Shared.

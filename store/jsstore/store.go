@@ -177,6 +177,10 @@ type metrics struct {
 	// checkHeld those --jetstream-barrier-interval held back.
 	checks                *prometheus.CounterVec
 	checkJoins, checkHeld prometheus.Counter
+	// seriesBatches counts the atomic batches of series keys created
+	// (SeriesIDs), seriesBatchConflicts those refused for a key that
+	// existed.
+	seriesBatches, seriesBatchConflicts prometheus.Counter
 }
 
 // newMetrics returns the counters, not yet registered.
@@ -202,6 +206,8 @@ func newMetrics() metrics {
 			Help: "Table changes made through other ingestd nodes that this node followed, by kind: create (a table new here, or re-created), truncate (a new instance of a live table), drop."}, []string{"kind"}),
 		checkJoins: c("ingestd_jetstream_beyond_check_joins_total", "Drains with a cursor above this node's sequence served by a check another drain started (coalesced)."),
 		checkHeld:  c("ingestd_jetstream_beyond_check_held_total", "Drains with a cursor above this node's sequence that --jetstream-barrier-interval held back (answered as not caught up yet: an empty page that keeps the cursor)."),
+		seriesBatches: c("ingestd_jetstream_series_batches_total", "Atomic batches of new series keys created in the meta bucket (up to 1,000 series each: the new series of a table in one write's resolution)."),
+		seriesBatchConflicts: c("ingestd_jetstream_series_batch_conflicts_total", "Atomic batches of new series keys the meta bucket refused because one of their keys existed (another node numbered it first, or an attempt whose acknowledgement was lost stored it): their series were then read or created one at a time."),
 	}
 }
 
@@ -291,7 +297,7 @@ func Open(cfg Config, cacheCfg rowengine.Config, logger *slog.Logger, reg promet
 			}))
 		reg.MustRegister(tablesCollector{s})
 		reg.MustRegister(s.m.publishes, s.m.retries, s.m.conflicts, s.m.dedups, s.m.behind, s.m.catchup, s.m.purged, s.m.switches, s.m.pullsLost, s.m.heartbeatsMissed,
-			s.m.checks, s.m.checkJoins, s.m.checkHeld, s.m.voided, s.m.changes)
+			s.m.checks, s.m.checkJoins, s.m.checkHeld, s.m.voided, s.m.changes, s.m.seriesBatches, s.m.seriesBatchConflicts)
 	}
 	s.logger.Info("jetstream store open", "servers", cfg.URLs, "replicas", s.replicas, "tables", len(s.byTID))
 	return s, nil
@@ -584,7 +590,7 @@ func (s *Store) openMeta() error {
 				s.logger.Warn("jetstream replicas clamped to what the cluster can place", "asked", s.cfg.Replicas, "replicas", r)
 			}
 			s.meta, s.replicas = kv, r
-			return nil
+			return s.allowMetaBatches()
 		}
 		if !placementError(err) {
 			return fmt.Errorf("jsstore: create the meta bucket: %w", err)
@@ -595,6 +601,28 @@ func (s *Store) openMeta() error {
 		}
 	}
 	return errors.New("jsstore: the cluster cannot place even one replica of the meta bucket")
+}
+
+// allowMetaBatches lets the meta bucket's stream take atomic batches
+// (SeriesIDs creates a write's new series keys in one), which a bucket
+// created by an earlier build does not.
+func (s *Store) allowMetaBatches() error {
+	name := "KV_" + s.meta.Bucket()
+	return s.retry(func(ctx context.Context) error {
+		st, err := s.js.Stream(ctx, name)
+		if err != nil {
+			return err
+		}
+		cfg := st.CachedInfo().Config
+		if cfg.AllowAtomicPublish {
+			return nil
+		}
+		cfg.AllowAtomicPublish = true
+		if _, err := s.js.UpdateStream(ctx, cfg); err != nil {
+			return fmt.Errorf("jsstore: allow atomic batches on the meta bucket: %w", err)
+		}
+		return nil
+	})
 }
 
 var b32 = base32.StdEncoding.WithPadding(base32.NoPadding)

@@ -101,40 +101,83 @@ func tagSet(v string) []store.Field {
 	return []store.Field{{Col: tagCol, Value: store.Value{Kind: store.KindTag, Str: v}}}
 }
 
+// seriesIDs asks s for the ids of the tag sets host=V for each of vals.
+func seriesIDs(t *testing.T, s store.Shared, tid uint64, vals ...string) []uint64 {
+	t.Helper()
+	keys := make([]store.SeriesKey, len(vals))
+	for i, v := range vals {
+		keys[i] = store.SeriesKey{Key: "host=" + v, Tags: tagSet(v)}
+	}
+	ids, err := s.SeriesIDs(ctx, tid, keys)
+	require.NoError(t, err)
+	require.Len(t, ids, len(vals))
+	return ids
+}
+
 // testSharedSeriesIDs: a tag set is one id in every process, whichever
-// asks first and however many ask at once; two tag sets never share one.
+// asks first, however many ask at once and whether or not the other
+// series of a call are new; two tag sets never share one; a key given
+// twice in one call gets one id.
 func testSharedSeriesIDs(t *testing.T, p *pair) {
 	m := createTable(t, p.a, "t", true)
 	p.knows(t, m)
-	ida, err := p.sa.SeriesID(ctx, m.ID, "host=x", tagSet("x"))
-	require.NoError(t, err)
+	ida := seriesIDs(t, p.sa, m.ID, "x")[0]
 	require.Positive(t, ida)
-	idb, err := p.sb.SeriesID(ctx, m.ID, "host=x", tagSet("x"))
-	require.NoError(t, err)
-	require.Equal(t, ida, idb, "the id the first process minted")
+	require.Equal(t, ida, seriesIDs(t, p.sb, m.ID, "x")[0], "the id the first process minted")
 
-	const keys = 16
-	ids := [2][keys]uint64{}
+	// A call of new series and one known (x): every id is the one minted
+	// first, the new ones included.
+	mixed := seriesIDs(t, p.sb, m.ID, "y", "x", "z", "y")
+	require.Equal(t, ida, mixed[1], "a known series in a call of new ones")
+	require.Equal(t, mixed[0], mixed[3], "a key given twice: one id")
+	require.Equal(t, mixed[:3], seriesIDs(t, p.sa, m.ID, "y", "x", "z"), "the other process reads the same ids")
+
+	// Both processes number the same 64 new series at once, in calls of
+	// 16 in opposite orders.
+	const keys = 64
+	vals := make([]string, keys)
+	for k := range vals {
+		vals[k] = fmt.Sprint("k", k)
+	}
+	ids := [2][]uint64{}
 	var wg sync.WaitGroup
 	for side, s := range []store.Shared{p.sa, p.sb} {
 		wg.Go(func() {
-			for k := range keys {
-				v := fmt.Sprint("k", k)
-				id, err := s.SeriesID(ctx, m.ID, "host="+v, tagSet(v))
-				if err == nil {
-					ids[side][k] = id
+			order := slices.Clone(vals)
+			if side == 1 {
+				slices.Reverse(order)
+			}
+			got := map[string]uint64{}
+			for lo := 0; lo < keys; lo += 16 {
+				batch := order[lo : lo+16]
+				kk := make([]store.SeriesKey, len(batch))
+				for i, v := range batch {
+					kk[i] = store.SeriesKey{Key: "host=" + v, Tags: tagSet(v)}
 				}
+				out, err := s.SeriesIDs(ctx, m.ID, kk)
+				if err != nil {
+					return
+				}
+				for i, v := range batch {
+					got[v] = out[i]
+				}
+			}
+			for _, v := range vals {
+				ids[side] = append(ids[side], got[v])
 			}
 		})
 	}
 	wg.Wait()
-	seen := map[uint64]int{ida: -1}
-	for k := range keys {
-		require.Positive(t, ids[0][k], "key %d through a", k)
-		require.Equal(t, ids[0][k], ids[1][k], "key %d: one id through both processes", k)
+	seen := map[uint64]string{ida: "x", mixed[0]: "y", mixed[2]: "z"}
+	require.Len(t, seen, 3, "x, y and z: three ids")
+	for k, v := range vals {
+		require.Len(t, ids[0], keys, "every call through a succeeded")
+		require.Len(t, ids[1], keys, "every call through b succeeded")
+		require.Positive(t, ids[0][k], "key %s through a", v)
+		require.Equal(t, ids[0][k], ids[1][k], "key %s: one id through both processes", v)
 		prev, dup := seen[ids[0][k]]
-		require.False(t, dup, "keys %d and %d share id %d", k, prev, ids[0][k])
-		seen[ids[0][k]] = k
+		require.False(t, dup, "keys %s and %s share id %d", v, prev, ids[0][k])
+		seen[ids[0][k]] = v
 	}
 }
 
