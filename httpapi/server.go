@@ -72,7 +72,8 @@ type Config struct {
 	// IdleTimeout closes a keep-alive connection that waits this long for
 	// its next request.
 	IdleTimeout time.Duration
-	// MaxHeaderBytes caps a request's line and headers (431 past it).
+	// MaxHeaderBytes caps a request's line and headers in bytes (431 past
+	// it and the 4 KiB net/http reads beyond it).
 	MaxHeaderBytes int
 	// DrainMaxPageBytes ends a drain page before the row that would take
 	// its rows past this many bytes (Options.MaxPageBytes).
@@ -138,7 +139,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.BodyTimeout, "http-body-timeout", c.BodyTimeout, "how long a request body may take, plus 1s per --http-body-min-bytes-per-second bytes received")
 	fs.Int64Var(&c.BodyMinBytesPerSecond, "http-body-min-bytes-per-second", c.BodyMinBytesPerSecond, "slowest average rate in bytes per second a request body may arrive at past --http-body-timeout")
 	fs.DurationVar(&c.IdleTimeout, "http-idle-timeout", c.IdleTimeout, "close a keep-alive HTTP connection idle this long")
-	fs.IntVar(&c.MaxHeaderBytes, "http-max-header-bytes", c.MaxHeaderBytes, "largest request line and headers in bytes (431 past it)")
+	fs.IntVar(&c.MaxHeaderBytes, "http-max-header-bytes", c.MaxHeaderBytes, "largest request line and headers in bytes (431 past it, plus the 4 KiB Go's HTTP server reads beyond it)")
 	fs.DurationVar(&c.StatusSampleInterval, "status-sample-interval", c.StatusSampleInterval, "how often the status page at / samples ingest rates and commit latency, and refreshes itself")
 	fs.IntVar(&c.StatusSamples, "status-samples", c.StatusSamples, "samples the status page keeps per table for its charts (1..10000); its rates average the last minute of them")
 	fs.IntVar(&c.MaxDatabases, "query-max-databases", c.MaxDatabases, "databases CREATE DATABASE records for SHOW DATABASES (they do not namespace tables)")

@@ -207,7 +207,7 @@ func openStore(cfg config, logger *slog.Logger, reg prometheus.Registerer) (stor
 // usage heads `ingestd --help`.
 const usage = `Usage:
   ingestd [flags]        run the daemon (ILP over HTTP and TCP, the change feed, the status page at /)
-  ingestd mirror         keep a replica of one table in an InfluxDB-compatible server
+  ingestd mirror         keep a replica of one table in an InfluxDB-compatible server or PostgreSQL
   ingestd bench          load harness: send TSBS data, wait, drain, report
   ingestd diskbench      write+truncate rounds against a running ingestd: is disk given back?
   ingestd health         print a running ingestd's state (exit 0 when ready)

@@ -230,7 +230,7 @@ func Run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 		Usage: `Usage:
   ingestd mirror --source URL --table T --target URL --cursor-file F [flags]
   ingestd mirror --source URL --table T --target postgres://user@host/db [flags]
-Keeps a replica of one table in any InfluxDB-compatible server (docs/guide.md#mirror)
+Keeps a replica of one table in any InfluxDB-compatible server or PostgreSQL (docs/guide.md#mirror)
 or in a PostgreSQL table (docs/guide.md#mirror-into-postgresql).
 `,
 		Required:     map[string]bool{"source": true, "table": true, "target": true},
