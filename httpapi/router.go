@@ -204,7 +204,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 		}, []string{"limit"}),
 		refused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_http_requests_refused_total",
-			Help: "Requests refused before their route's handler, by reason: cross_site (403: a state-changing request whose Origin or Sec-Fetch-Site names another site), content_type (415: a control route's body declared as other than application/json), response_bytes (503: a drain, rows or SQL page that found no room under --http-max-response-bytes-inflight within 1s, before it was built).",
+			Help: "Requests refused before their route's handler, by reason: cross_site (403: a state-changing request whose Origin or Sec-Fetch-Site names another site), content_type (415: a control route's body declared as other than application/json), response_bytes (503: a drain, rows or SQL page or a table list that found no room under --http-max-response-bytes-inflight within 1s, before it was built).",
 		}, []string{"reason"}),
 	}}
 	a.budget = newResponseBudget(opts.MaxResponseBytesInflight, responseBudgetWait, f.NewGauge(prometheus.GaugeOpts{

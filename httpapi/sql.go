@@ -103,6 +103,14 @@ func (a *API) sql(w http.ResponseWriter, r *http.Request) {
 	case *sqlp.Insert:
 		a.sqlInsert(sw, r, st)
 	default:
+		if _, ok := st.(*sqlp.ShowTables); ok { // as long as the table list (listTables)
+			lb := pageBytes{b: a.budget}
+			defer lb.release()
+			if err := lb.reserve(r.Context(), tableListBytes(a.opts.Tables.Tables(), auth.FromContext(r.Context()))); err != nil {
+				writeErr(sw, err)
+				return
+			}
+		}
 		res, err := a.runTableStatement(r.Context(), st)
 		if access.audit != "" {
 			a.audit(r, access.audit, access.table, err)

@@ -78,6 +78,12 @@ func decodeBody(r *http.Request, v any, optional bool) error {
 func (a *API) listTables(w http.ResponseWriter, r *http.Request) {
 	g := auth.FromContext(r.Context())
 	ts := a.opts.Tables.Tables()
+	res := pageBytes{b: a.budget}
+	defer res.release()
+	if err := res.reserve(r.Context(), tableListBytes(ts, g)); err != nil {
+		writeErr(w, err)
+		return
+	}
 	out := make([]wire.Table, 0, len(ts))
 	for _, t := range ts {
 		if g != nil && !g.Allows(auth.Any, t.Name) {
@@ -92,6 +98,26 @@ func (a *API) listTables(w http.ResponseWriter, r *http.Request) {
 	}
 	writeJSON(w, http.StatusOK, map[string]any{"tables": out})
 }
+
+// tableListBytes bounds the bytes of a list of ts as g sees them (GET
+// /api/v1/tables, SHOW TABLES): each name JSON-escaped (at most 6 bytes a
+// byte) and the fields around it. The list reserves them in the response
+// budget before it is built, as a page does: 10,000 tables of long names
+// are tens of megabytes, which a client that does not read holds until
+// --http-write-timeout.
+func tableListBytes(ts []feed.TableInfo, g *auth.Grant) int64 {
+	n := int64(64)
+	for _, t := range ts {
+		if g == nil || g.Allows(auth.Any, t.Name) {
+			n += 6*int64(len(t.Name)) + tableListEntryBytes
+		}
+	}
+	return n
+}
+
+// tableListEntryBytes bounds a listed table's bytes besides its name (its
+// sync state, retention and counts).
+const tableListEntryBytes = 512
 
 // audit records r's control action on table in the audit log: outcome
 // "ok", or err's error code.

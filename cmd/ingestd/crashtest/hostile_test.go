@@ -1001,3 +1001,45 @@ func slowReader(t testing.TB, addr, text string) net.Conn {
 	require.NoError(t, err)
 	return c
 }
+
+// TestHostileTableListReaders: the finding was 10,000 tables of
+// 4,000-byte names (a 42 MB list) and 40 connections asking for GET
+// /api/v1/tables and never reading: RSS from 0.5 to 3.45 GB, the lists
+// outside the response budget. A list now reserves its size (its names
+// JSON-escaped at worst, at most the whole budget) before it is built,
+// as a page does: while a reader that does not read holds it, the other
+// lists, SHOW TABLES and drains wait 1 s and are refused with 503, and
+// the bytes are given back once the write timeout cuts it off.
+func TestHostileTableListReaders(t *testing.T) {
+	const budget = 16 << 20
+	h := startHostile(t, "--http-max-response-bytes-inflight", strconv.Itoa(budget), "--http-write-timeout", "3s")
+	// 4,000 tables of 2,500-byte names: a list of about 10 MB, more than
+	// the socket buffers between the two ends hold.
+	for i := range 4 {
+		var body strings.Builder
+		for j := range 1000 {
+			fmt.Fprintf(&body, "%s%04d v=1 1\n", strings.Repeat("t", 2496), 1000*i+j)
+		}
+		require.Equal(t, http.StatusNoContent, mustDo(t, h.hc, http.MethodPost, h.p.URL+"/write", []byte(body.String())).Status)
+	}
+	count := func(sample string) float64 {
+		v, _ := metric(t, h.hc, h.p.URL, sample)
+		return v
+	}
+	const refusedSample = `ingestd_http_requests_refused_total{reason="response_bytes"}`
+	before := count(refusedSample)
+	c := slowReader(t, hostAddr(h.p.URL), "GET /api/v1/tables HTTP/1.1\r\nHost: x\r\n\r\n")
+	defer func() { _ = c.Close() }()
+	poll(t, 30*time.Second, func() bool { return count("ingestd_http_response_inflight_bytes") == budget },
+		"the list holds the budget while its reader does not read")
+	for _, path := range []string{"/api/v1/tables", "/api/v1/sql?q=SHOW%20TABLES"} {
+		resp := mustDo(t, h.hc, http.MethodGet, h.p.URL+path, nil)
+		require.Equal(t, http.StatusServiceUnavailable, resp.Status, "%s while the budget is held: %s", path, resp.Body)
+	}
+	require.Equal(t, before+2, count(refusedSample))
+	poll(t, 30*time.Second, func() bool { return count("ingestd_http_response_inflight_bytes") == 0 },
+		"the bytes given back once the write timeout cut the reader off")
+	resp := mustDo(t, h.hc, http.MethodGet, h.p.URL+"/api/v1/tables", nil)
+	require.Equal(t, http.StatusOK, resp.Status)
+	require.Greater(t, len(resp.Body), 10_000_000, "the whole list")
+}
