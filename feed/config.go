@@ -17,6 +17,7 @@ const (
 	DefaultMaxGroupPoints     = 100_000
 	DefaultMaxColumnsPerTable = 1024
 	DefaultMaxSeriesPerTable  = 1_000_000
+	DefaultMaxSeriesBytes     = 256 << 20
 	DefaultMaxTables          = 10_000
 	DefaultMaxDrainLimit      = 10_000
 	DefaultSubmitTimeout      = 5 * time.Second
@@ -72,6 +73,12 @@ type Config struct {
 	// MaxSeriesPerTable caps a table's series (distinct tag sets); a line
 	// that would add more is rejected.
 	MaxSeriesPerTable int
+	// MaxSeriesBytes caps the bytes the series dictionaries of every
+	// table hold in memory together (seriesCost: each series' key and tag
+	// values and their overhead); a line that would add a series past it
+	// is rejected (ErrSeriesLimit). Series loaded at start or written by
+	// another process are counted, never refused.
+	MaxSeriesBytes int
 	// MaxDrainLimit is the largest drain page.
 	MaxDrainLimit int
 	// MaxDrainFilters bounds a drain's tag and has conditions together;
@@ -171,6 +178,7 @@ func DefaultConfig() Config {
 		MaxGroupBytes:      DefaultMaxGroupBytes,
 		MaxColumnsPerTable: DefaultMaxColumnsPerTable,
 		MaxSeriesPerTable:  DefaultMaxSeriesPerTable,
+		MaxSeriesBytes:     DefaultMaxSeriesBytes,
 		MaxTables:          DefaultMaxTables,
 		MaxDrainLimit:      DefaultMaxDrainLimit,
 		SubmitTimeout:      DefaultSubmitTimeout,
@@ -231,6 +239,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxGroupBytes, "feed-max-group-bytes", c.MaxGroupBytes, "most encoded bytes of fragments in one group commit (with one point more, at most what the store holds in a block: 128 MiB with badger)")
 	fs.IntVar(&c.MaxColumnsPerTable, "feed-max-columns-per-table", c.MaxColumnsPerTable, "most columns (tags plus fields) per table")
 	fs.IntVar(&c.MaxSeriesPerTable, "feed-max-series-per-table", c.MaxSeriesPerTable, "most series (distinct tag sets) per table")
+	fs.IntVar(&c.MaxSeriesBytes, "feed-max-series-bytes", c.MaxSeriesBytes, "most bytes the series dictionaries of all tables hold in memory (each series' tag set and about 100 bytes); a line that would add a series past it is rejected")
 	fs.IntVar(&c.MaxTables, "feed-max-tables", c.MaxTables, "most tables; a write or CREATE TABLE that would add one more is rejected")
 	fs.DurationVar(&c.SubmitTimeout, "feed-submit-timeout", c.SubmitTimeout, "how long an HTTP write waits for room in the sequencer queue before 503")
 	fs.IntVar(&c.MaxConsumersPerTable, "max-consumers-per-table", c.MaxConsumersPerTable, "most named drain consumers one token (all clients, without --auth-file) holds on one table (409 too_many_consumers past it)")
@@ -291,6 +300,8 @@ func (c *Config) Validate() error {
 		return errors.New("feed: --feed-max-tables must be at least 1")
 	case c.MaxSeriesPerTable < 1:
 		return errors.New("feed: --feed-max-series-per-table must be at least 1")
+	case c.MaxSeriesBytes < 1:
+		return errors.New("feed: --feed-max-series-bytes must be at least 1")
 	case c.MaxDrainLimit < 1:
 		return errors.New("feed: --max-drain-limit must be at least 1")
 	case c.MaxDrainFilters < 1 || c.MaxDrainFilterValues < 1 || c.MaxDrainFilterValueBytes < 1:

@@ -613,7 +613,7 @@ func (s *Sequencer) pointNeeds(t *table, tn *tableNeeds, p *Point) {
 		_, known = t.series[p.Series]
 	}
 	if !known {
-		if series >= s.cfg.MaxSeriesPerTable {
+		if series >= s.cfg.MaxSeriesPerTable || !s.seriesRoom(pointSeriesCost(p)) {
 			return
 		}
 		for _, tag := range p.Tags {

@@ -51,6 +51,49 @@ type registry struct {
 	mu         sync.RWMutex // guards tables and tombstones (written by the sequencer only)
 	tables     map[string]*table
 	tombstones map[string]store.TableMeta
+	// seriesBytes is the registered tables' seriesBytes together
+	// (Config.MaxSeriesBytes); written by the sequencer only.
+	seriesBytes atomic.Int64
+}
+
+// putTableLocked makes t the table of its name in place of the one
+// registered (if any), moving the series bytes it holds. s.mu must be
+// held for writing; sequencer goroutine only.
+func (s *registry) putTableLocked(t *table) {
+	if old := s.tables[t.name]; old != t {
+		if old != nil {
+			s.seriesBytes.Add(-old.seriesBytes)
+			old.registered = false
+		}
+		s.seriesBytes.Add(t.seriesBytes)
+		t.registered = true
+	}
+	s.tables[t.name] = t
+}
+
+// deleteTableLocked takes name's table out of the registry. s.mu must be
+// held for writing; sequencer goroutine only.
+func (s *registry) deleteTableLocked(name string) {
+	if old := s.tables[name]; old != nil {
+		s.seriesBytes.Add(-old.seriesBytes)
+		old.registered = false
+	}
+	delete(s.tables, name)
+}
+
+// addSeriesBytes counts n more bytes of t's series dictionary.
+// Sequencer goroutine only.
+func (s *registry) addSeriesBytes(t *table, n int64) {
+	t.seriesBytes += n
+	if t.registered {
+		s.seriesBytes.Add(n)
+	}
+}
+
+// seriesRoom reports whether a series of cost n fits under
+// Config.MaxSeriesBytes.
+func (s *registry) seriesRoom(n int64) bool {
+	return s.seriesBytes.Load()+n <= int64(s.cfg.MaxSeriesBytes)
 }
 
 // Sequencer is the feed's write side, the single writer of docs/contract.md#x-seq:
@@ -277,7 +320,7 @@ func newSequencer(cfg Config, st Storage, logger *slog.Logger, reg prometheus.Re
 			return nil, fmt.Errorf("load consumers of %s: %w", m.Name, err)
 		}
 		t.consumers.load(cs, s.counts)
-		s.tables[m.Name] = t
+		s.putTableLocked(t)
 	}
 	s.m = newMetrics(reg, s)
 	// --feed-max-tombstones may have been lowered since the last run.
@@ -947,7 +990,7 @@ func (s *Sequencer) forgetUnwrittenTables() {
 			continue
 		}
 		s.mu.Lock()
-		delete(s.tables, g.t.name)
+		s.deleteTableLocked(g.t.name)
 		if g.tomb != nil {
 			s.tombstones[g.t.name] = *g.tomb
 		}
@@ -1052,7 +1095,7 @@ func (s *Sequencer) createTable(name string, sync bool) (*table, error) {
 	meta.ID = id
 	t := newTable(meta, nil)
 	s.mu.Lock()
-	s.tables[name] = t
+	s.putTableLocked(t)
 	delete(s.tombstones, name)
 	s.mu.Unlock()
 	return t, nil
@@ -1112,6 +1155,10 @@ func (s *Sequencer) checkPoint(t *table, p *Point) *RejectError {
 		if len(t.series) >= s.cfg.MaxSeriesPerTable {
 			return reject(ErrSeriesLimit, "", reasonSeriesLimit,
 				fmt.Sprintf("table %s already has %d series (--feed-max-series-per-table)", QuoteInput(t.name), s.cfg.MaxSeriesPerTable))
+		}
+		if !s.seriesRoom(pointSeriesCost(p)) {
+			return reject(ErrSeriesLimit, "", reasonSeriesLimit,
+				fmt.Sprintf("the series dictionaries hold %d bytes, a new series does not fit in --feed-max-series-bytes=%d", s.seriesBytes.Load(), s.cfg.MaxSeriesBytes))
 		}
 		for _, tag := range p.Tags {
 			if err := CheckTagValue(tag.Key, tag.Value, s.maxStringBytes()); err != nil {
@@ -1226,6 +1273,7 @@ func (s *Sequencer) addPoint(t *table, p *Point, rej *RejectError) {
 		}
 		sid = uint64(len(t.series) + 1)
 		t.series[strings.Clone(p.Series)] = sid
+		s.addSeriesBytes(t, seriesCost(len(p.Series), tags))
 		t.mu.Lock()
 		t.pub.tags = append(t.pub.tags, tags)
 		t.mu.Unlock()

@@ -1278,3 +1278,42 @@ func TestQueueDelay(t *testing.T) {
 	}
 	eventually(t, func() bool { return h.s.QueueDelay() == 0 }, "the queue drained")
 }
+
+// TestSeriesBytesBudget: the series dictionaries of all tables together
+// hold at most --feed-max-series-bytes; a line bringing a series past it
+// is rejected (known series are still written, in any table), the bytes
+// come back with DROP, and series loaded at start are counted.
+func TestSeriesBytesBudget(t *testing.T) {
+	long := strings.Repeat("v", 200)
+	one := pointSeriesCost(&[]Point{pt("t", 1, tg("host", long+"000"), fld("v", iv(1)))}[0])
+	cfg := DefaultConfig()
+	cfg.MaxSeriesBytes = int(5*one + one/2) // five series of this shape
+	h := openHarness(t, memstore.NewDisk(), cfg)
+	bytes := func() int64 { return h.s.seriesBytes.Load() }
+	var batch []Point
+	for i := range 4 {
+		batch = append(batch, pt("t", int64(i+1), tg("host", fmt.Sprintf("%s%03d", long, i)), fld("v", iv(1))))
+	}
+	batch = append(batch, pt("u", 1, tg("host", long+"100"), fld("v", iv(1))), pt("u", 2, tg("host", long+"101"), fld("v", iv(1))),
+		pt("t", 9, tg("host", long+"000"), fld("v", iv(2))))
+	res := appendBatch(t, h.s, batch...)
+	require.Equal(t, 6, res.Accepted, "four series of t, one of u, a known series of t")
+	require.Len(t, res.Rejected, 1)
+	require.ErrorIs(t, res.Rejected[0], ErrSeriesLimit, "u's second series: the budget is global")
+	require.Contains(t, res.Rejected[0].Error(), "--feed-max-series-bytes")
+	require.Equal(t, 5*one, bytes())
+	require.LessOrEqual(t, bytes(), int64(cfg.MaxSeriesBytes))
+
+	require.NoError(t, h.s.Drop(context.Background(), "u"))
+	require.Equal(t, 4*one, bytes(), "DROP gives its series' bytes back")
+	mustAppend(t, h.s, pt("t", 10, tg("host", long+"004"), fld("v", iv(1))))
+	require.Equal(t, 5*one, bytes())
+
+	h.close()
+	h = openHarness(t, h.disk, cfg)
+	defer h.close()
+	require.Equal(t, 5*one, h.s.seriesBytes.Load(), "the series loaded at start are counted")
+	res = appendBatch(t, h.s, pt("t", 11, tg("host", long+"005"), fld("v", iv(1))), pt("t", 12, tg("host", long+"001"), fld("v", iv(1))))
+	require.Equal(t, 1, res.Accepted)
+	require.ErrorIs(t, res.Rejected[0], ErrSeriesLimit)
+}

@@ -223,7 +223,7 @@ func (s *Sequencer) replaceInstance(old, nt *table) {
 	nt.pub.seq, nt.pub.watermark = nt.seq, nt.seq
 	delete(s.dropped, nt.name)
 	s.mu.Lock()
-	s.tables[nt.name] = nt
+	s.putTableLocked(nt)
 	delete(s.tombstones, nt.name)
 	s.mu.Unlock()
 	if old != nil {
@@ -269,6 +269,7 @@ func (s *Sequencer) adoptSeries(t *table, id uint64, tags []store.Field) {
 		return
 	}
 	t.series[key] = id
+	s.addSeriesBytes(t, seriesCost(len(key), tags))
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	pub := t.pub.tags

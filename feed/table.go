@@ -37,6 +37,11 @@ type table struct {
 	// (store.ColumnBytes of every column), checked against
 	// store.Limits.MaxMetaBytes before a column is added.
 	metaBytes int
+	// seriesBytes is what the series dictionary holds (seriesCost of
+	// each series), counted in the registry's seriesBytes while the table
+	// is registered (the table of its name).
+	seriesBytes int64
+	registered  bool
 	// metaPending and announce are what the resolver added to the table
 	// (store.Shared only: resolve.go) that its next block carries: its
 	// metadata (the columns, a table created) and the new series.
@@ -164,6 +169,35 @@ func schemaOrder(cols []store.Column) iter.Seq2[int, store.Column] {
 	}
 }
 
+// seriesCost is what a series of canonical key keyBytes long and tags
+// holds in a table's dictionary (the key, the tag values and the
+// overhead of the map entry, the published tag slice and its fields),
+// counted against Config.MaxSeriesBytes.
+func seriesCost(keyBytes int, tags []store.Field) int64 {
+	n := int64(keyBytes) + seriesOverhead
+	for _, tag := range tags {
+		n += int64(len(tag.Value.Str)) + fieldOverhead
+	}
+	return n
+}
+
+// pointSeriesCost is seriesCost of p's series.
+func pointSeriesCost(p *Point) int64 {
+	n := int64(len(p.Series)) + seriesOverhead
+	for _, tag := range p.Tags {
+		n += int64(len(tag.Value)) + fieldOverhead
+	}
+	return n
+}
+
+// seriesOverhead and fieldOverhead are a series' and a tag's bytes
+// besides their strings (map entry, slice and string headers, a
+// store.Field).
+const (
+	seriesOverhead = 64
+	fieldOverhead  = 48
+)
+
 // newTable builds a table from its metadata and series dictionary.
 func newTable(meta store.TableMeta, series []store.Series) *table {
 	t := &table{
@@ -190,6 +224,7 @@ func newTable(meta store.TableMeta, series []store.Series) *table {
 		tags[s.ID] = s.Tags
 		key = appendSeriesKey(key[:0], meta.Columns, s.Tags)
 		t.series[string(key)] = s.ID
+		t.seriesBytes += seriesCost(len(key), s.Tags)
 	}
 	t.pub = published{
 		sync: meta.Sync, epoch: meta.Epoch, seq: t.seq, watermark: t.seq, tid: meta.ID, horizon: 1, retention: meta.Retention,

@@ -217,7 +217,7 @@ func (s *Sequencer) truncated(t *table, m store.TableMeta) *table {
 	nt.pub.points, nt.pub.removed = old.points, old.removed
 	nt.consumers = t.consumers
 	s.mu.Lock()
-	s.tables[t.name] = nt
+	s.putTableLocked(nt)
 	s.mu.Unlock()
 	t.notify()
 	return nt
@@ -259,7 +259,7 @@ func (s *Sequencer) dropTable(t *table, tomb *store.TableMeta) {
 		}
 	}
 	s.mu.Lock()
-	delete(s.tables, t.name)
+	s.deleteTableLocked(t.name)
 	if tomb != nil {
 		s.tombstones[t.name] = *tomb
 	}
