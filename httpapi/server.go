@@ -66,7 +66,9 @@ type Config struct {
 	// may take: the body must have arrived BodyTimeout after the handler
 	// began reading it, plus one second per BodyMinBytesPerSecond bytes
 	// received, so a body trickling in slower than that rate is cut off
-	// (the connection is closed; a write answers 408 if it still can).
+	// (the connection is closed; a write answers 408 if it still can);
+	// the credit of a fast start is capped, so a body that stops arriving
+	// is cut off within 2 × BodyTimeout.
 	BodyTimeout           time.Duration
 	BodyMinBytesPerSecond int64
 	// IdleTimeout closes a keep-alive connection that waits this long for
@@ -136,7 +138,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.WriteTimeout, "http-write-timeout", c.WriteTimeout, "how long a response may take to be written from its first byte (a long-poll's wait is not counted); a client reading slower is cut off")
 	fs.Int64Var(&c.MaxResponseBytesInflight, "http-max-response-bytes-inflight", c.MaxResponseBytesInflight, "bytes of drain, rows and SQL pages and table lists being built or written at once; a page reserves --drain-max-page-bytes (a table list its size) before it is built and waits up to 1s for room, then gets 503")
 	fs.DurationVar(&c.ReadHeaderTimeout, "http-read-header-timeout", c.ReadHeaderTimeout, "how long a request's line and headers may take to arrive")
-	fs.DurationVar(&c.BodyTimeout, "http-body-timeout", c.BodyTimeout, "how long a request body may take, plus 1s per --http-body-min-bytes-per-second bytes received")
+	fs.DurationVar(&c.BodyTimeout, "http-body-timeout", c.BodyTimeout, "how long a request body may take, plus 1s per --http-body-min-bytes-per-second bytes received; a body that stops arriving is cut off within twice this, however much of it came before")
 	fs.Int64Var(&c.BodyMinBytesPerSecond, "http-body-min-bytes-per-second", c.BodyMinBytesPerSecond, "slowest average rate in bytes per second a request body may arrive at past --http-body-timeout")
 	fs.DurationVar(&c.IdleTimeout, "http-idle-timeout", c.IdleTimeout, "close a keep-alive HTTP connection idle this long")
 	fs.IntVar(&c.MaxHeaderBytes, "http-max-header-bytes", c.MaxHeaderBytes, "largest request line and headers in bytes (431 past it, plus the 4 KiB Go's HTTP server reads beyond it)")
@@ -622,14 +624,26 @@ type deadlineBody struct {
 
 // setDeadline sets the connection's read deadline for what is left of
 // the body: BodyTimeout from the first read, plus one second per
-// BodyMinBytesPerSecond bytes received.
+// BodyMinBytesPerSecond bytes received, and never more than twice
+// BodyTimeout from now. The credit a body earns by arriving faster than
+// the minimum rate is capped there: without the cap, 31 MiB sent at once
+// bought a stalled upload half an hour (at 16 KiB/s), holding its share
+// of --http-max-inflight-write-bytes; with it, a body that stops
+// arriving is cut off within 2 × BodyTimeout, and from then on must keep
+// the minimum rate on average.
 func (b *deadlineBody) setDeadline() {
+	now := time.Now()
 	if b.start.IsZero() {
-		b.start = time.Now()
+		b.start = now
 	}
 	cfg := &b.s.cfg
 	allowed := cfg.BodyTimeout + time.Duration(float64(b.n)/float64(cfg.BodyMinBytesPerSecond)*float64(time.Second))
-	_ = b.rc.SetReadDeadline(b.start.Add(allowed))
+	deadline := b.start.Add(allowed)
+	if most := now.Add(2 * cfg.BodyTimeout); deadline.After(most) {
+		deadline = most
+		b.start = most.Add(-allowed) // the credit beyond the cap is gone
+	}
+	_ = b.rc.SetReadDeadline(deadline)
 }
 
 func (b *deadlineBody) Read(p []byte) (int, error) {

@@ -172,6 +172,19 @@ func TestServerBodyTimeout(t *testing.T) {
 		eventually(t, 10*time.Second, func() bool { return ts.closed(t, closedBodyTimeout) == 1 }, "the body timeout to be counted")
 	})
 
+	t.Run("a fast start buys no long stall", func(t *testing.T) {
+		// 200,000 bytes at once would earn 20 s at the minimum rate; the
+		// body then stops arriving and is cut off within 2 × the timeout.
+		c := ts.dial(t)
+		_, err := io.WriteString(c, "POST /write HTTP/1.1\r\nHost: x\r\nContent-Length: 400000\r\n\r\n"+strings.Repeat("x", 200_000))
+		require.NoError(t, err)
+		start := time.Now()
+		got := waitClosed(t, c)
+		require.Less(t, time.Since(start), 10*time.Second, "cut off long before the 20 s its first bytes earned")
+		require.True(t, strings.HasPrefix(got, "HTTP/1.1 408 "), "response %q", got)
+		eventually(t, 10*time.Second, func() bool { return ts.closed(t, closedBodyTimeout) == 2 }, "the body timeout to be counted")
+	})
+
 	t.Run("a body above the minimum rate is read whole", func(t *testing.T) {
 		c := ts.dial(t)
 		const chunk, chunks = 2000, 8 // 2,000 bytes every 100 ms: 20,000 bytes per second
@@ -192,7 +205,7 @@ func TestServerBodyTimeout(t *testing.T) {
 		require.NoError(t, resp.Body.Close())
 		require.Equal(t, http.StatusNoContent, resp.StatusCode)
 		require.Greater(t, time.Since(start), timeout, "the body took longer than --http-body-timeout")
-		require.Equal(t, 1, ts.closed(t, closedBodyTimeout))
+		require.Equal(t, 2, ts.closed(t, closedBodyTimeout))
 	})
 }
 
