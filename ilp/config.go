@@ -109,9 +109,10 @@ type Config struct {
 	// buffers while the sequencer is saturated (it then stops reading).
 	TCPBatchBytes int
 	// TCPMaxConns caps concurrent TCP connections. A connection accepted
-	// at the cap makes room by closing the longest-idle one (which first
-	// commits every complete line it has read), so a new writer is never
-	// turned away.
+	// at the cap makes room by closing the longest-idle one of the peer
+	// address holding the most connections (which first commits every
+	// complete line it has read), so a new writer is never turned away
+	// and an address churning connections evicts its own.
 	TCPMaxConns int
 	// TCPIdleTimeout closes a connection that has sent no byte for this
 	// long (its complete lines were committed already). Must be positive.
@@ -155,7 +156,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TCPFlushInterval, "tcp-flush-interval", c.TCPFlushInterval, "longest a TCP line waits before it is committed")
 	fs.IntVar(&c.TCPBatchLines, "ilp-tcp-batch-lines", c.TCPBatchLines, "TCP lines per batch handed to the sequencer")
 	fs.IntVar(&c.TCPBatchBytes, "ilp-tcp-batch-bytes", c.TCPBatchBytes, "bytes of TCP lines per batch handed to the sequencer (bounds a connection's buffer)")
-	fs.IntVar(&c.TCPMaxConns, "ilp-tcp-max-conns", c.TCPMaxConns, "most concurrent TCP connections; at the cap a new one closes the longest-idle one")
+	fs.IntVar(&c.TCPMaxConns, "ilp-tcp-max-conns", c.TCPMaxConns, "most concurrent TCP connections; at the cap a new one closes the longest-idle one of the peer address holding the most")
 	fs.DurationVar(&c.TCPIdleTimeout, "ilp-tcp-idle-timeout", c.TCPIdleTimeout, "close a TCP connection that has sent nothing for this long (must be positive)")
 }
 

@@ -264,7 +264,18 @@ func (r *rig) tcpConns() int {
 // dial opens a TCP connection to the rig, closed at the end of the test.
 func (r *rig) dial() net.Conn {
 	r.t.Helper()
-	c, err := net.Dial("tcp", r.addr)
+	return r.dialFrom("")
+}
+
+// dialFrom is dial from local address ip (a loopback address such as
+// 127.0.0.2: another client to the server; "": any).
+func (r *rig) dialFrom(ip string) net.Conn {
+	r.t.Helper()
+	d := net.Dialer{}
+	if ip != "" {
+		d.LocalAddr = &net.TCPAddr{IP: net.ParseIP(ip)}
+	}
+	c, err := d.Dial("tcp", r.addr)
 	require.NoError(r.t, err)
 	r.t.Cleanup(func() { _ = c.Close() })
 	return c

@@ -49,13 +49,27 @@ func nextBackoff(d time.Duration) time.Duration {
 
 // tcpSlot is one accepted connection as the accept loop sees it.
 type tcpSlot struct {
-	c net.Conn
+	c    net.Conn
+	host string // the peer's IP address (peerHost)
 	// lastRead is when the connection last delivered bytes (or was
 	// accepted), in Unix nanoseconds.
 	lastRead atomic.Int64
 	// evicted is set (once) when the accept loop closes the connection to
 	// make room; serveConn then reads for tcpShutdownRead and closes.
 	evicted atomic.Bool
+}
+
+// peerHost is addr's IP address, or the whole address when it has no
+// port (a listener of another kind).
+func peerHost(addr net.Addr) string {
+	if addr == nil {
+		return ""
+	}
+	host, _, err := net.SplitHostPort(addr.String())
+	if err != nil {
+		return addr.String()
+	}
+	return host
 }
 
 // admit runs Auth.Conn on a new connection: its grant, and whether it may
@@ -95,7 +109,8 @@ func (in *Ingest) admit(ctx context.Context, c net.Conn) (g Grant, ok bool, stop
 // While the sequencer is saturated a connection stops reading (TCP flow
 // control). A connection that sends nothing for TCPIdleTimeout is closed.
 // At TCPMaxConns open connections a new one is accepted and the
-// longest-idle one is evicted: like a connection at shutdown it reads for
+// longest-idle one of the peer address holding the most connections is
+// evicted: like a connection at shutdown it reads for
 // tcpShutdownRead more what its peer has sent, commits every complete line
 // and closes. A failed accept that may succeed later (EMFILE, ENFILE) is
 // retried after a backoff of 5 ms doubling up to 1 s. When ctx ends it
@@ -143,7 +158,7 @@ func (in *Ingest) ServeTCP(ctx context.Context, ln net.Listener) error {
 			continue
 		}
 		delay = 0
-		s := &tcpSlot{c: c}
+		s := &tcpSlot{c: c, host: peerHost(c.RemoteAddr())}
 		s.lastRead.Store(time.Now().UnixNano())
 		mu.Lock()
 		if live >= in.cfg.TCPMaxConns {
@@ -172,13 +187,27 @@ func (in *Ingest) ServeTCP(ctx context.Context, ln net.Listener) error {
 	return err
 }
 
-// evictLocked closes the longest-idle connection of conns not already
-// evicted (there is one: the caller found as many as the cap). ServeTCP's
-// mu must be held.
+// evictLocked closes, among the connections of conns not already evicted
+// (there is one: the caller found as many as the cap), the longest-idle
+// one of the peer address holding the most of them. Picking the
+// longest-idle connection of all evicted the honest writer that sends a
+// line every few seconds, over and over, while one address kept a
+// thousand connections busy with a byte each: the address holding the
+// most connections gives way first. ServeTCP's mu must be held.
 func (in *Ingest) evictLocked(conns map[*tcpSlot]struct{}) {
+	held := map[string]int{}
+	for s := range conns {
+		if !s.evicted.Load() {
+			held[s.host]++
+		}
+	}
 	var victim *tcpSlot
 	for s := range conns {
-		if !s.evicted.Load() && (victim == nil || s.lastRead.Load() < victim.lastRead.Load()) {
+		if s.evicted.Load() {
+			continue
+		}
+		if victim == nil || held[s.host] > held[victim.host] ||
+			held[s.host] == held[victim.host] && s.lastRead.Load() < victim.lastRead.Load() {
 			victim = s
 		}
 	}

@@ -292,6 +292,35 @@ func TestTCPMaxConns(t *testing.T) {
 	}
 }
 
+// TestTCPEvictsBusiestAddress: at TCPMaxConns the connection evicted is
+// the longest-idle one of the address holding the most connections, not
+// the longest-idle of all: a writer sending a line now and then keeps its
+// connection while another address churns connections that each send a
+// byte (the finding: 1 of 20 lines of such a writer landed).
+func TestTCPEvictsBusiestAddress(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.TCPMaxConns = 4 }, "cpu")
+	honest := r.dialFrom("127.0.0.2")
+	r.send(honest, tcpLine(1))
+	var busy []net.Conn
+	for i := range 3 { // each more recent than the honest writer's line
+		busy = append(busy, r.dialFrom("127.0.0.3"))
+		eventually(t, 10*time.Second, func() bool { return r.tcpConns() == i+2 }, "connection to open")
+		r.send(busy[i], "c")
+	}
+	for round := range 3 { // each new connection of the busy address evicts one of its own
+		busy = append(busy, r.dialFrom("127.0.0.3"))
+		eventually(t, 10*time.Second, func() bool {
+			return metricValue(t, r.in.m.closed.WithLabelValues(closedEvicted)) == round+1
+		}, "an eviction")
+		r.send(busy[len(busy)-1], "c")
+	}
+	r.send(honest, tcpLine(2))
+	r.waitRows("cpu", tcpRows(1, 2))
+	require.NoError(t, honest.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+	_, err := honest.Read(make([]byte, 1))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the honest writer's connection is still open")
+}
+
 // TestTCPIdleTimeout checks that a connection that sends nothing for
 // TCPIdleTimeout is closed, not earlier, after its lines are committed, and
 // that the close is counted.
