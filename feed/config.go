@@ -18,10 +18,13 @@ const (
 	DefaultMaxColumnsPerTable = 1024
 	DefaultMaxSeriesPerTable  = 1_000_000
 	DefaultMaxSeriesBytes     = 256 << 20
-	DefaultMaxTables          = 10_000
-	DefaultMaxDrainLimit      = 10_000
-	DefaultSubmitTimeout      = 5 * time.Second
-	DefaultMaxConsumers       = 64
+	// DefaultMaxWaitingDrains is a quarter of the HTTP server's default
+	// --http-max-conns (4096).
+	DefaultMaxWaitingDrains = 1024
+	DefaultMaxTables        = 10_000
+	DefaultMaxDrainLimit    = 10_000
+	DefaultSubmitTimeout    = 5 * time.Second
+	DefaultMaxConsumers     = 64
 	// DefaultMaxConsumersPerToken is the default Config.MaxConsumersPerToken.
 	DefaultMaxConsumersPerToken = 1_000
 	// DefaultMaxConsumersTotal is the default Config.MaxConsumers.
@@ -92,6 +95,11 @@ type Config struct {
 	// returned or not: past it the page ends, maybe empty, with Next
 	// advanced over what was examined (Page.ScanLimited).
 	MaxDrainScan int
+	// MaxWaitingDrains caps the long-poll drains (Wait > 0) waiting at
+	// once; one past it is answered at once, as with Wait 0 (an empty
+	// page keeps the cursor), so long-polls cannot hold every connection
+	// the server allows.
+	MaxWaitingDrains int
 	// SubmitTimeout bounds how long an HTTP write waits for room in the
 	// queue before it is answered 503.
 	SubmitTimeout time.Duration
@@ -190,6 +198,7 @@ func DefaultConfig() Config {
 		MaxDrainFilterValues:     DefaultMaxDrainFilterValues,
 		MaxDrainFilterValueBytes: DefaultMaxDrainFilterValueBytes,
 		MaxDrainScan:             DefaultMaxDrainScan,
+		MaxWaitingDrains:         DefaultMaxWaitingDrains,
 
 		MaxConsumersPerTable:  DefaultMaxConsumers,
 		MaxConsumersPerToken:  DefaultMaxConsumersPerToken,
@@ -233,6 +242,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxDrainFilters, "max-drain-filters", c.MaxDrainFilters, "most tag and has conditions of one drain (400 filter_limit past it)")
 	fs.IntVar(&c.MaxDrainFilterValues, "max-drain-filter-values", c.MaxDrainFilterValues, "most values in one tag's in: list of a drain (400 filter_limit past it)")
 	fs.IntVar(&c.MaxDrainFilterValueBytes, "max-drain-filter-value-bytes", c.MaxDrainFilterValueBytes, "longest tag key, tag value or has name of a drain filter, in bytes (400 filter_limit past it)")
+	fs.IntVar(&c.MaxWaitingDrains, "max-waiting-drains", c.MaxWaitingDrains, "most long-poll drains (wait > 0) waiting at once; one past it is answered at once, as with wait=0")
 	fs.IntVar(&c.MaxDrainScan, "max-drain-scan", c.MaxDrainScan, "most fragments one filtered drain examines; past it the page ends, maybe empty, its next advanced (scan_limited)")
 	fs.IntVar(&c.QueueLength, "feed-queue-length", c.QueueLength, "batches that may wait for the sequencer before writers block")
 	fs.IntVar(&c.MaxGroupPoints, "feed-max-group-points", c.MaxGroupPoints, "most points in one group commit")
@@ -306,6 +316,8 @@ func (c *Config) Validate() error {
 		return errors.New("feed: --max-drain-limit must be at least 1")
 	case c.MaxDrainFilters < 1 || c.MaxDrainFilterValues < 1 || c.MaxDrainFilterValueBytes < 1:
 		return errors.New("feed: --max-drain-filters, --max-drain-filter-values and --max-drain-filter-value-bytes must be at least 1")
+	case c.MaxWaitingDrains < 1:
+		return errors.New("feed: --max-waiting-drains must be at least 1")
 	case c.MaxDrainScan < c.MaxDrainLimit:
 		return errors.New("feed: --max-drain-scan must be at least --max-drain-limit")
 	case c.SubmitTimeout <= 0:

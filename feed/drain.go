@@ -112,6 +112,21 @@ func (s *Drainer) Drain(ctx context.Context, req DrainRequest, visit func(cols [
 	return pg, err
 }
 
+// takeWaiter takes one of the Config.MaxWaitingDrains long-poll slots
+// (given back with waiting.Add(-1)), or reports false when all are
+// taken.
+func (s *Drainer) takeWaiter() bool {
+	for {
+		n := s.waiting.Load()
+		if n >= int64(s.cfg.MaxWaitingDrains) {
+			return false
+		}
+		if s.waiting.CompareAndSwap(n, n+1) {
+			return true
+		}
+	}
+}
+
 func isRefusal(err error) bool {
 	var r *RefusalError
 	return errors.As(err, &r)
@@ -133,6 +148,12 @@ func (s *Drainer) drain(ctx context.Context, req DrainRequest, visit func(cols [
 		}
 	}
 	var timeout <-chan time.Time
+	if req.Wait > 0 && !s.takeWaiter() {
+		req.Wait = 0 // answered now: past --max-waiting-drains
+		s.m.waitRefused.Inc()
+	} else if req.Wait > 0 {
+		defer s.waiting.Add(-1)
+	}
 	if req.Wait > 0 {
 		tm := time.NewTimer(req.Wait)
 		defer tm.Stop()

@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store/memstore"
@@ -871,4 +872,40 @@ func TestDrainFilteredWait(t *testing.T) {
 	require.Equal(t, []uint64{3}, r.p.seqs(), "only the fragment the filter admits, not an empty page")
 	require.Equal(t, uint64(0), r.p.After)
 	require.Equal(t, uint64(3), r.p.Next)
+}
+
+// TestWaitingDrainsBounded: at most --max-waiting-drains long-polls wait
+// at once; one more is answered at once, as with wait 0 (an empty page
+// that keeps the cursor, counted), and a slot given back is taken again.
+func TestWaitingDrainsBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.MaxWaitingDrains = 2
+	h := openHarness(t, memstore.NewDisk(), cfg)
+	defer h.close()
+	_, _, err := h.s.CreateTable(context.Background(), "t", true)
+	require.NoError(t, err)
+	mustAppend(t, h.s, pt("t", 1, tg("host", "a"), fld("v", iv(1))))
+	poll := DrainRequest{Table: "t", After: 1, Limit: 10, Wait: time.Hour}
+	waiting := []<-chan drainResult{goDrain(h.d, poll), goDrain(h.d, poll)}
+	eventually(t, func() bool { return h.d.waiting.Load() == 2 }, "two long-polls waiting")
+
+	r := awaitDrain(t, goDrain(h.d, poll), 10*time.Second, "a third long-poll is answered at once")
+	require.NoError(t, r.err)
+	require.Zero(t, r.p.Rows)
+	require.Equal(t, uint64(1), r.p.Next, "the cursor kept")
+	require.Equal(t, 1.0, testutil.ToFloat64(h.d.m.waitRefused))
+
+	mustAppend(t, h.s, pt("t", 2, tg("host", "a"), fld("v", iv(2))))
+	for _, ch := range waiting {
+		r := awaitDrain(t, ch, 10*time.Second, "a write wakes the waiting long-polls")
+		require.NoError(t, r.err)
+		require.Equal(t, 1, r.p.Rows)
+	}
+	eventually(t, func() bool { return h.d.waiting.Load() == 0 }, "the slots given back")
+	poll.After = 2
+	again := goDrain(h.d, poll)
+	eventually(t, func() bool { return h.d.waiting.Load() == 1 }, "a long-poll waits again")
+	mustAppend(t, h.s, pt("t", 3, tg("host", "a"), fld("v", iv(3))))
+	require.NoError(t, awaitDrain(t, again, 10*time.Second, "woken").err)
+	require.Equal(t, 1.0, testutil.ToFloat64(h.d.m.waitRefused))
 }

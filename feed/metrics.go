@@ -35,6 +35,9 @@ type metrics struct {
 	rejected      *prometheus.CounterVec
 	queueDepth    prometheus.GaugeFunc
 	drains        *prometheus.CounterVec
+	// waitRefused counts long-polls answered at once past
+	// --max-waiting-drains.
+	waitRefused prometheus.Counter
 	// filterRefusals counts drain filters refused, by reason (the
 	// refused* constants of filter.go).
 	filterRefusals *prometheus.CounterVec
@@ -80,6 +83,9 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 		drains: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_feed_drains_total", Help: "Drain requests by outcome.",
 		}, []string{"outcome"}),
+		waitRefused: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_feed_drain_waits_refused_total", Help: "Long-poll drains (wait > 0) answered at once, without waiting, because --max-waiting-drains were waiting.",
+		}),
 		filterRefusals: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_feed_drain_filter_refusals_total", Help: "Drain filters refused (400), by reason: over a budget (filters, values, value_bytes) or invalid (unknown_tag, unknown_field, time_range).",
 		}, []string{"reason"}),
@@ -124,6 +130,9 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 		defer s.mu.RUnlock()
 		return float64(len(s.tombstones))
 	})
+	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ingestd_feed_waiting_drains", Help: "Long-poll drains waiting for a fragment (at most --max-waiting-drains).",
+	}, func() float64 { return float64(s.waiting.Load()) })
 	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ingestd_feed_series_bytes", Help: "Bytes the series dictionaries of every live table hold in memory (each series' tag set and about 100 bytes of overhead; at most --feed-max-series-bytes, past which a line bringing a new series is rejected as series_limit).",
 	}, func() float64 { return float64(s.seriesBytes.Load()) })

@@ -54,6 +54,8 @@ type registry struct {
 	// seriesBytes is the registered tables' seriesBytes together
 	// (Config.MaxSeriesBytes); written by the sequencer only.
 	seriesBytes atomic.Int64
+	// waiting counts the long-poll drains waiting (Config.MaxWaitingDrains).
+	waiting atomic.Int64
 }
 
 // putTableLocked makes t the table of its name in place of the one
