@@ -118,8 +118,9 @@
 // time the smaller.
 //
 // When the heads hold Config.HeadMaxEntries entries (one per new point or
-// overwrite; --store-head-max-entries, 1 Mi by default, about 40 MiB plus
-// the overwritten points' rows), the commit seals them and a flush writes
+// overwrite; --store-head-max-entries, 1 Mi by default, about 40 MiB) or
+// Config.HeadMaxBytes of head records (--store-head-max-bytes, 64 MiB: an
+// overwrite's record holds the point's row), the commit seals them and a flush writes
 // every sealed run as a run key (and the overwrites, see "Overwritten
 // points") and deletes the records, the records last, in the background: commits go
 // on into new live heads meanwhile, their look-ups consulting live and

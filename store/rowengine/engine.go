@@ -40,6 +40,11 @@ const (
 	// DefaultHeadMaxEntries is Config.HeadMaxEntries' default: about 40
 	// MiB of run entries in memory.
 	DefaultHeadMaxEntries = 1 << 20
+	// DefaultHeadMaxBytes is Config.HeadMaxBytes' default: far above what
+	// 1 Mi entries of new points take (their head records are a few
+	// bytes a point), reached by overwrites of large rows, whose records
+	// hold each point's row.
+	DefaultHeadMaxBytes = 64 << 20
 	DefaultMinFreeBytes   = 256 << 20
 	// DefaultGCInterval is how often the value-log garbage collector runs.
 	// A pass that finds no file at least --store-gc-discard-ratio garbage
@@ -135,13 +140,18 @@ type Config struct {
 	// "The head"): more means fewer LSM writes per point and a longer
 	// replay of head records at Open after a crash; about 40 bytes each.
 	HeadMaxEntries int
+	// HeadMaxBytes is how many bytes of head records the head keeps in
+	// memory before it stores them, whichever of it and HeadMaxEntries
+	// comes first: an overwrite's entry holds the point's row, so a
+	// million overwrites of 1 KB rows would hold a gigabyte.
+	HeadMaxBytes int64
 }
 
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Dir: DefaultDir, BlockCacheBytes: DefaultBlockCacheBytes, MemTableBytes: DefaultMemTableBytes, MinFreeBytes: DefaultMinFreeBytes,
 		GCInterval: DefaultGCInterval, GCMaxBytesPerSecond: DefaultGCMaxBytesPerSecond, GCDiscardRatio: DefaultGCDiscardRatio, MaxMappedBytes: DefaultMaxMappedBytes, ValueLogMaxEntries: DefaultValueLogMaxEntries,
-		TableStatsMaxAge: DefaultTableStatsMaxAge, HeadMaxEntries: DefaultHeadMaxEntries}
+		TableStatsMaxAge: DefaultTableStatsMaxAge, HeadMaxEntries: DefaultHeadMaxEntries, HeadMaxBytes: DefaultHeadMaxBytes}
 }
 
 // RegisterFlags registers the store's flags on fs.
@@ -157,6 +167,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.Int64Var(&c.MaxMappedBytes, "store-max-mapped-bytes", c.MaxMappedBytes, "resident pages of badger's memory-mapped files (the process's RssFile) past which the value-log files badger no longer writes (oldest first), then the LSM tables, are paged out until a quarter of it is free, checked every second (Linux 5.4 and later; 0: no bound); the memtable logs and the value-log file being written stay resident")
 	fs.IntVar(&c.ValueLogMaxEntries, "store-value-log-max-entries", c.ValueLogMaxEntries, "values (blocks) per value-log file before the next is started: only files badger no longer writes are collected, so lower gives space back sooner, at the cost of more files (each a descriptor and a memory mapping; raise it on a large store that rarely deletes)")
 	fs.DurationVar(&c.TableStatsMaxAge, "store-table-stats-max-age", c.TableStatsMaxAge, "how long a table's counted fragments, rows and bytes are reused before they are counted again (0: every request counts)")
+	fs.Int64Var(&c.HeadMaxBytes, "store-head-max-bytes", c.HeadMaxBytes, "bytes of head records (a few per new point; an overwrite's holds the point's row) kept in memory before the head is stored, whichever of it and --store-head-max-entries comes first")
 	fs.IntVar(&c.HeadMaxEntries, "store-head-max-entries", c.HeadMaxEntries, "head entries (one per new point, about 40 bytes, or per overwrite, about 40 bytes plus the point's row) kept in memory before they are stored as run keys and point entries: more means fewer LSM writes per point and a longer replay after a crash (1: store them at every commit)")
 }
 
@@ -195,6 +206,9 @@ func (c *Config) Validate() error {
 	if c.HeadMaxEntries < 1 {
 		return errors.New("store: --store-head-max-entries must be at least 1")
 	}
+	if c.HeadMaxBytes < 1 {
+		return errors.New("store: --store-head-max-bytes must be at least 1")
+	}
 	return nil
 }
 
@@ -229,9 +243,11 @@ type Engine struct {
 
 	stats lookupStats
 	// headSeq numbers the next head record; headMax is
-	// Config.HeadMaxEntries; headFlushes counts flushHeads. Writer only.
-	headSeq     uint64
-	headMax     int
+	// Config.HeadMaxEntries and headMaxBytes Config.HeadMaxBytes;
+	// headFlushes counts flushHeads. Writer only.
+	headSeq      uint64
+	headMax      int
+	headMaxBytes int64
 	headFlushes prometheus.Counter
 	// flush is the head flush in progress (nil when none) and flushErr
 	// the error of one that failed (head.go, reapFlush). Writer only.
@@ -310,9 +326,9 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *Engine
 	}
 	db := &Engine{logger: logger.With("component", "store"), tables: map[uint64]*tableState{}, dir: cfg.Dir, freeBytes: freeBytes,
 		statsMaxAge: cfg.TableStatsMaxAge, tableStats: tableStatsCache{byTID: map[uint64]store.TableStats{}},
-		headMax: max(cfg.HeadMaxEntries, 1),
+		headMax: max(cfg.HeadMaxEntries, 1), headMaxBytes: max(cfg.HeadMaxBytes, 1),
 		headFlushes: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ingestd_store_head_flushes_total", Help: "Times the head's series runs were stored as run keys (--store-head-max-entries reached, a retention sweep, Close).",
+			Name: "ingestd_store_head_flushes_total", Help: "Times the head's series runs were stored as run keys (--store-head-max-entries or --store-head-max-bytes reached, a retention sweep, Close).",
 		}),
 		keysWritten: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_store_keys_written_total", Help: "Keys (sets and deletes) commits and head flushes wrote to the LSM tree; divided by ingestd_ilp_lines_total, the LSM writes per line.",
@@ -394,7 +410,10 @@ func Open(cfg Config, logger *slog.Logger, reg prometheus.Registerer) (_ *Engine
 		reg.MustRegister(sizeCollector{db}, lsmCollector{db}, statsCollector{db}, freeCollector{db}, db.headFlushes, db.keysWritten,
 			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
 				Name: "ingestd_store_head_entries", Help: "Entries the head holds in memory, one per new point or overwrite (at most twice --store-head-max-entries).",
-			}, func() float64 { return float64(db.headEntries(true)) }))
+			}, func() float64 { e, _ := db.headSize(true); return float64(e) }),
+			prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+				Name: "ingestd_store_head_bytes", Help: "Bytes of head records the head holds in memory (at most about twice --store-head-max-bytes).",
+			}, func() float64 { _, b := db.headSize(true); return float64(b) }))
 	}
 	return db, nil
 }
@@ -674,7 +693,7 @@ func (db *Engine) commit(commits []store.TableCommit, own ...KV) error {
 			return err
 		}
 	}
-	if db.headEntries(false) >= db.headMax {
+	if entries, bytes := db.headSize(false); entries >= db.headMax || bytes >= db.headMaxBytes {
 		return db.startFlush()
 	}
 	return nil

@@ -8,6 +8,7 @@ import (
 	"math"
 	"slices"
 	"sort"
+	"strings"
 	"unsafe"
 
 	"github.com/dgraph-io/badger/v4"
@@ -41,6 +42,7 @@ type tableHead struct {
 	series  map[uint64][]*headRun // by series id: disjoint, by ascending first time
 	records [][]byte              // the head records' keys
 	entries int
+	bytes   int64 // of the head records applied; Engine.mu guards it too
 	newDups int // len(fresh); Engine.mu guards it too
 	// over holds, by series id, the references of the fragments that
 	// overwrote a point (its second and later ones), in commit order. A
@@ -486,6 +488,7 @@ func (db *Engine) applyHead(st *tableState, k, rec []byte, owned bool, frag frag
 	st.dupMu.Unlock()
 	db.mu.Lock()
 	st.head.entries += added
+	st.head.bytes += int64(len(rec))
 	st.head.newDups += newDups
 	db.mu.Unlock()
 	return err
@@ -613,19 +616,21 @@ func (h heads) last(sid uint64) (ts int64, ok bool) {
 	return ts, ok
 }
 
-// headEntries is the number of run entries every table's live heads
-// hold, and their sealed ones too when sealed is set.
-func (db *Engine) headEntries(sealed bool) int {
+// headSize is the number of run entries and the bytes of head records
+// every table's live heads hold, and their sealed ones too when sealed
+// is set.
+func (db *Engine) headSize(sealed bool) (entries int, bytes int64) {
 	db.mu.Lock()
 	defer db.mu.Unlock()
-	n := 0
 	for _, st := range db.tables {
-		n += st.head.entries
+		entries += st.head.entries
+		bytes += st.head.bytes
 		if sealed && st.sealed != nil {
-			n += st.sealed.entries
+			entries += st.sealed.entries
+			bytes += st.sealed.bytes
 		}
 	}
-	return n
+	return entries, bytes
 }
 
 // headFlush is a flush of sealed heads, run by storeHeads in the
@@ -829,6 +834,18 @@ func (w *committer) storeUnions(st *tableState, tid uint64, h *tableHead) error 
 			return err
 		}
 	}
+	// An entry applyHead took from a commit's head record shares the
+	// record's bytes: once the head that holds the record is gone, the
+	// entry alone would keep the whole record in memory
+	// (Config.HeadMaxBytes bounds the heads, not what outlives them).
+	// Each is copied out, unless a later commit replaced it meanwhile.
+	st.dupMu.Lock()
+	for _, u := range unions {
+		if cur, ok := st.dups[u.id]; ok && unsafe.StringData(cur) == unsafe.StringData(u.entry) {
+			st.dups[u.id] = strings.Clone(cur)
+		}
+	}
+	st.dupMu.Unlock()
 	for _, id := range h.fresh {
 		if err := w.set(pointKey(nil, ksDup, tid, id.sid, id.ts), nil); err != nil {
 			return err

@@ -3,9 +3,11 @@ package rowengine
 import (
 	"encoding/binary"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/dgraph-io/badger/v4"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
@@ -42,12 +44,12 @@ func TestHeadJoinsCommits(t *testing.T) {
 	}
 	require.Zero(t, keysIn(t, st.db, ksRun, st.tid), "no run key before the head is flushed")
 	require.Equal(t, commits, keysIn(t, st.db, ksHead, st.tid), "one head record per commit")
-	require.Equal(t, commits*series, st.db.headEntries(true))
+	require.Equal(t, commits*series, entriesOf(st.db, true))
 	require.NoError(t, st.db.flushHeads())
 	perSeries := (commits + maxHeadRunEntries - 1) / maxHeadRunEntries
 	require.Equal(t, series*perSeries, keysIn(t, st.db, ksRun, st.tid), "one run per series and maxHeadRunEntries points")
 	require.Zero(t, keysIn(t, st.db, ksHead, st.tid), "the flush deletes the records")
-	require.Zero(t, st.db.headEntries(true))
+	require.Zero(t, entriesOf(st.db, true))
 }
 
 // TestHeadFlushSplit checks that a flush of more run keys than
@@ -123,11 +125,11 @@ func TestHeadReplayedAfterCrash(t *testing.T) {
 			backfill := []int64{50, 40, 30}
 			pass(db, 1, inOrder)
 			pass(db, 1, backfill)
-			entries := db.headEntries(true)
+			entries := entriesOf(db, true)
 			require.Equal(t, series*(len(inOrder)+len(backfill)), entries)
 
 			db = crashReopen(t, db, cfg) // badger's files as the last commit left them
-			require.Equal(t, entries, db.headEntries(true), "the head rebuilt from its records")
+			require.Equal(t, entries, entriesOf(db, true), "the head rebuilt from its records")
 
 			pass(db, 2, append(inOrder, backfill...))
 			require.Len(t, db.table(tid).dups, series*(len(inOrder)+len(backfill)), "every point written again is an overwrite")
@@ -194,20 +196,20 @@ func TestSealedHeadConsulted(t *testing.T) {
 	}
 	f := st.db.seal()
 	require.NotNil(t, f)
-	require.Zero(t, st.db.headEntries(false), "the live head starts empty")
-	require.Equal(t, 10, st.db.headEntries(true))
+	require.Zero(t, entriesOf(st.db, false), "the live head starts empty")
+	require.Equal(t, 10, entriesOf(st.db, true))
 
 	st.commit(t, store.Fragment{Series: 1, Time: 50, Fields: []store.Field{intField(1, 500)}})
 	_, dup := st.db.table(st.tid).dupRefs(1, 50)
 	require.True(t, dup, "t=50 is in a sealed run: an overwrite")
 	st.commit(t, store.Fragment{Series: 1, Time: 110, Fields: []store.Field{intField(1, 11)}})
 	require.Zero(t, keysIn(t, st.db, ksPoint, st.tid), "t=50's entry is in the live head; t=110 is above the sealed maximum: new, no entry")
-	require.Equal(t, 2, st.db.headEntries(false), "t=50's overwrite and t=110 are in the live head")
+	require.Equal(t, 2, entriesOf(st.db, false), "t=50's overwrite and t=110 are in the live head")
 
 	f.err = st.db.storeHeads(f)
 	close(f.done)
 	require.NoError(t, st.db.reapFlush(true))
-	require.Zero(t, st.db.headEntries(true)-st.db.headEntries(false), "the sealed head is gone")
+	require.Zero(t, entriesOf(st.db, true)-entriesOf(st.db, false), "the sealed head is gone")
 	require.Equal(t, 1, keysIn(t, st.db, ksRun, st.tid), "the sealed runs stored as one run key")
 	rows := readAll(t, st.db, st.tid, 0, st.seq, 100)
 	require.Len(t, rows, 12)
@@ -395,4 +397,47 @@ func TestLookupRenewsViewAfterFlush(t *testing.T) {
 	_, err = l.runBefore(1, 10)
 	require.NoError(t, err)
 	require.Same(t, view, l.view, "no flush since: the same view")
+}
+
+// entriesOf is the entries of db's heads (headSize).
+func entriesOf(db *Engine, sealed bool) int {
+	e, _ := db.headSize(sealed)
+	return e
+}
+
+// TestHeadBytesBounded: overwrites of large rows fill the head's records
+// long before its entries reach --store-head-max-entries (a head record
+// holds each overwritten point's row): the head is flushed once it holds
+// --store-head-max-bytes, so it holds at most about twice that, and the
+// points read back as last written.
+func TestHeadBytesBounded(t *testing.T) {
+	cfg := DefaultConfig()
+	cfg.Dir = t.TempDir()
+	cfg.UnsafeNoSync = true
+	cfg.HeadMaxBytes = 256 << 10
+	db, err := Open(cfg, nil, nil)
+	require.NoError(t, err)
+	t.Cleanup(func() { require.NoError(t, db.Close()) })
+	st := &seqTable{db: db, tid: nextTID()}
+	big := strings.Repeat("x", 1000)
+	const points, commits = 50, 200
+	var most int64
+	for c := range commits {
+		frags := make([]store.Fragment, points)
+		for p := range frags {
+			frags[p] = store.Fragment{Series: uint64(p + 1), Time: 10, Fields: []store.Field{
+				intField(1, int64(c)), {Col: 2, Value: store.Value{Kind: store.KindString, Str: big}}}}
+		}
+		st.commit(t, frags...)
+		_, b := db.headSize(true)
+		most = max(most, b)
+	}
+	require.Less(t, entriesOf(db, true), cfg.HeadMaxEntries/100, "far from the entries' bound")
+	require.Positive(t, testutil.ToFloat64(db.headFlushes), "flushed by bytes")
+	require.LessOrEqual(t, most, 2*cfg.HeadMaxBytes+points*2*int64(len(big)), "at most twice the bound and one commit's record")
+	frags := readAll(t, db, st.tid, 0, st.seq, 1000)
+	require.Equal(t, points*commits, len(frags), "every fragment drained")
+	for _, f := range frags[len(frags)-points:] {
+		require.Equal(t, uint64(commits-1), f.Fields[0].Value.Num, "the last commit's fragment of series %d", f.Series)
+	}
 }
