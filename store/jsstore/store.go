@@ -204,9 +204,9 @@ func newMetrics() metrics {
 		voided: c("ingestd_jetstream_voided_lines_total", "Lines of commits this node acknowledged to a table instance another node had truncated or dropped (not stored: ordered before that change, as a write racing it)."),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestd_jetstream_followed_changes_total",
 			Help: "Table changes made through other ingestd nodes that this node followed, by kind: create (a table new here, or re-created), truncate (a new instance of a live table), drop."}, []string{"kind"}),
-		checkJoins: c("ingestd_jetstream_beyond_check_joins_total", "Drains with a cursor above this node's sequence served by a check another drain started (coalesced)."),
-		checkHeld:  c("ingestd_jetstream_beyond_check_held_total", "Drains with a cursor above this node's sequence that --jetstream-barrier-interval held back (answered as not caught up yet: an empty page that keeps the cursor)."),
-		seriesBatches: c("ingestd_jetstream_series_batches_total", "Atomic batches of new series keys created in the meta bucket (up to 1,000 series each: the new series of a table in one write's resolution)."),
+		checkJoins:           c("ingestd_jetstream_beyond_check_joins_total", "Drains with a cursor above this node's sequence served by a check another drain started (coalesced)."),
+		checkHeld:            c("ingestd_jetstream_beyond_check_held_total", "Drains with a cursor above this node's sequence that --jetstream-barrier-interval held back (answered as not caught up yet: an empty page that keeps the cursor)."),
+		seriesBatches:        c("ingestd_jetstream_series_batches_total", "Atomic batches of new series keys created in the meta bucket (up to 1,000 series each: the new series of a table in one write's resolution)."),
 		seriesBatchConflicts: c("ingestd_jetstream_series_batch_conflicts_total", "Atomic batches of new series keys the meta bucket refused because one of their keys existed (another node numbered it first, or an attempt whose acknowledgement was lost stored it): their series were then read or created one at a time."),
 	}
 }

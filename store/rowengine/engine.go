@@ -45,7 +45,7 @@ const (
 	// bytes a point), reached by overwrites of large rows, whose records
 	// hold each point's row.
 	DefaultHeadMaxBytes = 64 << 20
-	DefaultMinFreeBytes   = 256 << 20
+	DefaultMinFreeBytes = 256 << 20
 	// DefaultGCInterval is how often the value-log garbage collector runs.
 	// A pass that finds no file at least --store-gc-discard-ratio garbage
 	// costs a look at badger's discard counts, so it runs often enough
@@ -248,7 +248,7 @@ type Engine struct {
 	headSeq      uint64
 	headMax      int
 	headMaxBytes int64
-	headFlushes prometheus.Counter
+	headFlushes  prometheus.Counter
 	// flush is the head flush in progress (nil when none) and flushErr
 	// the error of one that failed (head.go, reapFlush). Writer only.
 	flush    *headFlush

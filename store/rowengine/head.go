@@ -43,7 +43,7 @@ type tableHead struct {
 	records [][]byte              // the head records' keys
 	entries int
 	bytes   int64 // of the head records applied; Engine.mu guards it too
-	newDups int // len(fresh); Engine.mu guards it too
+	newDups int   // len(fresh); Engine.mu guards it too
 	// over holds, by series id, the references of the fragments that
 	// overwrote a point (its second and later ones), in commit order. A
 	// flush stores them as overwrite runs, and the entry of each point
