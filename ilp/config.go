@@ -43,6 +43,9 @@ const (
 	DefaultTCPBatchLines        = 10_000
 	DefaultTCPBatchBytes        = 4 << 20
 	DefaultTCPMaxConns          = 1024
+	// DefaultTCPMaxBufferedBytes is DefaultMaxInflightWriteBytes: the
+	// TCP connections together hold as much as the HTTP writes.
+	DefaultTCPMaxBufferedBytes = 64 << 20
 	DefaultTCPIdleTimeout       = 5 * time.Minute
 )
 
@@ -114,6 +117,14 @@ type Config struct {
 	// complete line it has read), so a new writer is never turned away
 	// and an address churning connections evicts its own.
 	TCPMaxConns int
+	// TCPMaxBufferedBytes bounds the bytes all TCP connections hold
+	// together: the lines of their batches from arrival until committed
+	// (parsed, about five times their size), and their partial lines past
+	// the first 64 KiB, which take at most half of it (a line that finds
+	// no room is dropped as too long). A connection whose next line finds
+	// no room submits its batch and stops reading until there is. Must
+	// exceed 2 × Limits.MaxLineBytes.
+	TCPMaxBufferedBytes int64
 	// TCPIdleTimeout closes a connection that has sent no byte for this
 	// long (its complete lines were committed already). Must be positive.
 	TCPIdleTimeout time.Duration
@@ -134,6 +145,7 @@ func DefaultConfig() Config {
 		TCPBatchBytes:         DefaultTCPBatchBytes,
 		TCPMaxConns:           DefaultTCPMaxConns,
 		TCPIdleTimeout:        DefaultTCPIdleTimeout,
+		TCPMaxBufferedBytes:   DefaultTCPMaxBufferedBytes,
 	}
 }
 
@@ -157,6 +169,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.TCPBatchLines, "ilp-tcp-batch-lines", c.TCPBatchLines, "TCP lines per batch handed to the sequencer")
 	fs.IntVar(&c.TCPBatchBytes, "ilp-tcp-batch-bytes", c.TCPBatchBytes, "bytes of TCP lines per batch handed to the sequencer (bounds a connection's buffer)")
 	fs.IntVar(&c.TCPMaxConns, "ilp-tcp-max-conns", c.TCPMaxConns, "most concurrent TCP connections; at the cap a new one closes the longest-idle one of the peer address holding the most")
+	fs.Int64Var(&c.TCPMaxBufferedBytes, "ilp-tcp-max-buffered-bytes", c.TCPMaxBufferedBytes, "bytes all TCP connections hold together: lines of their batches until committed, and partial lines past 64 KiB (at most half of it; a line that finds no room is dropped as too long); a connection whose next line finds no room submits its batch and stops reading until there is")
 	fs.DurationVar(&c.TCPIdleTimeout, "ilp-tcp-idle-timeout", c.TCPIdleTimeout, "close a TCP connection that has sent nothing for this long (must be positive)")
 }
 
@@ -175,6 +188,8 @@ func (c *Config) Validate() error {
 		return errors.New("ilp: --http-write-overload-queue-timeout must be positive")
 	case c.MaxInflightWriteBytes <= c.MaxBodyBytes:
 		return fmt.Errorf("ilp: --http-max-inflight-write-bytes=%d must exceed --max-body-bytes=%d", c.MaxInflightWriteBytes, c.MaxBodyBytes)
+	case c.TCPMaxBufferedBytes <= 2*int64(c.Limits.MaxLineBytes)+2*tcpBudgetChunk:
+		return fmt.Errorf("ilp: --ilp-tcp-max-buffered-bytes=%d must exceed twice --max-line-bytes=%d and 128 KiB", c.TCPMaxBufferedBytes, c.Limits.MaxLineBytes)
 	case c.Limits.MaxLineBytes < 1 || c.Limits.MaxLineBytes > MaxLineBytesCeiling:
 		return fmt.Errorf("ilp: --max-line-bytes must be within 1..%d", MaxLineBytesCeiling)
 	case c.Limits.MaxKeyBytes < 1 || c.Limits.MaxKeyBytes > feed.MaxNameBytesCeiling:

@@ -48,6 +48,9 @@ type Ingest struct {
 	// inflight holds the bytes of HTTP write bodies
 	// (Config.MaxInflightWriteBytes).
 	inflight *writeQuota
+	// tcpBudget holds the bytes of the TCP connections' batches and
+	// partial lines (Config.TCPMaxBufferedBytes).
+	tcpBudget *tcpBudget
 	auth     Auth
 	// parsers are the HTTP handler's idle Parsers (parserPool).
 	parsers parserPool
@@ -109,9 +112,11 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 	}
 	ov, ps := newOverload(cfg.MaxWriteDelay, delay), newParseSlots(slots, cfg.WriteQueueTimeout, cfg.OverloadQueueTimeout)
 	ov.onRefusing = ps.shorten
+	m := newMetrics(reg)
 	return &Ingest{
 		cfg: cfg, app: app, submitTimeout: submitTimeout, overload: ov,
-		logger: logger.With("component", "ilp"), m: newMetrics(reg), now: time.Now,
+		logger: logger.With("component", "ilp"), m: m, now: time.Now,
+		tcpBudget: newTCPBudget(cfg.TCPMaxBufferedBytes, m.tcpBuffered, m.tcpBudgetWaits),
 		logLimit: rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},
 		storeLog: rateLimit{every: time.Second},
 		inflight: newWriteQuota(cfg.MaxInflightWriteBytes), parsers: make(parserPool, pooledParsers),

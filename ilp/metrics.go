@@ -49,6 +49,10 @@ type metrics struct {
 	queueRefused prometheus.Counter
 	// tooLarge counts writes answered 413: a body over Config.MaxBodyBytes.
 	tooLarge prometheus.Counter
+	// tcpBuffered is the TCP budget's bytes held; tcpBudgetWaits counts
+	// the batches that waited for room in it.
+	tcpBuffered    prometheus.Gauge
+	tcpBudgetWaits prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -89,6 +93,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		queueRefused: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_http_write_queue_refused_total",
 			Help: "HTTP writes answered 503 with Retry-After because their read body waited --http-write-queue-timeout (--http-write-overload-queue-timeout while writes are being refused as overloaded) for one of --http-write-concurrency parse slots, or was predicted to wait longer; nothing of them was written.",
+		}),
+		tcpBuffered: f.NewGauge(prometheus.GaugeOpts{
+			Name: "ingestd_ilp_tcp_buffered_bytes",
+			Help: "Bytes the ILP TCP connections hold: lines parsed into batches not yet committed, and partial lines past their first 64 KiB; at most --ilp-tcp-max-buffered-bytes.",
+		}),
+		tcpBudgetWaits: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_ilp_tcp_buffered_waits_total",
+			Help: "Times an ILP TCP connection stopped reading until the other connections' commits gave back room under --ilp-tcp-max-buffered-bytes (its own batch submitted first).",
 		}),
 		tooLarge: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_http_write_too_large_total",

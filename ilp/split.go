@@ -130,6 +130,12 @@ type lineReader struct {
 	bomSeen  bool // the stream is past where a byte-order mark may be
 	line     int  // number of the line being assembled (1-based)
 	maxBytes int
+	// room, when set, is asked for the bytes the buffer grows by past
+	// lineReadBytes (a partial line longer than that) and told, with a
+	// negative count, when they are given back; a refusal drops the
+	// partial line as too long (refused: reported at the next add).
+	room    func(delta int64) bool
+	refused bool
 }
 
 // lineReadBytes is the least room spare offers.
@@ -143,11 +149,31 @@ func newLineReader(maxLineBytes int) *lineReader {
 // It is valid until the next call of add.
 func (lr *lineReader) spare() []byte {
 	if cap(lr.buf)-len(lr.buf) < lineReadBytes/4 {
-		nb := make([]byte, len(lr.buf), max(lineReadBytes, 2*len(lr.buf)))
+		size := max(lineReadBytes, 2*len(lr.buf))
+		if lr.room != nil && !lr.room(int64(size-max(cap(lr.buf), lineReadBytes))) {
+			// No room for a longer partial line: it is dropped as an
+			// over-long one is (add reports it).
+			if !lr.skip {
+				lr.refused, lr.skip = true, true
+			}
+			lr.line += bytes.Count(lr.buf, newline)
+			lr.buf, lr.scanned = lr.buf[:0], 0
+			return lr.buf[:cap(lr.buf)]
+		}
+		nb := make([]byte, len(lr.buf), size)
 		copy(nb, lr.buf)
 		lr.buf = nb
 	}
 	return lr.buf[len(lr.buf):cap(lr.buf)]
+}
+
+// release gives back the room the buffer holds past lineReadBytes
+// (the connection ends).
+func (lr *lineReader) release() {
+	if lr.room != nil && cap(lr.buf) > lineReadBytes {
+		lr.room(-int64(cap(lr.buf) - lineReadBytes))
+		lr.buf = nil
+	}
 }
 
 // add takes the n bytes just read into spare() and calls line for each
@@ -156,6 +182,10 @@ func (lr *lineReader) spare() []byte {
 // bytes are dropped). Lines are numbered by the newlines seen, raw
 // newlines inside strings included.
 func (lr *lineReader) add(n int, line func(b []byte, no int), tooLong func(no int)) {
+	if lr.refused {
+		lr.refused = false
+		tooLong(lr.line)
+	}
 	lr.buf = lr.buf[:len(lr.buf)+n]
 	if !lr.bomSeen {
 		if len(lr.buf) < len(bom) && bytes.HasPrefix(bom, lr.buf) {
@@ -197,6 +227,13 @@ func (lr *lineReader) add(n int, line func(b []byte, no int), tooLong func(no in
 		rest := copy(lr.buf, lr.buf[start:])
 		lr.buf = lr.buf[:rest]
 		lr.scanned -= start
+		// A long line ended: the room it took goes back.
+		if lr.room != nil && cap(lr.buf) > lineReadBytes && rest <= lineReadBytes/2 {
+			nb := make([]byte, rest, lineReadBytes)
+			copy(nb, lr.buf)
+			lr.room(-int64(cap(lr.buf) - lineReadBytes))
+			lr.buf = nb
+		}
 	}
 }
 

@@ -235,6 +235,15 @@ type tcpConn struct {
 	flushAt    time.Time
 	// grant limits the tables written (nil: none).
 	grant Grant
+	// ctx is the connection's context for its submits and waits (it
+	// outlives the server's: shutdown commits what was read).
+	ctx context.Context
+	// filling are the bytes taken from the TCP budget (tcpBudget) for
+	// the batch being filled, credit the part of them no line uses yet;
+	// flying those of the batch in flight, given back once it is
+	// committed. failed is set when the sequencer stopped taking batches.
+	filling, credit, flying int64
+	failed                  bool
 }
 
 func (in *Ingest) serveConn(srvCtx context.Context, s *tcpSlot) {
@@ -254,11 +263,22 @@ func (in *Ingest) serveConn(srvCtx context.Context, s *tcpSlot) {
 	if grant != nil {
 		ended = grant.Done()
 	}
-	tc := &tcpConn{in: in, c: c, peer: c.RemoteAddr().String(), parser: NewParser(in.cfg.Limits), batch: &feed.Batch{}, grant: grant}
+	tc := &tcpConn{in: in, c: c, peer: c.RemoteAddr().String(), parser: NewParser(in.cfg.Limits), batch: &feed.Batch{}, grant: grant, ctx: ctx}
 	var (
 		lr      = newLineReader(in.cfg.Limits.MaxLineBytes)
 		drainBy time.Time // at shutdown or eviction: when to stop reading
 	)
+	lr.room = func(delta int64) bool {
+		if delta < 0 {
+			in.tcpBudget.giveLine(-delta)
+			return true
+		}
+		return in.tcpBudget.tryLine(delta)
+	}
+	defer func() {
+		lr.release()
+		in.tcpBudget.give(tc.filling + tc.flying)
+	}()
 	tooLong := func(no int) {
 		tc.reject(&ParseError{Line: no, Reason: ReasonLineTooLong, Err: errLineTooLong(in.cfg.Limits.MaxLineBytes)})
 	}
@@ -310,6 +330,9 @@ func (in *Ingest) serveConn(srvCtx context.Context, s *tcpSlot) {
 		now := in.now()
 		// Hand every complete line to the parser; keep the partial one.
 		lr.add(n, func(b []byte, no int) { tc.parse(b, no, now) }, tooLong)
+		if tc.failed {
+			return
+		}
 		if len(tc.batch.Points) >= in.cfg.TCPBatchLines || tc.batchBytes >= in.cfg.TCPBatchBytes ||
 			(len(tc.batch.Points) > 0 && !now.Before(tc.flushAt)) {
 			if !tc.flush(ctx) {
@@ -369,6 +392,9 @@ func itoa(n int) string {
 }
 
 func (tc *tcpConn) parse(line []byte, lineNo int, now time.Time) {
+	if tc.failed || !tc.reserve(int64(len(line))+1) {
+		return
+	}
 	if len(tc.batch.Points) == 0 {
 		tc.flushAt = now.Add(tc.in.cfg.TCPFlushInterval)
 	}
@@ -399,6 +425,37 @@ func (tc *tcpConn) logReject(line int, reason string, err error) {
 	}
 }
 
+// tcpBudgetChunk is how much of the TCP budget a connection takes at a
+// time for the lines of its batch.
+const tcpBudgetChunk = 64 << 10
+
+// reserve takes room in the TCP budget for a line of n bytes about to be
+// parsed into the batch. When the budget is full it first submits its
+// batch and waits for it, giving back what it held, then waits for room
+// (its socket unread meanwhile). It reports false when the sequencer
+// stopped (failed is set).
+func (tc *tcpConn) reserve(n int64) bool {
+	if tc.credit >= n {
+		tc.credit -= n
+		return true
+	}
+	b := tc.in.tcpBudget
+	chunk := max(n, tcpBudgetChunk)
+	if !b.tryBatch(chunk) {
+		if !tc.flush(tc.ctx) || !tc.wait(tc.ctx) {
+			tc.failed = true
+			return false
+		}
+		if err := b.takeBatch(tc.ctx, chunk); err != nil {
+			tc.failed = true
+			return false
+		}
+	}
+	tc.filling += chunk
+	tc.credit += chunk - n
+	return true
+}
+
 // flush waits for the previous batch (at most one is in flight per
 // connection, so memory stays bounded) and submits the current one.
 // Submit blocks while the sequencer is saturated, which stops this
@@ -409,6 +466,8 @@ func (tc *tcpConn) flush(ctx context.Context) bool {
 	}
 	if len(tc.batch.Points) == 0 {
 		tc.batchBytes = 0 // only bad lines, blank lines and comments
+		tc.in.tcpBudget.give(tc.filling)
+		tc.filling, tc.credit = 0, 0
 		return true
 	}
 	p, err := tc.in.app.Submit(ctx, tc.batch)
@@ -420,6 +479,7 @@ func (tc *tcpConn) flush(ctx context.Context) bool {
 	}
 	tc.pending = p
 	tc.batch, tc.batchBytes = &feed.Batch{}, 0
+	tc.flying, tc.filling, tc.credit = tc.filling, 0, 0
 	return true
 }
 
@@ -429,6 +489,8 @@ func (tc *tcpConn) wait(ctx context.Context) bool {
 	}
 	res, err := tc.pending.Wait(ctx)
 	tc.pending = nil
+	tc.in.tcpBudget.give(tc.flying)
+	tc.flying = 0
 	if err != nil {
 		if ok, suppressed := tc.in.storeLog.allow(time.Now()); ok {
 			tc.in.logger.Error("tcp batch commit failed", "peer", tc.peer, "err", err, "suppressed", suppressed)

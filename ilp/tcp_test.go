@@ -608,3 +608,59 @@ type wantLog struct {
 	line   int
 	reason string
 }
+
+// TestTCPBufferedBytesBounded: the TCP connections together hold at most
+// TCPMaxBufferedBytes. Partial lines take at most half of it: a line that
+// finds no room is dropped as too long (its connection goes on), and the
+// room comes back when a long line ends or its connection closes. Lines
+// parsed into batches take the rest: connections sending more than it
+// holds wait for their commits and lose nothing.
+func TestTCPBufferedBytesBounded(t *testing.T) {
+	const budget = 1 << 20
+	r := newRig(t, func(c *Config) {
+		c.TCPMaxBufferedBytes = budget
+		c.Limits.MaxLineBytes = 256 << 10
+		c.TCPBatchBytes = 256 << 10
+	}, "cpu")
+	buffered := func() int { return metricValue(t, r.in.m.tcpBuffered) }
+	tooLong := func() int {
+		return metricValue(t, r.in.m.rejected.WithLabelValues(transportTCP, ReasonLineTooLong))
+	}
+
+	// Four partial lines of 200 KiB: each takes 192 KiB past its first
+	// 64 KiB; the fourth no longer fits in half the budget.
+	var partial []net.Conn
+	for i := range 4 {
+		c := r.dial()
+		r.send(c, "cpu v=1 "+strings.Repeat("1", 100<<10), strings.Repeat("1", 100<<10))
+		partial = append(partial, c)
+		require.LessOrEqual(t, buffered(), budget/2, "partial line %d", i)
+	}
+	require.Equal(t, 2, tooLong(), "the lines that found no room, dropped")
+	require.Positive(t, buffered())
+
+	// Lines of batches take the rest of the budget; 4 writers sending
+	// 2 MiB each wait for room in turn and every line is committed.
+	var want []int
+	var wg sync.WaitGroup
+	for w := range 4 {
+		c := r.dial()
+		var b strings.Builder
+		for i := range 20_000 {
+			n := 100_000*(w+1) + i
+			b.WriteString("cpu v=" + itoa(n) + ",pad=\"" + strings.Repeat("p", 64) + "\" " + itoa(n) + "\n")
+			want = append(want, n)
+		}
+		wg.Go(func() { _, _ = io.WriteString(c, b.String()) })
+	}
+	wg.Wait()
+	eventually(t, 60*time.Second, func() bool { return len(r.drain("cpu")) == len(want) }, "every line committed")
+	require.Positive(t, metricValue(t, r.in.m.tcpBudgetWaits), "writers waited for room")
+
+	// The partial lines' room comes back when their lines end (the rest
+	// of each is a valid line) and the connections close.
+	for _, c := range partial {
+		require.NoError(t, c.Close())
+	}
+	eventually(t, 10*time.Second, func() bool { return buffered() == 0 }, "every byte given back")
+}
