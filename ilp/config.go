@@ -46,7 +46,7 @@ const (
 	// DefaultTCPMaxBufferedBytes is DefaultMaxInflightWriteBytes: the
 	// TCP connections together hold as much as the HTTP writes.
 	DefaultTCPMaxBufferedBytes = 64 << 20
-	DefaultTCPIdleTimeout       = 5 * time.Minute
+	DefaultTCPIdleTimeout      = 5 * time.Minute
 )
 
 // MaxLineBytesCeiling bounds --max-line-bytes: one line's fragment must fit

@@ -51,7 +51,7 @@ type Ingest struct {
 	// tcpBudget holds the bytes of the TCP connections' batches and
 	// partial lines (Config.TCPMaxBufferedBytes).
 	tcpBudget *tcpBudget
-	auth     Auth
+	auth      Auth
 	// parsers are the HTTP handler's idle Parsers (parserPool).
 	parsers parserPool
 	// overload refuses HTTP writes while writes take longer than
@@ -117,7 +117,7 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 		cfg: cfg, app: app, submitTimeout: submitTimeout, overload: ov,
 		logger: logger.With("component", "ilp"), m: m, now: time.Now,
 		tcpBudget: newTCPBudget(cfg.TCPMaxBufferedBytes, m.tcpBuffered, m.tcpBudgetWaits),
-		logLimit: rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},
+		logLimit:  rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},
 		storeLog: rateLimit{every: time.Second},
 		inflight: newWriteQuota(cfg.MaxInflightWriteBytes), parsers: make(parserPool, pooledParsers),
 		slots: ps,
