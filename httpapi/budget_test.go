@@ -2,6 +2,7 @@ package httpapi
 
 import (
 	"context"
+	"net/netip"
 	"testing"
 	"time"
 
@@ -17,7 +18,7 @@ import (
 func TestResponseBudget(t *testing.T) {
 	inflight := prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"})
 	refused := prometheus.NewCounter(prometheus.CounterOpts{Name: "c"})
-	b := newResponseBudget(100, time.Minute, inflight, refused)
+	b := newResponseBudget(100, 100, time.Minute, inflight, refused)
 	held := func() int { return gaugeOrCounter(t, inflight) }
 	ctx := context.Background()
 
@@ -33,7 +34,7 @@ func TestResponseBudget(t *testing.T) {
 	require.NoError(t, <-done, "bytes given back wake the waiting page")
 	require.Equal(t, 60, held())
 
-	short := newResponseBudget(100, time.Millisecond, inflight, refused)
+	short := newResponseBudget(100, 100, time.Millisecond, inflight, refused)
 	short.used = 90
 	p3 := pageBytes{b: short}
 	require.ErrorIs(t, p3.reserve(ctx, 60), errResponseBudget)
@@ -53,4 +54,30 @@ func TestResponseBudget(t *testing.T) {
 	require.Equal(t, 500, held(), "a page's oversized row is taken without waiting")
 	p4.release()
 	require.Zero(t, held())
+}
+
+// TestResponseBudgetPerClient: one client address holds at most its
+// share of the budget, waiting and refused as for the budget past it,
+// while another client's page finds room.
+func TestResponseBudgetPerClient(t *testing.T) {
+	inflight := prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"})
+	refused := prometheus.NewCounter(prometheus.CounterOpts{Name: "c"})
+	b := newResponseBudget(100, 40, 10*time.Millisecond, inflight, refused)
+	ctx := context.Background()
+	a, other := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
+
+	p1 := pageBytes{b: b, client: a}
+	require.NoError(t, p1.reserve(ctx, 60), "a reservation is at most the client's share")
+	require.Equal(t, 40, gaugeOrCounter(t, inflight))
+	p2 := pageBytes{b: b, client: a}
+	require.ErrorIs(t, p2.reserve(ctx, 10), errResponseBudget, "the client's share is full")
+	require.Equal(t, 1, gaugeOrCounter(t, refused))
+	p3 := pageBytes{b: b, client: other}
+	require.NoError(t, p3.reserve(ctx, 40), "another client finds room")
+	p1.release()
+	require.NoError(t, p2.reserve(ctx, 10), "the share given back is taken")
+	p2.release()
+	p3.release()
+	require.Zero(t, gaugeOrCounter(t, inflight))
+	require.Empty(t, b.byClient, "no client entry left")
 }

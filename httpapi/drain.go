@@ -317,7 +317,7 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 	// The page's bytes are reserved before anything is read, or for a
 	// long-poll at its first row, once its wait is over: a long-poll holds
 	// none of the budget while it waits.
-	res := pageBytes{b: a.budget}
+	res := pageBytes{b: a.budget, client: requestClient(r)}
 	defer res.release()
 	if req.Wait == 0 {
 		if err := res.reserve(r.Context(), int64(a.maxPageBytes)); err != nil {

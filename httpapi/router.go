@@ -56,6 +56,10 @@ type Options struct {
 	// no room within a second is answered 503 with Retry-After. 0 means
 	// DefaultMaxResponseBytesInflight.
 	MaxResponseBytesInflight int64
+	// MaxResponseBytesPerClient bounds the part of it one client IP
+	// address holds (at most all of it); 0 means
+	// DefaultMaxResponseBytesPerClient.
+	MaxResponseBytesPerClient int64
 	// MaxDrainLimit is the feed's --max-drain-limit, the largest LIMIT of
 	// a SQL read; 0 means feed.DefaultMaxDrainLimit.
 	MaxDrainLimit int
@@ -174,6 +178,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	orDefault(&opts.MaxPageBytes, DefaultDrainMaxPageBytes)
 	orDefault(&opts.MaxDrainLimit, feed.DefaultMaxDrainLimit)
 	orDefault(&opts.MaxResponseBytesInflight, DefaultMaxResponseBytesInflight)
+	orDefault(&opts.MaxResponseBytesPerClient, DefaultMaxResponseBytesPerClient)
 	orDefault(&opts.SQLMaxStatementBytes, DefaultSQLMaxStatementBytes)
 	orDefault(&opts.SQLMaxScanRows, DefaultSQLMaxScanRows)
 	orDefault(&opts.SQLMaxInsertRows, DefaultSQLMaxInsertRows)
@@ -207,7 +212,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 			Help: "Requests refused before their route's handler, by reason: cross_site (403: a state-changing request whose Origin or Sec-Fetch-Site names another site), content_type (415: a control route's body declared as other than application/json), response_bytes (503: a drain, rows or SQL page or a table list that found no room under --http-max-response-bytes-inflight within 1s, before it was built).",
 		}, []string{"reason"}),
 	}}
-	a.budget = newResponseBudget(opts.MaxResponseBytesInflight, responseBudgetWait, f.NewGauge(prometheus.GaugeOpts{
+	a.budget = newResponseBudget(opts.MaxResponseBytesInflight, opts.MaxResponseBytesPerClient, responseBudgetWait, f.NewGauge(prometheus.GaugeOpts{
 		Name: "ingestd_http_response_inflight_bytes",
 		Help: "Bytes of drain, rows and SQL pages being built or written, reserved under --http-max-response-bytes-inflight.",
 	}), a.m.refused.WithLabelValues(refusedResponseBytes))

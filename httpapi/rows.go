@@ -53,7 +53,7 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 	}
 	enc := encoder{timeFormat: tf, buf: a.pageBuf()}
 	defer func() { a.releasePageBuf(enc.buf) }()
-	res := pageBytes{b: a.budget}
+	res := pageBytes{b: a.budget, client: requestClient(r)}
 	defer res.release()
 	if err := res.reserve(r.Context(), int64(a.maxPageBytes)); err != nil {
 		writeErr(w, err)

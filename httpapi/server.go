@@ -25,15 +25,19 @@ const (
 	DefaultMaxConnsPerClient        = 256
 	DefaultWriteTimeout             = 60 * time.Second
 	DefaultMaxResponseBytesInflight = 128 << 20
-	DefaultReadHeaderTimeout        = 10 * time.Second
-	DefaultBodyTimeout              = 10 * time.Second
-	DefaultBodyMinBytesPerSecond    = 16 << 10
-	DefaultIdleTimeout              = 2 * time.Minute
-	DefaultMaxHeaderBytes           = 64 << 10
-	DefaultDrainMaxPageBytes        = 16 << 20
-	DefaultSQLMaxStatementBytes     = 1 << 20
-	DefaultSQLMaxScanRows           = 1_000_000
-	DefaultSQLMaxInsertRows         = 10_000
+	// DefaultMaxResponseBytesPerClient is half the default budget (four
+	// default pages): one host that does not read its pages leaves the
+	// other half to every other client.
+	DefaultMaxResponseBytesPerClient = 64 << 20
+	DefaultReadHeaderTimeout         = 10 * time.Second
+	DefaultBodyTimeout               = 10 * time.Second
+	DefaultBodyMinBytesPerSecond     = 16 << 10
+	DefaultIdleTimeout               = 2 * time.Minute
+	DefaultMaxHeaderBytes            = 64 << 10
+	DefaultDrainMaxPageBytes         = 16 << 20
+	DefaultSQLMaxStatementBytes      = 1 << 20
+	DefaultSQLMaxScanRows            = 1_000_000
+	DefaultSQLMaxInsertRows          = 10_000
 )
 
 // Config bounds what HTTP clients can hold: connections, time per request
@@ -59,6 +63,9 @@ type Config struct {
 	// MaxResponseBytesInflight bounds the bytes of the drain, rows and SQL
 	// pages being built or written at once (Options.MaxResponseBytesInflight).
 	MaxResponseBytesInflight int64
+	// MaxResponseBytesPerClient bounds the part of it one client IP
+	// address holds (Options.MaxResponseBytesPerClient).
+	MaxResponseBytesPerClient int64
 	// ReadHeaderTimeout is how long a request's line and headers may take
 	// to arrive (counted from the connection's first byte wait).
 	ReadHeaderTimeout time.Duration
@@ -110,24 +117,25 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{
-		MaxConns:                 DefaultMaxConns,
-		MaxConnsPerClient:        DefaultMaxConnsPerClient,
-		WriteTimeout:             DefaultWriteTimeout,
-		MaxResponseBytesInflight: DefaultMaxResponseBytesInflight,
-		ReadHeaderTimeout:        DefaultReadHeaderTimeout,
-		BodyTimeout:              DefaultBodyTimeout,
-		BodyMinBytesPerSecond:    DefaultBodyMinBytesPerSecond,
-		IdleTimeout:              DefaultIdleTimeout,
-		MaxHeaderBytes:           DefaultMaxHeaderBytes,
-		DrainMaxPageBytes:        DefaultDrainMaxPageBytes,
-		SQLMaxStatementBytes:     DefaultSQLMaxStatementBytes,
-		SQLMaxScanRows:           DefaultSQLMaxScanRows,
-		SQLMaxInsertRows:         DefaultSQLMaxInsertRows,
-		StatusSampleInterval:     DefaultStatusSampleInterval,
-		StatusSamples:            DefaultStatusSamples,
-		StatusMaxTables:          DefaultStatusMaxTables,
-		StatusMaxConsumers:       DefaultStatusMaxConsumers,
-		MaxDatabases:             DefaultMaxDatabases,
+		MaxConns:                  DefaultMaxConns,
+		MaxConnsPerClient:         DefaultMaxConnsPerClient,
+		WriteTimeout:              DefaultWriteTimeout,
+		MaxResponseBytesInflight:  DefaultMaxResponseBytesInflight,
+		MaxResponseBytesPerClient: DefaultMaxResponseBytesPerClient,
+		ReadHeaderTimeout:         DefaultReadHeaderTimeout,
+		BodyTimeout:               DefaultBodyTimeout,
+		BodyMinBytesPerSecond:     DefaultBodyMinBytesPerSecond,
+		IdleTimeout:               DefaultIdleTimeout,
+		MaxHeaderBytes:            DefaultMaxHeaderBytes,
+		DrainMaxPageBytes:         DefaultDrainMaxPageBytes,
+		SQLMaxStatementBytes:      DefaultSQLMaxStatementBytes,
+		SQLMaxScanRows:            DefaultSQLMaxScanRows,
+		SQLMaxInsertRows:          DefaultSQLMaxInsertRows,
+		StatusSampleInterval:      DefaultStatusSampleInterval,
+		StatusSamples:             DefaultStatusSamples,
+		StatusMaxTables:           DefaultStatusMaxTables,
+		StatusMaxConsumers:        DefaultStatusMaxConsumers,
+		MaxDatabases:              DefaultMaxDatabases,
 	}
 }
 
@@ -136,6 +144,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxConns, "http-max-conns", c.MaxConns, "most open HTTP connections; at the cap a new one closes the longest-waiting idle or not-yet-requesting one, or is refused (503, or closed over TLS) when none is")
 	fs.IntVar(&c.MaxConnsPerClient, "http-max-conns-per-client", c.MaxConnsPerClient, "most open HTTP connections of one client IP address; past it as at --http-max-conns, among that address's connections")
 	fs.DurationVar(&c.WriteTimeout, "http-write-timeout", c.WriteTimeout, "how long a response may take to be written from its first byte (a long-poll's wait is not counted); a client reading slower is cut off")
+	fs.Int64Var(&c.MaxResponseBytesPerClient, "http-max-response-bytes-per-client", c.MaxResponseBytesPerClient, "the part of --http-max-response-bytes-inflight one client IP address may hold (at most all of it; behind a reverse proxy every client has its address: raise it to the budget)")
 	fs.Int64Var(&c.MaxResponseBytesInflight, "http-max-response-bytes-inflight", c.MaxResponseBytesInflight, "bytes of drain, rows and SQL pages and table lists being built or written at once; a page reserves --drain-max-page-bytes (a table list its size) before it is built and waits up to 1s for room, then gets 503")
 	fs.DurationVar(&c.ReadHeaderTimeout, "http-read-header-timeout", c.ReadHeaderTimeout, "how long a request's line and headers may take to arrive")
 	fs.DurationVar(&c.BodyTimeout, "http-body-timeout", c.BodyTimeout, "how long a request body may take, plus 1s per --http-body-min-bytes-per-second bytes received; a body that stops arriving is cut off within twice this, however much of it came before")
@@ -164,6 +173,8 @@ func (c *Config) Validate() error {
 		return errors.New("httpapi: --http-write-timeout must be positive")
 	case c.MaxResponseBytesInflight < 1:
 		return errors.New("httpapi: --http-max-response-bytes-inflight must be positive")
+	case c.MaxResponseBytesPerClient < 1:
+		return errors.New("httpapi: --http-max-response-bytes-per-client must be positive")
 	case c.ReadHeaderTimeout <= 0:
 		return errors.New("httpapi: --http-read-header-timeout must be positive")
 	case c.BodyTimeout <= 0:

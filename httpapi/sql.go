@@ -104,7 +104,7 @@ func (a *API) sql(w http.ResponseWriter, r *http.Request) {
 		a.sqlInsert(sw, r, st)
 	default:
 		if _, ok := st.(*sqlp.ShowTables); ok { // as long as the table list (listTables)
-			lb := pageBytes{b: a.budget}
+			lb := pageBytes{b: a.budget, client: requestClient(r)}
 			defer lb.release()
 			if err := lb.reserve(r.Context(), tableListBytes(a.opts.Tables.Tables(), auth.FromContext(r.Context()))); err != nil {
 				writeErr(sw, err)

@@ -80,7 +80,7 @@ func (a *API) sqlRead(w http.ResponseWriter, r *http.Request, st *sqlp.Select, c
 		enc: encoder{timeFormat: tf, buf: a.pageBuf()},
 	}
 	defer func() { a.releasePageBuf(rd.enc.buf) }()
-	res := pageBytes{b: a.budget}
+	res := pageBytes{b: a.budget, client: requestClient(r)}
 	defer res.release()
 	if err := res.reserve(r.Context(), int64(a.opts.MaxPageBytes)); err != nil {
 		writeErr(w, err)

@@ -78,7 +78,7 @@ func decodeBody(r *http.Request, v any, optional bool) error {
 func (a *API) listTables(w http.ResponseWriter, r *http.Request) {
 	g := auth.FromContext(r.Context())
 	ts := a.opts.Tables.Tables()
-	res := pageBytes{b: a.budget}
+	res := pageBytes{b: a.budget, client: requestClient(r)}
 	defer res.release()
 	if err := res.reserve(r.Context(), tableListBytes(ts, g)); err != nil {
 		writeErr(w, err)
