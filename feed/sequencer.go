@@ -790,11 +790,22 @@ func minTime(b *Batch) int64 {
 	return m
 }
 
-// resetGroup starts an empty group.
+// resetGroup starts an empty group. The scratch slices are cleared, not
+// only truncated: their stale entries would keep the committed group's
+// field strings, and with them the parsers' arenas they point into, alive
+// until the next group of that size overwrote them (after a flood of
+// 300 TCP writers, 467 MB of committed string values stayed in use).
 func (s *Sequencer) resetGroup() {
+	clear(s.groupTables)
 	s.groupTables = s.groupTables[:0]
-	s.fieldSlab = s.fieldSlab[:0]
+	s.truncSlab(0)
 	s.groupPointCount, s.groupBytes = 0, 0
+}
+
+// truncSlab cuts s.fieldSlab to n entries, clearing those it drops.
+func (s *Sequencer) truncSlab(n int) {
+	clear(s.fieldSlab[n:])
+	s.fieldSlab = s.fieldSlab[:n]
 }
 
 // flushGroup stamps and commits the group built so far, publishes the
@@ -1111,7 +1122,7 @@ func (s *Sequencer) applyPoint(t *table, p *Point) *RejectError {
 	rej := s.checkPoint(t, p)
 	if rej == nil && s.shared != nil && (len(s.newCols) > 0 || !s.pointKnown) {
 		// The resolver numbers new columns and series (needs): not reached.
-		s.fieldSlab = s.fieldSlab[:s.pointSlab]
+		s.truncSlab(s.pointSlab)
 		s.m.rejected.WithLabelValues(reasonUnresolved).Inc()
 		err := fmt.Errorf("%w: a column or series of table %s not numbered yet", ErrUnavailable, QuoteInput(t.name))
 		return &RejectError{Line: p.Line, Err: err, Msg: err.Error()}
@@ -1193,18 +1204,18 @@ func (s *Sequencer) checkPoint(t *table, p *Point) *RejectError {
 		}
 		if !ok {
 			if k := s.pendingKind(f.Key); k != 0 {
-				s.fieldSlab = s.fieldSlab[:slab]
+				s.truncSlab(slab)
 				return reject(ErrTagFieldConflict, f.Key, reasonTagField,
 					fmt.Sprintf("%s is used as a tag and a field", QuoteInput(f.Key)))
 			}
 			if err := CheckKey("field key", f.Key, s.cfg.MaxNameBytes); err != nil {
-				s.fieldSlab = s.fieldSlab[:slab]
+				s.truncSlab(slab)
 				return reject(err, f.Key, reasonInvalidName, err.Error())
 			}
 			c = uint32(len(t.meta.Columns) + len(s.newCols))
 			s.newCols = append(s.newCols, store.Column{Name: f.Key, Kind: f.Value.Kind})
 		} else if k := t.meta.Columns[c].Kind; k != f.Value.Kind {
-			s.fieldSlab = s.fieldSlab[:slab]
+			s.truncSlab(slab)
 			if k == KindTag {
 				return reject(ErrTagFieldConflict, f.Key, reasonTagField,
 					fmt.Sprintf("%s is a tag of table %s and cannot be a field", QuoteInput(f.Key), QuoteInput(t.name)))
@@ -1215,13 +1226,13 @@ func (s *Sequencer) checkPoint(t *table, p *Point) *RejectError {
 		s.fieldSlab = append(s.fieldSlab, store.Field{Col: c, Value: f.Value})
 	}
 	if len(t.meta.Columns)+len(s.newCols) > s.cfg.MaxColumnsPerTable {
-		s.fieldSlab = s.fieldSlab[:slab]
+		s.truncSlab(slab)
 		return reject(ErrColumnLimit, "", reasonColumnLimit,
 			fmt.Sprintf("table %s would have %d columns, more than --feed-max-columns-per-table=%d",
 				QuoteInput(t.name), len(t.meta.Columns)+len(s.newCols), s.cfg.MaxColumnsPerTable))
 	}
 	if n := t.metaBytes + columnsBytes(s.newCols); len(s.newCols) > 0 && n > s.limits.MaxMetaBytes {
-		s.fieldSlab = s.fieldSlab[:slab]
+		s.truncSlab(slab)
 		return reject(ErrColumnLimit, "", reasonColumnLimit,
 			fmt.Sprintf("table %s's schema would take up to %d bytes stored, more than the store holds (%d): shorter names or fewer columns",
 				QuoteInput(t.name), n, s.limits.MaxMetaBytes))

@@ -1317,3 +1317,32 @@ func TestSeriesBytesBudget(t *testing.T) {
 	require.Equal(t, 1, res.Accepted)
 	require.ErrorIs(t, res.Rejected[0], ErrSeriesLimit)
 }
+
+// TestGroupScratchHoldsNoStrings: once a group is committed, the
+// sequencer's scratch (the field slab, the group's tables) holds none of
+// its values, so the writers' parsed strings, and the parser arenas they
+// point into, are not kept alive between groups; rejected points' fields
+// included.
+func TestGroupScratchHoldsNoStrings(t *testing.T) {
+	h := openHarness(t, memstore.NewDisk(), DefaultConfig())
+	var pts []Point
+	for i := range 100 {
+		pts = append(pts, pt("t", int64(i+1), tg("host", "a"), fld("s", sv(strings.Repeat("x", 100))), fld("v", iv(int64(i)))))
+	}
+	// A string where the column is an integer: rejected after its first
+	// field went into the slab.
+	pts = append(pts, pt("t", 200, tg("host", "a"), fld("s", sv("y")), fld("v", sv("not an integer"))))
+	res := appendBatch(t, h.s, pts...)
+	require.Equal(t, 100, res.Accepted)
+	require.Len(t, res.Rejected, 1)
+	mustAppend(t, h.s, pt("t", 300, tg("host", "a"), fld("v", iv(1)))) // a group after: the sequencer is idle again
+	h.close() // Run has returned: its scratch is read race-free
+	slab := h.s.fieldSlab[:cap(h.s.fieldSlab)]
+	require.NotEmpty(t, slab, "the slab was used")
+	for i, f := range slab {
+		require.Empty(t, f.Value.Str, "slab entry %d keeps a value", i)
+	}
+	for i, g := range h.s.groupTables[:cap(h.s.groupTables)] {
+		require.Nil(t, g, "group table %d kept", i)
+	}
+}
