@@ -1335,8 +1335,10 @@ func TestGroupScratchHoldsNoStrings(t *testing.T) {
 	res := appendBatch(t, h.s, pts...)
 	require.Equal(t, 100, res.Accepted)
 	require.Len(t, res.Rejected, 1)
-	mustAppend(t, h.s, pt("t", 300, tg("host", "a"), fld("v", iv(1)))) // a group after: the sequencer is idle again
-	h.close() // Run has returned: its scratch is read race-free
+	// A group after: the sequencer is idle again. Once Run has returned,
+	// its scratch is read race-free.
+	mustAppend(t, h.s, pt("t", 300, tg("host", "a"), fld("v", iv(1))))
+	h.close()
 	slab := h.s.fieldSlab[:cap(h.s.fieldSlab)]
 	require.NotEmpty(t, slab, "the slab was used")
 	for i, f := range slab {
