@@ -112,8 +112,8 @@ type Config struct {
 	// buffers while the sequencer is saturated (it then stops reading).
 	TCPBatchBytes int
 	// TCPMaxConns caps concurrent TCP connections. A connection accepted
-	// at the cap makes room by closing the longest-idle one of the peer
-	// address holding the most connections (which first commits every
+	// at the cap makes room by closing, of the peer address holding the
+	// most connections, the one longest without a complete line (which first commits every
 	// complete line it has read), so a new writer is never turned away
 	// and an address churning connections evicts its own.
 	TCPMaxConns int
@@ -168,7 +168,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.TCPFlushInterval, "tcp-flush-interval", c.TCPFlushInterval, "longest a TCP line waits before it is committed")
 	fs.IntVar(&c.TCPBatchLines, "ilp-tcp-batch-lines", c.TCPBatchLines, "TCP lines per batch handed to the sequencer")
 	fs.IntVar(&c.TCPBatchBytes, "ilp-tcp-batch-bytes", c.TCPBatchBytes, "bytes of TCP lines per batch handed to the sequencer (bounds a connection's buffer)")
-	fs.IntVar(&c.TCPMaxConns, "ilp-tcp-max-conns", c.TCPMaxConns, "most concurrent TCP connections; at the cap a new one closes the longest-idle one of the peer address holding the most")
+	fs.IntVar(&c.TCPMaxConns, "ilp-tcp-max-conns", c.TCPMaxConns, "most concurrent TCP connections; at the cap a new one closes, of the peer address holding the most, the one longest without a complete line")
 	fs.Int64Var(&c.TCPMaxBufferedBytes, "ilp-tcp-max-buffered-bytes", c.TCPMaxBufferedBytes, "bytes all TCP connections hold together: lines of their batches until committed, and partial lines past 64 KiB (at most half of it; a line that finds no room is dropped as too long); a connection whose next line finds no room submits its batch and stops reading until there is")
 	fs.DurationVar(&c.TCPIdleTimeout, "ilp-tcp-idle-timeout", c.TCPIdleTimeout, "close a TCP connection that has sent nothing for this long (must be positive)")
 }

@@ -72,7 +72,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		closed: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_ilp_tcp_connections_closed_total",
-			Help: "ILP TCP connections the server closed, by reason: idle_timeout (nothing sent for --ilp-tcp-idle-timeout), evicted (the longest-idle one of the address holding the most, to make room at --ilp-tcp-max-conns), refused (TLS handshake failed, the auth file's TCP rule does not admit it, or protected mode: a peer not on loopback without --auth-file), revoked (its token was revoked or changed).",
+			Help: "ILP TCP connections the server closed, by reason: idle_timeout (nothing sent for --ilp-tcp-idle-timeout), evicted (of the address holding the most, the one longest without a complete line, to make room at --ilp-tcp-max-conns), refused (TLS handshake failed, the auth file's TCP rule does not admit it, or protected mode: a peer not on loopback without --auth-file), revoked (its token was revoked or changed).",
 		}, []string{"reason"}),
 		acceptErrors: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_ilp_tcp_accept_errors_total",

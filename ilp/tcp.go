@@ -52,8 +52,9 @@ type tcpSlot struct {
 	c    net.Conn
 	host string // the peer's IP address (peerHost)
 	// lastRead is when the connection last delivered bytes (or was
+	// accepted), lastLine when it last completed a line (or was
 	// accepted), in Unix nanoseconds.
-	lastRead atomic.Int64
+	lastRead, lastLine atomic.Int64
 	// evicted is set (once) when the accept loop closes the connection to
 	// make room; serveConn then reads for tcpShutdownRead and closes.
 	evicted atomic.Bool
@@ -109,8 +110,8 @@ func (in *Ingest) admit(ctx context.Context, c net.Conn) (g Grant, ok bool, stop
 // While the sequencer is saturated a connection stops reading (TCP flow
 // control). A connection that sends nothing for TCPIdleTimeout is closed.
 // At TCPMaxConns open connections a new one is accepted and the
-// longest-idle one of the peer address holding the most connections is
-// evicted: like a connection at shutdown it reads for
+// one of the peer address holding the most connections that has gone
+// longest without a complete line is evicted: like a connection at shutdown it reads for
 // tcpShutdownRead more what its peer has sent, commits every complete line
 // and closes. A failed accept that may succeed later (EMFILE, ENFILE) is
 // retried after a backoff of 5 ms doubling up to 1 s. When ctx ends it
@@ -160,6 +161,7 @@ func (in *Ingest) ServeTCP(ctx context.Context, ln net.Listener) error {
 		delay = 0
 		s := &tcpSlot{c: c, host: peerHost(c.RemoteAddr())}
 		s.lastRead.Store(time.Now().UnixNano())
+		s.lastLine.Store(s.lastRead.Load())
 		mu.Lock()
 		if live >= in.cfg.TCPMaxConns {
 			in.evictLocked(conns)
@@ -188,12 +190,14 @@ func (in *Ingest) ServeTCP(ctx context.Context, ln net.Listener) error {
 }
 
 // evictLocked closes, among the connections of conns not already evicted
-// (there is one: the caller found as many as the cap), the longest-idle
-// one of the peer address holding the most of them. Picking the
-// longest-idle connection of all evicted the honest writer that sends a
-// line every few seconds, over and over, while one address kept a
-// thousand connections busy with a byte each: the address holding the
-// most connections gives way first. ServeTCP's mu must be held.
+// (there is one: the caller found as many as the cap), the one of the
+// peer address holding the most of them that has gone longest without
+// completing a line. Picking the connection that had gone longest without
+// a byte evicted the honest writer that sends a line every few seconds,
+// over and over, while other connections (from one address or from a
+// thousand) were kept busy with a byte each: the address holding the most
+// connections gives way first, and bytes that never make a line do not
+// keep a connection. ServeTCP's mu must be held.
 func (in *Ingest) evictLocked(conns map[*tcpSlot]struct{}) {
 	held := map[string]int{}
 	for s := range conns {
@@ -207,7 +211,7 @@ func (in *Ingest) evictLocked(conns map[*tcpSlot]struct{}) {
 			continue
 		}
 		if victim == nil || held[s.host] > held[victim.host] ||
-			held[s.host] == held[victim.host] && s.lastRead.Load() < victim.lastRead.Load() {
+			held[s.host] == held[victim.host] && s.lastLine.Load() < victim.lastLine.Load() {
 			victim = s
 		}
 	}
@@ -215,10 +219,10 @@ func (in *Ingest) evictLocked(conns map[*tcpSlot]struct{}) {
 	// Wake its read; serveConn sees evicted after setting its own deadline.
 	_ = victim.c.SetReadDeadline(time.Unix(1, 0))
 	in.m.closed.WithLabelValues(closedEvicted).Inc()
-	idle := time.Since(time.Unix(0, victim.lastRead.Load()))
+	idle := time.Since(time.Unix(0, victim.lastLine.Load()))
 	if ok, suppressed := in.acceptLog.allow(time.Now()); ok {
 		in.logger.Warn("tcp connection evicted to make room", "peer", victim.c.RemoteAddr().String(),
-			"idle", idle, "max_conns", in.cfg.TCPMaxConns, "suppressed", suppressed)
+			"since_last_line", idle, "max_conns", in.cfg.TCPMaxConns, "suppressed", suppressed)
 	}
 }
 
@@ -329,7 +333,11 @@ func (in *Ingest) serveConn(srvCtx context.Context, s *tcpSlot) {
 		in.m.bytes.WithLabelValues(transportTCP).Add(float64(n))
 		now := in.now()
 		// Hand every complete line to the parser; keep the partial one.
+		before := lr.line
 		lr.add(n, func(b []byte, no int) { tc.parse(b, no, now) }, tooLong)
+		if lr.line > before {
+			s.lastLine.Store(time.Now().UnixNano())
+		}
 		if tc.failed {
 			return
 		}

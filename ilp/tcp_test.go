@@ -2,6 +2,7 @@ package ilp
 
 import (
 	"context"
+	"fmt"
 	"io"
 	"net"
 	"os"
@@ -319,6 +320,43 @@ func TestTCPEvictsBusiestAddress(t *testing.T) {
 	require.NoError(t, honest.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
 	_, err := honest.Read(make([]byte, 1))
 	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the honest writer's connection is still open")
+}
+
+// TestTCPEvictsConnectionsWithoutLines: at TCPMaxConns among addresses
+// holding one connection each, the connection evicted is the one that has
+// gone longest without completing a line, not the longest without a byte:
+// a writer sending a line now and then keeps its connection while
+// connections from many addresses each trickle a byte and churn (the
+// finding: 1 of 20 lines landed with 1,100 such connections, each from
+// its own address).
+func TestTCPEvictsConnectionsWithoutLines(t *testing.T) {
+	r := newRig(t, func(c *Config) { c.TCPMaxConns = 4 }, "cpu")
+	var busy []net.Conn
+	for i := range 3 {
+		busy = append(busy, r.dialFrom(fmt.Sprintf("127.0.1.%d", i+1)))
+		eventually(t, 10*time.Second, func() bool { return r.tcpConns() == i+1 }, "connection to open")
+		r.send(busy[i], "c")
+	}
+	honest := r.dialFrom("127.0.0.2")
+	want := []int{}
+	for round := range 3 {
+		r.send(honest, tcpLine(round+1)) // a line now and then
+		want = append(want, round+1)
+		for _, c := range busy[round:] { // a byte each, more recent than the writer's line
+			r.send(c, "c")
+		}
+		churn := r.dialFrom(fmt.Sprintf("127.0.2.%d", round+1))
+		eventually(t, 10*time.Second, func() bool {
+			return metricValue(t, r.in.m.closed.WithLabelValues(closedEvicted)) == round+1
+		}, "an eviction")
+		r.send(churn, "c")
+		busy = append(busy, churn)
+	}
+	r.send(honest, tcpLine(9))
+	r.waitRows("cpu", tcpRows(append(want, 9)...))
+	require.NoError(t, honest.SetReadDeadline(time.Now().Add(50*time.Millisecond)))
+	_, err := honest.Read(make([]byte, 1))
+	require.ErrorIs(t, err, os.ErrDeadlineExceeded, "the writer's connection is still open")
 }
 
 // TestTCPIdleTimeout checks that a connection that sends nothing for
