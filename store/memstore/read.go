@@ -40,9 +40,9 @@ func (s *Store) ReadSeq(ctx context.Context, tid, after, upto uint64, limit int,
 	)
 	for {
 		// Here with the read lock: the horizon as this batch sees it.
-		if cur+1 < in.horizon {
-			d.mu.RUnlock()
-			return after, fmt.Errorf("%w: after=%d is below the horizon %d", store.ErrHistoryExpired, cur, in.horizon)
+		if h := in.horizon; cur+1 < h {
+			d.mu.RUnlock() // h read under the lock: a sweep may raise it now
+			return after, fmt.Errorf("%w: after=%d is below the horizon %d", store.ErrHistoryExpired, cur, h)
 		}
 		i, _ := slices.BinarySearchFunc(in.synced, cur+1, func(f *fragment, s uint64) int { return cmp.Compare(f.seq, s) })
 		rows = rows[:0]
