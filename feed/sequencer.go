@@ -647,8 +647,12 @@ func (s *Sequencer) collect(batch []*op) []*op {
 
 // process runs ops in order: runs of writes become one group commit, a
 // table operation runs alone between them. After a storage failure it fails
-// the ops not yet run with the same error and returns it.
+// the ops not yet run with the same error and returns it. It clears ops
+// before it returns: the caller reuses the slice, whose stale entries
+// would keep the answered writes' batches (their points, and the parsed
+// strings and parser arenas they point into) alive.
 func (s *Sequencer) process(ops []*op) error {
+	defer clear(ops)
 	for len(ops) > 0 {
 		if ops[0].kind != opWrite && s.shared != nil {
 			// Its store calls run on the resolver (changes.go).

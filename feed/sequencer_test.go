@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"runtime"
 	"slices"
 	"strings"
 	"sync"
@@ -1347,4 +1348,34 @@ func TestGroupScratchHoldsNoStrings(t *testing.T) {
 	for i, g := range h.s.groupTables[:cap(h.s.groupTables)] {
 		require.Nil(t, g, "group table %d kept", i)
 	}
+}
+
+// TestCommittedBatchesNotKept: once a write is committed and answered,
+// nothing of the sequencer keeps its batch (its points, and the parsed
+// strings and parser arenas they point into) reachable: after a flood of
+// 300 TCP writers, 320 MB of committed values stayed in use, held through
+// the sequencer's list of the operations of its last groups.
+func TestCommittedBatchesNotKept(t *testing.T) {
+	h := openHarness(t, memstore.NewDisk(), DefaultConfig())
+	defer h.close()
+	freed := make(chan struct{}, 1)
+	func() {
+		b := &Batch{}
+		for i := range 100 {
+			b.Points = append(b.Points, pt("t", int64(i+1), tg("host", "a"), fld("s", sv(strings.Repeat("x", 100)))))
+		}
+		runtime.AddCleanup(b, func(ch chan struct{}) { ch <- struct{}{} }, freed)
+		res, err := h.s.Append(context.Background(), b)
+		require.NoError(t, err)
+		require.Equal(t, 100, res.Accepted)
+	}()
+	eventually(t, func() bool {
+		runtime.GC()
+		select {
+		case <-freed:
+			return true
+		default:
+			return false
+		}
+	}, "the committed batch collected")
 }
