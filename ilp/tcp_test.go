@@ -655,11 +655,19 @@ type wantLog struct {
 // holds wait for their commits and lose nothing.
 func TestTCPBufferedBytesBounded(t *testing.T) {
 	const budget = 1 << 20
-	r := newRig(t, func(c *Config) {
-		c.TCPMaxBufferedBytes = budget
-		c.Limits.MaxLineBytes = 256 << 10
-		c.TCPBatchBytes = 256 << 10
+	var gate *gatedAppender
+	r := newRigOpts(t, rigOptions{
+		mod: func(c *Config) {
+			c.TCPMaxBufferedBytes = budget
+			c.Limits.MaxLineBytes = 256 << 10
+			c.TCPBatchBytes = 256 << 10
+		},
+		wrap: func(app Appender) Appender {
+			gate = &gatedAppender{next: app, open: make(chan struct{})}
+			return gate
+		},
 	}, "cpu")
+	t.Cleanup(gate.release) // runs before the rig stops, even on failure
 	buffered := func() int { return metricValue(t, r.in.m.tcpBuffered) }
 	tooLong := func() int {
 		return metricValue(t, r.in.m.rejected.WithLabelValues(transportTCP, ReasonLineTooLong))
@@ -678,7 +686,8 @@ func TestTCPBufferedBytesBounded(t *testing.T) {
 	require.Positive(t, buffered())
 
 	// Lines of batches take the rest of the budget; 4 writers sending
-	// 2 MiB each wait for room in turn and every line is committed.
+	// 2 MiB each wait for room while no batch commits, and once batches
+	// commit again every line is committed.
 	var want []int
 	var wg sync.WaitGroup
 	for w := range 4 {
@@ -691,9 +700,11 @@ func TestTCPBufferedBytesBounded(t *testing.T) {
 		}
 		wg.Go(func() { _, _ = io.WriteString(c, b.String()) })
 	}
+	eventually(t, 10*time.Second, func() bool { return metricValue(t, r.in.m.tcpBudgetWaits) > 0 }, "writers waited for room")
+	require.LessOrEqual(t, buffered(), budget)
+	gate.release()
 	wg.Wait()
 	eventually(t, 60*time.Second, func() bool { return len(r.drain("cpu")) == len(want) }, "every line committed")
-	require.Positive(t, metricValue(t, r.in.m.tcpBudgetWaits), "writers waited for room")
 
 	// The partial lines' room comes back when their lines end (the rest
 	// of each is a valid line) and the connections close.
