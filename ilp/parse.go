@@ -62,9 +62,11 @@ type Parser struct {
 	// lastKeys are the interned keys of the previous line by position.
 	lastKeys [64]string
 	arena    []byte
-	tags     []feed.Tag
-	fields   []feed.PointField
-	key      []byte
+	// copied counts the bytes copied into the arena since the last Reuse.
+	copied int
+	tags   []feed.Tag
+	fields []feed.PointField
+	key    []byte
 	// series caches parsed measurement and tag sections by their bytes
 	// (see parseKnown); seriesBytes is the sum of its keys' lengths.
 	series      map[string]*knownSeries
@@ -576,14 +578,19 @@ func (p *Parser) copyString(b []byte) string {
 		return ""
 	}
 	if len(p.arena)+len(b) > cap(p.arena) {
-		p.arena = make([]byte, 0, max(64<<10, len(b)))
+		p.arena = make([]byte, 0, max(arenaChunk, len(b)))
 	}
 	start := len(p.arena)
 	p.arena = append(p.arena, b...)
+	p.copied += len(b)
 	return unsafe.String(&p.arena[start], len(b))
 }
 
 const slabLen = 4096
+
+// arenaChunk is the size of the arena's chunks; a longer string gets a
+// chunk of its own.
+const arenaChunk = 64 << 10
 
 // growTags makes s (a tail of the tag slab, possibly reallocated by append)
 // part of the slab and ensures room for another line.
@@ -628,11 +635,40 @@ func (p *Parser) newFieldSlab() []feed.PointField {
 // abandoned may still be read). Everything else a point holds (tags,
 // series key, strings) stays where it is, never written again: known
 // series share it.
+//
+// An idle Parser keeps at most arenaChunk bytes of the batch's strings
+// alive (a pooled parser would else hold up to a body's worth of them):
+// the slabs given back are cleared when more was copied into the arena
+// since the last Reuse, and the arena's last chunk is let go when it is
+// a long string's own.
 func (p *Parser) Reuse() {
+	if p.copied > arenaChunk {
+		for _, s := range p.usedSlabs {
+			clear(s[:cap(s)])
+		}
+	}
+	p.copied = 0
 	p.spareSlabs = append(p.spareSlabs, p.usedSlabs...)
 	clear(p.usedSlabs)
 	p.usedSlabs = p.usedSlabs[:0]
 	p.fields = p.newFieldSlab()
+	if cap(p.arena) > arenaChunk {
+		p.arena = nil
+	}
+}
+
+// Detach makes the Parser refer to none of the memory of the points it
+// returned so far: the next line starts a new field slab, tag slab and
+// arena chunk, and no slab is remembered for Reuse. A parser whose
+// batches overlap (a TCP connection fills one while the previous one
+// commits) calls it as it hands a batch over, so that the batch's
+// strings go with it once committed instead of staying reachable from
+// the connection's parser for as long as it lives.
+func (p *Parser) Detach() {
+	p.copied = 0
+	clear(p.usedSlabs)
+	p.usedSlabs = p.usedSlabs[:0]
+	p.fields, p.tags, p.arena = nil, nil, nil
 }
 
 // ParseAll splits data into lines and parses each into b, numbering lines

@@ -486,6 +486,7 @@ func (tc *tcpConn) flush(ctx context.Context) bool {
 		return false
 	}
 	tc.pending = p
+	tc.parser.Detach() // the batch's memory goes with it once committed
 	tc.batch, tc.batchBytes = &feed.Batch{}, 0
 	tc.flying, tc.filling, tc.credit = tc.filling, 0, 0
 	return true
