@@ -92,16 +92,19 @@ start() {
       # every node but the first (which serves the drains and tails): empty
       # keeps no table's rows there.
       [ -z "${JS_OTHERS_MATERIALISE+set}" ] || mat=(--jetstream-materialise "$JS_OTHERS_MATERIALISE")
+      # INGESTD_FLAGS: further flags for every node (a tuning to compare with the defaults).
+      # shellcheck disable=SC2086
       for i in $(seq 2 "$n"); do
         WRITE_URLS+="${WRITE_URLS:+,}http://127.0.0.1:$(port $((16 + 2 * i)))"
         "$WORK/ingestd" --store jetstream --nats-url "$NATS_URLS" --data-dir "$dir/data$i" \
           --http-addr "127.0.0.1:$(port $((16 + 2 * i)))" --tcp-addr "127.0.0.1:$(port $((17 + 2 * i)))" \
-          --log-level warn "${mat[@]}" >"$dir/log$i" 2>&1 &
+          --log-level warn "${mat[@]}" ${INGESTD_FLAGS:-} >"$dir/log$i" 2>&1 &
         OTHER_PIDS+=("$!"); PIDS+=("$!")
       done
       SURL="http://127.0.0.1:$(port 1)"
+      # shellcheck disable=SC2086
       "$WORK/ingestd" --store jetstream --nats-url "$NATS_URLS" --data-dir "$dir/data" \
-        --http-addr "127.0.0.1:$(port 1)" --tcp-addr "127.0.0.1:$(port 2)" --log-level warn >"$dir/log" 2>&1 &
+        --http-addr "127.0.0.1:$(port 1)" --tcp-addr "127.0.0.1:$(port 2)" --log-level warn ${INGESTD_FLAGS:-} >"$dir/log" 2>&1 &
       ;;
     ingestd | ingestd-retention)
       SURL="http://127.0.0.1:$(port 1)"
