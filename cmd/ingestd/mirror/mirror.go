@@ -455,10 +455,10 @@ func (mr *Mirror) protocolErr(reason string, err error) error {
 // checkLines checks an lp page of the source before it is written: every
 // line must pass the write rules (ilp's parser with cfg.Limits, which
 // applies feed's) and be of the mirrored table. It returns the page's
-// rows.
+// rows, in mr.batch until the next call.
 func (mr *Mirror) checkLines(body []byte) (int, error) {
+	mr.parser.Reuse() // the previous page's points are not read any more
 	mr.batch.Points = mr.batch.Points[:0]
-	defer mr.parser.Reuse()
 	errs, _ := mr.parser.ParseAll(&mr.batch, body, 1, ilp.Nanosecond, 0)
 	if len(errs) > 0 {
 		return 0, mr.protocolErr(reasonBadLine, errs[0])
