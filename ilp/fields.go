@@ -168,16 +168,31 @@ func (p *Parser) plainKey(k []byte, tags []feed.Tag, fields []feed.PointField) (
 }
 
 // keepShape makes the keys of fields, a line of ks that plainFields
-// accepted, ks's shape unless they are already (same, and as many).
+// accepted, ks's shape unless they are already (same, and as many). A
+// shape whose keys would take the known series past maxKnownSeriesBytes
+// is not kept: ks then has none.
 func (p *Parser) keepShape(ks *knownSeries, fields []feed.PointField, same bool) []feed.PointField {
 	if !same || len(fields) != len(ks.shape) {
+		n := 0
+		for i := range fields {
+			n += len(fields[i].Key)
+		}
+		p.seriesBytes -= ks.shapeBytes
+		if p.seriesBytes+n > maxKnownSeriesBytes {
+			clear(ks.shape)
+			ks.shape, ks.shapeBytes = ks.shape[:0], 0
+			return fields
+		}
 		if cap(ks.shape) < len(fields) {
 			ks.shape = make([]string, len(fields))
 		}
+		clear(ks.shape[len(fields):cap(ks.shape)])
 		ks.shape = ks.shape[:len(fields)]
 		for i := range fields {
 			ks.shape[i] = fields[i].Key
 		}
+		ks.shapeBytes = n
+		p.seriesBytes += n
 	}
 	return fields
 }

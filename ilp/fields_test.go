@@ -132,3 +132,42 @@ func TestParserReuseFields(t *testing.T) {
 	require.Empty(t, errs)
 	require.Equal(t, want, b.Points)
 }
+
+// TestParserCachesBounded checks the byte bounds of a Parser's caches
+// against lines of long field keys: series whose lines carry 255 keys of
+// 4,000 bytes made every pooled HTTP parser and every TCP connection keep
+// a megabyte of keys per series as its shape (4,096 series: 4 GB), and the
+// intern table 4,096 such keys. Summed from the caches themselves, what
+// they hold stays within their bounds, and the lines still parse.
+func TestParserCachesBounded(t *testing.T) {
+	p := NewParser(DefaultLimits())
+	for s := range 64 {
+		var line strings.Builder
+		fmt.Fprintf(&line, "shp,s=%d ", s)
+		for f := range 255 {
+			if f > 0 {
+				line.WriteByte(',')
+			}
+			fmt.Fprintf(&line, "%s=1", strings.Repeat(string(rune('a'+f%26)), 3990)+fmt.Sprintf("_%d_%d", s, f))
+		}
+		for _, l := range []string{fmt.Sprintf("shp,s=%d f=1", s), line.String(), line.String()} {
+			b := &feed.Batch{}
+			require.Nil(t, p.Parse(b, []byte(l), 1, Nanosecond, 0))
+			require.Len(t, b.Points, 1)
+		}
+	}
+	series, interned := 0, 0
+	for prefix, ks := range p.series {
+		series += len(prefix)
+		for _, k := range ks.shape {
+			series += len(k)
+		}
+	}
+	for k := range p.intern {
+		interned += len(k)
+	}
+	require.LessOrEqual(t, series, maxKnownSeriesBytes, "known series' prefixes and shapes")
+	require.LessOrEqual(t, interned, maxInternedBytes, "interned keys")
+	require.Equal(t, series, p.seriesBytes)
+	require.Equal(t, interned, p.internedBytes)
+}

@@ -68,10 +68,13 @@ type Parser struct {
 	fields []feed.PointField
 	key    []byte
 	// series caches parsed measurement and tag sections by their bytes
-	// (see parseKnown); seriesBytes is the sum of its keys' lengths.
+	// (see parseKnown); seriesBytes is the sum of its keys' lengths and
+	// of their shapes' (knownSeries.shapeBytes).
 	series      map[string]*knownSeries
 	seriesBytes int
-	rest        []byte // a field section behind a one-byte measurement
+	// internedBytes is the sum of intern's keys' lengths.
+	internedBytes int
+	rest          []byte // a field section behind a one-byte measurement
 	// usedSlabs are the field slabs handed out since the last Reuse (at
 	// most maxReusedSlabs of them are remembered), spareSlabs the ones
 	// Reuse gave back, handed out again before any new one is made.
@@ -88,14 +91,21 @@ type knownSeries struct {
 	// that plainFields accepted (interned, each checked): a later line with
 	// the same keys skips their checks.
 	shape []string
+	// shapeBytes is the sum of shape's keys' lengths.
+	shapeBytes int
 }
 
 // Bounds of one Parser's caches: the measurement and key intern table
-// (entries), and the known series (entries, and bytes of tag sections,
-// each at most maxKnownPrefix). A full cache is emptied and refilled, so a
-// long TCP connection follows its writer's current series.
+// (entries and bytes: a full table takes no more), and the known series
+// (entries, and bytes of their tag sections, each at most maxKnownPrefix,
+// and of their shapes' keys). A full series cache is emptied and
+// refilled, so a long TCP connection follows its writer's current
+// series; a shape that does not fit is not kept. Every pooled HTTP
+// parser and every TCP connection has its caches: without the byte
+// bounds, lines of long keys made each hold gigabytes.
 const (
 	maxInterned         = 4096
+	maxInternedBytes    = 1 << 20
 	maxKnownSeries      = 4096
 	maxKnownSeriesBytes = 1 << 20
 	maxKnownPrefix      = 4096
@@ -565,8 +575,9 @@ func (p *Parser) internBytes(b []byte) string {
 		return s
 	}
 	s := string(b)
-	if len(p.intern) < maxInterned {
+	if len(p.intern) < maxInterned && p.internedBytes+len(s) <= maxInternedBytes {
 		p.intern[s] = s
+		p.internedBytes += len(s)
 	}
 	return s
 }
