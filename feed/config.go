@@ -18,6 +18,7 @@ const (
 	DefaultMaxColumnsPerTable = 1024
 	DefaultMaxSeriesPerTable  = 1_000_000
 	DefaultMaxSeriesBytes     = 256 << 20
+	DefaultMaxSchemaBytes     = 64 << 20
 	// DefaultMaxWaitingDrains is a quarter of the HTTP server's default
 	// --http-max-conns (4096).
 	DefaultMaxWaitingDrains = 1024
@@ -82,6 +83,12 @@ type Config struct {
 	// is rejected (ErrSeriesLimit). Series loaded at start or written by
 	// another process are counted, never refused.
 	MaxSeriesBytes int
+	// MaxSchemaBytes caps the bytes the schemas of every table hold in
+	// memory together (columnCost: each column's name and its overhead);
+	// a line, CREATE TABLE or table definition that would add a column
+	// past it is rejected (ErrColumnLimit). Columns loaded at start or
+	// added by another process are counted, never refused.
+	MaxSchemaBytes int
 	// MaxDrainLimit is the largest drain page.
 	MaxDrainLimit int
 	// MaxDrainFilters bounds a drain's tag and has conditions together;
@@ -187,6 +194,7 @@ func DefaultConfig() Config {
 		MaxColumnsPerTable: DefaultMaxColumnsPerTable,
 		MaxSeriesPerTable:  DefaultMaxSeriesPerTable,
 		MaxSeriesBytes:     DefaultMaxSeriesBytes,
+		MaxSchemaBytes:     DefaultMaxSchemaBytes,
 		MaxTables:          DefaultMaxTables,
 		MaxDrainLimit:      DefaultMaxDrainLimit,
 		SubmitTimeout:      DefaultSubmitTimeout,
@@ -250,6 +258,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.MaxColumnsPerTable, "feed-max-columns-per-table", c.MaxColumnsPerTable, "most columns (tags plus fields) per table")
 	fs.IntVar(&c.MaxSeriesPerTable, "feed-max-series-per-table", c.MaxSeriesPerTable, "most series (distinct tag sets) per table")
 	fs.IntVar(&c.MaxSeriesBytes, "feed-max-series-bytes", c.MaxSeriesBytes, "most bytes the series dictionaries of all tables hold in memory (each series' tag set and about 100 bytes); a line that would add a series past it is rejected")
+	fs.IntVar(&c.MaxSchemaBytes, "feed-max-schema-bytes", c.MaxSchemaBytes, "most bytes the schemas of all tables hold in memory (each column's name and about 128 bytes); a line or table definition that would add a column past it is rejected")
 	fs.IntVar(&c.MaxTables, "feed-max-tables", c.MaxTables, "most tables; a write or CREATE TABLE that would add one more is rejected")
 	fs.DurationVar(&c.SubmitTimeout, "feed-submit-timeout", c.SubmitTimeout, "how long an HTTP write waits for room in the sequencer queue before 503")
 	fs.IntVar(&c.MaxConsumersPerTable, "max-consumers-per-table", c.MaxConsumersPerTable, "most named drain consumers one token (all clients, without --auth-file) holds on one table (409 too_many_consumers past it)")
@@ -310,6 +319,8 @@ func (c *Config) Validate() error {
 		return errors.New("feed: --feed-max-tables must be at least 1")
 	case c.MaxSeriesPerTable < 1:
 		return errors.New("feed: --feed-max-series-per-table must be at least 1")
+	case c.MaxSchemaBytes < 1:
+		return errors.New("feed: --feed-max-schema-bytes must be at least 1")
 	case c.MaxSeriesBytes < 1:
 		return errors.New("feed: --feed-max-series-bytes must be at least 1")
 	case c.MaxDrainLimit < 1:

@@ -137,6 +137,9 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 		Name: "ingestd_feed_series_bytes", Help: "Bytes the series dictionaries of every live table hold in memory (each series' tag set and about 100 bytes of overhead; at most --feed-max-series-bytes, past which a line bringing a new series is rejected as series_limit).",
 	}, func() float64 { return float64(s.seriesBytes.Load()) })
 	f.NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ingestd_feed_schema_bytes", Help: "Bytes the schemas of every live table hold in memory (each column's name and about 128 bytes of overhead; at most --feed-max-schema-bytes, past which a line or table definition adding a column is rejected as column_limit).",
+	}, func() float64 { return float64(s.schemaBytes.Load()) })
+	f.NewGaugeFunc(prometheus.GaugeOpts{
 		Name: "ingestd_feed_queue_capacity", Help: "Batches the sequencer queue holds (--feed-queue-length).",
 	}, func() float64 { return float64(cap(s.queue)) })
 	// A resolution takes one round trip per new table, column set and

@@ -641,7 +641,7 @@ func (s *Sequencer) pointNeeds(t *table, tn *tableNeeds, p *Point) {
 		}
 		cols = append(cols, store.Column{Name: f.Key, Kind: f.Value.Kind})
 	}
-	if columns+len(cols) > s.cfg.MaxColumnsPerTable || len(cols) > 0 && metaBytes+columnsBytes(cols) > s.limits.MaxMetaBytes {
+	if columns+len(cols) > s.cfg.MaxColumnsPerTable || len(cols) > 0 && (metaBytes+columnsBytes(cols) > s.limits.MaxMetaBytes || !s.schemaRoom(columnsCost(cols))) {
 		return
 	}
 	for _, c := range cols {

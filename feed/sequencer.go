@@ -54,6 +54,9 @@ type registry struct {
 	// seriesBytes is the registered tables' seriesBytes together
 	// (Config.MaxSeriesBytes); written by the sequencer only.
 	seriesBytes atomic.Int64
+	// schemaBytes is the registered tables' schemaBytes together
+	// (Config.MaxSchemaBytes); written by the sequencer only.
+	schemaBytes atomic.Int64
 	// waiting counts the long-poll drains waiting (Config.MaxWaitingDrains).
 	waiting atomic.Int64
 }
@@ -65,9 +68,11 @@ func (s *registry) putTableLocked(t *table) {
 	if old := s.tables[t.name]; old != t {
 		if old != nil {
 			s.seriesBytes.Add(-old.seriesBytes)
+			s.schemaBytes.Add(-old.schemaBytes)
 			old.registered = false
 		}
 		s.seriesBytes.Add(t.seriesBytes)
+		s.schemaBytes.Add(t.schemaBytes)
 		t.registered = true
 	}
 	s.tables[t.name] = t
@@ -78,6 +83,7 @@ func (s *registry) putTableLocked(t *table) {
 func (s *registry) deleteTableLocked(name string) {
 	if old := s.tables[name]; old != nil {
 		s.seriesBytes.Add(-old.seriesBytes)
+		s.schemaBytes.Add(-old.schemaBytes)
 		old.registered = false
 	}
 	delete(s.tables, name)
@@ -90,6 +96,21 @@ func (s *registry) addSeriesBytes(t *table, n int64) {
 	if t.registered {
 		s.seriesBytes.Add(n)
 	}
+}
+
+// addColumn appends c to t's schema, counting its bytes.
+// Sequencer goroutine only.
+func (s *registry) addColumn(t *table, c store.Column) {
+	t.addColumn(c)
+	if t.registered {
+		s.schemaBytes.Add(columnCost(c.Name))
+	}
+}
+
+// schemaRoom reports whether columns of cost n fit under
+// Config.MaxSchemaBytes.
+func (s *registry) schemaRoom(n int64) bool {
+	return s.schemaBytes.Load()+n <= int64(s.cfg.MaxSchemaBytes)
 }
 
 // seriesRoom reports whether a series of cost n fits under
@@ -1235,6 +1256,12 @@ func (s *Sequencer) checkPoint(t *table, p *Point) *RejectError {
 			fmt.Sprintf("table %s would have %d columns, more than --feed-max-columns-per-table=%d",
 				QuoteInput(t.name), len(t.meta.Columns)+len(s.newCols), s.cfg.MaxColumnsPerTable))
 	}
+	if n := columnsCost(s.newCols); len(s.newCols) > 0 && !s.schemaRoom(n) {
+		s.truncSlab(slab)
+		return reject(ErrColumnLimit, "", reasonColumnLimit,
+			fmt.Sprintf("the tables' schemas hold %d bytes, the new columns of table %s do not fit in --feed-max-schema-bytes=%d",
+				s.schemaBytes.Load(), QuoteInput(t.name), s.cfg.MaxSchemaBytes))
+	}
 	if n := t.metaBytes + columnsBytes(s.newCols); len(s.newCols) > 0 && n > s.limits.MaxMetaBytes {
 		s.truncSlab(slab)
 		return reject(ErrColumnLimit, "", reasonColumnLimit,
@@ -1251,6 +1278,15 @@ func (s *Sequencer) checkPoint(t *table, p *Point) *RejectError {
 
 // columnsBytes bounds what cols add to a stored schema
 // (store.ColumnBytes).
+// columnsCost is the columnCost of cols together.
+func columnsCost(cols []store.Column) int64 {
+	var n int64
+	for _, c := range cols {
+		n += columnCost(c.Name)
+	}
+	return n
+}
+
 func columnsBytes(cols []store.Column) int {
 	n := 0
 	for _, c := range cols {
@@ -1278,7 +1314,7 @@ func (s *Sequencer) addPoint(t *table, p *Point, rej *RejectError) {
 	g := t.group
 	if len(s.newCols) > 0 {
 		for _, c := range s.newCols {
-			t.addColumn(c)
+			s.addColumn(t, c)
 		}
 		g.metaDirty = true
 		t.columnsAdded()

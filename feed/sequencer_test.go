@@ -1319,6 +1319,48 @@ func TestSeriesBytesBudget(t *testing.T) {
 	require.ErrorIs(t, res.Rejected[0], ErrSeriesLimit)
 }
 
+// TestSchemaBytesBudget checks Config.MaxSchemaBytes: the schemas of all
+// tables together (thousands of tables of a thousand columns of 4,000-byte
+// names would otherwise hold gigabytes) stay within it. A line whose new
+// columns do not fit is rejected as column_limit, as is a table definition;
+// DROP gives its columns' bytes back, and the columns loaded at start are
+// counted.
+func TestSchemaBytesBudget(t *testing.T) {
+	key := func(i int) string { return fmt.Sprintf("%s%03d", strings.Repeat("k", 200), i) }
+	host, long := columnCost("host"), columnCost(key(0))
+	cfg := DefaultConfig()
+	cfg.MaxSchemaBytes = int(2*host + 3*long + long/2)
+	h := openHarness(t, memstore.NewDisk(), cfg)
+	bytes := func() int64 { return h.s.schemaBytes.Load() }
+
+	mustAppend(t, h.s, pt("t", 1, tg("host", "a"), fld(key(1), iv(1)), fld(key(2), iv(1))))
+	require.Equal(t, host+2*long, bytes())
+	res := appendBatch(t, h.s, pt("u", 1, tg("host", "a"), fld(key(3), iv(1)), fld(key(4), iv(1))))
+	require.Zero(t, res.Accepted)
+	require.Len(t, res.Rejected, 1)
+	require.ErrorIs(t, res.Rejected[0], ErrColumnLimit, "u's columns: the budget is global")
+	require.Contains(t, res.Rejected[0].Error(), "--feed-max-schema-bytes")
+	mustAppend(t, h.s, pt("u", 1, tg("host", "a"), fld(key(3), iv(1))))
+	require.Equal(t, 2*host+3*long, bytes())
+	_, err := h.s.DefineTable(context.Background(), "w", true, []Column{{Name: key(5), Kind: KindInt}})
+	require.ErrorIs(t, err, ErrColumnLimit)
+	require.Contains(t, err.Error(), "--feed-max-schema-bytes")
+	require.LessOrEqual(t, bytes(), int64(cfg.MaxSchemaBytes))
+
+	require.NoError(t, h.s.Drop(context.Background(), "u"))
+	require.Equal(t, host+2*long, bytes(), "DROP gives its columns' bytes back")
+	_, err = h.s.DefineTable(context.Background(), "w", true, []Column{{Name: key(5), Kind: KindInt}})
+	require.NoError(t, err)
+	require.Equal(t, host+3*long, bytes())
+
+	h.close()
+	h = openHarness(t, h.disk, cfg)
+	defer h.close()
+	require.Equal(t, host+3*long, h.s.schemaBytes.Load(), "the columns loaded at start are counted")
+	res = appendBatch(t, h.s, pt("t", 2, tg("host", "a"), fld(key(6), iv(1)), fld(key(7), iv(1))))
+	require.ErrorIs(t, res.Rejected[0], ErrColumnLimit)
+}
+
 // TestGroupScratchHoldsNoStrings: once a group is committed, the
 // sequencer's scratch (the field slab, the group's tables) holds none of
 // its values, so the writers' parsed strings, and the parser arenas they

@@ -254,7 +254,7 @@ func (s *Sequencer) adoptColumns(t *table, cols []store.Column) {
 		return
 	}
 	for _, c := range cols[len(t.meta.Columns):] {
-		t.addColumn(c)
+		s.addColumn(t, c)
 	}
 	t.columnsAdded()
 }

@@ -41,6 +41,10 @@ type table struct {
 	// each series), counted in the registry's seriesBytes while the table
 	// is registered (the table of its name).
 	seriesBytes int64
+	// schemaBytes is what the schema holds (columnCost of each column),
+	// counted in the registry's schemaBytes while the table is
+	// registered.
+	schemaBytes int64
 	registered  bool
 	// metaPending and announce are what the resolver added to the table
 	// (store.Shared only: resolve.go) that its next block carries: its
@@ -198,6 +202,15 @@ const (
 	fieldOverhead  = 48
 )
 
+// columnOverhead is what a column costs in memory besides its name: its
+// store.Column and x_seq in the schema, its entry in the name index, and
+// the published copies' share.
+const columnOverhead = 128
+
+// columnCost is what a column named name holds in memory, counted
+// against Config.MaxSchemaBytes.
+func columnCost(name string) int64 { return int64(len(name)) + columnOverhead }
+
 // newTable builds a table from its metadata and series dictionary.
 func newTable(meta store.TableMeta, series []store.Series) *table {
 	t := &table{
@@ -211,6 +224,7 @@ func newTable(meta store.TableMeta, series []store.Series) *table {
 	for i, c := range meta.Columns {
 		t.colByName[c.Name] = uint32(i)
 		t.metaBytes += store.ColumnBytes(c.Name)
+		t.schemaBytes += columnCost(c.Name)
 	}
 	for len(t.meta.ColumnsSince) < len(t.meta.Columns) {
 		t.meta.ColumnsSince = append(t.meta.ColumnsSince, 0) // kept before since was
@@ -247,6 +261,7 @@ func (t *table) addColumn(c store.Column) {
 	t.colByName[c.Name] = uint32(len(t.meta.Columns))
 	t.meta.Columns = append(t.meta.Columns, c)
 	t.metaBytes += store.ColumnBytes(c.Name)
+	t.schemaBytes += columnCost(c.Name)
 }
 
 // columnsAdded records that the columns of t's schema past those with a

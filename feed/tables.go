@@ -323,13 +323,18 @@ func (s *Sequencer) runDefine(o *op, exists bool) {
 	if o.err = s.checkTableLimit(); o.err != nil {
 		return
 	}
+	if n := columnsCost(storeColumns(o.cols)); !s.schemaRoom(n) {
+		o.err = fmt.Errorf("%w: the tables' schemas hold %d bytes, the declared columns (%d bytes) do not fit in --feed-max-schema-bytes=%d",
+			ErrColumnLimit, s.schemaBytes.Load(), n, s.cfg.MaxSchemaBytes)
+		return
+	}
 	t, err := s.createTable(o.name, o.flag)
 	if err != nil {
 		o.err = err
 		return
 	}
 	for _, c := range storeColumns(o.cols) {
-		t.addColumn(c)
+		s.addColumn(t, c)
 	}
 	t.columnsAdded()
 	o.created = true
