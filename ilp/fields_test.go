@@ -27,10 +27,13 @@ cpu,host=a,dc=x usage=7u,ok=true,s="plain" 70`)
 	b := &feed.Batch{}
 	errs, _ := p.ParseAll(b, body, 1, Nanosecond, 0)
 	require.Len(t, b.Points, 4)
+	// The first line's point has its own tags; the later ones share the
+	// known series' copy.
 	for _, pt := range b.Points[1:] {
-		require.Same(t, &b.Points[0].Tags[0], &pt.Tags[0], "line %d: tags shared with line 1", pt.Line)
+		require.Same(t, &b.Points[1].Tags[0], &pt.Tags[0], "line %d: tags shared with line 2", pt.Line)
 		require.Equal(t, "dc=x,host=a", pt.Series)
 	}
+	require.Equal(t, b.Points[0].Tags, b.Points[1].Tags)
 	require.Equal(t, `say "hi"`, b.Points[1].Fields[1].Value.Str)
 	require.Equal(t, []feed.PointField{{Key: "usage", Value: feed.Value{Kind: feed.KindInt, Num: 5}}}, b.Points[2].Fields)
 	require.Equal(t, feed.Value{Kind: feed.KindUint, Num: 7}, b.Points[3].Fields[0].Value)
@@ -158,7 +161,10 @@ func TestParserCachesBounded(t *testing.T) {
 	}
 	series, interned := 0, 0
 	for prefix, ks := range p.series {
-		series += len(prefix)
+		series += len(prefix) + len(ks.series)
+		for _, tag := range ks.tags {
+			series += len(tag.Value)
+		}
 		for _, k := range ks.shape {
 			series += len(k)
 		}

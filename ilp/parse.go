@@ -74,7 +74,12 @@ type Parser struct {
 	seriesBytes int
 	// internedBytes is the sum of intern's keys' lengths.
 	internedBytes int
-	rest          []byte // a field section behind a one-byte measurement
+	// cacheArena and cacheTags hold the known series' copies of their
+	// tags and series keys (remember), apart from the points' memory,
+	// never written below their length.
+	cacheArena []byte
+	cacheTags  []feed.Tag
+	rest       []byte // a field section behind a one-byte measurement
 	// usedSlabs are the field slabs handed out since the last Reuse (at
 	// most maxReusedSlabs of them are remembered), spareSlabs the ones
 	// Reuse gave back, handed out again before any new one is made.
@@ -374,12 +379,40 @@ func (p *Parser) remember(line []byte, sp, fieldsAt int, pt *feed.Point) {
 		len(bytes.Trim(line[sp:fieldsAt], " ")) > 0 {
 		return
 	}
-	if len(p.series) >= maxKnownSeries || p.seriesBytes+sp > maxKnownSeriesBytes {
+	// The cache keeps copies of the tags and series key: the point's live
+	// in the tag slab and the arena, whose chunks hold other lines'
+	// strings too (a long string field beside each new series' tags kept
+	// a 64 KiB chunk alive per series).
+	n := len(pt.Series)
+	for _, t := range pt.Tags {
+		n += len(t.Value)
+	}
+	if len(p.series) >= maxKnownSeries || p.seriesBytes+sp+n > maxKnownSeriesBytes {
 		clear(p.series)
 		p.seriesBytes = 0
+		p.cacheArena, p.cacheTags = nil, nil
 	}
-	p.series[string(line[:sp])] = &knownSeries{table: pt.Table, tags: pt.Tags, series: pt.Series}
-	p.seriesBytes += sp
+	if len(p.cacheArena)+n > cap(p.cacheArena) {
+		p.cacheArena = make([]byte, 0, max(arenaChunk, n))
+	}
+	own := func(s string) string {
+		if s == "" {
+			return ""
+		}
+		start := len(p.cacheArena)
+		p.cacheArena = append(p.cacheArena, s...)
+		return unsafe.String(&p.cacheArena[start], len(s))
+	}
+	if len(p.cacheTags)+len(pt.Tags) > cap(p.cacheTags) {
+		p.cacheTags = make([]feed.Tag, 0, max(slabLen, len(pt.Tags)))
+	}
+	start := len(p.cacheTags)
+	for _, t := range pt.Tags {
+		p.cacheTags = append(p.cacheTags, feed.Tag{Key: t.Key, Value: own(t.Value)}) // keys are interned or their own
+	}
+	tags := p.cacheTags[start:len(p.cacheTags):len(p.cacheTags)]
+	p.series[string(line[:sp])] = &knownSeries{table: pt.Table, tags: tags, series: own(pt.Series)}
+	p.seriesBytes += sp + n
 }
 
 // parseKnown parses a line whose measurement and tag section is ks, rest
@@ -647,11 +680,11 @@ func (p *Parser) newFieldSlab() []feed.PointField {
 // series key, strings) stays where it is, never written again: known
 // series share it.
 //
-// An idle Parser keeps at most arenaChunk bytes of the batch's strings
+// An idle Parser keeps at most half an arena chunk of the batch's strings
 // alive (a pooled parser would else hold up to a body's worth of them):
-// the slabs given back are cleared when more was copied into the arena
-// since the last Reuse, and the arena's last chunk is let go when it is
-// a long string's own.
+// the slabs given back are cleared when more than a chunk was copied into
+// the arena since the last Reuse, and the arena's last chunk is let go
+// when more than half of it is used (a long string's own chunk is full).
 func (p *Parser) Reuse() {
 	if p.copied > arenaChunk {
 		for _, s := range p.usedSlabs {
@@ -663,7 +696,7 @@ func (p *Parser) Reuse() {
 	clear(p.usedSlabs)
 	p.usedSlabs = p.usedSlabs[:0]
 	p.fields = p.newFieldSlab()
-	if cap(p.arena) > arenaChunk {
+	if len(p.arena) > arenaChunk/2 {
 		p.arena = nil
 	}
 }

@@ -629,35 +629,42 @@ func TestParserReuse(t *testing.T) {
 // batch alive once the batch is handed over (Detach, a TCP connection's)
 // or answered (Reuse, a pooled HTTP parser's): 300 TCP connections
 // flooding 1 KB string lines held 971 MB of them through their parsers'
-// slabs and arena, with every batch committed. A string past the arena's
-// chunk size gets a chunk of its own, whose collection a weak pointer
-// shows.
+// slabs and arena, with every batch committed. A weak pointer to a
+// string's arena chunk shows it collected.
 func TestParserLetsBatchesGo(t *testing.T) {
-	for _, name := range []string{"Detach", "Reuse"} {
-		t.Run(name, func(t *testing.T) {
-			lim := DefaultLimits()
-			lim.MaxLineBytes, lim.MaxStringBytes = 1<<20, 1<<20
-			p := NewParser(lim)
-			b := &feed.Batch{}
-			big := strings.Repeat("q", 200<<10)
-			require.Nil(t, p.Parse(b, []byte(`m,host=a s="`+big+`" 1`), 1, Nanosecond, 0))
-			require.Equal(t, big, b.Points[0].Fields[0].Value.Str)
-			chunk := weak.Make(unsafe.StringData(b.Points[0].Fields[0].Value.Str))
-			if name == "Detach" {
-				p.Detach()
-			} else {
-				p.Reuse()
-			}
-			// The parser goes on: the next batch is parsed as before.
-			next := &feed.Batch{}
-			require.Nil(t, p.Parse(next, []byte(`m,host=a s="x",v=2i 2`), 1, Nanosecond, 0))
-			require.Equal(t, []feed.PointField{f("s", st("x")), f("v", in(2))}, next.Points[0].Fields)
-			require.Equal(t, []feed.Tag{{Key: "host", Value: "a"}}, next.Points[0].Tags)
-			b = nil
-			runtime.GC()
-			require.Nil(t, chunk.Value(), "the handed-over batch's string is still reachable from the parser")
-			runtime.KeepAlive(p)
-		})
+	lines := []struct{ name, line string }{
+		// A string past the arena's chunk size gets a chunk of its own.
+		{"a long string", `m,host=a s="` + strings.Repeat("q", 200<<10) + `" 1`},
+		// The new series' tag value and the string share a chunk, and
+		// the known series cache keeps the series: it must keep copies
+		// (it kept the chunk, 64 KiB per series).
+		{"a string beside a new series' tags", `pin,s=1 v="` + strings.Repeat("q", 65000) + `" 1`},
+	}
+	for _, l := range lines {
+		for _, how := range []string{"Detach", "Reuse"} {
+			t.Run(l.name+"/"+how, func(t *testing.T) {
+				lim := DefaultLimits()
+				lim.MaxLineBytes, lim.MaxStringBytes = 1<<20, 1<<20
+				p := NewParser(lim)
+				b := &feed.Batch{}
+				require.Nil(t, p.Parse(b, []byte(l.line), 1, Nanosecond, 0))
+				chunk := weak.Make(unsafe.StringData(b.Points[0].Fields[0].Value.Str))
+				if how == "Detach" {
+					p.Detach()
+				} else {
+					p.Reuse()
+				}
+				// The parser goes on: the next batch is parsed as before.
+				next := &feed.Batch{}
+				require.Nil(t, p.Parse(next, []byte(`m,host=a s="x",v=2i 2`), 1, Nanosecond, 0))
+				require.Equal(t, []feed.PointField{f("s", st("x")), f("v", in(2))}, next.Points[0].Fields)
+				require.Equal(t, []feed.Tag{{Key: "host", Value: "a"}}, next.Points[0].Tags)
+				b = nil
+				runtime.GC()
+				require.Nil(t, chunk.Value(), "the handed-over batch's string is still reachable from the parser")
+				runtime.KeepAlive(p)
+			})
+		}
 	}
 }
 
