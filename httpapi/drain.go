@@ -317,17 +317,22 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 	// The page's bytes are reserved before anything is read, or for a
 	// long-poll at its first row, once its wait is over: a long-poll holds
 	// none of the budget while it waits.
+	// A JSON page lists the table's columns too (columnsListBytes).
 	res := pageBytes{b: a.budget, client: requestClient(r)}
 	defer res.release()
+	size := int64(a.maxPageBytes)
+	if format == formatJSON {
+		size += a.columnsListBytes(req.Table)
+	}
 	if req.Wait == 0 {
-		if err := res.reserve(r.Context(), int64(a.maxPageBytes)); err != nil {
+		if err := res.reserve(r.Context(), size); err != nil {
 			writeErr(w, err)
 			return
 		}
 	}
 	rows := 0
 	pg, err := a.opts.Drains.Drain(r.Context(), req, func(cols []feed.Column, vals []feed.Value) error {
-		if err := res.reserve(r.Context(), int64(a.maxPageBytes)); err != nil {
+		if err := res.reserve(r.Context(), size); err != nil {
 			return err
 		}
 		mark := len(enc.buf)
@@ -371,7 +376,16 @@ func (a *API) servePage(w http.ResponseWriter, r *http.Request, req feed.DrainRe
 		writeErr(w, err)
 		return
 	}
-	res.fit(int64(len(enc.buf)))
+	// The page's rows and its columns list, as reserved: a long-poll
+	// that found no row reserves the list now.
+	list := size - int64(a.maxPageBytes)
+	if list > 0 {
+		if err := res.reserve(r.Context(), list); err != nil {
+			writeErr(w, err)
+			return
+		}
+	}
+	res.fit(int64(len(enc.buf)) + list)
 	if pg.NewConsumer {
 		a.audit(r, "consumer.first_drain", req.Table, nil, "consumer", req.Consumer)
 	}

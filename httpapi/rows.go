@@ -55,7 +55,11 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 	defer func() { a.releasePageBuf(enc.buf) }()
 	res := pageBytes{b: a.budget, client: requestClient(r)}
 	defer res.release()
-	if err := res.reserve(r.Context(), int64(a.maxPageBytes)); err != nil {
+	size := int64(a.maxPageBytes) // a JSON page lists the table's columns too
+	if format != formatLP {
+		size += a.columnsListBytes(req.Table)
+	}
+	if err := res.reserve(r.Context(), size); err != nil {
 		writeErr(w, err)
 		return
 	}
@@ -82,7 +86,7 @@ func (a *API) rows(w http.ResponseWriter, r *http.Request) {
 		writeErr(w, err)
 		return
 	}
-	res.fit(int64(len(enc.buf)))
+	res.fit(int64(len(enc.buf)) + size - int64(a.maxPageBytes))
 	h := w.Header()
 	if format == formatLP {
 		h.Set("Ingestd-Epoch", strconv.FormatUint(pg.Epoch, 10))

@@ -103,10 +103,19 @@ func (a *API) sql(w http.ResponseWriter, r *http.Request) {
 	case *sqlp.Insert:
 		a.sqlInsert(sw, r, st)
 	default:
-		if _, ok := st.(*sqlp.ShowTables); ok { // as long as the table list (listTables)
+		// As long as the table list (listTables) or the columns
+		// (getTable).
+		var list int64
+		switch st := st.(type) {
+		case *sqlp.ShowTables:
+			list = tableListBytes(a.opts.Tables.Tables(), auth.FromContext(r.Context()))
+		case *sqlp.ShowColumns:
+			list = a.columnsListBytes(st.Table.Name)
+		}
+		if list > 0 {
 			lb := pageBytes{b: a.budget, client: requestClient(r)}
 			defer lb.release()
-			if err := lb.reserve(r.Context(), tableListBytes(a.opts.Tables.Tables(), auth.FromContext(r.Context()))); err != nil {
+			if err := lb.reserve(r.Context(), list); err != nil {
 				writeErr(sw, err)
 				return
 			}

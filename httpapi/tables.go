@@ -119,6 +119,27 @@ func tableListBytes(ts []feed.TableInfo, g *auth.Grant) int64 {
 // sync state, retention and counts).
 const tableListEntryBytes = 512
 
+// columnsListBytes bounds the bytes of table's columns as an answer lists
+// them (SHOW COLUMNS, the "columns" of a JSON page): each name
+// JSON-escaped at worst and its type. Such a list is reserved in the
+// response budget with the answer: 1,020 columns of 4,000-byte names make
+// an 8 MB list, which a reader that does not read would otherwise hold
+// outside it. 0 for a table that does not exist (the answer is an error).
+func (a *API) columnsListBytes(table string) int64 {
+	t, err := a.opts.Tables.Table(table)
+	if err != nil {
+		return 0
+	}
+	n := int64(tableListEntryBytes)
+	for _, c := range t.Columns {
+		n += 6*int64(len(c.Name)) + columnListEntryBytes
+	}
+	return n
+}
+
+// columnListEntryBytes bounds a listed column's bytes besides its name.
+const columnListEntryBytes = 48
+
 // audit records r's control action on table in the audit log: outcome
 // "ok", or err's error code.
 func (a *API) audit(r *http.Request, action, table string, err error, attrs ...any) {
@@ -138,6 +159,12 @@ func (a *API) audit(r *http.Request, action, table string, err error, attrs ...a
 }
 
 func (a *API) getTable(w http.ResponseWriter, r *http.Request) {
+	res := pageBytes{b: a.budget, client: requestClient(r)}
+	defer res.release()
+	if err := res.reserve(r.Context(), a.columnsListBytes(pathParam(r, "table"))); err != nil {
+		writeErr(w, err)
+		return
+	}
 	t, err := a.opts.Tables.Table(pathParam(r, "table"))
 	if err != nil {
 		writeErr(w, err)

@@ -1002,6 +1002,52 @@ func slowReader(t testing.TB, addr, text string) net.Conn {
 	return c
 }
 
+// TestHostileColumnsReaders: a table of 1,020 columns of 4,000-byte names
+// made of quotes lists its columns in about 8 MB of JSON (each quote
+// escaped), for SHOW COLUMNS and in every JSON page of its rows, and
+// those lists were built outside the response budget: clients asking and
+// never reading held them all. Each list is now reserved with its answer
+// (a page's with its rows): while one reader that does not read holds
+// the budget, the others wait 1 s and are refused with 503, and the
+// bytes come back once the write timeout cuts it off.
+func TestHostileColumnsReaders(t *testing.T) {
+	const budget = 16 << 20
+	h := startHostile(t, "--http-max-response-bytes-inflight", strconv.Itoa(budget), "--http-write-timeout", "3s")
+	for l := range 4 {
+		var line strings.Builder
+		line.WriteString("wide ")
+		for f := range 255 {
+			if f > 0 {
+				line.WriteByte(',')
+			}
+			key := fmt.Sprintf("k%d_%d_", l, f)
+			fmt.Fprintf(&line, "%s%s=1", key, strings.Repeat(`"`, 4000-len(key)))
+		}
+		line.WriteString(" 1\n")
+		require.Equal(t, http.StatusNoContent, mustDo(t, h.hc, http.MethodPost, h.p.URL+"/write", []byte(line.String())).Status)
+	}
+	count := func(sample string) float64 {
+		v, _ := metric(t, h.hc, h.p.URL, sample)
+		return v
+	}
+	const refusedSample = `ingestd_http_requests_refused_total{reason="response_bytes"}`
+	before := count(refusedSample)
+	c := slowReader(t, hostAddr(h.p.URL), "GET /api/v1/tables/wide HTTP/1.1\r\nHost: x\r\n\r\n")
+	defer func() { _ = c.Close() }()
+	poll(t, 30*time.Second, func() bool { return count("ingestd_http_response_inflight_bytes") == budget },
+		"the list holds the budget while its reader does not read")
+	for _, path := range []string{"/api/v1/tables/wide", "/api/v1/sql?q=SHOW%20COLUMNS%20FROM%20wide", "/api/v1/tables/wide/rows?limit=10"} {
+		resp := mustDo(t, h.hc, http.MethodGet, h.p.URL+path, nil)
+		require.Equal(t, http.StatusServiceUnavailable, resp.Status, "%s while the budget is held: %s", path, resp.Body)
+	}
+	require.Equal(t, before+3, count(refusedSample))
+	poll(t, 30*time.Second, func() bool { return count("ingestd_http_response_inflight_bytes") == 0 },
+		"the bytes given back once the write timeout cut the reader off")
+	resp := mustDo(t, h.hc, http.MethodGet, h.p.URL+"/api/v1/tables/wide", nil)
+	require.Equal(t, http.StatusOK, resp.Status)
+	require.Greater(t, len(resp.Body), 8_000_000, "the whole list")
+}
+
 // TestHostileTableListReaders: the finding was 10,000 tables of
 // 4,000-byte names (a 42 MB list) and 40 connections asking for GET
 // /api/v1/tables and never reading: RSS from 0.5 to 3.45 GB, the lists
