@@ -115,7 +115,11 @@ func (db *DB) Append(ctx context.Context, commits []store.TableCommit, stamped f
 			st := db.table(commits[i].TableID)
 			m := st.meta
 			m.Seq = max(m.Seq, st.lease)
-			kvs, err := db.metaKVs(m)
+			var kvs []rowengine.KV
+			err := db.e.View(context.WithoutCancel(ctx), func(txn *badger.Txn) (err error) {
+				kvs, err = db.metaKVs(m, func(k []byte) ([]byte, error) { return txnValue(txn, k) })
+				return err
+			})
 			if err != nil {
 				return err
 			}
@@ -241,6 +245,9 @@ func (db *DB) PruneTombstone(ctx context.Context, name string, floor store.Table
 	}
 	return db.e.Update(ctx, func(txn *badger.Txn) error {
 		if err := db.setMeta(txn, floor); err != nil {
+			return err
+		}
+		if err := deleteChunks(txn, name, 0); err != nil {
 			return err
 		}
 		return txn.Delete(metaKey(name))

@@ -1,9 +1,11 @@
 package badgerstore
 
 import (
+	"bytes"
 	"context"
 	"encoding/binary"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 
@@ -137,15 +139,19 @@ func (db *DB) loadTables() ([]store.TableMeta, error) {
 		it := txn.NewIterator(badger.IteratorOptions{Prefix: []byte{ksMeta}, PrefetchValues: true})
 		defer it.Close()
 		for it.Rewind(); it.Valid(); it.Next() {
+			key := it.Item().Key()
+			if _, _, chunk := isColumnChunk(key); chunk {
+				continue // read with its table's value (readMeta)
+			}
 			// The key holds the name byte for byte; JSON would have turned
 			// invalid UTF-8 into U+FFFD (names stored by older versions).
-			var m store.TableMeta
-			err := it.Item().Value(func(v []byte) (err error) {
-				m, err = decodeMeta(string(it.Item().Key()[1:]), v)
-				return err
-			})
+			v, err := it.Item().ValueCopy(nil)
 			if err != nil {
-				return &store.CorruptionError{Key: it.Item().KeyCopy(nil), Err: err}
+				return err
+			}
+			m, err := readMeta(txn, string(key[1:]), v)
+			if err != nil {
+				return err
 			}
 			metas = append(metas, m)
 		}
@@ -164,24 +170,83 @@ func (db *DB) allocTableID() uint64 {
 
 func metaKey(name string) []byte { return append([]byte{ksMeta}, name...) }
 
-// metaKVs returns the keys that store m under its name, with the
-// instance id high-water.
-func (db *DB) metaKVs(m store.TableMeta) ([]rowengine.KV, error) {
-	v, err := encodeMeta(m)
+// columnChunkKey is the key of chunk i of the columns of name: after its
+// meta key and before any other name's (a name holds no control byte).
+func columnChunkKey(name string, i int) []byte {
+	return binary.BigEndian.AppendUint32(append(metaKey(name), 0), uint32(i))
+}
+
+// isColumnChunk reports whether key, of the meta keyspace, is a chunk of
+// columns (columnChunkKey), and whose and which.
+func isColumnChunk(key []byte) (name string, i int, ok bool) {
+	at := bytes.IndexByte(key[1:], 0)
+	if at < 0 || len(key) != 1+at+1+4 {
+		return "", 0, false
+	}
+	return string(key[1 : 1+at]), int(binary.BigEndian.Uint32(key[1+at+1:])), true
+}
+
+// metaKVs returns the keys that store m under its name: its value, the
+// chunks of its columns that differ from what stored reads (a key's
+// value, nil when absent), and the instance id high-water. A chunk left
+// past m's (a schema that shrank) is not read any more; setMeta deletes
+// them.
+func (db *DB) metaKVs(m store.TableMeta, stored func(key []byte) ([]byte, error)) ([]rowengine.KV, error) {
+	v, chunks, err := encodeMeta(m)
 	if err != nil {
 		return nil, err
 	}
-	return []rowengine.KV{{Key: metaKey(m.Name), Value: v}, {Key: nextTIDKey, Value: binary.AppendUvarint(nil, db.nextTID)}}, nil
+	kvs := []rowengine.KV{{Key: metaKey(m.Name), Value: v}, {Key: nextTIDKey, Value: binary.AppendUvarint(nil, db.nextTID)}}
+	for i, c := range chunks {
+		k := columnChunkKey(m.Name, i)
+		old, err := stored(k)
+		if err != nil {
+			return nil, err
+		}
+		if !bytes.Equal(old, c) {
+			kvs = append(kvs, rowengine.KV{Key: k, Value: c})
+		}
+	}
+	return kvs, nil
 }
 
-// setMeta writes m under its name and the instance id high-water in txn.
+// txnValue reads key's value in txn: nil when absent.
+func txnValue(txn *badger.Txn, key []byte) ([]byte, error) {
+	item, err := txn.Get(key)
+	if errors.Is(err, badger.ErrKeyNotFound) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	return item.ValueCopy(nil)
+}
+
+// setMeta writes m under its name and the instance id high-water in txn,
+// and deletes the chunks of columns past m's.
 func (db *DB) setMeta(txn *badger.Txn, m store.TableMeta) error {
-	kvs, err := db.metaKVs(m)
+	kvs, err := db.metaKVs(m, func(k []byte) ([]byte, error) { return txnValue(txn, k) })
 	if err != nil {
 		return err
 	}
 	for _, kv := range kvs {
 		if err := txn.Set(kv.Key, kv.Value); err != nil {
+			return err
+		}
+	}
+	return deleteChunks(txn, m.Name, len(columnChunkEnds(m.Columns)))
+}
+
+// deleteChunks deletes the chunks of columns of name from chunk from on.
+func deleteChunks(txn *badger.Txn, name string, from int) error {
+	it := txn.NewIterator(badger.IteratorOptions{Prefix: append(metaKey(name), 0)})
+	var keys [][]byte
+	for it.Seek(columnChunkKey(name, from)); it.Valid(); it.Next() {
+		keys = append(keys, it.Item().KeyCopy(nil))
+	}
+	it.Close()
+	for _, k := range keys {
+		if err := txn.Delete(k); err != nil {
 			return err
 		}
 	}
@@ -191,24 +256,37 @@ func (db *DB) setMeta(txn *badger.Txn, m store.TableMeta) error {
 // getMeta reads the metadata stored under name.
 func (db *DB) getMeta(name string) (m store.TableMeta, found bool, err error) {
 	err = db.e.View(context.Background(), func(txn *badger.Txn) error {
-		item, err := txn.Get(metaKey(name))
-		if errors.Is(err, badger.ErrKeyNotFound) {
-			return nil
-		}
-		if err != nil {
+		v, err := txnValue(txn, metaKey(name))
+		if err != nil || v == nil {
 			return err
 		}
 		found = true
-		err = item.Value(func(v []byte) (err error) {
-			m, err = decodeMeta(name, v) // the key's name (encodeMeta)
-			return err
-		})
-		if err != nil {
-			return &store.CorruptionError{Key: metaKey(name), Err: err}
-		}
-		return nil
+		m, err = readMeta(txn, name, v)
+		return err
 	})
 	return m, found, err
+}
+
+// readMeta decodes name's meta value v and reads its chunks of columns
+// in txn.
+func readMeta(txn *badger.Txn, name string, v []byte) (store.TableMeta, error) {
+	m, chunks, err := decodeMeta(name, v) // the key's name (encodeMeta)
+	if err != nil {
+		return m, &store.CorruptionError{Key: metaKey(name), Err: err}
+	}
+	for i := range chunks {
+		c, err := txnValue(txn, columnChunkKey(name, i))
+		if err == nil && c == nil {
+			err = fmt.Errorf("badgerstore: chunk %d of %d of the columns is missing", i, chunks)
+		}
+		if err == nil {
+			err = addChunk(&m, c)
+		}
+		if err != nil {
+			return m, &store.CorruptionError{Key: columnChunkKey(name, i), Err: err}
+		}
+	}
+	return m, nil
 }
 
 // writeMetas durably writes the metadata of sts with each lease, in one

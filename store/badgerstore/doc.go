@@ -43,7 +43,8 @@
 //
 // In the engine's owner keyspaces (rowengine.OwnerKeyspaces):
 //
-//	'm' name                      -> table meta (JSON, its name empty: the key's): instance id, sync, epoch, seq lease, columns, columns_since (optional: the x_seq each column was added at; absent in older stores, read as 0)
+//	'm' name                      -> table meta (JSON, its name empty: the key's): instance id, sync, epoch, seq lease, column_chunks (the chunks of its columns that follow; older stores: columns and columns_since inline, the x_seq each column was added at, absent in older still, read as 0)
+//	'm' name 0x00 chunk(4 BE)     -> a chunk of the table's columns (JSON: at most 64 columns, closed once their names reach 16 KiB, with their x_seq): a new column rewrites only the last chunk
 //	'n' 't'                       -> next table instance id (uvarint)
 //	'c' name 0x00 consumer        -> a named consumer's acknowledged position (JSON)
 //

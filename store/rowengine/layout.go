@@ -53,8 +53,11 @@ const (
 // unknown run kind; older runs read as they are. Version 10 writes head
 // records whose one-point runs name their fragment in the block
 // (headFrag), which a 9 build would misread after a crash; older records
-// replay as they are.
-const layoutVersion = 10
+// replay as they are. Version 11 is the default backend's: it stores a
+// table's columns in chunks after its metadata (badgerstore's meta.go),
+// which a 10 build would read as a table without columns; older
+// metadata reads as it is.
+const layoutVersion = 11
 
 // Block metadata (badger's user meta byte of a block's key).
 const (
