@@ -167,6 +167,7 @@ type metrics struct {
 const (
 	refusedCrossSite     = "cross_site"
 	refusedContentType   = "content_type"
+	refusedEncoding      = "content_encoding"
 	refusedResponseBytes = "response_bytes"
 )
 
@@ -209,7 +210,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 		}, []string{"limit"}),
 		refused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_http_requests_refused_total",
-			Help: "Requests refused before their route's handler, by reason: cross_site (403: a state-changing request whose Origin or Sec-Fetch-Site names another site), content_type (415: a control route's body declared as other than application/json), response_bytes (503: a drain, rows or SQL page or a table list that found no room under --http-max-response-bytes-inflight within 1s, before it was built).",
+			Help: "Requests refused before their route's handler, by reason: cross_site (403: a state-changing request whose Origin or Sec-Fetch-Site names another site), content_type (415: a control route's body declared as other than application/json), content_encoding (415: a body compressed on a route other than the writes), response_bytes (503: a drain, rows or SQL page or a table list that found no room under --http-max-response-bytes-inflight within 1s, before it was built).",
 		}, []string{"reason"}),
 	}}
 	a.budget = newResponseBudget(opts.MaxResponseBytesInflight, opts.MaxResponseBytesPerClient, responseBudgetWait, f.NewGauge(prometheus.GaugeOpts{
@@ -220,6 +221,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	a.stopCtx, a.stopAll = context.WithCancel(context.Background())
 	a.m.refused.WithLabelValues(refusedCrossSite)
 	a.m.refused.WithLabelValues(refusedContentType)
+	a.m.refused.WithLabelValues(refusedEncoding)
 	// Each route's scope (docs/operations.md#scopes). Open: /ping, /health,
 	// /metrics, /api.yaml, /favicon.ico.
 	need := opts.Auth.Require
@@ -240,7 +242,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	r.Head("/ping", a.ping)
 	r.Get("/health", a.health)
 	r.With(need(auth.Any, "query", nil)).Get("/query", a.query)
-	r.With(need(auth.Any, "query", nil)).Post("/query", a.query)
+	r.With(need(auth.Any, "query", nil), a.identityOnly).Post("/query", a.query)
 	if opts.WriteV1 != nil {
 		r.With(need(auth.Write, "write", nil)).Method(http.MethodPost, "/write", opts.WriteV1)
 	}
@@ -271,7 +273,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	r.With(need(auth.Drain, "drain", drainTable)).Get("/drain", a.drain)
 	// Each statement is checked against its own scope (sqlAllowed).
 	r.With(need(auth.Any, "sql", nil)).Get("/api/v1/sql", a.sql)
-	r.With(need(auth.Any, "sql", nil)).Post("/api/v1/sql", a.sql)
+	r.With(need(auth.Any, "sql", nil), a.identityOnly).Post("/api/v1/sql", a.sql)
 	a.router = r
 	a.routes = flatRoutes(r)
 	return a
@@ -347,7 +349,7 @@ func (a *API) crossSite(next http.Handler) http.Handler {
 // requests), never application/json. A body without Content-Type is read
 // as JSON (Go's and most clients send none).
 func (a *API) jsonOnly(next http.Handler) http.Handler {
-	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+	return a.identityOnly(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if ct := r.Header.Get("Content-Type"); ct != "" {
 			mt, _, err := mime.ParseMediaType(ct)
 			if err != nil || mt != "application/json" {
@@ -356,6 +358,23 @@ func (a *API) jsonOnly(next http.Handler) http.Handler {
 					"Content-Type must be application/json, got "+feed.QuoteInput(ct))
 				return
 			}
+		}
+		next.ServeHTTP(w, r)
+	}))
+}
+
+// identityOnly refuses a request whose body declares a Content-Encoding
+// other than identity with 415: only the write routes decompress (gzip).
+// Elsewhere a compressed body would be read as it is, and a route that
+// reads no body (TRUNCATE) would act on a request whose body it never
+// looked at.
+func (a *API) identityOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if ce := r.Header.Get("Content-Encoding"); ce != "" && !strings.EqualFold(ce, "identity") {
+			a.m.refused.WithLabelValues(refusedEncoding).Inc()
+			writeJSONErr(w, http.StatusUnsupportedMediaType, wire.CodeUnsupportedMediaType,
+				"Content-Encoding must be identity here (only /write and /api/v2/write take gzip bodies), got "+feed.QuoteInput(ce))
+			return
 		}
 		next.ServeHTTP(w, r)
 	})

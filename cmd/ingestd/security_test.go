@@ -318,8 +318,10 @@ func TestRevokeEndsLongPolls(t *testing.T) {
 // TestCrossSite: a state-changing request a browser sends from another
 // site (Origin or Sec-Fetch-Site) is refused with 403 before anything
 // changes, including a cross-site truncate; control routes take
-// only application/json bodies (415); writers without those headers
-// (Telegraf, client libraries, curl) are unaffected.
+// only application/json bodies (415), and no route but the writes a
+// compressed one (415: a gzip body sent to truncate truncated the table
+// before, its body unread); writers without those headers (Telegraf,
+// client libraries, curl) are unaffected.
 func TestCrossSite(t *testing.T) {
 	d := startDaemon(t, testConfig(t.TempDir()))
 	c := newClient(t, d)
@@ -345,6 +347,9 @@ func TestCrossSite(t *testing.T) {
 		{"form body on a control route", "PUT", "/api/v1/tables/t2", `{"sync":true}`, http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, 415, "unsupported_media_type"},
 		{"text/plain truncate", "POST", "/api/v1/tables/sensor/truncate", "", http.Header{"Content-Type": {"text/plain"}}, 415, "unsupported_media_type"},
 		{"multipart sync", "PUT", "/api/v1/tables/sensor/sync", "", http.Header{"Content-Type": {"multipart/form-data; boundary=x"}}, 415, "unsupported_media_type"},
+		{"gzip truncate", "POST", "/api/v1/tables/sensor/truncate", "\x1f\x8b", http.Header{"Content-Encoding": {"gzip"}}, 415, "unsupported_media_type"},
+		{"gzip SQL", "POST", "/api/v1/sql", "\x1f\x8b", http.Header{"Content-Type": {"application/json"}, "Content-Encoding": {"gzip"}}, 415, "unsupported_media_type"},
+		{"gzip /query", "POST", "/query", "\x1f\x8b", http.Header{"Content-Type": {"application/x-www-form-urlencoded"}, "Content-Encoding": {"gzip"}}, 415, "unsupported_media_type"},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -366,6 +371,7 @@ func TestCrossSite(t *testing.T) {
 		{"Sec-Fetch-Site same-origin", "POST", "/write", "sensor v=4 4\n", http.Header{"Sec-Fetch-Site": {"same-origin"}}, 204},
 		{"curl without Origin", "POST", "/write", "sensor v=5 5\n", http.Header{"Content-Type": {"application/x-www-form-urlencoded"}}, 204},
 		{"JSON with charset", "PUT", "/api/v1/tables/sensor/sync", `{"enabled":true}`, http.Header{"Content-Type": {"application/json; charset=utf-8"}}, 200},
+		{"identity encoding", "PUT", "/api/v1/tables/sensor/sync", `{"enabled":true}`, http.Header{"Content-Encoding": {"Identity"}}, 200},
 		{"no Content-Type", "POST", "/api/v1/tables/sensor/truncate", "", nil, 200},
 		{"cross-site read", "GET", "/drain?table=sensor&after=0&limit=1", "", http.Header{"Origin": {"http://evil.example"}, "Sec-Fetch-Site": {"cross-site"}}, 200},
 		{"same-origin drain with a consumer", "GET", "/drain?table=sensor&after=0&limit=1&consumer=page", "", http.Header{"Sec-Fetch-Site": {"same-origin"}}, 200},
