@@ -46,6 +46,10 @@ const (
 	// DefaultTCPMaxBufferedBytes is DefaultMaxInflightWriteBytes: the
 	// TCP connections together hold as much as the HTTP writes.
 	DefaultTCPMaxBufferedBytes = 64 << 20
+	// DefaultMaxParserCacheBytes is the default Config.MaxParserCacheBytes:
+	// room for the caches of about a thousand connections of a few
+	// thousand series each.
+	DefaultMaxParserCacheBytes = 256 << 20
 	DefaultTCPIdleTimeout      = 5 * time.Minute
 )
 
@@ -125,6 +129,12 @@ type Config struct {
 	// no room submits its batch and stops reading until there is. Must
 	// exceed 2 × Limits.MaxLineBytes.
 	TCPMaxBufferedBytes int64
+	// MaxParserCacheBytes bounds what the caches of every ILP parser hold
+	// together (each TCP connection's and each idle HTTP parser's known
+	// series and interned keys, each at most about 2 MiB): a cache that
+	// finds no room does not grow, and its lines parse without its
+	// shortcut.
+	MaxParserCacheBytes int64
 	// TCPIdleTimeout closes a connection that has sent no byte for this
 	// long (its complete lines were committed already). Must be positive.
 	TCPIdleTimeout time.Duration
@@ -146,6 +156,7 @@ func DefaultConfig() Config {
 		TCPMaxConns:           DefaultTCPMaxConns,
 		TCPIdleTimeout:        DefaultTCPIdleTimeout,
 		TCPMaxBufferedBytes:   DefaultTCPMaxBufferedBytes,
+		MaxParserCacheBytes:   DefaultMaxParserCacheBytes,
 	}
 }
 
@@ -170,6 +181,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.TCPBatchBytes, "ilp-tcp-batch-bytes", c.TCPBatchBytes, "bytes of TCP lines per batch handed to the sequencer (bounds a connection's buffer)")
 	fs.IntVar(&c.TCPMaxConns, "ilp-tcp-max-conns", c.TCPMaxConns, "most concurrent TCP connections; at the cap a new one closes, of the peer address holding the most, the one longest without a complete line")
 	fs.Int64Var(&c.TCPMaxBufferedBytes, "ilp-tcp-max-buffered-bytes", c.TCPMaxBufferedBytes, "bytes all TCP connections hold together: lines of their batches until committed, and partial lines past 64 KiB (at most half of it; a line that finds no room is dropped as too long); a connection whose next line finds no room submits its batch and stops reading until there is")
+	fs.Int64Var(&c.MaxParserCacheBytes, "ilp-max-parser-cache-bytes", c.MaxParserCacheBytes, "bytes the caches of all ILP parsers (each TCP connection's, each idle HTTP parser's: known series and interned keys) hold together; a cache without room stops growing, its lines parse without its shortcut")
 	fs.DurationVar(&c.TCPIdleTimeout, "ilp-tcp-idle-timeout", c.TCPIdleTimeout, "close a TCP connection that has sent nothing for this long (must be positive)")
 }
 
@@ -190,6 +202,8 @@ func (c *Config) Validate() error {
 		return fmt.Errorf("ilp: --http-max-inflight-write-bytes=%d must exceed --max-body-bytes=%d", c.MaxInflightWriteBytes, c.MaxBodyBytes)
 	case c.TCPMaxBufferedBytes <= 2*int64(c.Limits.MaxLineBytes)+2*tcpBudgetChunk:
 		return fmt.Errorf("ilp: --ilp-tcp-max-buffered-bytes=%d must exceed twice --max-line-bytes=%d and 128 KiB", c.TCPMaxBufferedBytes, c.Limits.MaxLineBytes)
+	case c.MaxParserCacheBytes < 0:
+		return errors.New("ilp: --ilp-max-parser-cache-bytes must not be negative")
 	case c.Limits.MaxLineBytes < 1 || c.Limits.MaxLineBytes > MaxLineBytesCeiling:
 		return fmt.Errorf("ilp: --max-line-bytes must be within 1..%d", MaxLineBytesCeiling)
 	case c.Limits.MaxKeyBytes < 1 || c.Limits.MaxKeyBytes > feed.MaxNameBytesCeiling:

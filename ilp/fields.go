@@ -175,10 +175,11 @@ func (p *Parser) keepShape(ks *knownSeries, fields []feed.PointField, same bool)
 	if !same || len(fields) != len(ks.shape) {
 		n := 0
 		for i := range fields {
-			n += len(fields[i].Key)
+			n += len(fields[i].Key) + 16 // and its string header in shape
 		}
 		p.seriesBytes -= ks.shapeBytes
-		if p.seriesBytes+n > maxKnownSeriesBytes {
+		p.uncharge(int64(ks.shapeBytes))
+		if p.seriesBytes+n > maxKnownSeriesBytes || !p.charge(int64(n)) {
 			clear(ks.shape)
 			ks.shape, ks.shapeBytes = ks.shape[:0], 0
 			return fields

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/feed"
@@ -166,7 +168,7 @@ func TestParserCachesBounded(t *testing.T) {
 			series += len(tag.Value)
 		}
 		for _, k := range ks.shape {
-			series += len(k)
+			series += len(k) + 16
 		}
 	}
 	for k := range p.intern {
@@ -176,4 +178,40 @@ func TestParserCachesBounded(t *testing.T) {
 	require.LessOrEqual(t, interned, maxInternedBytes, "interned keys")
 	require.Equal(t, series, p.seriesBytes)
 	require.Equal(t, interned, p.internedBytes)
+}
+
+// TestParserCacheBudget checks Config.MaxParserCacheBytes: the caches of
+// every parser take from one budget (each TCP connection's and idle HTTP
+// parser's caches are bounded, but 1,024 connections filled on purpose
+// would hold gigabytes). A cache that finds no room does not grow (the
+// refusals are counted), every line parses as a fresh parser's would, and
+// Release gives a parser's bytes back.
+func TestParserCacheBudget(t *testing.T) {
+	const limit = 64 << 10
+	b := &cacheBudget{limit: limit, refused: prometheus.NewCounter(prometheus.CounterOpts{Name: "refused"})}
+	var body []byte
+	for i := range 2000 {
+		body = fmt.Appendf(body, "m,host=h%04d%s,dc=x a=%di,b=%d.5 %d\n", i, strings.Repeat("v", 100), i, i, i+1)
+	}
+	want, errs := parseWholePoints(body, DefaultLimits(), Nanosecond)
+	require.Empty(t, errs)
+	var parsers []*Parser
+	for range 2 {
+		p := NewParser(DefaultLimits())
+		p.budget = b
+		for range 2 { // the second pass finds the series it kept known
+			got := &feed.Batch{}
+			errs, _ := p.ParseAll(got, body, 1, Nanosecond, 0)
+			require.Empty(t, errs)
+			require.Equal(t, want, got.Points)
+			require.LessOrEqual(t, b.used.Load(), int64(limit))
+		}
+		parsers = append(parsers, p)
+	}
+	require.Positive(t, testutil.ToFloat64(b.refused), "entries refused at the budget")
+	require.NotEmpty(t, parsers[0].series, "the first parser kept what fitted")
+	for _, p := range parsers {
+		p.Release()
+	}
+	require.Zero(t, b.used.Load(), "every byte given back")
 }

@@ -132,12 +132,12 @@ const (
 )
 
 // get returns an idle Parser, or a new one enforcing lim.
-func (pp parserPool) get(lim Limits) *pooledParser {
+func (pp parserPool) get(newParser func() *Parser) *pooledParser {
 	select {
 	case x := <-pp:
 		return x
 	default:
-		return &pooledParser{p: NewParser(lim)}
+		return &pooledParser{p: newParser()}
 	}
 }
 
@@ -154,6 +154,7 @@ func (pp parserPool) put(x *pooledParser, b *feed.Batch) {
 	select {
 	case pp <- x:
 	default:
+		x.p.Release() // not kept: its caches' bytes go back
 	}
 }
 
@@ -324,7 +325,7 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 		}
 		return // else the client went away while its write waited
 	}
-	parser := in.parsers.get(in.cfg.Limits)
+	parser := in.parsers.get(in.newParser)
 	batch := &feed.Batch{Points: parser.points}
 	perrs, _ := parser.p.ParseAll(batch, TrimBOM(buf.Bytes()), 1, prec, recv.UnixNano())
 	in.slots.release(taken)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promauto"
 
 	"github.com/ingestd/ingestd/feed"
 )
@@ -54,6 +55,8 @@ type Ingest struct {
 	auth      Auth
 	// parsers are the HTTP handler's idle Parsers (parserPool).
 	parsers parserPool
+	// caches is the budget of every Parser's caches.
+	caches *cacheBudget
 	// overload refuses HTTP writes while writes take longer than
 	// Config.MaxWriteDelay.
 	overload *overload
@@ -113,8 +116,14 @@ func New(cfg Config, app Appender, submitTimeout time.Duration, logger *slog.Log
 	ov, ps := newOverload(cfg.MaxWriteDelay, delay), newParseSlots(slots, cfg.WriteQueueTimeout, cfg.OverloadQueueTimeout)
 	ov.onRefusing = ps.shorten
 	m := newMetrics(reg)
+	caches := &cacheBudget{limit: cfg.MaxParserCacheBytes, refused: m.cacheRefused}
+	promauto.With(reg).NewGaugeFunc(prometheus.GaugeOpts{
+		Name: "ingestd_ilp_parser_cache_bytes",
+		Help: "Bytes the caches of all ILP parsers hold (known series with their field keys, interned keys); at most --ilp-max-parser-cache-bytes.",
+	}, func() float64 { return float64(caches.used.Load()) })
 	return &Ingest{
-		cfg: cfg, app: app, submitTimeout: submitTimeout, overload: ov,
+		caches: caches,
+		cfg:    cfg, app: app, submitTimeout: submitTimeout, overload: ov,
 		logger: logger.With("component", "ilp"), m: m, now: time.Now,
 		tcpBudget: newTCPBudget(cfg.TCPMaxBufferedBytes, m.tcpBuffered, m.tcpBudgetWaits),
 		logLimit:  rateLimit{every: time.Second}, acceptLog: rateLimit{every: time.Second},

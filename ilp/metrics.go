@@ -53,6 +53,9 @@ type metrics struct {
 	// the batches that waited for room in it.
 	tcpBuffered    prometheus.Gauge
 	tcpBudgetWaits prometheus.Counter
+	// cacheRefused counts parser cache entries not kept for want of room
+	// under Config.MaxParserCacheBytes.
+	cacheRefused prometheus.Counter
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -97,6 +100,10 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		tcpBuffered: f.NewGauge(prometheus.GaugeOpts{
 			Name: "ingestd_ilp_tcp_buffered_bytes",
 			Help: "Bytes the ILP TCP connections hold: lines parsed into batches not yet committed, and partial lines past their first 64 KiB; at most --ilp-tcp-max-buffered-bytes.",
+		}),
+		cacheRefused: f.NewCounter(prometheus.CounterOpts{
+			Name: "ingestd_ilp_parser_cache_refused_total",
+			Help: "ILP parser cache entries (a known series, its field keys, an interned key) not kept because the caches of all parsers held --ilp-max-parser-cache-bytes; their lines parse all the same.",
 		}),
 		tcpBudgetWaits: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_ilp_tcp_buffered_waits_total",

@@ -74,6 +74,10 @@ type Parser struct {
 	seriesBytes int
 	// internedBytes is the sum of intern's keys' lengths.
 	internedBytes int
+	// budget, when set, is the server's budget the caches' bytes are
+	// taken from (charged: what they hold of it, Release gives it back).
+	budget  *cacheBudget
+	charged int64
 	// cacheArena and cacheTags hold the known series' copies of their
 	// tags and series keys (remember), apart from the points' memory,
 	// never written below their length.
@@ -388,12 +392,16 @@ func (p *Parser) remember(line []byte, sp, fieldsAt int, pt *feed.Point) {
 		n += len(t.Value)
 	}
 	if len(p.series) >= maxKnownSeries || p.seriesBytes+sp+n > maxKnownSeriesBytes {
+		p.uncharge(int64(p.seriesBytes) + int64(len(p.series))*knownSeriesOverhead)
 		clear(p.series)
 		p.seriesBytes = 0
 		p.cacheArena, p.cacheTags = nil, nil
 	}
+	if !p.charge(int64(sp+n) + knownSeriesOverhead) {
+		return
+	}
 	if len(p.cacheArena)+n > cap(p.cacheArena) {
-		p.cacheArena = make([]byte, 0, max(arenaChunk, n))
+		p.cacheArena = make([]byte, 0, max(cacheChunk, n))
 	}
 	own := func(s string) string {
 		if s == "" {
@@ -404,7 +412,7 @@ func (p *Parser) remember(line []byte, sp, fieldsAt int, pt *feed.Point) {
 		return unsafe.String(&p.cacheArena[start], len(s))
 	}
 	if len(p.cacheTags)+len(pt.Tags) > cap(p.cacheTags) {
-		p.cacheTags = make([]feed.Tag, 0, max(slabLen, len(pt.Tags)))
+		p.cacheTags = make([]feed.Tag, 0, max(cacheChunk/32, len(pt.Tags)))
 	}
 	start := len(p.cacheTags)
 	for _, t := range pt.Tags {
@@ -602,13 +610,45 @@ func (p *Parser) internAt(pos int, b []byte) string {
 	return s
 }
 
+// charge takes n bytes of the caches' budget (true without one).
+func (p *Parser) charge(n int64) bool {
+	if p.budget == nil {
+		return true
+	}
+	if !p.budget.take(n) {
+		return false
+	}
+	p.charged += n
+	return true
+}
+
+// uncharge gives n bytes of the caches' budget back.
+func (p *Parser) uncharge(n int64) {
+	if p.budget != nil {
+		p.budget.give(n)
+		p.charged -= n
+	}
+}
+
+// Release empties the Parser's caches and gives what they held of the
+// server's cache budget back: call it when the Parser is done with (a TCP
+// connection closed, an idle HTTP parser not kept). The points it returned
+// stay valid.
+func (p *Parser) Release() {
+	clear(p.series)
+	clear(p.intern)
+	p.seriesBytes, p.internedBytes = 0, 0
+	p.cacheArena, p.cacheTags = nil, nil
+	p.uncharge(p.charged)
+}
+
 // internBytes returns b as a string shared by equal keys.
 func (p *Parser) internBytes(b []byte) string {
 	if s, ok := p.intern[string(b)]; ok {
 		return s
 	}
 	s := string(b)
-	if len(p.intern) < maxInterned && p.internedBytes+len(s) <= maxInternedBytes {
+	if len(p.intern) < maxInterned && p.internedBytes+len(s) <= maxInternedBytes && p.charge(int64(len(s))+internedOverhead) {
 		p.intern[s] = s
 		p.internedBytes += len(s)
 	}
@@ -635,6 +675,11 @@ const slabLen = 4096
 // arenaChunk is the size of the arena's chunks; a longer string gets a
 // chunk of its own.
 const arenaChunk = 64 << 10
+
+// cacheChunk is the size of the known series' chunks of bytes, and of
+// their tag slabs (in bytes): small, for they are outside the budget's
+// count.
+const cacheChunk = 8 << 10
 
 // growTags makes s (a tail of the tag slab, possibly reallocated by append)
 // part of the slab and ensures room for another line.

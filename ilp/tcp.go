@@ -267,7 +267,8 @@ func (in *Ingest) serveConn(srvCtx context.Context, s *tcpSlot) {
 	if grant != nil {
 		ended = grant.Done()
 	}
-	tc := &tcpConn{in: in, c: c, peer: c.RemoteAddr().String(), parser: NewParser(in.cfg.Limits), batch: &feed.Batch{}, grant: grant, ctx: ctx}
+	tc := &tcpConn{in: in, c: c, peer: c.RemoteAddr().String(), parser: in.newParser(), batch: &feed.Batch{}, grant: grant, ctx: ctx}
+	defer tc.parser.Release()
 	var (
 		lr      = newLineReader(in.cfg.Limits.MaxLineBytes)
 		drainBy time.Time // at shutdown or eviction: when to stop reading

@@ -713,3 +713,20 @@ func TestTCPBufferedBytesBounded(t *testing.T) {
 	}
 	eventually(t, 10*time.Second, func() bool { return buffered() == 0 }, "every byte given back")
 }
+
+// TestTCPParserCachesReleased: a TCP connection's parser caches take from
+// --ilp-max-parser-cache-bytes while it lives and give it all back when it
+// closes, so connections that come and go leave nothing counted.
+func TestTCPParserCachesReleased(t *testing.T) {
+	r := newRig(t, nil, "cpu")
+	c := r.dial()
+	var lines strings.Builder
+	for i := range 100 {
+		fmt.Fprintf(&lines, "cpu,host=h%03d v=%d %d\n", i, i, i+1)
+	}
+	r.send(c, lines.String())
+	eventually(t, 10*time.Second, func() bool { return r.in.caches.used.Load() > 0 }, "the connection's caches counted")
+	require.NoError(t, c.Close())
+	eventually(t, 10*time.Second, func() bool { return r.in.caches.used.Load() == 0 }, "given back when it closes")
+	eventually(t, 10*time.Second, func() bool { return len(r.drain("cpu")) == 100 }, "every line committed")
+}
