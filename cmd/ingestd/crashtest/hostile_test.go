@@ -1026,26 +1026,38 @@ func TestHostileColumnsReaders(t *testing.T) {
 		line.WriteString(" 1\n")
 		require.Equal(t, http.StatusNoContent, mustDo(t, h.hc, http.MethodPost, h.p.URL+"/write", []byte(line.String())).Status)
 	}
+	resp := requireListHoldsBudget(t, h, budget, "/api/v1/tables/wide",
+		"/api/v1/tables/wide", "/api/v1/sql?q=SHOW%20COLUMNS%20FROM%20wide", "/api/v1/tables/wide/rows?limit=10")
+	require.Greater(t, len(resp.Body), 8_000_000, "the whole list")
+}
+
+// requireListHoldsBudget has a reader that does not read ask for path, a
+// list larger than the socket buffers between the two ends hold, and
+// checks that it holds the whole response budget (of budget bytes) until
+// --http-write-timeout cuts it off, while each of others is refused with
+// 503 (counted); then it answers path again and returns that answer.
+func requireListHoldsBudget(t *testing.T, h *hostile, budget float64, path string, others ...string) response {
+	t.Helper()
 	count := func(sample string) float64 {
 		v, _ := metric(t, h.hc, h.p.URL, sample)
 		return v
 	}
 	const refusedSample = `ingestd_http_requests_refused_total{reason="response_bytes"}`
 	before := count(refusedSample)
-	c := slowReader(t, hostAddr(h.p.URL), "GET /api/v1/tables/wide HTTP/1.1\r\nHost: x\r\n\r\n")
+	c := slowReader(t, hostAddr(h.p.URL), "GET "+path+" HTTP/1.1\r\nHost: x\r\n\r\n")
 	defer func() { _ = c.Close() }()
 	poll(t, 30*time.Second, func() bool { return count("ingestd_http_response_inflight_bytes") == budget },
 		"the list holds the budget while its reader does not read")
-	for _, path := range []string{"/api/v1/tables/wide", "/api/v1/sql?q=SHOW%20COLUMNS%20FROM%20wide", "/api/v1/tables/wide/rows?limit=10"} {
-		resp := mustDo(t, h.hc, http.MethodGet, h.p.URL+path, nil)
-		require.Equal(t, http.StatusServiceUnavailable, resp.Status, "%s while the budget is held: %s", path, resp.Body)
+	for _, other := range others {
+		resp := mustDo(t, h.hc, http.MethodGet, h.p.URL+other, nil)
+		require.Equal(t, http.StatusServiceUnavailable, resp.Status, "%s while the budget is held: %s", other, resp.Body)
 	}
-	require.Equal(t, before+3, count(refusedSample))
+	require.Equal(t, before+float64(len(others)), count(refusedSample))
 	poll(t, 30*time.Second, func() bool { return count("ingestd_http_response_inflight_bytes") == 0 },
 		"the bytes given back once the write timeout cut the reader off")
-	resp := mustDo(t, h.hc, http.MethodGet, h.p.URL+"/api/v1/tables/wide", nil)
+	resp := mustDo(t, h.hc, http.MethodGet, h.p.URL+path, nil)
 	require.Equal(t, http.StatusOK, resp.Status)
-	require.Greater(t, len(resp.Body), 8_000_000, "the whole list")
+	return resp
 }
 
 // TestHostileTableListReaders: the finding was 10,000 tables of
@@ -1068,24 +1080,6 @@ func TestHostileTableListReaders(t *testing.T) {
 		}
 		require.Equal(t, http.StatusNoContent, mustDo(t, h.hc, http.MethodPost, h.p.URL+"/write", []byte(body.String())).Status)
 	}
-	count := func(sample string) float64 {
-		v, _ := metric(t, h.hc, h.p.URL, sample)
-		return v
-	}
-	const refusedSample = `ingestd_http_requests_refused_total{reason="response_bytes"}`
-	before := count(refusedSample)
-	c := slowReader(t, hostAddr(h.p.URL), "GET /api/v1/tables HTTP/1.1\r\nHost: x\r\n\r\n")
-	defer func() { _ = c.Close() }()
-	poll(t, 30*time.Second, func() bool { return count("ingestd_http_response_inflight_bytes") == budget },
-		"the list holds the budget while its reader does not read")
-	for _, path := range []string{"/api/v1/tables", "/api/v1/sql?q=SHOW%20TABLES"} {
-		resp := mustDo(t, h.hc, http.MethodGet, h.p.URL+path, nil)
-		require.Equal(t, http.StatusServiceUnavailable, resp.Status, "%s while the budget is held: %s", path, resp.Body)
-	}
-	require.Equal(t, before+2, count(refusedSample))
-	poll(t, 30*time.Second, func() bool { return count("ingestd_http_response_inflight_bytes") == 0 },
-		"the bytes given back once the write timeout cut the reader off")
-	resp := mustDo(t, h.hc, http.MethodGet, h.p.URL+"/api/v1/tables", nil)
-	require.Equal(t, http.StatusOK, resp.Status)
+	resp := requireListHoldsBudget(t, h, budget, "/api/v1/tables", "/api/v1/tables", "/api/v1/sql?q=SHOW%20TABLES")
 	require.Greater(t, len(resp.Body), 10_000_000, "the whole list")
 }
