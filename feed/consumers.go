@@ -208,6 +208,20 @@ func (cs *consumerSet) takeDirty() []store.Consumer {
 	return out
 }
 
+// redirty marks the consumers of taken, a takeDirty whose write failed,
+// changed again, so that the next flush writes their positions (the
+// latest: a consumer that moved meanwhile is written as it is now; one
+// forgotten meanwhile is not).
+func (cs *consumerSet) redirty(taken []store.Consumer) {
+	cs.mu.Lock()
+	defer cs.mu.Unlock()
+	for _, c := range taken {
+		if _, ok := cs.byName[c.Name]; ok {
+			cs.dirty[c.Name] = true
+		}
+	}
+}
+
 // forgetLocked removes consumer c from the set and from cc. cs.mu must be
 // held.
 func (cs *consumerSet) forgetLocked(c *store.Consumer, cc *consumerCounts) {
@@ -346,7 +360,7 @@ func (s *Sequencer) consumerUpkeep(stop <-chan struct{}) {
 			return
 		case <-flush.C:
 			if err := s.flushConsumers(); err != nil {
-				s.logger.Error("write consumer positions", "err", err)
+				s.logger.Error("write consumer positions; retried at the next flush", "err", err)
 			}
 		case <-expire.C:
 			s.expireConsumers()
@@ -378,26 +392,32 @@ func (s *Sequencer) expireConsumers() {
 }
 
 // flushConsumers durably writes the consumer positions changed since the
-// last flush and returns the store's error (store.ErrClosed: nil). The
-// upkeep's flushes log a failure and write the positions at the next
-// change (they only feed lag metrics, listings and history holds); the
-// final flush at shutdown makes it Run's error.
+// last flush and returns the store's error (store.ErrClosed: nil). A
+// failed write leaves them changed, so the upkeep's next flush writes
+// them (a write meeting another table's removal, which blocks the
+// store's writes a moment, failed and was not retried until the
+// consumer moved again); the final flush at shutdown makes it Run's
+// error.
 func (s *Sequencer) flushConsumers() error {
 	s.consumerMu.Lock()
 	defer s.consumerMu.Unlock()
 	byTable := map[string][]store.Consumer{}
+	sets := map[string]*consumerSet{}
 	for _, t := range s.liveTables() {
 		if t.dropping.Load() {
 			continue
 		}
 		if d := t.consumers.takeDirty(); len(d) > 0 {
-			byTable[t.name] = d
+			byTable[t.name], sets[t.name] = d, t.consumers
 		}
 	}
 	if len(byTable) == 0 {
 		return nil
 	}
 	if err := s.st.PutConsumers(storeCtx, byTable); err != nil && !errors.Is(err, store.ErrClosed) {
+		for name, d := range byTable {
+			sets[name].redirty(d)
+		}
 		return fmt.Errorf("feed: write consumer positions: %w", err)
 	}
 	return nil

@@ -740,3 +740,40 @@ func TestConsumerFinalFlushNothingToWrite(t *testing.T) {
 	mustAppend(t, h.s, seqPoints("t", 0, 5)...)
 	h.close()
 }
+
+// flakyConsumers is the in-memory store whose first PutConsumers fails
+// (a write meeting another table's removal, which blocks badger's writes
+// a moment).
+type flakyConsumers struct {
+	*memstore.Store
+	calls atomic.Int32
+}
+
+func (s *flakyConsumers) PutConsumers(ctx context.Context, byTable map[string][]store.Consumer) error {
+	if s.calls.Add(1) == 1 {
+		return errPositions
+	}
+	return s.Store.PutConsumers(ctx, byTable)
+}
+
+// TestConsumerFlushRetried: a position whose write failed is written by
+// the next flush, without the consumer moving again.
+func TestConsumerFlushRetried(t *testing.T) {
+	ctx := context.Background()
+	cfg := DefaultConfig()
+	cfg.ConsumerFlushInterval = 5 * time.Millisecond
+	st := &flakyConsumers{}
+	h := openHarnessOn(t, memstore.NewDisk(), cfg, func(db *memstore.Store) Storage { st.Store = db; return st })
+	defer h.close()
+	_, _, err := h.s.CreateTable(ctx, "t", true)
+	require.NoError(t, err)
+	mustAppend(t, h.s, seqPoints("t", 0, 5)...)
+	_, err = tryDrain(h.d, DrainRequest{Table: "t", After: 2, Limit: 1, Consumer: "m"})
+	require.NoError(t, err)
+	eventually(t, func() bool {
+		cs, err := h.db.LoadConsumers(ctx, "t")
+		require.NoError(t, err)
+		return len(cs) == 1 && cs[0].Position == 2
+	}, "the position written by a later flush")
+	require.GreaterOrEqual(t, st.calls.Load(), int32(2), "the first write failed")
+}
