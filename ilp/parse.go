@@ -100,7 +100,8 @@ type knownSeries struct {
 	// that plainFields accepted (interned, each checked): a later line with
 	// the same keys skips their checks.
 	shape []string
-	// shapeBytes is the sum of shape's keys' lengths.
+	// shapeBytes is what shape holds: its keys' lengths and 16 bytes of
+	// string header each (keepShape).
 	shapeBytes int
 }
 
