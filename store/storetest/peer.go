@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -60,16 +61,20 @@ func runThroughPeer(t *testing.T, h Harness) {
 type peerView struct {
 	a, b    store.Backend
 	applied func(a, b store.Backend) func() bool
+	// closed is set by Close: b then applies nothing more, so a read
+	// does not wait for it (the read itself reports store.ErrClosed).
+	closed atomic.Bool
 }
 
 // settle waits until v.b has applied everything v.a acknowledged so far.
-// A ctx that ended returns at once: the read itself reports it.
+// A ctx that ended, or a view closed, returns at once: the read itself
+// reports it.
 func (v *peerView) settle(ctx context.Context) error {
 	done := v.applied(v.a, v.b)
 	timeout := testdeadline.Scale(time.Minute)
 	deadline := time.Now().Add(timeout)
 	for !done() {
-		if ctx.Err() != nil {
+		if ctx.Err() != nil || v.closed.Load() {
 			return nil
 		}
 		if time.Now().After(deadline) {
@@ -82,7 +87,10 @@ func (v *peerView) settle(ctx context.Context) error {
 
 func (v *peerView) Limits() store.Limits { return v.a.Limits() }
 
-func (v *peerView) Close() error { return errors.Join(v.a.Close(), v.b.Close()) }
+func (v *peerView) Close() error {
+	v.closed.Store(true)
+	return errors.Join(v.a.Close(), v.b.Close())
+}
 
 func (v *peerView) LoadTables(ctx context.Context) ([]store.TableMeta, error) {
 	if err := v.settle(ctx); err != nil {
