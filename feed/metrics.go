@@ -66,7 +66,7 @@ func newMetrics(reg prometheus.Registerer, s *Sequencer) *metrics {
 	m := &metrics{
 		// Commits take from ~100 µs (no fsync) to seconds on a stalled disk.
 		commitSeconds: f.NewHistogram(prometheus.HistogramOpts{
-			Name: "ingestd_feed_commit_duration_seconds", Help: "Duration of one group commit (store write and fsync).",
+			Name: "ingestd_feed_commit_duration_seconds", Help: "Duration of one group commit: the store's write, from the call until it is durable (badger: the write and its fsync; jetstream: the publishes, the stream quorums' acknowledgements and the row cache's apply).",
 			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16),
 		}),
 		// Groups hold from one line to MaxGroupPoints (100k by default).

@@ -855,7 +855,6 @@ func (s *Sequencer) flushGroup() error {
 	// The store assigns the x_seq numbers and calls stamped before any of
 	// them is visible: seq is published as handed out, the watermark only
 	// once the commit is durable.
-	var start time.Time
 	stamped := func() {
 		for i, g := range s.groupTables {
 			if tc := &commits[i]; tc.FirstSeq != 0 {
@@ -868,8 +867,8 @@ func (s *Sequencer) flushGroup() error {
 		if s.testHookBeforeCommit != nil {
 			s.testHookBeforeCommit()
 		}
-		start = s.now()
 	}
+	start := s.now()
 	if err := s.st.Append(storeCtx, commits, stamped); err != nil {
 		err = storageErr("commit", err)
 		if !errors.Is(err, errStorage) {

@@ -76,6 +76,13 @@ func TestBench(t *testing.T) {
 				cpu, err := strconv.ParseFloat(res["cpu_s"], 64)
 				require.NoError(t, err, "cpu_s of --server-pid is read: %s", out.String())
 				require.GreaterOrEqual(t, cpu, 0.0)
+				commits, err := strconv.ParseFloat(res["commits"], 64)
+				require.NoError(t, err, "the group commits are read from /metrics: %s", out.String())
+				require.Greater(t, commits, 0.0)
+				ms, err := strconv.ParseFloat(res["commit_ms"], 64)
+				require.NoError(t, err, "commit_ms: %s", out.String())
+				require.Greater(t, ms, 0.0)
+				require.Equal(t, "na", res["publish_ms"], "badger publishes nothing")
 			}
 		})
 	}

@@ -50,6 +50,7 @@ func TestJetStreamBackend(t *testing.T) {
 	require.Equal(t, uint64(30), page.Watermark)
 	metrics := string(c.getOK(t, "/metrics").Body)
 	require.Contains(t, metrics, "ingestd_jetstream_publishes_total 3")
+	require.Contains(t, metrics, "ingestd_jetstream_commit_publish_duration_seconds_count 3", "each write's commit published once, the table's creation nothing")
 	d.stop(t)
 
 	require.NoError(t, os.RemoveAll(cfg.jetstream.CacheDir))

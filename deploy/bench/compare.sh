@@ -37,8 +37,10 @@
 # (`ingestd bench --write-urls`) and the drain and checks go through the
 # first. The NATS servers' CPU and the other nodes' are reported as
 # cpu_other_s; the report gives JetStream / badger (the ingestd system)
-# per pattern, and the whole cluster's CPU seconds per million lines
-# (every ingestd node and NATS server) against that with one node.
+# per pattern, the mean group commit of the first node and of badger
+# (commit_ms; publish_ms: its wait for the streams' acknowledgements),
+# and the whole cluster's CPU seconds per million lines (every ingestd
+# node and NATS server) against that with one node.
 # JS_WRITES=first sends every write through the first node (the others
 # only follow the streams): the cluster's CPU with 2 nodes less that with
 # 1 is then what a node costs that applies another node's blocks.
@@ -326,6 +328,7 @@ for n in 1 2 3; do
       "p99 ms $(med "$p:ingestd-js$n" p99_ms) / $(med "$p:ingestd" p99_ms);" \
       "CPU s: ingestd $(med "$p:ingestd-js$n" cpu_s), NATS servers and other nodes $(med "$p:ingestd-js$n" cpu_other_s) / badger $(med "$p:ingestd" cpu_s);" \
       "drain rows/s $(med "$p:ingestd-js$n" drain_rows_per_s) / $(med "$p:ingestd" drain_rows_per_s));" \
+      "group commit ms $(med "$p:ingestd-js$n" commit_ms) (publishing $(med "$p:ingestd-js$n" publish_ms)) / $(med "$p:ingestd" commit_ms), commits $(med "$p:ingestd-js$n" commits) / $(med "$p:ingestd" commits);" \
       "cluster CPU s per million lines $(cluster_cpu "$p" "$n")$(runs ingestd-js1 && [ "$n" != 1 ] && echo ", / 1 node: $(ratio "$(cluster_cpu "$p" "$n")" "$(cluster_cpu "$p" 1)")")"
   done
 done

@@ -89,15 +89,20 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 	}
 	defer s.dropPending(s.addPending(jobs))
 	var wg sync.WaitGroup
+	sent, sends := time.Now(), 0
 	errs := make([]error, len(jobs))
 	for i := range jobs {
 		if len(jobs[i].msgs) > 0 {
+			sends++
 			wg.Go(func() { jobs[i].last, errs[i] = s.publish(&jobs[i]) })
 		}
 	}
 	wg.Wait()
 	if err := errors.Join(errs...); err != nil {
 		return err
+	}
+	if sends > 0 {
+		s.m.publishSeconds.Observe(time.Since(sent).Seconds())
 	}
 	deadline := time.Now().Add(s.cfg.PublishTimeout)
 	for i, j := range jobs {

@@ -181,6 +181,9 @@ type metrics struct {
 	// (SeriesIDs), seriesBatchConflicts those refused for a key that
 	// existed.
 	seriesBatches, seriesBatchConflicts prometheus.Counter
+	// publishSeconds times an Append's publishing: from the first send
+	// until every table's block is acknowledged.
+	publishSeconds prometheus.Histogram
 }
 
 // newMetrics returns the counters, not yet registered.
@@ -204,9 +207,14 @@ func newMetrics() metrics {
 		voided: c("ingestd_jetstream_voided_lines_total", "Lines of commits this node acknowledged to a table instance another node had truncated or dropped (not stored: ordered before that change, as a write racing it)."),
 		changes: prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ingestd_jetstream_followed_changes_total",
 			Help: "Table changes made through other ingestd nodes that this node followed, by kind: create (a table new here, or re-created), truncate (a new instance of a live table), drop."}, []string{"kind"}),
-		checkJoins:           c("ingestd_jetstream_beyond_check_joins_total", "Drains with a cursor above this node's sequence served by a check another drain started (coalesced)."),
-		checkHeld:            c("ingestd_jetstream_beyond_check_held_total", "Drains with a cursor above this node's sequence that --jetstream-barrier-interval held back (answered as not caught up yet: an empty page that keeps the cursor)."),
-		seriesBatches:        c("ingestd_jetstream_series_batches_total", "Atomic batches of new series keys created in the meta bucket (up to 1,000 series each: the new series of a table in one write's resolution)."),
+		checkJoins:    c("ingestd_jetstream_beyond_check_joins_total", "Drains with a cursor above this node's sequence served by a check another drain started (coalesced)."),
+		checkHeld:     c("ingestd_jetstream_beyond_check_held_total", "Drains with a cursor above this node's sequence that --jetstream-barrier-interval held back (answered as not caught up yet: an empty page that keeps the cursor)."),
+		seriesBatches: c("ingestd_jetstream_series_batches_total", "Atomic batches of new series keys created in the meta bucket (up to 1,000 series each: the new series of a table in one write's resolution)."),
+		// From about a millisecond (one stream, idle servers) to
+		// --jetstream-publish-timeout.
+		publishSeconds: prometheus.NewHistogram(prometheus.HistogramOpts{Name: "ingestd_jetstream_commit_publish_duration_seconds",
+			Help:    "Duration of publishing one group commit's blocks: from the first send until the quorum of every table's stream acknowledged its block (retries included). The rest of ingestd_feed_commit_duration_seconds is mostly the row cache's apply.",
+			Buckets: prometheus.ExponentialBuckets(0.0001, 2, 16)}),
 		seriesBatchConflicts: c("ingestd_jetstream_series_batch_conflicts_total", "Atomic batches of new series keys the meta bucket refused because one of their keys existed (another node numbered it first, or an attempt whose acknowledgement was lost stored it): their series were then read or created one at a time."),
 	}
 }
@@ -297,7 +305,7 @@ func Open(cfg Config, cacheCfg rowengine.Config, logger *slog.Logger, reg promet
 			}))
 		reg.MustRegister(tablesCollector{s})
 		reg.MustRegister(s.m.publishes, s.m.retries, s.m.conflicts, s.m.dedups, s.m.behind, s.m.catchup, s.m.purged, s.m.switches, s.m.pullsLost, s.m.heartbeatsMissed,
-			s.m.checks, s.m.checkJoins, s.m.checkHeld, s.m.voided, s.m.changes, s.m.seriesBatches, s.m.seriesBatchConflicts)
+			s.m.checks, s.m.checkJoins, s.m.checkHeld, s.m.voided, s.m.changes, s.m.seriesBatches, s.m.seriesBatchConflicts, s.m.publishSeconds)
 	}
 	s.logger.Info("jetstream store open", "servers", cfg.URLs, "replicas", s.replicas, "tables", len(s.byTID))
 	return s, nil

@@ -328,6 +328,11 @@ func runBenchMode(ctx context.Context, cfg *benchConfig, out io.Writer) (res ben
 	if err != nil {
 		return res, err
 	}
+	if t.kind == benchIngestd {
+		if err := t.reportCommits(ctx, out, &res); err != nil {
+			return res, err
+		}
+	}
 	sends := 1 // how many times every line was sent
 	if cfg.pattern == benchPatternResend {
 		sends = 2

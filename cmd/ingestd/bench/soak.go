@@ -746,6 +746,37 @@ type serverTotals struct {
 	// causes lists the refusals by reason: the overload counter's
 	// causes, then the parse-slot queue's and in-flight bytes'.
 	causes string
+	// commits and commitSecs count the group commits and their time
+	// (ingestd_feed_commit_duration_seconds), publishes and publishSecs
+	// their publishing on --store=jetstream
+	// (ingestd_jetstream_commit_publish_duration_seconds).
+	commits, commitSecs, publishes, publishSecs float64
+}
+
+// reportCommits prints the mean time of the server's group commits so
+// far and, on --store=jetstream, of their publishing (the --url node's),
+// and sets commits, commit_ms and publish_ms ("na" without any).
+func (t *benchTarget) reportCommits(ctx context.Context, out io.Writer, res *benchResult) error {
+	sc, err := t.serverCounts(ctx)
+	if err != nil {
+		return fmt.Errorf("read the server's metrics: %w", err)
+	}
+	res.set("commits", sc.commits)
+	if sc.commits == 0 {
+		res.set("commit_ms", "na")
+		res.set("publish_ms", "na")
+		return nil
+	}
+	fmt.Fprintf(out, "group commits: %.0f, %.2f ms each on average in the store's write (ingestd_feed_commit_duration_seconds)", sc.commits, 1000*sc.commitSecs/sc.commits)
+	res.set("commit_ms", 1000*sc.commitSecs/sc.commits)
+	if sc.publishes > 0 {
+		fmt.Fprintf(out, ", of which %.2f ms publishing to JetStream (ingestd_jetstream_commit_publish_duration_seconds)", 1000*sc.publishSecs/sc.publishes)
+		res.set("publish_ms", 1000*sc.publishSecs/sc.publishes)
+	} else {
+		res.set("publish_ms", "na")
+	}
+	fmt.Fprintln(out)
+	return nil
 }
 
 // serverCounts reads an ingestd's serverTotals.
@@ -780,6 +811,14 @@ func (t *benchTarget) serverCounts(ctx context.Context) (serverTotals, error) {
 		switch {
 		case name == "ingestd_store_keys_written_total":
 			st.keys = v
+		case name == "ingestd_feed_commit_duration_seconds_count":
+			st.commits = v
+		case name == "ingestd_feed_commit_duration_seconds_sum":
+			st.commitSecs = v
+		case name == "ingestd_jetstream_commit_publish_duration_seconds_count":
+			st.publishes = v
+		case name == "ingestd_jetstream_commit_publish_duration_seconds_sum":
+			st.publishSecs = v
 		case strings.HasPrefix(name, "ingestd_ilp_lines_total{"):
 			st.lines += v
 		case strings.HasPrefix(name, "ingestd_http_request_duration_seconds_count{") && write503:
