@@ -1,13 +1,21 @@
 package jsstore
 
 import (
+	"bytes"
 	"fmt"
+	"strings"
+	"sync"
+	"syscall"
 	"testing"
+	"time"
 
+	"github.com/nats-io/nats.go"
+	"github.com/nats-io/nats.go/jetstream"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
 	"github.com/ingestd/ingestd/store/badgerstore"
+	"github.com/ingestd/ingestd/store/jsstore/natstest"
 	"github.com/ingestd/ingestd/store/rowengine"
 )
 
@@ -76,4 +84,113 @@ func BenchmarkAppend(b *testing.B) {
 			})
 		}
 	}
+}
+
+// BenchmarkCommitLayout measures what one group commit touching nine
+// tables (TSBS devops has nine measurements) costs to publish on three
+// embedded servers (replicas 3, sync_interval always), by where the nine
+// blocks go: "streams" is this store's layout, a stream per table, the
+// nine published at once and each acknowledged by its own stream's
+// quorum; the others put them in one stream (a subject per table) as nine
+// asynchronous publishes, as one atomic batch, or as one message. It
+// reports milliseconds per commit, the wait the sequencer spends per
+// commit on replication, which bounds a node's rate
+// (docs/performance.md#jetstream), and the CPU milliseconds the process
+// (the three servers and the client) spent per commit.
+//
+//	go test ./store/jsstore -run '^$' -bench BenchmarkCommitLayout -benchtime 300x
+func BenchmarkCommitLayout(b *testing.B) {
+	cluster := natstest.Start(b, 3)
+	cluster.WaitJetStream()
+	nc, err := nats.Connect(cluster.URLs())
+	require.NoError(b, err)
+	b.Cleanup(nc.Close)
+	js, err := jetstream.New(nc)
+	require.NoError(b, err)
+	const tables = 9
+	for _, size := range []int{2 << 10, 16 << 10} { // a table's block: about 100 and 800 TSBS lines
+		body := make([]byte, size)
+		for i := range body {
+			body[i] = byte(i * 31)
+		}
+		newStream := func(name string, subjects ...string) {
+			_, err := js.CreateStream(ctx, jetstream.StreamConfig{Name: name, Subjects: subjects, Replicas: 3,
+				Storage: jetstream.FileStorage, AllowAtomicPublish: true})
+			require.NoError(b, err)
+		}
+		layouts := []struct {
+			name   string
+			setup  func(p string)
+			commit func(p string, n int)
+		}{
+			{"streams", func(p string) {
+				for i := range tables {
+					newStream(fmt.Sprintf("%s_%d", p, i), fmt.Sprintf("%s.%d", p, i))
+				}
+			}, func(p string, _ int) {
+				var wg sync.WaitGroup
+				for i := range tables {
+					wg.Go(func() {
+						_, err := js.Publish(ctx, fmt.Sprintf("%s.%d", p, i), body)
+						require.NoError(b, err)
+					})
+				}
+				wg.Wait()
+			}},
+			{"one-stream-async", func(p string) { newStream(p, p+".*") }, func(p string, _ int) {
+				acks := make([]jetstream.PubAckFuture, tables)
+				for i := range tables {
+					acks[i], err = js.PublishAsync(fmt.Sprintf("%s.%d", p, i), body)
+					require.NoError(b, err)
+				}
+				for _, a := range acks {
+					select {
+					case <-a.Ok():
+					case err := <-a.Err():
+						require.NoError(b, err)
+					}
+				}
+			}},
+			{"one-stream-batch", func(p string) { newStream(p, p+".*") }, func(p string, n int) {
+				for i := range tables {
+					m := nats.NewMsg(fmt.Sprintf("%s.%d", p, i))
+					m.Data = body
+					m.Header.Set("Nats-Batch-Id", fmt.Sprintf("%s-%d", p, n))
+					m.Header.Set("Nats-Batch-Sequence", fmt.Sprint(i+1))
+					if i < tables-1 {
+						require.NoError(b, nc.PublishMsg(m))
+						continue
+					}
+					m.Header.Set("Nats-Batch-Commit", "1")
+					reply, err := nc.RequestMsg(m, sendTimeout)
+					require.NoError(b, err)
+					require.NotContains(b, string(reply.Data), `"error"`)
+				}
+			}},
+			{"one-message", func(p string) { newStream(p, p+".*") }, func(p string, _ int) {
+				_, err := js.Publish(ctx, p+".all", bytes.Repeat(body, tables))
+				require.NoError(b, err)
+			}},
+		}
+		for _, l := range layouts {
+			b.Run(fmt.Sprintf("%s/%dKiB", l.name, size>>10), func(b *testing.B) {
+				p := fmt.Sprintf("L%d_%s", size, strings.ReplaceAll(l.name, "-", "_"))
+				l.setup(p)
+				cpu0 := processCPU(b)
+				b.ResetTimer()
+				for n := range b.N {
+					l.commit(p, n)
+				}
+				b.ReportMetric(b.Elapsed().Seconds()*1000/float64(b.N), "ms/commit")
+				b.ReportMetric((processCPU(b)-cpu0).Seconds()*1000/float64(b.N), "cpu-ms/commit")
+			})
+		}
+	}
+}
+
+// processCPU is the CPU time (user and system) this process used so far.
+func processCPU(b *testing.B) time.Duration {
+	var ru syscall.Rusage
+	require.NoError(b, syscall.Getrusage(syscall.RUSAGE_SELF, &ru))
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
 }
