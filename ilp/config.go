@@ -12,11 +12,14 @@ import (
 // Default values of Config.
 const (
 	DefaultMaxBodyBytes = 32 << 20
-	// DefaultMaxInflightWriteBytes is two bodies of DefaultMaxBodyBytes:
-	// parsed, the bodies in flight take about five times their size, and
-	// an open-loop load above capacity (1,000-line bodies at 90 k lines/s)
-	// grew RSS to 1.3 GiB under 256 MiB.
-	DefaultMaxInflightWriteBytes = 64 << 20
+	// DefaultMaxInflightWriteBytes holds two bodies of DefaultMaxBodyBytes
+	// with their parsed form's estimate (parsedBytes) for TSBS-like lines
+	// (a 32 MiB body of them parses to about 92 MB more): bodies of tiny
+	// lines, whose parsed form is many times their size, take the room
+	// of larger ones. An open-loop load above capacity (1,000-line bodies
+	// at 90 k lines/s) grew RSS to 1.3 GiB when only bodies counted,
+	// under 256 MiB.
+	DefaultMaxInflightWriteBytes = 128 << 20
 	// DefaultMaxWriteDelay is far above the time a write takes in a
 	// server that keeps up (milliseconds), so only overload trips it,
 	// and low enough that a client with a bounded number of requests in
@@ -43,8 +46,8 @@ const (
 	DefaultTCPBatchLines        = 10_000
 	DefaultTCPBatchBytes        = 4 << 20
 	DefaultTCPMaxConns          = 1024
-	// DefaultTCPMaxBufferedBytes is DefaultMaxInflightWriteBytes: the
-	// TCP connections together hold as much as the HTTP writes.
+	// DefaultTCPMaxBufferedBytes bounds what the TCP connections hold
+	// together: their lines as read and parsed batches awaiting commit.
 	DefaultTCPMaxBufferedBytes = 64 << 20
 	// DefaultMaxParserCacheBytes is the default Config.MaxParserCacheBytes:
 	// room for the caches of about a thousand connections of a few

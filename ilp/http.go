@@ -7,12 +7,14 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"math"
 	"net/http"
 	"os"
 	"strconv"
 	"strings"
 	"sync"
 	"time"
+	"unsafe"
 
 	"github.com/klauspost/compress/gzip"
 
@@ -298,6 +300,33 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 			fmt.Sprintf("body exceeds --max-body-bytes=%d (counted after decompression)", in.cfg.MaxBodyBytes), 0)
 		return
 	}
+	// The parsed batch is larger than its body, and bodies of tiny lines
+	// most of all (a 33 MB body of "x v=1" lines is 5.5 million points):
+	// its estimate is held too, before the parse takes it.
+	parsed := parsedBytes(buf.Bytes())
+	if n+parsed > in.cfg.MaxInflightWriteBytes {
+		in.m.tooLarge.Inc()
+		writeError(w, http.StatusRequestEntityTooLarge, codeTooLarge,
+			fmt.Sprintf("body of %d bytes parses to about %d bytes more (its lines and keys), over --http-max-inflight-write-bytes=%d together; send it in smaller bodies (nothing was written)",
+				n, parsed, in.cfg.MaxInflightWriteBytes), 0)
+		return
+	}
+	wctx, cancel := context.WithTimeout(r.Context(), in.submitTimeout)
+	err = in.inflight.acquire(wctx, parsed, held > 0)
+	cancel()
+	if err != nil {
+		if r.Context().Err() != nil {
+			return // the client went away while its write waited for room
+		}
+		in.m.inflightRefused.Inc()
+		w.Header().Set("Retry-After", retryAfter(in.submitTimeout))
+		writeError(w, http.StatusServiceUnavailable, codeUnavailable,
+			fmt.Sprintf("write bodies in flight hold --http-max-inflight-write-bytes=%d for %s (--feed-submit-timeout); nothing was written, retry later",
+				in.cfg.MaxInflightWriteBytes, in.submitTimeout), 0)
+		return
+	}
+	in.m.inflight.Add(float64(parsed))
+	defer in.release(parsed)
 	read := in.now()
 	in.overload.begin(read, n)
 	committed := false // reached the sequencer: its latency counts
@@ -411,6 +440,17 @@ func writeGrantError(w http.ResponseWriter, err error) {
 	writeError(w, status, code, err.Error()+"; nothing was written", 0)
 }
 
+// parsedBytes estimates what parsing body adds to it: twice a point for
+// each line (the batch's slice grows by doubling, and a bad line's error
+// takes as much) and a field or tag for each '=' (a string value's own
+// '=' counts too: an estimate from above). The strings are copied into
+// the parser's arena, which the body's own bytes stand for.
+func parsedBytes(body []byte) int64 {
+	lines := int64(bytes.Count(body, []byte{'\n'})) + 1
+	keys := int64(bytes.Count(body, []byte{'='}))
+	return lines*2*int64(unsafe.Sizeof(feed.Point{})) + keys*int64(unsafe.Sizeof(feed.PointField{}))
+}
+
 // bodyChunk is how many bytes of a write body are held against
 // Config.MaxInflightWriteBytes before they are read.
 const bodyChunk = 64 << 10
@@ -510,19 +550,19 @@ func (in *Ingest) firstError(transport string, perrs []*ParseError, rejs []*feed
 		line int
 		msg  string
 	}
-	all := make([]lineErr, 0, len(perrs)+len(rejs))
+	// Only the first is rendered: a body of millions of bad lines has as
+	// many errors.
+	first := lineErr{line: math.MaxInt}
 	for _, e := range perrs {
 		in.m.rejected.WithLabelValues(transport, e.Reason).Inc()
-		all = append(all, lineErr{e.Line, e.Error()})
+		if e.Line < first.line {
+			first = lineErr{e.Line, e.Error()}
+		}
 	}
 	for _, e := range rejs {
 		in.m.rejected.WithLabelValues(transport, rejectReason(e)).Inc()
-		all = append(all, lineErr{e.Line, e.Error()})
-	}
-	first := all[0]
-	for _, e := range all[1:] {
-		if e.line < first.line {
-			first = e
+		if e.Line < first.line {
+			first = lineErr{e.Line, e.Error()}
 		}
 	}
 	return first.line, first.msg

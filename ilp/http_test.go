@@ -720,13 +720,6 @@ func (g *heldAppender) Submit(ctx context.Context, b *feed.Batch) (*feed.Pending
 // through, and nothing stays held.
 func TestHTTPWriteInflightBytes(t *testing.T) {
 	const maxBody = 1 << 20
-	held := &heldAppender{gate: make(chan struct{}), entered: make(chan struct{}, 4)}
-	r := newRigOpts(t, rigOptions{
-		// The held write would trip the overload refusal, which is not
-		// what this test measures.
-		mod:  func(c *Config) { c.MaxBodyBytes, c.MaxInflightWriteBytes, c.MaxWriteDelay = maxBody, maxBody*3/2, 0 },
-		wrap: func(app Appender) Appender { held.Appender = app; return held },
-	}, "a", "b")
 	lines := func(table string) string {
 		var sb strings.Builder
 		for i := 0; sb.Len() < maxBody-100; i++ {
@@ -735,11 +728,22 @@ func TestHTTPWriteInflightBytes(t *testing.T) {
 		return sb.String()
 	}
 	bodyA, bodyB := lines("a"), lines("b")
+	heldA := len(bodyA) + int(parsedBytes([]byte(bodyA)))
+	held := &heldAppender{gate: make(chan struct{}), entered: make(chan struct{}, 4)}
+	r := newRigOpts(t, rigOptions{
+		// Room for the first write and half a body more. The held write
+		// would trip the overload refusal, which is not what this test
+		// measures.
+		mod: func(c *Config) {
+			c.MaxBodyBytes, c.MaxInflightWriteBytes, c.MaxWriteDelay = maxBody, int64(heldA+maxBody/2), 0
+		},
+		wrap: func(app Appender) Appender { held.Appender = app; return held },
+	}, "a", "b")
 
 	first := make(chan httpResult, 1)
 	go func() { first <- r.post("/write", strings.NewReader(bodyA), nil) }()
 	<-held.entered
-	require.Equal(t, len(bodyA), metricValue(t, r.in.m.inflight), "the first write holds its body")
+	require.Equal(t, heldA, metricValue(t, r.in.m.inflight), "the first write holds its body and its parsed form's estimate")
 
 	// The second body, gzipped on the wire, is held as its decompressed
 	// size: there is no room for it.
@@ -748,7 +752,7 @@ func TestHTTPWriteInflightBytes(t *testing.T) {
 	requireUnavailable(t, res, "--http-max-inflight-write-bytes")
 	require.GreaterOrEqual(t, time.Since(start), time.Second, "answered before the submit timeout")
 	require.Equal(t, 1, metricValue(t, r.in.m.inflightRefused))
-	require.Equal(t, len(bodyA), metricValue(t, r.in.m.inflight), "the refused write holds nothing")
+	require.Equal(t, heldA, metricValue(t, r.in.m.inflight), "the refused write holds nothing")
 
 	close(held.gate)
 	require.Equal(t, http.StatusNoContent, (<-first).status)
@@ -761,6 +765,30 @@ func TestHTTPWriteInflightBytes(t *testing.T) {
 	require.Len(t, held.entered, 1, "the refused write never reached the sequencer")
 	require.Equal(t, 0, metricValue(t, r.in.m.inflight))
 	require.Len(t, r.drain("b"), strings.Count(bodyB, "\n"), "b stored once, by the write that was let through")
+}
+
+// TestHTTPWriteParsedFormBounded checks that a body is held against
+// --http-max-inflight-write-bytes with its parsed form: a small body of
+// millions of tiny lines (gzip makes it a few KB on the wire), valid or
+// not, is refused 413 before it is parsed, and nothing is stored; the
+// same lines in bodies that fit go through.
+func TestHTTPWriteParsedFormBounded(t *testing.T) {
+	const maxBody = 1 << 20
+	r := newRigOpts(t, rigOptions{mod: func(c *Config) { c.MaxBodyBytes, c.MaxInflightWriteBytes = maxBody, 2*maxBody }}, "x")
+	for _, line := range []string{"x v=1\n", "a b\n"} {
+		body := strings.Repeat(line, (maxBody-1)/len(line))
+		require.Greater(t, int64(len(body))+parsedBytes([]byte(body)), int64(2*maxBody), "the estimate exceeds the budget")
+		res := r.post("/write", bytes.NewReader(gzipped(t, body)), map[string]string{"Content-Encoding": "gzip"})
+		require.Equal(t, http.StatusRequestEntityTooLarge, res.status, "body: %s", res.body)
+		require.Contains(t, string(res.body), "parses to about")
+		require.Contains(t, string(res.body), "--http-max-inflight-write-bytes")
+	}
+	require.Equal(t, 2, metricValue(t, r.in.m.tooLarge))
+	require.Equal(t, 0, metricValue(t, r.in.m.inflight), "nothing held after the answers")
+	require.Empty(t, r.drain("x"), "nothing stored")
+	small := strings.Repeat("x v=1\n", 5000)
+	require.Equal(t, http.StatusNoContent, r.post("/write", strings.NewReader(small), nil).status)
+	require.Equal(t, 5000, len(r.drain("x")), "the lines of a body that fits are stored")
 }
 
 func TestConfigInflightWriteBytes(t *testing.T) {

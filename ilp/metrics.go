@@ -83,7 +83,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		}),
 		inflight: f.NewGauge(prometheus.GaugeOpts{
 			Name: "ingestd_http_write_inflight_bytes",
-			Help: "Bytes of HTTP write bodies held (after decompression, as they arrive, until the write is answered); at most --http-max-inflight-write-bytes.",
+			Help: "Bytes of HTTP write bodies held (after decompression, as they arrive, until the write is answered) and of their parsed form's estimates (held before the parse); at most --http-max-inflight-write-bytes.",
 		}),
 		inflightRefused: f.NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_http_write_inflight_refused_total",
