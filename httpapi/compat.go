@@ -61,8 +61,19 @@ func (a *API) query(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	if showDatabases.MatchString(q) {
+		names := a.databaseNames()
+		// Reserved in the response budget like a table list: a thousand
+		// names of 4 KB that escape six times over are a 24 MB answer,
+		// which a client that does not read holds until
+		// --http-write-timeout.
+		res := pageBytes{b: a.budget, client: requestClient(r)}
+		defer res.release()
+		if err := res.reserve(r.Context(), databaseListBytes(names)); err != nil {
+			writeErr(w, err)
+			return
+		}
 		values := [][]string{}
-		for _, n := range a.databaseNames() {
+		for _, n := range names {
 			values = append(values, []string{n})
 		}
 		writeJSON(w, http.StatusOK, map[string]any{"results": []any{map[string]any{
@@ -75,6 +86,17 @@ func (a *API) query(w http.ResponseWriter, r *http.Request) {
 	}
 	msg := "InfluxQL: ingestd answers only CREATE DATABASE and SHOW DATABASES; read data with SQL at /api/v1/sql (SELECT … FROM table … LIMIT n) or the change feed at GET /drain"
 	writeJSON(w, http.StatusBadRequest, wire.ErrorBody{Code: wire.CodeInvalidParameter, Message: msg, Error: msg})
+}
+
+// databaseListBytes bounds SHOW DATABASES' answer listing names: each
+// JSON-escaped at worst (6 bytes a byte) with its brackets, and the
+// envelope.
+func databaseListBytes(names []string) int64 {
+	n := int64(256)
+	for _, name := range names {
+		n += 6*int64(len(name)) + 8
+	}
+	return n
 }
 
 // queryStatement returns /query's q: from the query string, or from a

@@ -1060,6 +1060,23 @@ func requireListHoldsBudget(t *testing.T, h *hostile, budget float64, path strin
 	return resp
 }
 
+// TestHostileDatabaseListReaders: SHOW DATABASES on /query listed the
+// databases outside the response budget: 1,000 names of 4 KB of '<',
+// each escaped to six bytes, are a 24.5 MB answer, and 100 connections
+// asking and never reading took RSS from 269 MB to 3 GB. The list now
+// reserves its size like the table lists.
+func TestHostileDatabaseListReaders(t *testing.T) {
+	const budget = 16 << 20
+	h := startHostile(t, "--http-max-response-bytes-inflight", strconv.Itoa(budget), "--http-write-timeout", "3s")
+	for i := range 900 {
+		q := url.Values{"q": {fmt.Sprintf(`CREATE DATABASE "%s%04d"`, strings.Repeat("<", 3996), i)}}
+		require.Equal(t, http.StatusOK, mustDo(t, h.hc, http.MethodPost, h.p.URL+"/query?"+q.Encode(), nil).Status)
+	}
+	show := "/query?" + url.Values{"q": {"SHOW DATABASES"}}.Encode()
+	resp := requireListHoldsBudget(t, h, budget, show, show, "/api/v1/tables")
+	require.Greater(t, len(resp.Body), 20_000_000, "the whole list")
+}
+
 // TestHostileTableListReaders: the finding was 10,000 tables of
 // 4,000-byte names (a 42 MB list) and 40 connections asking for GET
 // /api/v1/tables and never reading: RSS from 0.5 to 3.45 GB, the lists
