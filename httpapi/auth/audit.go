@@ -2,7 +2,9 @@ package auth
 
 import (
 	"context"
+	"fmt"
 	"log/slog"
+	"strings"
 	"sync"
 	"time"
 
@@ -16,8 +18,9 @@ import (
 // refused credential, with the token's name, the action, the table, the
 // outcome and the remote address. It never records a token, a password or
 // a cursor value. Records bypass the logger's level (--log-level warn
-// still writes them). Refused credentials are limited to a number of lines
-// per second (a client cannot flood the log); the rest are counted. A nil
+// still writes them). Refused credentials and actions that failed are
+// limited to a number of lines per second together (a client cannot flood
+// the log), the rest counted, and names are cut to 256 bytes. A nil
 // *Audit records nothing. Safe for concurrent use.
 type Audit struct {
 	handler    slog.Handler
@@ -39,18 +42,60 @@ func NewAudit(logger *slog.Logger, failuresPerSecond int, reg prometheus.Registe
 	return &Audit{handler: logger.With("log", "audit").Handler(), perSecond: failuresPerSecond, now: time.Now,
 		suppressed: promauto.With(reg).NewCounter(prometheus.CounterOpts{
 			Name: "ingestd_audit_suppressed_total",
-			Help: "Audit lines of refused credentials not written because --audit-max-failures-per-second was reached.",
+			Help: "Audit lines of refused credentials and of control actions that failed not written because --audit-max-failures-per-second was reached.",
 		})}
 }
 
 // Record writes one audit line: token is the token's name ("" without an
 // auth file), action what was done ("table.truncate", …), outcome "ok" or
 // the error code; attrs are more key-value pairs (a consumer's name).
+// Names (table and string attrs) longer than maxAuditName bytes are cut
+// to it, with their length. An outcome other than "ok" is a refusal a
+// client can repeat at will: it shares the refused credentials' lines
+// per second.
 func (a *Audit) Record(token, action, table, outcome, remote string, attrs ...any) {
 	if a == nil {
 		return
 	}
-	a.write(slog.LevelInfo, append([]any{"token", token, "action", action, "table", table, "outcome", outcome, "remote_addr", remote}, attrs...))
+	if outcome != "ok" && !a.allow() {
+		return
+	}
+	for i := 1; i < len(attrs); i += 2 {
+		if s, ok := attrs[i].(string); ok {
+			attrs[i] = auditName(s)
+		}
+	}
+	a.write(slog.LevelInfo, append([]any{"token", token, "action", action, "table", auditName(table), "outcome", outcome, "remote_addr", remote}, attrs...))
+}
+
+// maxAuditName is the longest name an audit line carries whole: a name
+// may be up to --max-name-bytes, and a refusal's line repeats whatever
+// the client sent (60 KB names wrote 92 MB of log a second).
+const maxAuditName = 256
+
+// auditName returns s, or its first maxAuditName bytes with its length.
+func auditName(s string) string {
+	if len(s) <= maxAuditName {
+		return s
+	}
+	return fmt.Sprintf("%s…(%d bytes)", strings.ToValidUTF8(s[:maxAuditName], ""), len(s))
+}
+
+// allow reports whether this second's quota of refusal lines has room,
+// counting the line as written, or counts it suppressed.
+func (a *Audit) allow() bool {
+	now := a.now().Unix()
+	a.mu.Lock()
+	if now != a.second {
+		a.second, a.n = now, 0
+	}
+	a.n++
+	ok := a.n <= a.perSecond
+	a.mu.Unlock()
+	if !ok {
+		a.suppressed.Inc()
+	}
+	return ok
 }
 
 // write hands one record to the handler directly, whatever its level.
@@ -63,20 +108,8 @@ func (a *Audit) write(level slog.Level, attrs []any) {
 // failure records a refused credential unless this second's quota is
 // spent.
 func (a *Audit) failure(reason, token, action, table, remote string) {
-	if a == nil {
+	if a == nil || !a.allow() {
 		return
 	}
-	now := a.now().Unix()
-	a.mu.Lock()
-	if now != a.second {
-		a.second, a.n = now, 0
-	}
-	a.n++
-	ok := a.n <= a.perSecond
-	a.mu.Unlock()
-	if !ok {
-		a.suppressed.Inc()
-		return
-	}
-	a.write(slog.LevelWarn, []any{"token", token, "action", action, "table", table, "outcome", "refused_" + reason, "remote_addr", remote})
+	a.write(slog.LevelWarn, []any{"token", token, "action", action, "table", auditName(table), "outcome", "refused_" + reason, "remote_addr", remote})
 }

@@ -406,6 +406,34 @@ func TestAudit(t *testing.T) {
 	none.Record("x", "y", "z", "ok", "r") // no panic, nothing recorded
 }
 
+// TestAuditRefusalsBounded: a control action a client makes fail (a
+// 60 KB table name answered 400) wrote a line of the whole name each
+// time, 92 MB of log a second. Failed actions share the refused
+// credentials' lines per second, and every name is cut to 256 bytes with
+// its length; successful actions are all written.
+func TestAuditRefusalsBounded(t *testing.T) {
+	var buf strings.Builder
+	a := NewAudit(slog.New(slog.NewJSONHandler(&buf, nil)), 2, prometheus.NewRegistry())
+	clock := time.Unix(1_800_000_000, 0)
+	a.now = func() time.Time { return clock }
+	long := strings.Repeat("x", 60_000)
+	for range 5 {
+		a.Record("d", "consumer.delete", long, "invalid_table_name", "127.0.0.1:1", "consumer", long)
+	}
+	lines := strings.Split(strings.TrimSpace(buf.String()), "\n")
+	require.Len(t, lines, 2, "two refusals a second")
+	require.Equal(t, 3.0, value(t, a.suppressed))
+	for _, l := range lines {
+		require.Less(t, len(l), 1024, "names cut")
+		require.Equal(t, 2, strings.Count(l, "…(60000 bytes)"), l)
+	}
+	buf.Reset()
+	for range 5 {
+		a.Record("ops", "table.truncate", "sensor", "ok", "127.0.0.1:1")
+	}
+	require.Len(t, strings.Split(strings.TrimSpace(buf.String()), "\n"), 5, "successful actions are not limited")
+}
+
 // TestReloadSettles: the watcher applies a changed file only once it has
 // read the same content twice in a row (a file caught mid-write is never
 // applied), reports content it cannot load once, and refuses an empty
