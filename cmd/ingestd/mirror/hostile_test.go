@@ -250,3 +250,81 @@ func TestMirrorEndlessCopy(t *testing.T) {
 	require.Empty(t, cur)
 	require.Equal(t, 1.0, gathered(t, reg, "ingestd_mirror_resyncs_total", ""), "stopped, not started over")
 }
+
+// runFor runs a mirror of table t from src to a fresh target for d, from
+// the cursor (epoch 1, next 5), with long-polls of wait and pauses of at
+// most maxBackoff, and returns the registry.
+func runFor(t *testing.T, src http.Handler, d, wait, maxBackoff time.Duration) *prometheus.Registry {
+	t.Helper()
+	s := httptest.NewServer(src)
+	t.Cleanup(s.Close)
+	ts := httptest.NewServer(&target{})
+	t.Cleanup(ts.Close)
+	cursorFile := filepath.Join(t.TempDir(), "cursor")
+	b, err := json.Marshal(Cursor{Source: s.URL, Table: "t", Epoch: 1, Next: 5})
+	require.NoError(t, err)
+	require.NoError(t, os.WriteFile(cursorFile, b, 0o600))
+	cfg := DefaultConfig()
+	cfg.Source, cfg.Table, cfg.Target, cfg.CursorFile = s.URL, "t", ts.URL+"/write?db=m", cursorFile
+	cfg.Wait, cfg.MaxBackoff, cfg.Limit = wait, maxBackoff, 100
+	reg := prometheus.NewRegistry()
+	mr, err := New(cfg, slog.New(slog.DiscardHandler), reg)
+	require.NoError(t, err)
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	defer cancel()
+	require.NoError(t, mr.Run(ctx))
+	return reg
+}
+
+// TestMirrorPacesHostileLoops: a source that answers every long-poll at
+// once with nothing (ignoring wait=), or refuses every cursor with 409
+// stale_epoch, or pages a copy forever without rows, had the mirror
+// loop as fast as requests go (3,500 drains a second; a full resync,
+// target truncated, five times a second). Each loop is paced: a pause
+// that doubles from 100 ms (up to the wait, or --max-backoff), so that
+// 1.5 s see a handful of requests, not thousands.
+func TestMirrorPacesHostileLoops(t *testing.T) {
+	const run = 1500 * time.Millisecond
+	var drains atomic.Int64
+	emptyAtOnce := func(w http.ResponseWriter, r *http.Request) {
+		drains.Add(1)
+		h := w.Header()
+		after := r.URL.Query().Get("after")
+		h.Set("Ingestd-Epoch", "1")
+		h.Set("Ingestd-After", after)
+		h.Set("Ingestd-Next", after)
+		h.Set("Ingestd-Seq", after)
+		h.Set("Ingestd-Watermark", after)
+		h.Set("Ingestd-More", "false")
+	}
+	runFor(t, &fakeSource{drain: emptyAtOnce}, run, 10*time.Second, time.Minute)
+	require.Less(t, drains.Load(), int64(12), "drains answered at once with nothing, in %s", run)
+	require.Greater(t, drains.Load(), int64(2), "the mirror polls on")
+
+	stale := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Content-Type", "application/json")
+		w.WriteHeader(http.StatusConflict)
+		fmt.Fprint(w, `{"code":"stale_epoch","message":"feed: stale epoch, resync in full","error":"stale epoch"}`)
+	}
+	var copies atomic.Int64
+	oneRow := func(w http.ResponseWriter, _ *http.Request) {
+		copies.Add(1)
+		w.Header().Set("Ingestd-Epoch", "1")
+		w.Header().Set("Ingestd-Watermark", "10")
+		fmt.Fprint(w, "t v=1 1\n")
+	}
+	reg := runFor(t, &fakeSource{drain: stale, rows: oneRow}, run, 10*time.Second, time.Minute)
+	resyncs := gathered(t, reg, "ingestd_mirror_resyncs_total", "")
+	require.Less(t, resyncs, 12.0, "full resyncs in %s", run)
+	require.Greater(t, resyncs, 2.0, "the mirror resyncs on")
+
+	copies.Store(0)
+	emptyCopy := func(w http.ResponseWriter, _ *http.Request) {
+		w.Header().Set("Ingestd-Epoch", "1")
+		w.Header().Set("Ingestd-Watermark", "10")
+		w.Header().Set("Ingestd-Cursor", fmt.Sprintf("c%d", copies.Add(1)))
+	}
+	runFor(t, &fakeSource{drain: stale, rows: emptyCopy}, run, 10*time.Second, time.Minute)
+	require.Less(t, copies.Load(), int64(12), "empty copy pages in %s", run)
+	require.Greater(t, copies.Load(), int64(2), "the copy goes on")
+}

@@ -497,8 +497,16 @@ func (mr *Mirror) Run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
+	// Resyncs that follow one another without a row followed in between
+	// are paced: a source that refuses every cursor (409) or changes
+	// during every copy would otherwise have its target truncated and
+	// copied again as fast as the requests go.
+	var resyncs pacer
 	for ctx.Err() == nil {
 		if cur == nil {
+			if err := resyncs.wait(ctx, mr.cfg.MaxBackoff); err != nil {
+				return nil
+			}
 			if cur, err = mr.bootstrap(ctx); err != nil {
 				if ctx.Err() != nil {
 					return nil
@@ -510,9 +518,12 @@ func (mr *Mirror) Run(ctx context.Context) error {
 				return err
 			}
 		}
-		err := mr.follow(ctx, cur)
+		followed, err := mr.follow(ctx, cur)
 		if errors.Is(err, errResync) {
 			mr.peerLog.Error("source refused the cursor: resyncing in full", "epoch", cur.Epoch, "next", cur.Next, "err", err)
+			if followed {
+				resyncs.reset()
+			}
 			cur = nil
 			continue
 		}
@@ -565,6 +576,9 @@ func (mr *Mirror) bootstrap(ctx context.Context) (*Cursor, error) {
 	var cur *Cursor
 	req := client.RowsRequest{Table: mr.cfg.Table, Limit: mr.cfg.Limit, Format: client.FormatLP}
 	rows := uint64(0)
+	// The copy budget counts rows: copy pages without rows that go on
+	// are paced instead.
+	var empty pacer
 	for {
 		var pg *client.RowsPage
 		err := mr.retry(ctx, "source", func() (err error) {
@@ -586,6 +600,13 @@ func (mr *Mirror) bootstrap(ctx context.Context) (*Cursor, error) {
 		rows += uint64(n)
 		if err := budget.check(ctx, mr, rows); err != nil {
 			return nil, err
+		}
+		if n > 0 {
+			empty.reset()
+		} else if pg.Cursor != "" {
+			if err := empty.wait(ctx, mr.cfg.MaxBackoff); err != nil {
+				return nil, err
+			}
 		}
 		if err := mr.writeTarget(ctx, pg.Body, n); err != nil {
 			return nil, err
@@ -681,16 +702,36 @@ func (mr *Mirror) nextPage(ctx context.Context, cur *Cursor, pg *client.Page) (i
 }
 
 // follow drains the feed from cur with long-polls, writing each page to the
-// target and then persisting the cursor, until ctx ends or a resync is due.
-func (mr *Mirror) follow(ctx context.Context, cur *Cursor) error {
-	var pg client.Page
+// target and then persisting the cursor, until ctx ends or a resync is due;
+// followed tells whether a page brought rows. An empty page answered
+// before half the long-poll wait (a source that ignores wait=, or one
+// whose waiting drains are full) is followed by a pause that grows up to
+// the wait (or --max-backoff without one) until a page brings rows.
+func (mr *Mirror) follow(ctx context.Context, cur *Cursor) (followed bool, err error) {
+	var (
+		pg    client.Page
+		empty pacer
+	)
 	for ctx.Err() == nil {
+		asked := time.Now()
 		n, err := mr.nextPage(ctx, cur, &pg)
 		if err != nil {
-			return err
+			return followed, err
+		}
+		if n > 0 {
+			followed = true
+			empty.reset()
+		} else if time.Since(asked) < mr.cfg.Wait/2 || mr.cfg.Wait == 0 {
+			limit := mr.cfg.Wait
+			if limit == 0 {
+				limit = mr.cfg.MaxBackoff
+			}
+			if err := empty.wait(ctx, limit); err != nil {
+				return followed, nil
+			}
 		}
 		if err := mr.writeTarget(ctx, pg.Body, n); err != nil {
-			return err
+			return followed, err
 		}
 		// The lag is published before the cursor is persisted (as
 		// saveCursor publishes the position): the target holds the page
@@ -700,7 +741,7 @@ func (mr *Mirror) follow(ctx context.Context, cur *Cursor) error {
 		if pg.Next != cur.Next {
 			cur.Next = pg.Next
 			if err := mr.saveCursor(cur); err != nil {
-				return err
+				return followed, err
 			}
 		}
 		if time.Since(mr.lastProgress) >= 10*time.Second {
@@ -708,8 +749,32 @@ func (mr *Mirror) follow(ctx context.Context, cur *Cursor) error {
 			mr.logger.Info("mirror progress", "epoch", cur.Epoch, "position", cur.Next, "watermark", pg.Watermark)
 		}
 	}
-	return nil
+	return followed, nil
 }
+
+// pacer is a pause that doubles from nothing up to a limit each time it is
+// waited, until reset: the first wait returns at once, the next after
+// about 100 ms (jittered), then 200 ms, ….
+type pacer struct{ d time.Duration }
+
+// wait pauses for the current pause (at most limit) and doubles it; it
+// returns ctx's error when ctx ends first.
+func (p *pacer) wait(ctx context.Context, limit time.Duration) error {
+	d := min(p.d, limit)
+	p.d = min(max(2*p.d, 100*time.Millisecond), limit)
+	if d <= 0 {
+		return ctx.Err()
+	}
+	select {
+	case <-time.After(d/2 + rand.N(d/2+1)):
+		return nil
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// reset makes the next wait return at once.
+func (p *pacer) reset() { p.d = 0 }
 
 // writeTarget posts ILP (rows lines) to the target, retrying until it is
 // acknowledged.
