@@ -29,6 +29,8 @@ type responseBudget struct {
 	wait             time.Duration
 	inflight         prometheus.Gauge
 	refused          prometheus.Counter
+	// full is the error of a reservation that found no room in time.
+	full error
 
 	mu       sync.Mutex // guards used, byClient and freed
 	used     int64
@@ -38,7 +40,7 @@ type responseBudget struct {
 
 func newResponseBudget(limit, perClient int64, wait time.Duration, inflight prometheus.Gauge, refused prometheus.Counter) *responseBudget {
 	return &responseBudget{limit: limit, perClient: min(perClient, limit), wait: wait, inflight: inflight, refused: refused,
-		byClient: map[netip.Addr]int64{}, freed: make(chan struct{})}
+		full: errResponseBudget, byClient: map[netip.Addr]int64{}, freed: make(chan struct{})}
 }
 
 // requestClient is the address of r's client (an IPv4-mapped IPv6 address
@@ -53,7 +55,7 @@ func requestClient(r *http.Request) netip.Addr {
 
 // acquire takes n bytes for client, n at most perClient, waiting up to
 // b.wait for them to be free (in the budget and in the client's share).
-// It returns errResponseBudget when they did not become free in time
+// It returns b.full (errResponseBudget, errSQLBudget) when they did not become free in time
 // (counted), ctx's error when ctx ended first.
 func (b *responseBudget) acquire(ctx context.Context, client netip.Addr, n int64) error {
 	var timeout <-chan time.Time
@@ -77,7 +79,7 @@ func (b *responseBudget) acquire(ctx context.Context, client netip.Addr, n int64
 		case <-freed:
 		case <-timeout:
 			b.refused.Inc()
-			return errResponseBudget
+			return b.full
 		case <-ctx.Done():
 			return ctx.Err()
 		}

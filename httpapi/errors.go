@@ -15,6 +15,10 @@ import (
 // budget (--http-max-response-bytes-inflight) within responseBudgetWait.
 var errResponseBudget = errors.New("httpapi: too many response bytes in flight (--http-max-response-bytes-inflight); retry later")
 
+// errSQLBudget is returned when a SQL statement found no room in
+// --sql-max-inflight-bytes within responseBudgetWait.
+var errSQLBudget = errors.New("httpapi: too many SQL statement bytes in flight (--sql-max-inflight-bytes); retry later")
+
 // statusClientClosed is the status of a request whose client went away
 // before the answer (nginx's 499 "client closed request"): nobody reads it,
 // and it must not count among the 5xx that a bug or a storage failure
@@ -71,7 +75,7 @@ func errorStatus(err error) (int, string) {
 	case errors.Is(err, feed.ErrNotServed):
 		return http.StatusMisdirectedRequest, wire.CodeNotServed
 	case errors.Is(err, feed.ErrClosed), errors.Is(err, feed.ErrBusy), errors.Is(err, feed.ErrTableChanged), errors.Is(err, feed.ErrUnavailable),
-		errors.Is(err, errResponseBudget):
+		errors.Is(err, errResponseBudget), errors.Is(err, errSQLBudget):
 		return http.StatusServiceUnavailable, wire.CodeUnavailable
 	case errors.Is(err, context.Canceled):
 		return statusClientClosed, ""

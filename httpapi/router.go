@@ -72,6 +72,9 @@ type Options struct {
 	// SQLMaxInsertRows bounds the rows of one INSERT
 	// (Config.SQLMaxInsertRows); 0 means DefaultSQLMaxInsertRows.
 	SQLMaxInsertRows int
+	// SQLMaxInflightBytes bounds the SQL statements in flight
+	// (Config.SQLMaxInflightBytes); 0 means DefaultSQLMaxInflightBytes.
+	SQLMaxInflightBytes int64
 	// SQLMaxColumns bounds a statement's column lists and WHERE
 	// comparisons (the feed's columns per table, plus time); 0 means none
 	// beyond SQLMaxStatementBytes.
@@ -144,6 +147,9 @@ type API struct {
 	pageBufs pageBufList
 	// budget is the response budget (Options.MaxResponseBytesInflight).
 	budget *responseBudget
+	// sqlBudget bounds the SQL statements in flight
+	// (Options.SQLMaxInflightBytes).
+	sqlBudget *responseBudget
 	// started is when New ran: the status page's uptime.
 	started   time.Time
 	sampler   statusSampler
@@ -169,6 +175,7 @@ const (
 	refusedContentType   = "content_type"
 	refusedEncoding      = "content_encoding"
 	refusedResponseBytes = "response_bytes"
+	refusedSQLBytes      = "sql_bytes"
 )
 
 // New builds the router. reg may be nil (no metrics).
@@ -183,6 +190,7 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	orDefault(&opts.SQLMaxStatementBytes, DefaultSQLMaxStatementBytes)
 	orDefault(&opts.SQLMaxScanRows, DefaultSQLMaxScanRows)
 	orDefault(&opts.SQLMaxInsertRows, DefaultSQLMaxInsertRows)
+	orDefault(&opts.SQLMaxInflightBytes, DefaultSQLMaxInflightBytes)
 	orDefault(&opts.SubmitTimeout, feed.DefaultSubmitTimeout)
 	orDefault(&opts.StatusSampleInterval, DefaultStatusSampleInterval)
 	orDefault(&opts.StatusSamples, DefaultStatusSamples)
@@ -210,13 +218,18 @@ func New(opts Options, reg prometheus.Registerer) *API {
 		}, []string{"limit"}),
 		refused: f.NewCounterVec(prometheus.CounterOpts{
 			Name: "ingestd_http_requests_refused_total",
-			Help: "Requests refused before their route's handler, by reason: cross_site (403: a state-changing request whose Origin or Sec-Fetch-Site names another site), content_type (415: a control route's body declared as other than application/json), content_encoding (415: a body compressed on a route other than the writes), response_bytes (503: a drain, rows or SQL page or a table list that found no room under --http-max-response-bytes-inflight within 1s, before it was built).",
+			Help: "Requests refused before their route's handler, by reason: cross_site (403: a state-changing request whose Origin or Sec-Fetch-Site names another site), content_type (415: a control route's body declared as other than application/json), content_encoding (415: a body compressed on a route other than the writes), response_bytes (503: a drain, rows or SQL page or a table list that found no room under --http-max-response-bytes-inflight within 1s, before it was built), sql_bytes (503: a SQL statement that found no room under --sql-max-inflight-bytes within 1s, before it was parsed).",
 		}, []string{"reason"}),
 	}}
 	a.budget = newResponseBudget(opts.MaxResponseBytesInflight, opts.MaxResponseBytesPerClient, responseBudgetWait, f.NewGauge(prometheus.GaugeOpts{
 		Name: "ingestd_http_response_inflight_bytes",
 		Help: "Bytes of drain, rows and SQL pages being built or written, reserved under --http-max-response-bytes-inflight.",
 	}), a.m.refused.WithLabelValues(refusedResponseBytes))
+	a.sqlBudget = newResponseBudget(opts.SQLMaxInflightBytes, opts.SQLMaxInflightBytes/2, responseBudgetWait, f.NewGauge(prometheus.GaugeOpts{
+		Name: "ingestd_sql_inflight_bytes",
+		Help: "Bytes the SQL statements being parsed and run hold (80 times each statement's bytes), at most --sql-max-inflight-bytes.",
+	}), a.m.refused.WithLabelValues(refusedSQLBytes))
+	a.sqlBudget.full = errSQLBudget
 	a.clientLog = slog.New(&limitedHandler{Handler: a.logger.Handler(), every: time.Second})
 	a.stopCtx, a.stopAll = context.WithCancel(context.Background())
 	a.m.refused.WithLabelValues(refusedCrossSite)

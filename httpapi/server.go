@@ -38,6 +38,9 @@ const (
 	DefaultSQLMaxStatementBytes      = 1 << 20
 	DefaultSQLMaxScanRows            = 1_000_000
 	DefaultSQLMaxInsertRows          = 10_000
+	// DefaultSQLMaxInflightBytes holds three statements of
+	// DefaultSQLMaxStatementBytes at sqlParsedFactor.
+	DefaultSQLMaxInflightBytes = 256 << 20
 )
 
 // Config bounds what HTTP clients can hold: connections, time per request
@@ -95,6 +98,10 @@ type Config struct {
 	SQLMaxScanRows int
 	// SQLMaxInsertRows bounds the rows of one SQL INSERT (413 past it).
 	SQLMaxInsertRows int
+	// SQLMaxInflightBytes bounds what the SQL statements being parsed and
+	// run hold at once, each counted as sqlParsedFactor times its bytes
+	// (Options.SQLMaxInflightBytes).
+	SQLMaxInflightBytes int64
 	// StatusSampleInterval is how often the status page's sampler records
 	// each table's committed points and the commit latency, and how often
 	// the page refreshes itself.
@@ -131,6 +138,7 @@ func DefaultConfig() Config {
 		SQLMaxStatementBytes:      DefaultSQLMaxStatementBytes,
 		SQLMaxScanRows:            DefaultSQLMaxScanRows,
 		SQLMaxInsertRows:          DefaultSQLMaxInsertRows,
+		SQLMaxInflightBytes:       DefaultSQLMaxInflightBytes,
 		StatusSampleInterval:      DefaultStatusSampleInterval,
 		StatusSamples:             DefaultStatusSamples,
 		StatusMaxTables:           DefaultStatusMaxTables,
@@ -159,6 +167,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.IntVar(&c.DrainMaxPageBytes, "drain-max-page-bytes", c.DrainMaxPageBytes, "a drain page ends before the row that would take its rows past this many bytes (a page holds at least one row)")
 	fs.IntVar(&c.SQLMaxStatementBytes, "sql-max-statement-bytes", c.SQLMaxStatementBytes, "largest POST /api/v1/sql body (or GET q) in bytes (413 past it)")
 	fs.IntVar(&c.SQLMaxInsertRows, "sql-max-insert-rows", c.SQLMaxInsertRows, "most rows in one SQL INSERT (413 past it)")
+	fs.Int64Var(&c.SQLMaxInflightBytes, "sql-max-inflight-bytes", c.SQLMaxInflightBytes, "bytes the SQL statements being parsed and run hold at once, each counted as 80 times its own bytes (its parsed form), half of them for one client IP address; a statement without room within 1s is answered 503 (bytes)")
 	fs.IntVar(&c.SQLMaxScanRows, "sql-max-scan-rows", c.SQLMaxScanRows, "most rows of its time range a SQL read with a tag filter or ORDER BY may look at (400 scan_limit past it)")
 }
 
@@ -193,6 +202,8 @@ func (c *Config) Validate() error {
 		return errors.New("httpapi: --sql-max-scan-rows must be positive")
 	case c.SQLMaxInsertRows < 1:
 		return errors.New("httpapi: --sql-max-insert-rows must be positive")
+	case c.SQLMaxInflightBytes < 1:
+		return errors.New("httpapi: --sql-max-inflight-bytes must be positive")
 	case c.StatusSampleInterval < 100*time.Millisecond:
 		return errors.New("httpapi: --status-sample-interval must be at least 100ms")
 	case c.StatusSamples < 1 || c.StatusSamples > 10000:

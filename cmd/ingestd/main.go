@@ -623,7 +623,7 @@ func wire(cfg config, db store.Backend, logger *slog.Logger, reg *prometheus.Reg
 		MaxResponseBytesPerClient: cfg.http.MaxResponseBytesPerClient,
 		MaxDrainLimit:             cfg.feed.MaxDrainLimit, SubmitTimeout: cfg.feed.SubmitTimeout,
 		SQLMaxStatementBytes: cfg.http.SQLMaxStatementBytes, SQLMaxScanRows: cfg.http.SQLMaxScanRows,
-		SQLMaxInsertRows: cfg.http.SQLMaxInsertRows, SQLMaxColumns: cfg.feed.MaxColumnsPerTable + 1, SQLMaxInValues: cfg.feed.MaxDrainFilterValues,
+		SQLMaxInsertRows: cfg.http.SQLMaxInsertRows, SQLMaxInflightBytes: cfg.http.SQLMaxInflightBytes, SQLMaxColumns: cfg.feed.MaxColumnsPerTable + 1, SQLMaxInValues: cfg.feed.MaxDrainFilterValues,
 		Stats: drainer, Gatherer: reg, StatusSampleInterval: cfg.http.StatusSampleInterval,
 		StatusSamples: cfg.http.StatusSamples, StatusMaxTables: cfg.http.StatusMaxTables, StatusMaxConsumers: cfg.http.StatusMaxConsumers, MaxDatabases: cfg.http.MaxDatabases,
 		TLS: describeTLS(cfg.auth), Store: describeStore(cfg),

@@ -1077,6 +1077,41 @@ func TestHostileDatabaseListReaders(t *testing.T) {
 	require.Greater(t, len(resp.Body), 20_000_000, "the whole list")
 }
 
+// TestHostileSQLStatementsBounded: SQL statements had no budget but
+// their own size: 60 concurrent INSERTs of 1 MiB (10,000 rows of 48
+// columns) held 70 MB each, 4.27 GB in all. Each statement now holds 80
+// times its bytes of --sql-max-inflight-bytes (half of it for one client)
+// until it is answered: while one statement holds this client's share (a
+// SHOW TABLES whose reader does not read), the next waits 1 s and is
+// refused with 503, counted; once the write timeout cuts the reader off,
+// statements run again.
+func TestHostileSQLStatementsBounded(t *testing.T) {
+	h := startHostile(t, "--sql-max-inflight-bytes", "1000", "--http-write-timeout", "3s")
+	for i := range 4 {
+		var body strings.Builder
+		for j := range 1000 {
+			fmt.Fprintf(&body, "%s%04d v=1 1\n", strings.Repeat("t", 2496), 1000*i+j)
+		}
+		require.Equal(t, http.StatusNoContent, mustDo(t, h.hc, http.MethodPost, h.p.URL+"/write", []byte(body.String())).Status)
+	}
+	count := func(sample string) float64 {
+		v, _ := metric(t, h.hc, h.p.URL, sample)
+		return v
+	}
+	const refused = `ingestd_http_requests_refused_total{reason="sql_bytes"}`
+	c := slowReader(t, hostAddr(h.p.URL), "GET /api/v1/sql?q=SHOW%20TABLES HTTP/1.1\r\nHost: x\r\n\r\n")
+	defer func() { _ = c.Close() }()
+	poll(t, 30*time.Second, func() bool { return count("ingestd_sql_inflight_bytes") == 500 },
+		"the statement holds the client's share while its reader does not read")
+	resp := mustDo(t, h.hc, http.MethodGet, h.p.URL+"/api/v1/sql?q=SHOW%20TABLES", nil)
+	require.Equal(t, http.StatusServiceUnavailable, resp.Status, "%s", resp.Body)
+	require.Contains(t, string(resp.Body), "--sql-max-inflight-bytes")
+	require.Equal(t, 1.0, count(refused))
+	poll(t, 30*time.Second, func() bool { return count("ingestd_sql_inflight_bytes") == 0 },
+		"the bytes given back once the write timeout cut the reader off")
+	require.Equal(t, http.StatusOK, mustDo(t, h.hc, http.MethodGet, h.p.URL+"/api/v1/sql?q=SHOW%20TABLES", nil).Status)
+}
+
 // TestHostileTableListReaders: the finding was 10,000 tables of
 // 4,000-byte names (a 42 MB list) and 40 connections asking for GET
 // /api/v1/tables and never reading: RSS from 0.5 to 3.45 GB, the lists
