@@ -753,6 +753,12 @@ type serverTotals struct {
 	commits, commitSecs, publishes, publishSecs float64
 }
 
+// The histograms reportCommits reads.
+const (
+	commitHistogram  = "ingestd_feed_commit_duration_seconds"
+	publishHistogram = "ingestd_jetstream_commit_publish_duration_seconds"
+)
+
 // reportCommits prints the mean time of the server's group commits so
 // far and, on --store=jetstream, of their publishing (the --url node's),
 // and sets commits, commit_ms and publish_ms ("na" without any).
@@ -811,13 +817,13 @@ func (t *benchTarget) serverCounts(ctx context.Context) (serverTotals, error) {
 		switch {
 		case name == "ingestd_store_keys_written_total":
 			st.keys = v
-		case name == "ingestd_feed_commit_duration_seconds_count":
+		case name == commitHistogram+"_count":
 			st.commits = v
-		case name == "ingestd_feed_commit_duration_seconds_sum":
+		case name == commitHistogram+"_sum":
 			st.commitSecs = v
-		case name == "ingestd_jetstream_commit_publish_duration_seconds_count":
+		case name == publishHistogram+"_count":
 			st.publishes = v
-		case name == "ingestd_jetstream_commit_publish_duration_seconds_sum":
+		case name == publishHistogram+"_sum":
 			st.publishSecs = v
 		case strings.HasPrefix(name, "ingestd_ilp_lines_total{"):
 			st.lines += v
