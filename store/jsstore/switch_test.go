@@ -222,9 +222,12 @@ func TestIdleFollowerHearsNothing(t *testing.T) {
 		testdeadline.Scale(10*time.Second), 10*time.Millisecond, "a's follower noticed the silence")
 	proxy.Release()
 	// Polled, not awaited: a call waiting on the follower would have the
-	// watchdog start it again whatever the heartbeats.
+	// watchdog start it again whatever the heartbeats. By stream
+	// position, not x_seq: the follower numbers a message before it
+	// applies it, and the rows are read right after.
+	written, _ := b.tableByID(t, m.ID).position()
 	tb := a.tableByID(t, m.ID)
-	require.Eventually(t, func() bool { _, xseq := tb.position(); return xseq >= cs[0].FirstSeq+1 },
+	require.Eventually(t, func() bool { applied, _ := tb.position(); return applied >= written },
 		testdeadline.Scale(10*time.Second), 10*time.Millisecond, "a applied what b wrote while it heard nothing")
 	require.Len(t, readAll(t, a, m.ID, 0, cs[0].FirstSeq+1).Seq, 4, "a serves b's rows")
 }
