@@ -272,11 +272,7 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 	}
 	n := int64(buf.Len())
 	if errors.Is(err, errInflightFull) {
-		in.m.inflightRefused.Inc()
-		w.Header().Set("Retry-After", retryAfter(in.submitTimeout))
-		writeError(w, http.StatusServiceUnavailable, codeUnavailable,
-			fmt.Sprintf("write bodies in flight hold --http-max-inflight-write-bytes=%d for %s (--feed-submit-timeout); nothing was written, retry later",
-				in.cfg.MaxInflightWriteBytes, in.submitTimeout), 0)
+		in.writeInflightFull(w)
 		return
 	}
 	if errors.Is(err, context.Canceled) {
@@ -318,11 +314,7 @@ func (in *Ingest) serveWrite(w http.ResponseWriter, r *http.Request, v1 bool) {
 		if r.Context().Err() != nil {
 			return // the client went away while its write waited for room
 		}
-		in.m.inflightRefused.Inc()
-		w.Header().Set("Retry-After", retryAfter(in.submitTimeout))
-		writeError(w, http.StatusServiceUnavailable, codeUnavailable,
-			fmt.Sprintf("write bodies in flight hold --http-max-inflight-write-bytes=%d for %s (--feed-submit-timeout); nothing was written, retry later",
-				in.cfg.MaxInflightWriteBytes, in.submitTimeout), 0)
+		in.writeInflightFull(w)
 		return
 	}
 	in.m.inflight.Add(float64(parsed))
@@ -438,6 +430,16 @@ func writeGrantError(w http.ResponseWriter, err error) {
 		status, code = se.Status(), se.Code()
 	}
 	writeError(w, status, code, err.Error()+"; nothing was written", 0)
+}
+
+// writeInflightFull answers a write that found no room under
+// Config.MaxInflightWriteBytes within the submit timeout (503, counted).
+func (in *Ingest) writeInflightFull(w http.ResponseWriter) {
+	in.m.inflightRefused.Inc()
+	w.Header().Set("Retry-After", retryAfter(in.submitTimeout))
+	writeError(w, http.StatusServiceUnavailable, codeUnavailable,
+		fmt.Sprintf("write bodies in flight hold --http-max-inflight-write-bytes=%d for %s (--feed-submit-timeout); nothing was written, retry later",
+			in.cfg.MaxInflightWriteBytes, in.submitTimeout), 0)
 }
 
 // parsedBytes estimates what parsing body adds to it: twice a point for
