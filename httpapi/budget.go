@@ -38,9 +38,9 @@ type responseBudget struct {
 	freed    chan struct{} // closed, and replaced, whenever bytes are given back
 }
 
-func newResponseBudget(limit, perClient int64, wait time.Duration, inflight prometheus.Gauge, refused prometheus.Counter) *responseBudget {
+func newResponseBudget(limit, perClient int64, wait time.Duration, inflight prometheus.Gauge, refused prometheus.Counter, full error) *responseBudget {
 	return &responseBudget{limit: limit, perClient: min(perClient, limit), wait: wait, inflight: inflight, refused: refused,
-		full: errResponseBudget, byClient: map[netip.Addr]int64{}, freed: make(chan struct{})}
+		full: full, byClient: map[netip.Addr]int64{}, freed: make(chan struct{})}
 }
 
 // requestClient is the address of r's client (an IPv4-mapped IPv6 address

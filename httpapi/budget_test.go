@@ -18,7 +18,7 @@ import (
 func TestResponseBudget(t *testing.T) {
 	inflight := prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"})
 	refused := prometheus.NewCounter(prometheus.CounterOpts{Name: "c"})
-	b := newResponseBudget(100, 100, time.Minute, inflight, refused)
+	b := newResponseBudget(100, 100, time.Minute, inflight, refused, errResponseBudget)
 	held := func() int { return gaugeOrCounter(t, inflight) }
 	ctx := context.Background()
 
@@ -34,7 +34,7 @@ func TestResponseBudget(t *testing.T) {
 	require.NoError(t, <-done, "bytes given back wake the waiting page")
 	require.Equal(t, 60, held())
 
-	short := newResponseBudget(100, 100, time.Millisecond, inflight, refused)
+	short := newResponseBudget(100, 100, time.Millisecond, inflight, refused, errResponseBudget)
 	short.used = 90
 	p3 := pageBytes{b: short}
 	require.ErrorIs(t, p3.reserve(ctx, 60), errResponseBudget)
@@ -62,7 +62,7 @@ func TestResponseBudget(t *testing.T) {
 func TestResponseBudgetPerClient(t *testing.T) {
 	inflight := prometheus.NewGauge(prometheus.GaugeOpts{Name: "g"})
 	refused := prometheus.NewCounter(prometheus.CounterOpts{Name: "c"})
-	b := newResponseBudget(100, 40, 10*time.Millisecond, inflight, refused)
+	b := newResponseBudget(100, 40, 10*time.Millisecond, inflight, refused, errResponseBudget)
 	ctx := context.Background()
 	a, other := netip.MustParseAddr("192.0.2.1"), netip.MustParseAddr("192.0.2.2")
 

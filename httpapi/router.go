@@ -224,12 +224,11 @@ func New(opts Options, reg prometheus.Registerer) *API {
 	a.budget = newResponseBudget(opts.MaxResponseBytesInflight, opts.MaxResponseBytesPerClient, responseBudgetWait, f.NewGauge(prometheus.GaugeOpts{
 		Name: "ingestd_http_response_inflight_bytes",
 		Help: "Bytes of drain, rows and SQL pages being built or written, reserved under --http-max-response-bytes-inflight.",
-	}), a.m.refused.WithLabelValues(refusedResponseBytes))
+	}), a.m.refused.WithLabelValues(refusedResponseBytes), errResponseBudget)
 	a.sqlBudget = newResponseBudget(opts.SQLMaxInflightBytes, opts.SQLMaxInflightBytes/2, responseBudgetWait, f.NewGauge(prometheus.GaugeOpts{
 		Name: "ingestd_sql_inflight_bytes",
 		Help: "Bytes the SQL statements being parsed and run hold (80 times each statement's bytes), at most --sql-max-inflight-bytes.",
-	}), a.m.refused.WithLabelValues(refusedSQLBytes))
-	a.sqlBudget.full = errSQLBudget
+	}), a.m.refused.WithLabelValues(refusedSQLBytes), errSQLBudget)
 	a.clientLog = slog.New(&limitedHandler{Handler: a.logger.Handler(), every: time.Second})
 	a.stopCtx, a.stopAll = context.WithCancel(context.Background())
 	a.m.refused.WithLabelValues(refusedCrossSite)

@@ -60,12 +60,13 @@ func (a *Audit) Record(token, action, table, outcome, remote string, attrs ...an
 	if outcome != "ok" && !a.allow() {
 		return
 	}
-	for i := 1; i < len(attrs); i += 2 {
-		if s, ok := attrs[i].(string); ok {
-			attrs[i] = auditName(s)
+	rec := append([]any{"token", token, "action", action, "table", auditName(table), "outcome", outcome, "remote_addr", remote}, attrs...)
+	for i := 11; i < len(rec); i += 2 { // the attrs' values
+		if s, ok := rec[i].(string); ok {
+			rec[i] = auditName(s)
 		}
 	}
-	a.write(slog.LevelInfo, append([]any{"token", token, "action", action, "table", auditName(table), "outcome", outcome, "remote_addr", remote}, attrs...))
+	a.write(slog.LevelInfo, rec)
 }
 
 // maxAuditName is the longest name an audit line carries whole: a name
