@@ -752,9 +752,10 @@ func (mr *Mirror) follow(ctx context.Context, cur *Cursor) (followed bool, err e
 	return followed, nil
 }
 
-// pacer is a pause that doubles from nothing up to a limit each time it is
-// waited, until reset: the first wait returns at once, the next after
-// about 100 ms (jittered), then 200 ms, ….
+// pacer is a pause that doubles up to a limit each time it is waited
+// (jittered: between half the pause and the pause), until reset. A zero
+// pacer's first wait returns at once, the next takes about 100 ms, then
+// 200 ms, …; retry's starts at 100 ms.
 type pacer struct{ d time.Duration }
 
 // wait pauses for the current pause (at most limit) and doubles it; it
@@ -810,7 +811,7 @@ func (mr *Mirror) writeTarget(ctx context.Context, body []byte, rows int) error 
 // is not retried: it is returned as ErrProtocol; nor is a refusal only the
 // source's operator can change (ErrRefused).
 func (mr *Mirror) retry(ctx context.Context, side string, fn func() error) error {
-	backoff := min(100*time.Millisecond, mr.cfg.MaxBackoff)
+	backoff := pacer{d: min(100*time.Millisecond, mr.cfg.MaxBackoff)}
 	for {
 		err := fn()
 		if err == nil || ctx.Err() != nil {
@@ -820,13 +821,10 @@ func (mr *Mirror) retry(ctx context.Context, side string, fn func() error) error
 			return ferr
 		}
 		mr.m.errors.WithLabelValues(side).Inc()
-		mr.peerLog.Warn("request failed; retrying", "side", side, "err", err, "backoff", backoff)
-		select {
-		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
-		case <-ctx.Done():
-			return ctx.Err()
+		mr.peerLog.Warn("request failed; retrying", "side", side, "err", err, "backoff", backoff.d)
+		if err := backoff.wait(ctx, mr.cfg.MaxBackoff); err != nil {
+			return err
 		}
-		backoff = min(2*backoff, mr.cfg.MaxBackoff)
 	}
 }
 

@@ -8,7 +8,6 @@ import (
 	"hash/fnv"
 	"math"
 	"math/big"
-	"math/rand/v2"
 	"net/url"
 	"slices"
 	"strconv"
@@ -739,7 +738,7 @@ func (mr *Mirror) stopped(ctx context.Context, err error) error {
 // during a copy), pausing with jittered exponential backoff between
 // attempts.
 func (mr *Mirror) retryPG(ctx context.Context, fn func() error) error {
-	backoff := min(100*time.Millisecond, mr.cfg.MaxBackoff)
+	backoff := pacer{d: min(100*time.Millisecond, mr.cfg.MaxBackoff)}
 	for {
 		err := fn()
 		var te *targetError
@@ -754,13 +753,10 @@ func (mr *Mirror) retryPG(ctx context.Context, fn func() error) error {
 			return err
 		}
 		mr.m.errors.WithLabelValues(side).Inc()
-		mr.peerLog.Warn("request failed; retrying", "side", side, "err", err, "backoff", backoff)
-		select {
-		case <-time.After(backoff/2 + rand.N(backoff/2+1)):
-		case <-ctx.Done():
-			return ctx.Err()
+		mr.peerLog.Warn("request failed; retrying", "side", side, "err", err, "backoff", backoff.d)
+		if err := backoff.wait(ctx, mr.cfg.MaxBackoff); err != nil {
+			return err
 		}
-		backoff = min(2*backoff, mr.cfg.MaxBackoff)
 	}
 }
 
