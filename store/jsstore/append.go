@@ -112,9 +112,10 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 		// The follower finds the first message by its id: a copy the
 		// stream stored twice (a send retried to a new leader before the
 		// first was applied) is numbered once, at the first copy.
-		// Or it passes the acknowledged sequence without it: another
-		// process ended the instance and purged the stream before this
-		// node read the commit (ordered before the change).
+		// Or the record's anchor passes the acknowledged sequence
+		// without it: another process ended the instance (ordered before
+		// the change) and may have purged the commit before this node
+		// read it.
 		firstID := j.msgs[0].Header.Get(jetstream.MsgIDHeader)
 		var (
 			own    ownMsg
@@ -124,14 +125,19 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 			if own, ok = j.t.f.heldID(firstID); ok {
 				return true
 			}
-			purged = j.last > 0 && j.t.f.applied >= j.last
+			purged = j.last > 0 && j.t.passed(j.last)
 			return purged
 		})
 		if err != nil {
 			return err
 		}
 		if purged {
-			s.m.voided.Add(float64(len(commits[i].Fragments)))
+			// Not purged yet, the follower numbers it as it comes (no
+			// longer held: released) and counts it voided.
+			if _, passed := j.t.position(); passed >= j.last {
+				s.m.voided.Add(float64(len(commits[i].Fragments)))
+			}
+			j.t.release(j.last)
 			jobs[i].msgs = nil
 			continue
 		}
@@ -275,7 +281,7 @@ func (s *Store) prepare(t *table, tc *store.TableCommit, kind string) (publishJo
 		return j, nil
 	}
 	base := s.node + "." + kind + "." + strconv.FormatUint(tc.TableID, 10) + "." + strconv.FormatUint(t.commits.Add(1), 10)
-	subject := subjectOf(t.stream)
+	subject := t.subject
 	si, fi := 0, 0
 	for si < len(tc.NewSeries) || fi < len(tc.Fragments) || len(j.msgs) == 0 {
 		size := bodyFraming

@@ -177,13 +177,20 @@ func (s *Store) runCheck(t *table, r *check) string {
 		return fail(began, fmt.Errorf("jsstore: stream %s: %w", name, err))
 	}
 	info := stream.CachedInfo()
-	// Behind: the stream holds a message the follower has not applied.
-	// Messages another process purged before the follower read them
-	// (TRUNCATE, DROP, retention) raise the last sequence but never
-	// arrive: the barrier below reaches the follower past the gap, which
-	// takes the numbers from the record (learn).
-	if applied, _ := t.position(); (info.State.Msgs > 0 && applied < info.State.LastSeq) || !quorumCurrent(info.Cluster) {
+	if !quorumCurrent(info.Cluster) {
 		return checkBehind // the cursor may be another node's
+	}
+	// Behind: the table's subject holds a message the follower has not
+	// applied.
+	last, err := lastOfSubject(ctx, stream, t.subject)
+	if err != nil {
+		return fail(began, fmt.Errorf("jsstore: last message of table %q: %w", t.name, err))
+	}
+	t.f.fmu.Lock()
+	behind := !t.passed(last)
+	t.f.fmu.Unlock()
+	if behind {
+		return checkBehind
 	}
 	// The leader that answered may be cut off its peers and not know it
 	// yet (it counts them current for up to 10 s): only a publish is
@@ -209,9 +216,9 @@ func (s *Store) runCheck(t *table, r *check) string {
 // (NODE.b.TID.N).
 func (s *Store) barrierMsg(t *table) *nats.Msg {
 	s.mu.Lock()
-	tid, stream := t.rec.Meta.ID, t.stream
+	tid := t.rec.Meta.ID
 	s.mu.Unlock()
-	m := nats.NewMsg(subjectOf(stream))
+	m := nats.NewMsg(t.subject)
 	m.Header.Set(jetstream.MsgIDHeader, s.node+"."+idBarrier+"."+strconv.FormatUint(tid, 10)+"."+strconv.FormatUint(s.chk.n.Add(1), 10))
 	m.Header.Set(hdrInstance, strconv.FormatUint(tid, 10))
 	m.Header.Set(hdrSync, syncHeader(true))

@@ -35,7 +35,7 @@ func TestBeyondStaleLeaderCutOff(t *testing.T) {
 	t.Cleanup(func() { _ = w.Close() })
 	m := createTable(t, w, "stale")
 	require.NoError(t, w.Append(ctx, []store.TableCommit{commit(m, true, 10, 2, 3)}, nil))
-	stream := w.streamName("stale")
+	stream := w.blocksStream()
 	leader := -1
 	poll(t, func() bool { leader = c.StreamLeader(stream); return leader >= 0 && c.StreamCurrent(stream) }, "every replica of %s current", stream)
 

@@ -42,8 +42,11 @@ const (
 	// DefaultCacheDirName is the cache directory under --data-dir.
 	DefaultCacheDirName = "jetstream-cache"
 	// DefaultPurgeMinMessages is how many stream sequences retention must
-	// have left nothing of before a stream is purged of them.
+	// have left nothing of before a table's messages among them are purged.
 	DefaultPurgeMinMessages = 1000
+	// DefaultPurgeGrace is how long a retention purge waits after the
+	// anchor moved (Config.PurgeGrace).
+	DefaultPurgeGrace = 10 * time.Second
 	// DefaultBarrierInterval is how often at most a node checks a table
 	// (a stream info, then a barrier published to its stream) to tell a
 	// drain cursor beyond the table's sequence from another node's
@@ -89,7 +92,8 @@ type Config struct {
 	// ClampReplicas lowers Replicas to what the cluster can place instead
 	// of refusing to start.
 	ClampReplicas bool
-	// Prefix names the buckets (PREFIX_meta) and streams (PREFIX_T_...):
+	// Prefix names the bucket (PREFIX_meta), the blocks stream
+	// (PREFIX_blocks) and its subjects (PREFIX_b.ENC(name)):
 	// several ingestd clusters may share a NATS account under different
 	// prefixes. Letters, digits, '-' and '_'.
 	Prefix string
@@ -108,10 +112,16 @@ type Config struct {
 	// subdirectory of --data-dir (cmd/ingestd sets it).
 	CacheDir string
 	// PurgeMinMessages is how many stream sequences retention must have
-	// left nothing of before a table's stream is purged of them (each
+	// left nothing of before the table's messages among them are purged (each
 	// purge first republishes the table's series dictionary, so a purge
 	// per sweep would cost more than it frees).
 	PurgeMinMessages int
+	// PurgeGrace is how long a retention purge of a table's messages
+	// waits after the table's record moved its numbering anchor over
+	// them: every node's follower must hear of the anchor before the
+	// messages go, since a follower of one table's subject sees no gap
+	// where another node purged (docs/design.md#scale-out).
+	PurgeGrace time.Duration
 	// BarrierInterval is the least time between two starts of Beyond's
 	// check of a table from this process (10ms..1m): a drain whose cursor
 	// is above this node's sequence waits for a check (the stream
@@ -144,7 +154,7 @@ type Config struct {
 // DefaultConfig returns the defaults.
 func DefaultConfig() Config {
 	return Config{Replicas: DefaultReplicas, Prefix: DefaultPrefix, DuplicateWindow: DefaultDuplicateWindow,
-		PublishTimeout: DefaultPublishTimeout, SwitchAfter: DefaultSwitchAfter, PurgeMinMessages: DefaultPurgeMinMessages,
+		PublishTimeout: DefaultPublishTimeout, SwitchAfter: DefaultSwitchAfter, PurgeMinMessages: DefaultPurgeMinMessages, PurgeGrace: DefaultPurgeGrace,
 		BarrierInterval: DefaultBarrierInterval, FollowerHeartbeat: DefaultFollowerHeartbeat, Materialise: "*"}
 }
 
@@ -164,7 +174,8 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.DuplicateWindow, "jetstream-duplicate-window", c.DuplicateWindow, "how long a stream remembers a message id: a publish retried within it is stored once")
 	fs.DurationVar(&c.PublishTimeout, "jetstream-publish-timeout", c.PublishTimeout, "bound of one commit's publish to JetStream, retries included")
 	fs.DurationVar(&c.SwitchAfter, "jetstream-switch-after", c.SwitchAfter, "how long JetStream may be unreachable through the connected NATS server before ingestd reconnects to another (a server cut off from its cluster keeps its clients); below --jetstream-publish-timeout")
-	fs.IntVar(&c.PurgeMinMessages, "jetstream-purge-min-messages", c.PurgeMinMessages, "stream messages retention must have left nothing of before a table's stream is purged of them (each purge republishes the table's series dictionary)")
+	fs.IntVar(&c.PurgeMinMessages, "jetstream-purge-min-messages", c.PurgeMinMessages, "stream sequences retention must have left nothing of before a table's messages among them are purged (each purge first republishes the table's series dictionary)")
+	fs.DurationVar(&c.PurgeGrace, "jetstream-purge-grace", c.PurgeGrace, "how long a retention purge of a table's messages waits after its record's numbering anchor moved over them, so that every node hears of the anchor first")
 	fs.DurationVar(&c.BarrierInterval, "jetstream-barrier-interval", c.BarrierInterval, "least time between two checks of a table (a stream info, then a barrier: an empty message to its stream) this node makes to refuse a drain cursor as beyond the sequence rather than another node's (10ms..1m); drains it holds back get an empty page that keeps the cursor")
 	fs.DurationVar(&c.FollowerHeartbeat, "jetstream-follower-heartbeat", c.FollowerHeartbeat, "idle heartbeat of each table's follower (1s..14s): one that hears nothing for two starts its consumer again, so a drain here sees another node's writes after a lost pull request within two of them")
 	fs.StringVar(&c.Materialise, "jetstream-materialise", c.Materialise, "tables whose rows this node keeps and serves (drains, /rows, counts): comma-separated names, each exact or a prefix followed by *; * is every table, an empty value none. Other tables' streams are followed by their headers only, enough to number this node's writes, and their reads here answer 421")
@@ -225,6 +236,9 @@ func (c *Config) Validate() error {
 	}
 	if c.SwitchAfter < 100*time.Millisecond || c.SwitchAfter >= c.PublishTimeout {
 		errs = append(errs, errors.New("jsstore: --jetstream-switch-after must be at least 100ms and below --jetstream-publish-timeout"))
+	}
+	if c.PurgeGrace < 0 {
+		errs = append(errs, errors.New("jsstore: --jetstream-purge-grace must not be negative"))
 	}
 	if c.PurgeMinMessages < 1 {
 		errs = append(errs, errors.New("jsstore: --jetstream-purge-min-messages must be at least 1"))

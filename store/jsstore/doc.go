@@ -92,11 +92,16 @@
 // not contain '.', '*', '>', whitespace or path separators, and are at
 // most 255 characters; the record keeps the name itself).
 //
-// Stream PREFIX_T_ENC(name), one per table name, subject
-// PREFIX_T_ENC(name).blocks: file storage, Config.Replicas, the
-// duplicate window Config.DuplicateWindow, atomic batch publish allowed.
-// It outlives TRUNCATE and DROP (purged, its sequence keeps running) and
-// is deleted when the tombstone is pruned.
+// Stream PREFIX_blocks, every table's blocks, subject PREFIX_b.ENC(name)
+// per table name (the record names both): file storage,
+// Config.Replicas, the duplicate window Config.DuplicateWindow, atomic
+// batch publish allowed. One stream, not one per table: a group commit
+// touching nine tables is nine messages to one raft group instead of
+// nine raft groups' rounds, which took most of a commit's time and of
+// the servers' CPU (docs/performance.md#jetstream). A name's subject
+// outlives TRUNCATE and DROP (purged up to the instance's end) and is
+// purged when the tombstone is pruned. A record without a subject (the
+// stream per table of builds before) is refused at Open.
 //
 // # Block messages
 //
@@ -130,20 +135,29 @@
 // # x_seq, watermark, durability
 //
 // x_seq derives from the stream order (docs/design.md#guarantees): the synced
-// fragments of a table's stream are numbered 1, 2, 3, … in stream order
+// fragments of a table's subject are numbered 1, 2, 3, … in stream order
 // (dense, across instances: TRUNCATE and DROP + re-create continue the
 // count), from the anchor the record holds: {Seq, XSeq} says that the
-// messages after stream sequence Seq number from XSeq+1 on. Every node
-// reads the same stream in the same order, so every node gives a fragment
-// the same number, without a lease, a lock or a round trip: the stream
-// leader's sequence, assigned at the replicated commit point, orders the
-// writers. The anchor moves only to a point every node numbers alike: to
-// the last message a purge removes (before the purge), to the end of the
-// stream at TRUNCATE and DROP (with the numbers reached there), and for a
-// new instance on a new or re-used stream, to the stream's end above the
-// floor PutTable is given (a re-created name's tombstone, the pruned
-// tombstones' floor). A message below a purge is therefore never needed
-// to number the ones after it.
+// table's messages after stream sequence Seq number from XSeq+1 on. Every
+// node reads the same subject in the same order, so every node gives a
+// fragment the same number, without a lease, a lock or a round trip: the
+// stream leader's sequence, assigned at the replicated commit point,
+// orders the writers. The anchor moves only to a point every node numbers
+// alike: to the last message a purge removes (before the purge), to
+// where the truncating node's follower stands at TRUNCATE and DROP (with
+// the numbers reached there), and for a new instance, to the stream's
+// end (a new name) or the subject's numbered end (a re-created name)
+// above the floor PutTable is given (a re-created name's tombstone, the
+// pruned tombstones' floor). A message below a purge is therefore never
+// needed to number the ones after it. A follower reads its table's
+// subject only, so messages another node purged before it read them
+// leave no gap it could see: it takes the record's anchor at the first
+// message after it (follower.rebase), which it knows by then because
+// every purge waits for it: an instance's end purges only messages of the
+// ended instance (a follower meeting the new instance's first message
+// reads its record, anchor included, first), and a retention purge
+// waits Config.PurgeGrace after the anchor moved (the record watcher
+// brings it to every node within milliseconds).
 //
 // Append publishes every table's messages concurrently, without an
 // expected last sequence (two busy writers would conflict on every
@@ -207,8 +221,8 @@
 // table only other nodes write fall behind by seconds, not the 30 s of
 // nats.go's default. The row cache is derived state, written without fsync and rebuilt at every Open: the
 // directory is cleared, every live table's follower starts at its
-// anchor and Open waits until each has applied its stream up to where
-// the stream ended when Open looked, then the record's cutoff is swept
+// anchor and Open waits until each has applied its subject up to its
+// last message when Open looked, then the record's cutoff is swept
 // and its horizon raised, so a rebuild does not bring aged rows back and
 // a drain below the horizon stays refused. Deleting the directory is therefore
 // harmless. ReadSeq, ReadRows, SeqTime, LoadSeries, Horizon,
@@ -230,8 +244,8 @@
 // message acknowledged before it was sent. So a check first asks the
 // leader (when it holds a message above what the follower applied, or a
 // group it does not hear a majority of, the cursor may be another node's
-// and nothing is written; messages purged before the follower read them
-// are not awaited), then publishes a barrier to the table's stream and
+// and nothing is written; messages the record's anchor covers are not
+// awaited: they may have been purged), then publishes a barrier to the table's stream and
 // waits, within sendTimeout, until the follower applied it: every number
 // any node handed out before the check began is then numbered here, and
 // a cursor above them all is beyond the sequence. A check that gets no
@@ -256,12 +270,13 @@
 //
 // SweepBefore sweeps the cache (which raises its horizon before removing
 // anything) and, when it removed rows, records the horizon and cutoff in
-// the record. Once a sweep at a cutoff is complete, the stream is purged
-// of the prefix of messages it left nothing of (purgeAged: a per-table
+// the record. Once a sweep at a cutoff is complete, the table's subject is
+// purged of the prefix of messages it left nothing of (purgeAged: a per-table
 // index of the running maximum of the messages' times says where that
 // prefix ends; all their synced fragments are below the horizon), when
-// that prefix holds at least Config.PurgeMinMessages sequences; the
-// record's anchor moves to the prefix's last message first. Those
+// that prefix spans at least Config.PurgeMinMessages stream sequences;
+// the record's anchor moves to the prefix's last message first, and the
+// purge follows at the first complete sweep Config.PurgeGrace later. Those
 // messages may hold the first use of series still in use, so the
 // instance's series dictionary is published again (one message of series
 // only) before the purge; a rebuild applies a repeated series as the
@@ -278,7 +293,8 @@
 // call at a time (SeriesIDs takes its id blocks under idMu): every
 // record change is a compare-and-set on the record's revision (update),
 // the cache's writer side is serialized by cacheMu, and a table's message
-// ids and purged position are atomic. Append's publishes run concurrently
+// ids, purged position and anchor's sequence (anchored) are atomic, and
+// its planned purge (due) is the sweeps' alone. Append's publishes run concurrently
 // per table, and each live table's follower runs in its own goroutine. Everything else is
 // safe for concurrent use. Store.mu guards the maps of tables, each
 // table's record as readers and followers see it, and the Follow
@@ -341,9 +357,9 @@
 //     ones first, so a restarted watch misses nothing), a follower that
 //     meets a block of an instance its record does not account for
 //     (Record.Ended and the live id say what became of every lower id)
-//     reads the record until it does, and a follower that meets a gap in
-//     the stream (another node purged it before this one read it) reads
-//     it until its anchor covers the gap, then numbers from there.
+//     reads the record until it does; messages another node purged
+//     before this one read them are passed by the record's anchor
+//     ("x_seq, watermark, durability").
 //     adoptRecord takes a record only when its revision is newer than the
 //     one this node has (setRecord: from any goroutine, in any order, the
 //     state only moves forward), makes the cache hold the live instance

@@ -284,7 +284,7 @@ func TestOversizedWritesRefusedAtTheDoor(t *testing.T) {
 func TestSweepsBesideWrites(t *testing.T) {
 	h := newHarness(t, 1)
 	cfg := h.config(t)
-	cfg.PurgeMinMessages = 1
+	cfg.PurgeMinMessages, cfg.PurgeGrace = 1, 0
 	seq, d := feedOn(t, h.open(t, cfg), func(c *feed.Config) {
 		c.SweepInterval, c.SweepBatchFragments = 5*time.Millisecond, 7
 	})

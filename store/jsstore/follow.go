@@ -187,19 +187,44 @@ func (f *follower) rebase(a anchor, log func(msg string, args ...any)) {
 	}
 }
 
-// jump moves the follower's numbering to anchor a when it is behind it:
-// the messages up to a.Seq were purged before it read them (another
-// process's purge), and a says how many synced fragments they held.
-func (t *table) jump(a anchor) {
-	f := &t.f
-	f.fmu.Lock()
-	defer f.fmu.Unlock()
-	if f.numbered >= a.Seq {
-		return
+// passed tells whether the follower is past stream sequence seq of t's
+// subject: it applied it, or the record's anchor covers it (the message
+// may have been purged before the follower read it, and then never
+// arrives). fmu must be held.
+func (t *table) passed(seq uint64) bool {
+	return t.f.applied >= seq || t.anchored.Load() >= seq
+}
+
+// wake makes the calls waiting on t's follower look again (the record's
+// anchor moved: passed).
+func (t *table) wake() {
+	t.f.fmu.Lock()
+	defer t.f.fmu.Unlock()
+	if t.f.fcond != nil {
+		t.f.fcond.Broadcast()
 	}
-	f.applied, f.numbered, f.xseq, f.based = a.Seq, a.Seq, a.XSeq, a
-	f.released = max(f.released, a.Seq)
-	f.fcond.Broadcast()
+}
+
+// lastOf returns the stream sequence of the last message of t's subject
+// (0: none), as the stream's leader answers.
+func (s *Store) lastOf(ctx context.Context, t *table) (uint64, error) {
+	stream, err := s.js.Stream(ctx, t.stream)
+	if err != nil {
+		return 0, err
+	}
+	return lastOfSubject(ctx, stream, t.subject)
+}
+
+// lastOfSubject is lastOf on a stream already looked up.
+func lastOfSubject(ctx context.Context, stream jetstream.Stream, subject string) (uint64, error) {
+	m, err := stream.GetLastMsgForSubject(ctx, subject)
+	if errors.Is(err, jetstream.ErrMsgNotFound) {
+		return 0, nil
+	}
+	if err != nil {
+		return 0, err
+	}
+	return m.Sequence, nil
 }
 
 // follow reads t's stream from sequence from with an ephemeral consumer
@@ -264,6 +289,8 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 	if err != nil {
 		return setupFailed(err)
 	}
+	// The table's subject only: another table's messages are nothing to
+	// this follower, and take no numbers of this table.
 	// An ephemeral consumer of our own, not nats.go's ordered consumer:
 	// that one recreates itself inside Next, and stopping it from another
 	// goroutine meanwhile (the only way to end Next while it retries)
@@ -272,7 +299,7 @@ func (s *Store) followOnce(ctx context.Context, t *table, from uint64) error {
 	// ends this call instead, and follow starts again from the position.
 	cons, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{
 		DeliverPolicy: jetstream.DeliverByStartSequencePolicy, OptStartSeq: from,
-		AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1, InactiveThreshold: followerIdle,
+		FilterSubject: t.subject, AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true, Replicas: 1, InactiveThreshold: followerIdle,
 		HeadersOnly: !t.served, // numbering needs the headers alone
 	})
 	if err != nil {
@@ -466,19 +493,21 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 	}
 	f := &t.f
 	f.fmu.Lock()
-	applied, numbered := f.applied, f.numbered
+	applied := f.applied
 	f.fmu.Unlock()
 	if seq <= applied { // delivered again after a restart of the consumer
 		return nil
 	}
-	// A gap before seq: another process purged those messages (its
-	// anchor moved over them first). A block of an instance this process
-	// has not heard of: another process created it (its record was
-	// written first). Either way the record says how to go on.
-	gap := seq > numbered+1
+	// A block of an instance this process has not heard of: another
+	// process created it (its record was written first), and the record
+	// says how to go on. Messages another process purged before this
+	// follower read them leave no trace in a filtered consumer: the
+	// record's anchor moved over them first, and the numbering takes it
+	// (rebase) at the first message after it (purgeAged waits
+	// Config.PurgeGrace for the anchor to reach every node).
 	known, a, anchored := s.recordView(t, tc.TableID)
-	if gap || !known {
-		if err := s.learn(ctx, t, tc.TableID, seq, gap); err != nil {
+	if !known {
+		if err := s.learn(ctx, t, tc.TableID); err != nil {
 			return err
 		}
 		_, a, anchored = s.recordView(t, tc.TableID)

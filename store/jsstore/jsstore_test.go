@@ -106,12 +106,15 @@ func sweepAll(t *testing.T, s *Store, tid uint64, cutoff int64, batch int) {
 	}
 }
 
-// streamMsgs is how many messages the table's stream holds.
+// streamMsgs is how many messages the blocks stream holds of the table.
 func streamMsgs(t *testing.T, s *Store, name string) uint64 {
 	t.Helper()
-	st, err := s.js.Stream(ctx, s.streamName(name))
+	st, err := s.js.Stream(ctx, s.blocksStream())
 	require.NoError(t, err)
-	return st.CachedInfo().State.Msgs
+	subject := s.placeOf(name).Subject
+	info, err := st.Info(ctx, jetstream.WithSubjectFilter(subject))
+	require.NoError(t, err)
+	return info.State.Subjects[subject]
 }
 
 // TestRetrySameMessageIDStoredOnce publishes a commit's message, then
@@ -419,11 +422,11 @@ func TestLostPullRequestFound(t *testing.T) {
 	m := createTable(t, s, "lost")
 	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 1, 2, 1)}, nil))
 	tbl := s.tableByID(t, m.ID)
-	stream, err := s.js.Stream(ctx, s.streamName("lost"))
+	stream, err := s.js.Stream(ctx, s.blocksStream())
 	require.NoError(t, err)
 
 	// Never pulled from: as if its first pull request went nowhere.
-	lost, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true})
+	lost, err := stream.CreateOrUpdateConsumer(ctx, jetstream.ConsumerConfig{FilterSubject: tbl.subject, AckPolicy: jetstream.AckNonePolicy, MemoryStorage: true})
 	require.NoError(t, err)
 	require.True(t, tbl.pullLost(ctx, lost), "messages held for it, no pull request")
 
@@ -581,7 +584,7 @@ func TestLeaderRestartMidRun(t *testing.T) {
 	cfg := h.config(t)
 	s := h.open(t, cfg)
 	m := createTable(t, s, "leader")
-	stream := s.streamName("leader")
+	stream := s.blocksStream()
 
 	var (
 		mu    sync.Mutex
@@ -704,7 +707,7 @@ func TestAppendCreatesTable(t *testing.T) {
 func TestRetentionPurgesStream(t *testing.T) {
 	h := newHarness(t, 1)
 	cfg := h.config(t)
-	cfg.PurgeMinMessages = 1
+	cfg.PurgeMinMessages, cfg.PurgeGrace = 1, 0
 	s := h.open(t, cfg)
 	m := createTable(t, s, "aged")
 	var last uint64
@@ -786,7 +789,7 @@ func TestSweepRecordsAnUnrecordedHorizon(t *testing.T) {
 func TestOverwriteAfterPurgeRebuild(t *testing.T) {
 	h := newHarness(t, 1)
 	cfg := h.config(t)
-	cfg.PurgeMinMessages = 1
+	cfg.PurgeMinMessages, cfg.PurgeGrace = 1, 0
 	s := h.open(t, cfg)
 	m := createTable(t, s, "over")
 	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 1, 1, 1)}, nil))    // series 1 defined, aged
@@ -804,6 +807,78 @@ func TestOverwriteAfterPurgeRebuild(t *testing.T) {
 	require.Equal(t, strings.Repeat("x", 9), got.Points[0].Fields[1].Value.Str, "the later write wins")
 	require.Len(t, got.Seq, 2, "both fragments in the feed")
 	require.Equal(t, got.Seq[0].Fields, got.Seq[1].Fields, "each delivered as the coalesced row")
+}
+
+// TestPurgeWaitsForItsGrace: a retention purge first moves the record's
+// anchor and takes the messages only once --jetstream-purge-grace has
+// passed, at a later sweep that removes nothing; the other tables'
+// messages in the blocks stream stay.
+func TestPurgeWaitsForItsGrace(t *testing.T) {
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	cfg.PurgeMinMessages, cfg.PurgeGrace = 1, time.Hour
+	s := h.open(t, cfg)
+	t.Cleanup(func() { _ = s.Close() })
+	m := createTable(t, s, "graced")
+	other := createTable(t, s, "neighbour")
+	for i := range 4 {
+		require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, i == 0, int64(i), 1, 1), commit(other, i == 0, int64(i), 1, 1)}, nil))
+	}
+	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, false, 100, 1, 1)}, nil))
+	sweepAll(t, s, m.ID, 50, 10)
+	tb := s.tableByID(t, m.ID)
+	require.Equal(t, uint64(5), streamMsgs(t, s, "graced")-1, "nothing purged within the grace (one message more: the dictionary)")
+	require.NotZero(t, tb.anchored.Load(), "the anchor moved first")
+	require.Equal(t, tb.due.seq, tb.anchored.Load(), "the purge planned up to the anchor")
+
+	tb.due.at = time.Now().Add(-cfg.PurgeGrace) // as if the grace had passed
+	sweepAll(t, s, m.ID, 50, 10)
+	require.Equal(t, uint64(2), streamMsgs(t, s, "graced"), "the recent message and the dictionary")
+	require.Equal(t, uint64(4), streamMsgs(t, s, "neighbour"), "another table's messages stay")
+	require.Zero(t, tb.due.seq)
+}
+
+// TestFollowerBehindAPurgeNumbersAlike: a node whose follower had not read
+// a table's aged messages when another node purged them (a consumer of one
+// subject sees no gap where messages went) numbers the messages after them
+// by the record's anchor, as the node that purged does.
+func TestFollowerBehindAPurgeNumbersAlike(t *testing.T) {
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	cfg.PurgeMinMessages, cfg.PurgeGrace = 1, 0
+	a := h.open(t, cfg)
+	t.Cleanup(func() { _ = a.Close() })
+	b := h.peer(t, a)
+	m := createTable(t, a, "behind")
+	require.NoError(t, a.Append(ctx, []store.TableCommit{commit(m, true, 1, 2, 1)}, nil))
+	appliedTo(t, b, m.ID, 2)
+	bt := b.tableByID(t, m.ID)
+	applied, xseq := bt.position()
+	bt.stopFollower()
+	bt.f.fmu.Lock()
+	bt.f.cancel = func() {} // as if it ran: the record watcher leaves it stopped (ensureFollower)
+	bt.f.fmu.Unlock()
+
+	for i := range 5 {
+		require.NoError(t, a.Append(ctx, []store.TableCommit{commit(m, false, int64(10+i), 3, 1)}, nil))
+	}
+	cs := []store.TableCommit{commit(m, false, 100, 2, 1)}
+	require.NoError(t, a.Append(ctx, cs, nil))
+	last := cs[0].FirstSeq + 1
+	before := streamMsgs(t, a, "behind")
+	sweepAll(t, a, m.ID, 50, 10)
+	require.Less(t, streamMsgs(t, a, "behind"), before, "a purged the aged messages b has not read")
+	poll(t, func() bool { return bt.anchored.Load() > applied }, "b hears of the anchor")
+
+	bt.restartFollower(b, applied+1, xseq, 0)
+	appliedTo(t, b, m.ID, last)
+	_, bx := bt.position()
+	require.Equal(t, last, bx, "b numbers as a does")
+	hz, err := a.Horizon(ctx, m.ID)
+	require.NoError(t, err)
+	// (b's own sweeps, not run here, would remove its aged points.)
+	require.Equal(t, readAll(t, a, m.ID, hz-1, last).Seq, readAll(t, b, m.ID, hz-1, last).Seq, "the same rows at the same numbers")
+	require.Len(t, readAll(t, b, m.ID, hz-1, last).Seq, 2)
 }
 
 // TestRecordsFromABehindReplica checks what loadRecords compares a watch

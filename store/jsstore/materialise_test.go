@@ -65,7 +65,7 @@ func TestTableNotMaterialised(t *testing.T) {
 	// A header counting more fragments than its body has bytes stops the
 	// follower of headers only as the body's decoder stops the others',
 	// instead of numbering what no node stores.
-	msg := nats.NewMsg(subjectOf(b.streamName(other.Name)))
+	msg := nats.NewMsg(b.placeOf(other.Name).Subject)
 	msg.Data = []byte{0}
 	msg.Header.Set(jetstream.MsgIDHeader, "test.corrupt")
 	msg.Header.Set(hdrInstance, strconv.FormatUint(other.ID, 10))

@@ -31,13 +31,15 @@ func TestHostileNames(t *testing.T) {
 		ids[name] = m.ID
 		require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, int64(i), 2, 1)}, nil))
 	}
-	streams := map[string]bool{}
+	subjects := map[string]bool{}
 	for _, name := range names {
-		st := s.streamName(name)
-		require.LessOrEqual(t, len(st), 255)
-		require.NotContains(t, st, ".")
-		require.False(t, streams[st], "one stream per name")
-		streams[st] = true
+		sub := s.placeOf(name).Subject
+		require.LessOrEqual(t, len(sub), 255)
+		require.Equal(t, 1, strings.Count(sub, "."), "two tokens: %s", sub)
+		require.NotContains(t, sub, "*")
+		require.NotContains(t, sub, ">")
+		require.False(t, subjects[sub], "one subject per name")
+		subjects[sub] = true
 	}
 	require.NoError(t, s.Close())
 	s2 := h.open(t, cfg)

@@ -68,20 +68,41 @@ func (a *ageIndex) below(cutoff int64) (e ageEntry, n int) {
 	return e, n
 }
 
-// trim forgets the first n entries (their messages were purged).
-func (a *ageIndex) trim(n int) { a.entries = append(a.entries[:0], a.entries[n:]...) }
+// trimTo forgets the entries up to stream sequence seq (their messages
+// were purged).
+func (a *ageIndex) trimTo(seq uint64) {
+	n := 0
+	for n < len(a.entries) && a.entries[n].seq <= seq {
+		n++
+	}
+	a.entries = append(a.entries[:0], a.entries[n:]...)
+}
 
-// purgeAged removes from t's stream the messages a complete sweep at
-// cutoff left nothing of (every fragment older than cutoff), once at
-// least Config.PurgeMinMessages stream sequences are behind that point.
+// duePurge is a purge of a table's subject up to stream sequence seq,
+// which the record's anchor covers since at.
+type duePurge struct {
+	seq uint64
+	at  time.Time
+}
+
+// purgeAged plans the removal from t's subject of the messages a
+// complete sweep at cutoff left nothing of (every fragment older than
+// cutoff), once at least Config.PurgeMinMessages stream sequences are
+// behind that point, and makes the purge planned before once it is due.
 // The messages may hold the first use of series still in use, so it
 // first publishes the instance's whole series dictionary (a message of
-// series only) at the end of the stream, moves the record's anchor to
-// the last message purged (where every node numbers alike); then it
-// purges. A crash between leaves a second copy of the dictionary, which a
-// rebuild applies as the same entries, or messages below the anchor,
-// which a rebuild skips. Sweeps only (one at a time).
+// series only) at the end of the stream, then moves the record's anchor
+// to the last message to purge (where every node numbers alike); the
+// purge follows Config.PurgeGrace later (purgeDue), so that every node's
+// follower knows the anchor before a message after it can reach it
+// without the ones before (a follower of one subject sees no gap). A
+// crash between leaves a second copy of the dictionary, which a rebuild
+// applies as the same entries, or messages below the anchor, which a
+// rebuild skips and a later plan purges. Sweeps only (one at a time).
 func (s *Store) purgeAged(t *table, cutoff int64) error {
+	if err := s.purgeDue(t); err != nil || t.due.seq != 0 {
+		return err
+	}
 	s.mu.Lock()
 	tid := t.rec.Meta.ID
 	s.mu.Unlock()
@@ -124,17 +145,34 @@ func (s *Store) purgeAged(t *table, cutoff int64) error {
 	if err != nil {
 		return err
 	}
+	t.due = duePurge{seq: upto, at: time.Now()}
+	return s.purgeDue(t)
+}
+
+// purgeDue purges t's subject up to the planned sequence once
+// Config.PurgeGrace has passed since the record's anchor covered it.
+// Sweeps only.
+func (s *Store) purgeDue(t *table) error {
+	d := t.due
+	if d.seq == 0 || time.Since(d.at) < s.cfg.PurgeGrace {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
 	stream, err := s.js.Stream(ctx, t.stream)
 	if err != nil {
 		return err
 	}
-	if err := stream.Purge(ctx, jetstream.WithPurgeSequence(upto+1)); err != nil {
+	if err := stream.Purge(ctx, jetstream.WithPurgeSubject(t.subject), jetstream.WithPurgeSequence(d.seq+1)); err != nil {
 		return err
 	}
-	s.m.purged.Add(float64(upto - purged))
-	t.purged.Store(upto)
+	if purged := t.purged.Load(); d.seq > purged {
+		s.m.purged.Add(float64(d.seq - purged))
+		t.purged.Store(d.seq)
+	}
+	t.due = duePurge{}
 	t.f.fmu.Lock()
-	t.ages.trim(n)
+	t.ages.trimTo(d.seq)
 	t.f.fmu.Unlock()
 	return nil
 }

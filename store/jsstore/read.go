@@ -168,8 +168,9 @@ func (s *Store) RaiseHorizon(ctx context.Context, tid, h uint64) (uint64, error)
 // SweepBefore implements store.Sweeper: the cache sweeps (raising its
 // horizon before removing), then, when it removed anything, the record
 // keeps the horizon and the cutoff so that a rebuild sweeps the same
-// rows, and once the sweep at cutoff is complete the stream is purged of
-// the messages it left nothing of (purgeAged). Writer only.
+// rows, and once the sweep at cutoff is complete the table's subject is
+// purged of the messages it left nothing of (purgeAged: planned, then
+// made once due). Writer only.
 func (s *Store) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFragments int) (store.SweepResult, error) {
 	if err := s.gate.Enter(ctx); err != nil {
 		return store.SweepResult{}, err
@@ -185,25 +186,33 @@ func (s *Store) SweepBefore(ctx context.Context, tid uint64, cutoff int64, maxFr
 		res, err = s.cache.SweepBefore(ctx, tid, cutoff, maxFragments)
 	}
 	s.cacheMu.Unlock()
-	if err != nil || (res.Removed == 0 && !s.horizonUnrecorded(t, tid, res.Horizon)) {
+	if err != nil {
 		return res, err
 	}
-	err = s.update(t, func(r *record) error {
-		if !r.live() || r.Meta.ID != tid {
-			return errVoid
+	if res.Removed > 0 || s.horizonUnrecorded(t, tid, res.Horizon) {
+		err = s.update(t, func(r *record) error {
+			if !r.live() || r.Meta.ID != tid {
+				return errVoid
+			}
+			r.Horizon = max(r.Horizon, res.Horizon)
+			if r.Cutoff == nil || *r.Cutoff < cutoff {
+				r.Cutoff = &cutoff
+			}
+			return nil
+		})
+		if errors.Is(err, errVoid) {
+			return store.SweepResult{}, nil
 		}
-		r.Horizon = max(r.Horizon, res.Horizon)
-		if r.Cutoff == nil || *r.Cutoff < cutoff {
-			r.Cutoff = &cutoff
+		if err != nil {
+			return res, err
 		}
-		return nil
-	})
-	if errors.Is(err, errVoid) {
-		return store.SweepResult{}, nil
 	}
-	if err != nil || res.More {
-		return res, err
+	if res.More {
+		return res, nil
 	}
+	// Complete at cutoff (the last batch may have removed nothing): the
+	// messages it left nothing of may go, and a purge planned by an
+	// earlier sweep may be due.
 	if err := s.purgeAged(t, cutoff); err != nil {
 		// The rows are swept and the cutoff recorded: a rebuild sweeps
 		// the messages again, so only the stream's size suffers.

@@ -15,7 +15,11 @@ import (
 // newTable returns the state of the name rec holds, at revision rev.
 func (s *Store) newTable(rec record, rev uint64) *table {
 	rec.Meta.Name = string(rec.Name)
-	return &table{name: rec.Meta.Name, stream: rec.Stream, rec: rec, rev: rev, served: s.cfg.materialises(rec.Meta.Name)}
+	t := &table{name: rec.Meta.Name, stream: rec.Stream, subject: rec.Subject, rec: rec, rev: rev, served: s.cfg.materialises(rec.Meta.Name)}
+	if rec.Anchor != nil {
+		t.anchored.Store(rec.Anchor.Seq)
+	}
+	return t
 }
 
 // metaWire is a table's metadata as the meta bucket holds it, inside its
@@ -89,6 +93,11 @@ func decodeRecord(e jetstream.KeyValueEntry) (record, error) {
 		return record{}, &store.CorruptionError{Key: []byte(e.Key()), Err: err}
 	}
 	rec.Meta.Name = string(rec.Name)
+	if rec.Subject == "" {
+		// An earlier build's layout: a stream per table, its messages
+		// numbered by stream sequence alone.
+		return record{}, fmt.Errorf("jsstore: table %q is stored in a stream of its own (%s), as builds before the shared blocks stream did: run this build on a new --jetstream-prefix", rec.Name, rec.Stream)
+	}
 	return rec, nil
 }
 
@@ -134,6 +143,10 @@ func (s *Store) setRecord(t *table, rec record, rev uint64) (bool, record) {
 	if rec.live() {
 		s.byTID[rec.Meta.ID] = t
 	}
+	if rec.Anchor != nil && rec.Anchor.Seq > t.anchored.Load() {
+		t.anchored.Store(rec.Anchor.Seq)
+		defer func() { go t.wake() }() // fmu is never taken under mu
+	}
 	return true, prev
 }
 
@@ -150,7 +163,7 @@ func (s *Store) adoptRecord(rec record, rev uint64, self *table) error {
 	s.mu.Lock()
 	t := s.byName[name]
 	if t == nil {
-		t = s.newTable(record{Name: rec.Name, Stream: rec.Stream}, 0)
+		t = s.newTable(record{Name: rec.Name, Stream: rec.Stream, Subject: rec.Subject}, 0)
 		s.byName[name] = t
 	}
 	s.mu.Unlock()
@@ -248,12 +261,10 @@ func (s *Store) syncCacheLocked(t *table) error {
 
 // learn reads t's record until it says what became of instance tid (a
 // block of an instance this process has not heard of: its record was
-// written before the block, and may not have reached this process yet)
-// and covers stream sequence seq-1 with its anchor when gap (the
-// messages before seq were purged: the anchor moved over them first), and
-// takes it (adoptRecord). It polls, as a bucket read may be served by a
-// replica that is behind, until ctx ends.
-func (s *Store) learn(ctx context.Context, t *table, tid, seq uint64, gap bool) error {
+// written before the block, and may not have reached this process yet),
+// and takes it (adoptRecord). It polls, as a bucket read may be served by
+// a replica that is behind, until ctx ends.
+func (s *Store) learn(ctx context.Context, t *table, tid uint64) error {
 	for wait := 20 * time.Millisecond; ; wait = min(2*wait, time.Second) {
 		var (
 			rec record
@@ -271,18 +282,8 @@ func (s *Store) learn(ctx context.Context, t *table, tid, seq uint64, gap bool) 
 		if err != nil {
 			return fmt.Errorf("jsstore: read the record of table %q: %w", t.name, err)
 		}
-		a := anchor{XSeq: rec.Meta.Seq}
-		if rec.Anchor != nil {
-			a = *rec.Anchor
-		}
-		if rec.knows(tid) && (!gap || a.Seq+1 >= seq) {
-			if err := s.adoptRecord(rec, rev, t); err != nil {
-				return err
-			}
-			if gap {
-				t.jump(a)
-			}
-			return nil
+		if rec.knows(tid) {
+			return s.adoptRecord(rec, rev, t)
 		}
 		select {
 		case <-ctx.Done():

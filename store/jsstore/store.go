@@ -48,8 +48,10 @@ type record struct {
 	// Anchor is where the x_seq numbering of the name's stream stands
 	// (follow.go); nil: from the stream's start, above Meta.Seq.
 	Anchor *anchor `json:"anchor,omitempty"`
-	// Stream is the name's stream (streamName(Name)).
-	Stream string `json:"stream"`
+	// Stream and Subject are where the name's blocks are: the store's
+	// blocks stream and the name's subject in it (placeOf).
+	Stream  string `json:"stream"`
+	Subject string `json:"subject"`
 	// Born is the id of the instance that created the name (kept by
 	// TRUNCATE, new after DROP + re-create): the consumers' generation.
 	Born uint64 `json:"born,omitempty"`
@@ -66,8 +68,9 @@ type record struct {
 
 // table is the in-memory state of one table name.
 type table struct {
-	// name and stream are the name and its stream (fixed).
-	name, stream string
+	// name, stream and subject are the name, its stream and its subject
+	// in the stream (fixed).
+	name, stream, subject string
 	// served is set when this node materialises the table
 	// (Config.Materialise; fixed): its follower applies the stream to
 	// the row cache. Otherwise the follower reads the messages' headers
@@ -93,6 +96,13 @@ type table struct {
 	// that end or start an instance).
 	ages   ageIndex
 	purged atomic.Uint64
+	// due is the purge purgeAged planned and the record's anchor already
+	// covers, made once Config.PurgeGrace has passed (sweeps only).
+	due duePurge
+	// anchored is the stream sequence of the record's anchor (setRecord):
+	// the table's messages up to it may be purged, so a call waiting for
+	// the follower to pass one of them stops waiting.
+	anchored atomic.Uint64
 	// chk coalesces and rate-bounds Beyond's checks (barrier.go).
 	chk tableChecks
 }
@@ -197,7 +207,7 @@ func newMetrics() metrics {
 		dedups:           c("ingestd_jetstream_dedup_hits_total", "Publishes found already stored by their message id (an acknowledgement lost)."),
 		behind:           c("ingestd_jetstream_stream_behind_total", "Appends whose acknowledged blocks the table's stream consumer had not delivered within a second (a new leader still applying its log, or a busy cache); the Append waits for them."),
 		catchup:          c("ingestd_jetstream_catchup_messages_total", "Block messages applied to the local row cache from the streams at start."),
-		purged:           c("ingestd_jetstream_purged_sequences_total", "Stream sequences purged below a retention cutoff (messages retention left nothing of)."),
+		purged:           c("ingestd_jetstream_purged_sequences_total", "Stream sequences a retention purge of a table's messages passed over (the table's messages among them, which retention left nothing of; the blocks stream holds every table's)."),
 		conflicts:        c("ingestd_jetstream_meta_conflicts_total", "Compare-and-set updates of the meta bucket (series ids, columns, table records, counters) that another node's change came before, each tried again after a pause of 1 to 100 ms; they fail only after --jetstream-publish-timeout."),
 		heartbeatsMissed: c("ingestd_jetstream_heartbeats_missed_total", "Table stream consumers started again because the server sent nothing, not even a heartbeat, for two --jetstream-follower-heartbeat (a pull request lost, a server gone), whether or not a call waited on them."),
 		pullsLost:        c("ingestd_jetstream_pulls_lost_total", "Table stream consumers started again because the server held messages for them and no pull request (the request went to a server that did not know the new consumer yet); found while a call waited more than 100 ms on the follower."),
@@ -646,9 +656,16 @@ func encodeName(name string) string {
 	return "H" + b32.EncodeToString(sum[:])
 }
 
-func (s *Store) tableKey(name string) string   { return "t." + encodeName(name) }
-func (s *Store) streamName(name string) string { return s.cfg.Prefix + "_T_" + encodeName(name) }
-func subjectOf(stream string) string           { return stream + ".blocks" }
+func (s *Store) tableKey(name string) string { return "t." + encodeName(name) }
+
+// blocksStream is the name of the stream that holds every table's blocks.
+func (s *Store) blocksStream() string { return s.cfg.Prefix + "_blocks" }
+
+// placeOf returns the record of a name new to the bucket: its name, the
+// blocks stream, and its subject there (PREFIX_b.ENC(name)).
+func (s *Store) placeOf(name string) record {
+	return record{Name: []byte(name), Stream: s.blocksStream(), Subject: s.cfg.Prefix + "_b." + encodeName(name)}
+}
 func (s *Store) consumersKey(name string, born uint64) string {
 	return "c." + encodeName(name) + "." + strconv.FormatUint(born, 10)
 }
@@ -656,8 +673,8 @@ func (s *Store) consumersKey(name string, born uint64) string {
 const nextTIDKey = "next_tid"
 
 // load reads every table record, then starts each live instance's
-// follower and waits until it has applied its stream up to where the
-// stream ended (catchUp).
+// follower and waits until it has applied its subject up to its last
+// message (catchUp).
 func (s *Store) load() error {
 	if err := s.retry(s.loadRecords); err != nil {
 		return fmt.Errorf("jsstore: list tables: %w", err)
@@ -801,7 +818,7 @@ func (s *Store) eachRecord(ctx context.Context, atLeast uint64, fn func(jetstrea
 }
 
 // catchUp starts t's follower at the record's anchor and waits until it
-// has applied the stream up to the last sequence it had when looked at,
+// has applied its subject up to the last message it had when looked at,
 // then applies the retention the record holds (the sweeps and horizon of
 // before the restart): a node never serves a drain above what it applied.
 func (s *Store) catchUp(t *table) error {
@@ -813,30 +830,27 @@ func (s *Store) catchUp(t *table) error {
 	if err := s.syncCache(t); err != nil {
 		return err
 	}
-	var stream jetstream.Stream
+	var last uint64
 	err := s.retry(func(ctx context.Context) (err error) {
-		stream, err = s.js.Stream(ctx, t.stream)
+		last, err = s.lastOf(ctx, t)
 		return err
 	})
 	if err != nil {
 		return fmt.Errorf("jsstore: stream %s of table %q: %w", t.stream, t.name, err)
 	}
-	info := stream.CachedInfo()
-	if info.State.Msgs > 0 && info.State.FirstSeq > a.Seq+1 {
-		return &store.CorruptionError{Key: []byte(t.stream), Err: fmt.Errorf("stream purged up to %d, its numbering anchored at %d", info.State.FirstSeq-1, a.Seq)}
-	}
 	t.purged.Store(a.Seq)
-	last := info.State.LastSeq
 	t.ensureFollower(s, last) // the record watcher may have started it
 	// Waited for until Config.PublishTimeout passes without progress (a
-	// leader election cuts a long replay; the follower resumes it).
+	// leader election cuts a long replay; the follower resumes it). A
+	// last message another process purged meanwhile (its anchor moved
+	// over it first) never arrives.
 	for from, _ := t.position(); ; {
-		err := t.await(time.Now().Add(s.cfg.PublishTimeout), func() bool { return t.f.applied >= last || t.f.applied > from })
+		err := t.await(time.Now().Add(s.cfg.PublishTimeout), func() bool { return t.passed(last) || t.f.applied > from })
 		applied, _ := t.position()
 		if err != nil {
 			return fmt.Errorf("jsstore: catch up with stream %s: %w", t.stream, err)
 		}
-		if applied >= last {
+		if applied >= last || t.anchored.Load() >= last {
 			break
 		}
 		from = applied

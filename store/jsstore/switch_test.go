@@ -45,7 +45,7 @@ func TestSwitchOffIsolatedServer(t *testing.T) {
 			time.Sleep(20 * time.Millisecond)
 		}
 	}
-	poll(func() bool { return c.StreamCurrent(s.streamName("isolated")) }, "every replica current")
+	poll(func() bool { return c.StreamCurrent(s.blocksStream()) }, "every replica current")
 
 	name := s.nc.ConnectedServerName()
 	i, err := strconv.Atoi(strings.TrimPrefix(name, "n"))
@@ -143,16 +143,16 @@ func TestTransientAPIErrors(t *testing.T) {
 	}
 }
 
-// TestRefusedStreamFailsTheCallNotTheNode: a table stream the cluster
+// TestRefusedStreamFailsTheCallNotTheNode: a blocks stream the cluster
 // refuses to create (here: a stream of that name already exists in
 // memory, whose storage JetStream does not change) fails PutTable with
 // store.ErrUnavailable, which the feed answers with 503 and runs on; the
-// store stays usable.
+// store stays usable once the stream can be made.
 func TestRefusedStreamFailsTheCallNotTheNode(t *testing.T) {
 	h := newHarness(t, 1)
 	s := h.open(t, h.config(t))
 	t.Cleanup(func() { _ = s.Close() })
-	_, err := s.js.CreateStream(ctx, jetstream.StreamConfig{Name: s.streamName("taken"), Subjects: []string{"elsewhere"},
+	_, err := s.js.CreateStream(ctx, jetstream.StreamConfig{Name: s.blocksStream(), Subjects: []string{"elsewhere"},
 		Storage: jetstream.MemoryStorage})
 	require.NoError(t, err)
 	id, err := s.NewTableID(ctx)
@@ -162,6 +162,7 @@ func TestRefusedStreamFailsTheCallNotTheNode(t *testing.T) {
 	var apiErr *jetstream.APIError
 	require.ErrorAs(t, err, &apiErr, "the cluster's refusal is in the error")
 
+	require.NoError(t, s.js.DeleteStream(ctx, s.blocksStream()))
 	m := createTable(t, s, "free")
 	require.NoError(t, s.Append(ctx, []store.TableCommit{commit(m, true, 1, 2, 1)}, nil))
 }

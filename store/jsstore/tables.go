@@ -216,7 +216,7 @@ func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 	if t == nil {
 		s.mu.Lock()
 		if t = s.byName[m.Name]; t == nil { // or the record watcher's, which then conflicts
-			t = s.newTable(record{Name: []byte(m.Name), Stream: s.streamName(m.Name)}, 0)
+			t = s.newTable(s.placeOf(m.Name), 0)
 			s.byName[m.Name] = t
 		}
 		s.mu.Unlock()
@@ -235,10 +235,17 @@ func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 	a := anchor{Seq: last, XSeq: m.Seq}
 	if curRev != 0 {
 		// A name with a record (a tombstone): the new instance's anchor is
-		// where a follower of the stream stands, every message before it
-		// numbered as every node numbers it (the followers of the nodes
-		// that followed the drop run on), and above m's floor.
-		if a, err = s.numberedAt(t, last); err != nil {
+		// where a follower of the name's subject stands, every message
+		// before it numbered as every node numbers it (the followers of
+		// the nodes that followed the drop run on), and above m's floor.
+		var subjectLast uint64
+		if err := s.retry(func(ctx context.Context) (err error) {
+			subjectLast, err = s.lastOf(ctx, t)
+			return err
+		}); err != nil {
+			return store.TableMeta{}, nil, fmt.Errorf("jsstore: last message of table %q: %w", t.name, err)
+		}
+		if a, err = s.numberedAt(t, subjectLast); err != nil {
 			return store.TableMeta{}, nil, err
 		}
 		a.XSeq = max(a.XSeq, m.Seq)
@@ -270,11 +277,12 @@ func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 }
 
 // numberedAt starts t's follower (unless it runs) and returns where it
-// stands once it numbered the stream up to at least last.
+// stands once it numbered t's subject up to at least last (or the record's
+// anchor passed it).
 func (s *Store) numberedAt(t *table, last uint64) (anchor, error) {
 	t.ensureFollower(s, 0)
 	var a anchor
-	err := t.await(time.Now().Add(s.cfg.PublishTimeout), func() bool { return t.f.numbered >= last })
+	err := t.await(time.Now().Add(s.cfg.PublishTimeout), func() bool { return t.f.numbered >= last || t.anchored.Load() >= last })
 	a = t.numberedTo()
 	if err != nil {
 		return anchor{}, fmt.Errorf("jsstore: number the stream of table %q: %w", t.name, err)
@@ -311,9 +319,10 @@ func mergeColumns(have, add []store.Column) []store.Column {
 	return out
 }
 
-// ensureStream creates t's stream when missing (file storage, the
-// store's replicas, atomic batches, the duplicate window) and returns its
-// last sequence.
+// ensureStream creates t's stream, the blocks stream every table shares
+// (a subject per table), when missing (file storage, the store's
+// replicas, atomic batches, the duplicate window) and returns its last
+// sequence.
 func (s *Store) ensureStream(t *table) (uint64, error) {
 	var stream jetstream.Stream
 	// Nodes that create the same stream at once (their first writes to
@@ -322,7 +331,7 @@ func (s *Store) ensureStream(t *table) (uint64, error) {
 	// soon and the next one finds the stream.
 	err := s.retry(growing(firstAttempt, func(ctx context.Context) (err error) {
 		stream, err = s.js.CreateOrUpdateStream(ctx, jetstream.StreamConfig{
-			Name: t.stream, Subjects: []string{subjectOf(t.stream)}, Description: "ingestd table blocks",
+			Name: t.stream, Subjects: []string{s.cfg.Prefix + "_b.*"}, Description: "ingestd table blocks, a subject per table",
 			Storage: jetstream.FileStorage, Replicas: s.replicas, Duplicates: s.cfg.DuplicateWindow,
 			AllowAtomicPublish: true, Discard: jetstream.DiscardOld,
 		})
@@ -416,7 +425,7 @@ func (s *Store) endInstance(t *table) error {
 	defer cancel()
 	stream, err := s.js.Stream(ctx, t.stream)
 	if err == nil {
-		err = stream.Purge(ctx, jetstream.WithPurgeSequence(upto+1))
+		err = stream.Purge(ctx, jetstream.WithPurgeSubject(t.subject), jetstream.WithPurgeSequence(upto+1))
 	}
 	if err == nil {
 		t.purged.Store(upto)
@@ -427,9 +436,11 @@ func (s *Store) endInstance(t *table) error {
 }
 
 // PruneTombstone implements store.Tables: it writes floor's record first,
-// then deletes name's, then its stream. A crash in between leaves both
-// records, which only keeps a second, lower floor (never a lower number).
-// Writer only.
+// then deletes name's, then purges its subject up to its last message
+// before the deletion (a name created again after it keeps its messages).
+// A crash in between leaves both records, which only keeps a second,
+// lower floor (never a lower number), or messages of the pruned name
+// below a new instance's anchor, never read. Writer only.
 func (s *Store) PruneTombstone(ctx context.Context, name string, floor store.TableMeta) error {
 	if err := s.gate.Enter(ctx); err != nil {
 		return err
@@ -439,7 +450,7 @@ func (s *Store) PruneTombstone(ctx context.Context, name string, floor store.Tab
 	ft, old := s.byName[floor.Name], s.byName[name]
 	s.mu.Unlock()
 	if ft == nil {
-		ft = s.newTable(record{Name: []byte(floor.Name), Stream: s.streamName(floor.Name)}, 0)
+		ft = s.newTable(s.placeOf(floor.Name), 0)
 	}
 	floor.Dropped, floor.ID = true, 0
 	if err := s.update(ft, func(r *record) error { r.Meta = floor; return nil }); err != nil {
@@ -451,6 +462,13 @@ func (s *Store) PruneTombstone(ctx context.Context, name string, floor store.Tab
 	if old == nil {
 		return nil
 	}
+	var last uint64
+	if err := s.retry(func(ctx context.Context) (err error) {
+		last, err = s.lastOf(ctx, old)
+		return err
+	}); err != nil {
+		return fmt.Errorf("jsstore: last message of tombstone %q: %w", name, err)
+	}
 	if err := s.meta.Purge(context.Background(), s.tableKey(name)); err != nil {
 		return fmt.Errorf("jsstore: delete tombstone %q: %w", name, err)
 	}
@@ -458,8 +476,14 @@ func (s *Store) PruneTombstone(ctx context.Context, name string, floor store.Tab
 	delete(s.byName, name)
 	s.mu.Unlock()
 	old.stopFollower()
-	if err := s.js.DeleteStream(context.Background(), old.stream); err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
-		s.logger.Warn("stream of a pruned tombstone not deleted", "stream", old.stream, "err", err)
+	pctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+	defer cancel()
+	stream, err := s.js.Stream(pctx, old.stream)
+	if err == nil {
+		err = stream.Purge(pctx, jetstream.WithPurgeSubject(old.subject), jetstream.WithPurgeSequence(last+1))
+	}
+	if err != nil && !errors.Is(err, jetstream.ErrStreamNotFound) {
+		s.logger.Warn("messages of a pruned tombstone not purged", "stream", old.stream, "subject", old.subject, "err", err)
 	}
 	return nil
 }
