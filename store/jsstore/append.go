@@ -134,7 +134,7 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 		if purged {
 			// Not purged yet, the follower numbers it as it comes (no
 			// longer held: released) and counts it voided.
-			if _, passed := j.t.position(); passed >= j.last {
+			if applied, _ := j.t.position(); applied >= j.last {
 				s.m.voided.Add(float64(len(commits[i].Fragments)))
 			}
 			j.t.release(j.last)
@@ -159,7 +159,7 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 		if len(j.msgs) == 0 {
 			continue
 		}
-		if err := s.awaitFollower(j.t, deadline, func() bool { return j.t.f.applied >= j.last }); err != nil {
+		if err := s.awaitFollower(j.t, deadline, func() bool { return j.t.passed(j.last) }); err != nil {
 			return err
 		}
 	}

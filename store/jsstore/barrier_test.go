@@ -220,6 +220,7 @@ func TestBeyondAfterAPurgeNotRead(t *testing.T) {
 	require.Equal(t, uint64(5), bt.f.xseq)
 	bt.f.applied--
 	bt.f.numbered--
+	bt.f.counted--
 	bt.f.xseq -= 2
 	bt.f.fmu.Unlock()
 	poll(t, func() bool {

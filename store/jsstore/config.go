@@ -44,8 +44,8 @@ const (
 	// DefaultPurgeMinMessages is how many stream sequences retention must
 	// have left nothing of before a table's messages among them are purged.
 	DefaultPurgeMinMessages = 1000
-	// DefaultPurgeGrace is how long a retention purge waits after the
-	// anchor moved (Config.PurgeGrace).
+	// DefaultPurgeGrace is how long a purge waits after the anchor moved
+	// (Config.PurgeGrace).
 	DefaultPurgeGrace = 10 * time.Second
 	// DefaultBarrierInterval is how often at most a node checks a table
 	// (a stream info, then a barrier published to its stream) to tell a
@@ -116,9 +116,9 @@ type Config struct {
 	// purge first republishes the table's series dictionary, so a purge
 	// per sweep would cost more than it frees).
 	PurgeMinMessages int
-	// PurgeGrace is how long a retention purge of a table's messages
-	// waits after the table's record moved its numbering anchor over
-	// them: every node's follower must hear of the anchor before the
+	// PurgeGrace is how long a purge of a table's messages (retention's,
+	// or an ended instance's) waits after the table's record moved its
+	// numbering anchor over them: every node's follower must hear of the anchor before the
 	// messages go, since a follower of one table's subject sees no gap
 	// where another node purged (docs/design.md#scale-out).
 	PurgeGrace time.Duration
@@ -175,7 +175,7 @@ func (c *Config) RegisterFlags(fs *flag.FlagSet) {
 	fs.DurationVar(&c.PublishTimeout, "jetstream-publish-timeout", c.PublishTimeout, "bound of one commit's publish to JetStream, retries included")
 	fs.DurationVar(&c.SwitchAfter, "jetstream-switch-after", c.SwitchAfter, "how long JetStream may be unreachable through the connected NATS server before ingestd reconnects to another (a server cut off from its cluster keeps its clients); below --jetstream-publish-timeout")
 	fs.IntVar(&c.PurgeMinMessages, "jetstream-purge-min-messages", c.PurgeMinMessages, "stream sequences retention must have left nothing of before a table's messages among them are purged (each purge first republishes the table's series dictionary)")
-	fs.DurationVar(&c.PurgeGrace, "jetstream-purge-grace", c.PurgeGrace, "how long a retention purge of a table's messages waits after its record's numbering anchor moved over them, so that every node hears of the anchor first")
+	fs.DurationVar(&c.PurgeGrace, "jetstream-purge-grace", c.PurgeGrace, "how long a purge of a table's messages (retention's, or an ended instance's at TRUNCATE and DROP) waits after its record's numbering anchor moved over them, so that every node hears of the anchor first")
 	fs.DurationVar(&c.BarrierInterval, "jetstream-barrier-interval", c.BarrierInterval, "least time between two checks of a table (a stream info, then a barrier: an empty message to its stream) this node makes to refuse a drain cursor as beyond the sequence rather than another node's (10ms..1m); drains it holds back get an empty page that keeps the cursor")
 	fs.DurationVar(&c.FollowerHeartbeat, "jetstream-follower-heartbeat", c.FollowerHeartbeat, "idle heartbeat of each table's follower (1s..14s): one that hears nothing for two starts its consumer again, so a drain here sees another node's writes after a lost pull request within two of them")
 	fs.StringVar(&c.Materialise, "jetstream-materialise", c.Materialise, "tables whose rows this node keeps and serves (drains, /rows, counts): comma-separated names, each exact or a prefix followed by *; * is every table, an empty value none. Other tables' streams are followed by their headers only, enough to number this node's writes, and their reads here answer 421")

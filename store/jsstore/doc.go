@@ -153,11 +153,13 @@
 // subject only, so messages another node purged before it read them
 // leave no gap it could see: it takes the record's anchor at the first
 // message after it (follower.rebase), which it knows by then because
-// every purge waits for it: an instance's end purges only messages of the
-// ended instance (a follower meeting the new instance's first message
-// reads its record, anchor included, first), and a retention purge
-// waits Config.PurgeGrace after the anchor moved (the record watcher
-// brings it to every node within milliseconds).
+// every purge waits Config.PurgeGrace after the anchor moved (the record
+// watcher brings it to every node within milliseconds): a retention
+// purge, and the purge of an ended instance's messages at TRUNCATE and
+// DROP (a follower meeting the new instance's first message reads its
+// record, anchor included, first anyway; the grace keeps a late message
+// of the ended instance, written after the anchor, from being taken for
+// the live one's by a follower whose record lags).
 //
 // Append publishes every table's messages concurrently, without an
 // expected last sequence (two busy writers would conflict on every
@@ -171,11 +173,13 @@
 // Then the follower (below), which numbers every message as it reaches
 // it, has numbered the commit's first message: Append reads FirstSeq
 // from it, calls stamped, releases the held messages and returns once
-// the follower applied them to the cache. So stamped runs before any of
-// the commit is readable, and when Append returns every message before
-// the commit in the stream, another node's included, is applied: the
-// feed raises the watermark only over what this node applied, and "never
-// skip an in-flight writer" holds across nodes. A follower that does not
+// the follower applied them to the cache (or the record's anchor passed
+// them: another node ended the instance and may have purged them). So
+// stamped runs before any of the commit is readable, and when Append
+// returns every message before the commit in the stream, another node's
+// included, is applied: the feed raises the watermark only over what this
+// node applied, and "never skip an in-flight writer" holds across nodes.
+// A follower that does not
 // reach the acknowledged message within a second (a new leader still
 // applying its log) is waited for, counted in
 // ingestd_jetstream_stream_behind_total, until Config.PublishTimeout. On

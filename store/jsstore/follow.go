@@ -47,8 +47,10 @@ type follower struct {
 	// applied is the stream sequence applied to the cache (or skipped: a
 	// message of another instance) and reported; numbered the one
 	// numbered and applied to the cache (ahead of applied while a report
-	// fails); xseq is the highest x_seq numbered.
-	applied, numbered, xseq uint64
+	// fails); counted the one whose numbers xseq, the highest x_seq
+	// numbered, includes (ahead of numbered while it is applied: Append
+	// waits for its commit to be counted, not applied).
+	applied, numbered, counted, xseq uint64
 	// held are this process's messages numbered and not yet released;
 	// released is the sequence up to which they may be applied.
 	held     []ownMsg
@@ -124,7 +126,7 @@ func (t *table) startFollowerLocked(s *Store, from, xseq, catchUpTo uint64) {
 	f := &t.f
 	f.fmu.Lock()
 	f.fcond = sync.NewCond(&f.fmu)
-	f.applied, f.numbered, f.xseq, f.released = from-1, from-1, xseq, from-1
+	f.applied, f.numbered, f.counted, f.xseq, f.released = from-1, from-1, from-1, xseq, from-1
 	f.held, f.err, f.closing, f.catchUpTo, f.recent = nil, nil, false, catchUpTo, nil
 	f.based = anchor{Seq: from - 1, XSeq: xseq}
 	f.seen, f.seenOrder, f.window = map[string]struct{}{}, nil, s.cfg.DuplicateWindow
@@ -163,6 +165,17 @@ func (t *table) stopFollowerLocked() {
 // numberedMsg is a synced message numbered: its stream sequence and the
 // x_seq before it.
 type numberedMsg struct{ seq, before uint64 }
+
+// firstOf returns the first x_seq of synced message seq, one of the last
+// maxRecent counted. fmu must be held.
+func (f *follower) firstOf(seq uint64) uint64 {
+	for i := len(f.recent) - 1; i >= 0; i-- {
+		if f.recent[i].seq == seq {
+			return f.recent[i].before + 1
+		}
+	}
+	return f.xseq + 1 // not reached: the follower counts one message ahead at most
+}
 
 // maxRecent bounds follower.recent.
 const maxRecent = 16
@@ -519,10 +532,10 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 	blocks := len(tc.NewSeries) > 0 || count > 0
 	live := false
 	f.fmu.Lock()
-	if seq > f.numbered && f.repeated(id, stored) {
-		f.numbered = seq // a second copy of a message: not numbered, not applied
+	if seq > f.counted && f.repeated(id, stored) {
+		f.counted, f.numbered = seq, seq // a second copy of a message: not numbered, not applied
 	}
-	if seq > f.numbered {
+	if seq > f.counted {
 		if anchored && a != f.based && a.Seq < seq {
 			f.rebase(a, s.logger.Warn)
 			f.based = a
@@ -540,12 +553,20 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 			}
 		}
 		if tc.Sync && count > 0 {
-			tc.FirstSeq = first
 			if len(f.recent) == maxRecent {
 				f.recent = slices.Delete(f.recent, 0, 1)
 			}
 			f.recent = append(f.recent, numberedMsg{seq: seq, before: f.xseq})
 			f.xseq += uint64(count)
+		}
+		f.counted = seq
+		f.fcond.Broadcast() // Append waits for its commit's count
+	}
+	if seq > f.numbered {
+		// Counted, not applied yet (or its apply failed and it came
+		// again): its numbers are in recent.
+		if tc.Sync && count > 0 {
+			tc.FirstSeq = f.firstOf(seq)
 		}
 		f.fmu.Unlock()
 		if blocks && !t.served {
@@ -637,6 +658,11 @@ type seenID struct {
 // await waits until ok (called with fmu held) holds, the follower failed,
 // the store closes, or deadline passes.
 func (t *table) await(deadline time.Time, ok func() bool) error {
+	return t.awaitCtx(context.Background(), deadline, ok)
+}
+
+// awaitCtx is await that also returns ctx's error once ctx ends.
+func (t *table) awaitCtx(ctx context.Context, deadline time.Time, ok func() bool) error {
 	f := &t.f
 	f.fmu.Lock()
 	if ok() { // mostly so once a commit's messages are back: no timers
@@ -658,6 +684,11 @@ func (t *table) await(deadline time.Time, ok func() bool) error {
 		}
 	})
 	defer probe.Stop()
+	defer context.AfterFunc(ctx, func() {
+		f.fmu.Lock()
+		f.fcond.Broadcast()
+		f.fmu.Unlock()
+	})()
 	f.fmu.Lock()
 	defer f.fmu.Unlock()
 	f.waiters++
@@ -668,6 +699,8 @@ func (t *table) await(deadline time.Time, ok func() bool) error {
 			return f.err
 		case f.closing:
 			return store.ErrClosed
+		case ctx.Err() != nil:
+			return ctx.Err()
 		case !time.Now().Before(deadline):
 			f.stuck = time.Now()
 			held := make([]uint64, len(f.held))
@@ -727,7 +760,7 @@ func (t *table) release(seq uint64) {
 func (t *table) numberedTo() anchor {
 	t.f.fmu.Lock()
 	defer t.f.fmu.Unlock()
-	return anchor{Seq: t.f.numbered, XSeq: t.f.xseq}
+	return anchor{Seq: t.f.counted, XSeq: t.f.xseq}
 }
 
 // position returns the stream sequence applied and the highest x_seq

@@ -812,7 +812,8 @@ func TestOverwriteAfterPurgeRebuild(t *testing.T) {
 // TestPurgeWaitsForItsGrace: a retention purge first moves the record's
 // anchor and takes the messages only once --jetstream-purge-grace has
 // passed, at a later sweep that removes nothing; the other tables'
-// messages in the blocks stream stay.
+// messages in the blocks stream stay. TRUNCATE's purge of the ended
+// instance waits for the grace too, and Close cancels it.
 func TestPurgeWaitsForItsGrace(t *testing.T) {
 	h := newHarness(t, 1)
 	cfg := h.config(t)
@@ -836,6 +837,17 @@ func TestPurgeWaitsForItsGrace(t *testing.T) {
 	require.Equal(t, uint64(2), streamMsgs(t, s, "graced"), "the recent message and the dictionary")
 	require.Equal(t, uint64(4), streamMsgs(t, s, "neighbour"), "another table's messages stay")
 	require.Zero(t, tb.due.seq)
+
+	_, err := s.TruncateTable(ctx, other.ID)
+	require.NoError(t, err)
+	require.Equal(t, uint64(4), streamMsgs(t, s, "neighbour"), "the ended instance's messages stay within the grace")
+	s.later.mu.Lock()
+	require.Len(t, s.later.pending, 1, "its purge waits")
+	s.later.mu.Unlock()
+	require.NoError(t, s.Close())
+	s.later.mu.Lock()
+	require.Empty(t, s.later.pending, "Close cancelled it")
+	s.later.mu.Unlock()
 }
 
 // TestFollowerBehindAPurgeNumbersAlike: a node whose follower had not read
@@ -879,6 +891,10 @@ func TestFollowerBehindAPurgeNumbersAlike(t *testing.T) {
 	// (b's own sweeps, not run here, would remove its aged points.)
 	require.Equal(t, readAll(t, a, m.ID, hz-1, last).Seq, readAll(t, b, m.ID, hz-1, last).Seq, "the same rows at the same numbers")
 	require.Len(t, readAll(t, b, m.ID, hz-1, last).Seq, 2)
+
+	_, err = a.TruncateTable(ctx, m.ID)
+	require.NoError(t, err)
+	poll(t, func() bool { return streamMsgs(t, a, "behind") == 0 }, "the ended instance's messages purged once the grace (0) passed")
 }
 
 // TestRecordsFromABehindReplica checks what loadRecords compares a watch

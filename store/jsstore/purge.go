@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math"
+	"sync"
 	"time"
 
 	"github.com/nats-io/nats.go/jetstream"
@@ -76,6 +77,50 @@ func (a *ageIndex) trimTo(seq uint64) {
 		n++
 	}
 	a.entries = append(a.entries[:0], a.entries[n:]...)
+}
+
+// timers are the purges of ended instances waiting for their grace
+// (endInstance); Close stops them.
+type timers struct {
+	mu      sync.Mutex
+	pending map[*time.Timer]struct{}
+	stopped bool
+}
+
+// after runs f in its own goroutine once d has passed, unless stop comes
+// first.
+func (ts *timers) after(d time.Duration, f func()) {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	if ts.stopped {
+		return
+	}
+	if ts.pending == nil {
+		ts.pending = map[*time.Timer]struct{}{}
+	}
+	var tm *time.Timer
+	tm = time.AfterFunc(d, func() {
+		ts.mu.Lock()
+		_, ok := ts.pending[tm]
+		delete(ts.pending, tm)
+		ts.mu.Unlock()
+		if ok {
+			f()
+		}
+	})
+	ts.pending[tm] = struct{}{}
+}
+
+// stop cancels the functions not started yet; after it, after does
+// nothing.
+func (ts *timers) stop() {
+	ts.mu.Lock()
+	defer ts.mu.Unlock()
+	ts.stopped = true
+	for tm := range ts.pending {
+		tm.Stop()
+	}
+	clear(ts.pending)
 }
 
 // duePurge is a purge of a table's subject up to stream sequence seq,

@@ -165,6 +165,9 @@ type Store struct {
 	// chk tracks Beyond's checks in flight (barrier.go).
 	chk checkState
 
+	// later holds the purges of ended instances until their grace passed.
+	later timers
+
 	// gate is held by every call and closed by Close.
 	gate store.CloseGate
 
@@ -896,6 +899,7 @@ func (t *table) anchor() anchor {
 // Close included, returns store.ErrClosed.
 func (s *Store) Close() error {
 	s.chk.halt()
+	s.later.stop()
 	if err := s.gate.Close(); err != nil {
 		return err
 	}

@@ -282,7 +282,7 @@ func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 func (s *Store) numberedAt(t *table, last uint64) (anchor, error) {
 	t.ensureFollower(s, 0)
 	var a anchor
-	err := t.await(time.Now().Add(s.cfg.PublishTimeout), func() bool { return t.f.numbered >= last || t.anchored.Load() >= last })
+	err := t.await(time.Now().Add(s.cfg.PublishTimeout), func() bool { return t.f.counted >= last || t.anchored.Load() >= last })
 	a = t.numberedTo()
 	if err != nil {
 		return anchor{}, fmt.Errorf("jsstore: number the stream of table %q: %w", t.name, err)
@@ -410,10 +410,12 @@ func (s *Store) DropTable(ctx context.Context, tid uint64) (store.TableMeta, err
 }
 
 // endInstance makes the cache follow t's record (the ended instance's
-// rows go, a new one's table comes) and purges the stream up to the
-// sequence the record's new anchor names (the stream's sequence keeps
-// running). A purge that fails is only logged: the messages are ignored
-// by id.
+// rows go, a new one's table comes) and, Config.PurgeGrace later, purges
+// t's subject up to the sequence the record's new anchor names, as a
+// retention purge waits (purgeAged): a follower behind those messages
+// hears of the anchor first. A purge that fails, or that Close or a crash
+// prevents, is only logged: the messages are ignored by id, and the
+// subject's next purge takes them.
 func (s *Store) endInstance(t *table) error {
 	if err := s.syncCache(t); err != nil {
 		return err
@@ -421,17 +423,22 @@ func (s *Store) endInstance(t *table) error {
 	s.mu.Lock()
 	upto := t.anchor().Seq
 	s.mu.Unlock()
-	ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
-	defer cancel()
-	stream, err := s.js.Stream(ctx, t.stream)
-	if err == nil {
-		err = stream.Purge(ctx, jetstream.WithPurgeSubject(t.subject), jetstream.WithPurgeSequence(upto+1))
-	}
-	if err == nil {
-		t.purged.Store(upto)
-	} else {
-		s.logger.Warn("stream not purged of an ended table instance (its messages are ignored)", "stream", t.stream, "err", err)
-	}
+	t.purged.Store(upto)
+	s.later.after(s.cfg.PurgeGrace, func() {
+		if s.gate.Enter(context.Background()) != nil {
+			return // closed
+		}
+		defer s.gate.Leave()
+		ctx, cancel := context.WithTimeout(context.Background(), opTimeout)
+		defer cancel()
+		stream, err := s.js.Stream(ctx, t.stream)
+		if err == nil {
+			err = stream.Purge(ctx, jetstream.WithPurgeSubject(t.subject), jetstream.WithPurgeSequence(upto+1))
+		}
+		if err != nil {
+			s.logger.Warn("stream not purged of an ended table instance (its messages are ignored)", "stream", t.stream, "subject", t.subject, "err", err)
+		}
+	})
 	return nil
 }
 
