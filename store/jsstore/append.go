@@ -133,7 +133,8 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 		}
 		if purged {
 			// Not purged yet, the follower numbers it as it comes (no
-			// longer held: released) and counts it voided.
+			// longer held: released) and counts it voided; passed
+			// without it, it is counted here.
 			if applied, _ := j.t.position(); applied >= j.last {
 				s.m.voided.Add(float64(len(commits[i].Fragments)))
 			}

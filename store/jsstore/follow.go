@@ -48,8 +48,8 @@ type follower struct {
 	// message of another instance) and reported; numbered the one
 	// numbered and applied to the cache (ahead of applied while a report
 	// fails); counted the one whose numbers xseq, the highest x_seq
-	// numbered, includes (ahead of numbered while it is applied: Append
-	// waits for its commit to be counted, not applied).
+	// numbered, includes (ahead of numbered while it is applied, or after
+	// its apply failed: a message delivered again is not numbered twice).
 	applied, numbered, counted, xseq uint64
 	// held are this process's messages numbered and not yet released;
 	// released is the sequence up to which they may be applied.
@@ -516,7 +516,7 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 	// says how to go on. Messages another process purged before this
 	// follower read them leave no trace in a filtered consumer: the
 	// record's anchor moved over them first, and the numbering takes it
-	// (rebase) at the first message after it (purgeAged waits
+	// (rebase) at the first message after it (every purge waits
 	// Config.PurgeGrace for the anchor to reach every node).
 	known, a, anchored := s.recordView(t, tc.TableID)
 	if !known {
@@ -560,7 +560,7 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 			f.xseq += uint64(count)
 		}
 		f.counted = seq
-		f.fcond.Broadcast() // Append waits for its commit's count
+		f.fcond.Broadcast() // numberedAt waits for the count
 	}
 	if seq > f.numbered {
 		// Counted, not applied yet (or its apply failed and it came
@@ -658,11 +658,6 @@ type seenID struct {
 // await waits until ok (called with fmu held) holds, the follower failed,
 // the store closes, or deadline passes.
 func (t *table) await(deadline time.Time, ok func() bool) error {
-	return t.awaitCtx(context.Background(), deadline, ok)
-}
-
-// awaitCtx is await that also returns ctx's error once ctx ends.
-func (t *table) awaitCtx(ctx context.Context, deadline time.Time, ok func() bool) error {
 	f := &t.f
 	f.fmu.Lock()
 	if ok() { // mostly so once a commit's messages are back: no timers
@@ -684,11 +679,6 @@ func (t *table) awaitCtx(ctx context.Context, deadline time.Time, ok func() bool
 		}
 	})
 	defer probe.Stop()
-	defer context.AfterFunc(ctx, func() {
-		f.fmu.Lock()
-		f.fcond.Broadcast()
-		f.fmu.Unlock()
-	})()
 	f.fmu.Lock()
 	defer f.fmu.Unlock()
 	f.waiters++
@@ -699,8 +689,6 @@ func (t *table) awaitCtx(ctx context.Context, deadline time.Time, ok func() bool
 			return f.err
 		case f.closing:
 			return store.ErrClosed
-		case ctx.Err() != nil:
-			return ctx.Err()
 		case !time.Now().Before(deadline):
 			f.stuck = time.Now()
 			held := make([]uint64, len(f.held))
