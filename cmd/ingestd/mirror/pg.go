@@ -689,9 +689,17 @@ func (mr *Mirror) runPG(ctx context.Context) error {
 	// needCopy: copy in full, in a transaction that begins on top of cur
 	// (nil: no cursor yet; else the cursor the source refused).
 	needCopy := cur == nil
+	// Copies that follow one another without a row followed in between
+	// are paced, as Run paces them: a source that refuses every cursor
+	// (409) or changes during every copy would otherwise have the target
+	// table emptied and filled again as fast as the requests go.
+	var resyncs pacer
 	for ctx.Err() == nil {
 		var stale *staleCursorError
 		if needCopy {
+			if err := resyncs.wait(ctx, mr.cfg.MaxBackoff); err != nil {
+				return nil
+			}
 			var next *Cursor
 			err := mr.retryPG(ctx, func() (err error) {
 				next, err = mr.pgBootstrap(ctx, cur)
@@ -710,7 +718,10 @@ func (mr *Mirror) runPG(ctx context.Context) error {
 			}
 			cur, needCopy = next, false
 		}
-		err := mr.pgFollow(ctx, cur)
+		followed, err := mr.pgFollow(ctx, cur)
+		if followed {
+			resyncs.reset()
+		}
 		switch {
 		case errors.Is(err, errResync):
 			mr.peerLog.Error("source refused the cursor: resyncing in full", "epoch", cur.Epoch, "next", cur.Next, "err", err)
@@ -846,13 +857,14 @@ func (mr *Mirror) committed(c *Cursor) {
 
 // pgFollow drains the feed from cur with long-polls, applying each page
 // and moving the cursor in one transaction, until ctx ends, a resync is
-// due (errResync) or another mirror moved the cursor (*staleCursorError).
-func (mr *Mirror) pgFollow(ctx context.Context, cur *Cursor) error {
+// due (errResync) or another mirror moved the cursor (*staleCursorError);
+// followed tells whether a page brought rows.
+func (mr *Mirror) pgFollow(ctx context.Context, cur *Cursor) (followed bool, err error) {
 	var pg client.Page
 	for ctx.Err() == nil {
 		n, err := mr.nextPage(ctx, cur, &pg)
 		if err != nil {
-			return err
+			return followed, err
 		}
 		mr.m.lag.Set(float64(pg.Watermark - min(pg.Watermark, pg.Next)))
 		if pg.Next == cur.Next && n == 0 {
@@ -865,8 +877,9 @@ func (mr *Mirror) pgFollow(ctx context.Context, cur *Cursor) error {
 			return err
 		})
 		if err != nil {
-			return err
+			return followed, err
 		}
+		followed = followed || n > 0
 		*cur = *next
 		mr.m.statements.Add(float64(stmts))
 		mr.m.pages.Inc()
@@ -877,5 +890,5 @@ func (mr *Mirror) pgFollow(ctx context.Context, cur *Cursor) error {
 			mr.logger.Info("mirror progress", "epoch", cur.Epoch, "position", cur.Next, "watermark", pg.Watermark)
 		}
 	}
-	return nil
+	return followed, nil
 }

@@ -221,3 +221,43 @@ func requireNothingApplied(t *testing.T, conn *pgx.Conn) {
 		require.Zero(t, n, "no row")
 	}
 }
+
+// TestPGMirrorPacesResyncs: with a PostgreSQL target, a source that
+// refuses every cursor (409 stale_epoch) had the mirror empty the target
+// table and copy it again as fast as the requests went. The copies are
+// paced as with an ingestd target: a pause that doubles from 100 ms until
+// a page brings rows, so that 1.5 s see a handful of copies, not hundreds.
+func TestPGMirrorPacesResyncs(t *testing.T) {
+	pgURL := pgtest.Start(t)
+	ctx := context.Background()
+	admin, err := pgx.Connect(ctx, pgURL)
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "CREATE DATABASE paced")
+	require.NoError(t, err)
+	require.NoError(t, admin.Close(ctx))
+	var copies atomic.Int64
+	s := httptest.NewServer(&fakeSource{
+		drain: func(w http.ResponseWriter, _ *http.Request) {
+			w.Header().Set("Content-Type", "application/json")
+			w.WriteHeader(http.StatusConflict)
+			fmt.Fprint(w, `{"code":"stale_epoch","message":"feed: stale epoch, resync in full","error":"stale epoch"}`)
+		},
+		rows: func(w http.ResponseWriter, _ *http.Request) {
+			copies.Add(1)
+			w.Header().Set("Ingestd-Epoch", "1")
+			w.Header().Set("Ingestd-Watermark", "10")
+			fmt.Fprint(w, "t v=1 1\n")
+		},
+	})
+	t.Cleanup(s.Close)
+	cfg := DefaultConfig()
+	cfg.Source, cfg.Table, cfg.Target = s.URL, "t", strings.Replace(pgURL, "/postgres?", "/paced?", 1)
+	cfg.Wait, cfg.MaxBackoff, cfg.Limit = 10*time.Second, time.Minute, 100
+	mr, err := New(cfg, slog.New(slog.DiscardHandler), prometheus.NewRegistry())
+	require.NoError(t, err)
+	run, cancel := context.WithTimeout(ctx, 1500*time.Millisecond)
+	defer cancel()
+	require.NoError(t, mr.Run(run))
+	require.Less(t, copies.Load(), int64(12), "full copies in 1.5 s")
+	require.Greater(t, copies.Load(), int64(2), "the mirror resyncs on")
+}
