@@ -31,9 +31,9 @@ const maxBatchMessages = 1000
 
 // Append implements store.Appender: it writes each commit's Meta (new
 // columns, or a table created by the write: PutTable's update), publishes
-// every table's block concurrently (one message, or one atomic batch above
-// the server's max_payload) with a message id, and waits for every
-// acknowledgement. The numbers come from the stream order: each table's
+// every table's block (one message, or several above the server's
+// max_payload), each message with a message id, all of them as one
+// atomic batch (publishAll), and waits for its acknowledgement. The numbers come from the stream order: each table's
 // follower numbers this process's messages when it reaches them (every
 // message before them, any writer's, numbered first) and holds them;
 // Append then sets FirstSeq, calls stamped, releases them and returns once
@@ -88,17 +88,9 @@ func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped
 		}
 	}
 	defer s.dropPending(s.addPending(jobs))
-	var wg sync.WaitGroup
-	sent, sends := time.Now(), 0
-	errs := make([]error, len(jobs))
-	for i := range jobs {
-		if len(jobs[i].msgs) > 0 {
-			sends++
-			wg.Go(func() { jobs[i].last, errs[i] = s.publish(&jobs[i]) })
-		}
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	sent := time.Now()
+	sends, err := s.publishAll(jobs)
+	if err != nil {
 		return err
 	}
 	if sends > 0 {
@@ -407,16 +399,50 @@ func decodeHeaders(h nats.Header) (store.TableCommit, uint64, error) {
 	return store.TableCommit{TableID: tid, Sync: sync == 1, CommitTime: ct}, count, nil
 }
 
-// publish sends j's messages until the stream acknowledges them or
-// PublishTimeout passes, and returns the stream sequence of the last. A
-// send without an acknowledgement is sent again with the same message
-// ids: a message the stream stored meanwhile is a duplicate, which the
-// stream acknowledges with its sequence; an atomic batch the stream
-// stored is refused as a duplicate, and found by the table's follower,
-// which holds every message of this process it reads (heldID).
-func (s *Store) publish(j *publishJob) (uint64, error) {
-	t := j.t
-	final := j.msgs[len(j.msgs)-1].Header.Get(jetstream.MsgIDHeader)
+// publishAll publishes every job's messages, sets each job's last, and
+// returns how many sends it took: the jobs go together, as one atomic
+// batch of at most maxBatchMessages (one raft entry and one
+// acknowledgement for the whole commit, whatever the tables it touches),
+// in as few batches as whole jobs fit in, sent concurrently.
+func (s *Store) publishAll(jobs []publishJob) (int, error) {
+	var groups [][]*publishJob
+	n := maxBatchMessages
+	for i := range jobs {
+		j := &jobs[i]
+		if len(j.msgs) == 0 {
+			continue
+		}
+		if n+len(j.msgs) > maxBatchMessages {
+			groups, n = append(groups, nil), 0
+		}
+		groups[len(groups)-1] = append(groups[len(groups)-1], j)
+		n += len(j.msgs)
+	}
+	if len(groups) == 1 {
+		return 1, s.publish(groups[0])
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, len(groups))
+	for i, g := range groups {
+		wg.Go(func() { errs[i] = s.publish(g) })
+	}
+	wg.Wait()
+	return len(groups), errors.Join(errs...)
+}
+
+// publish sends the messages of jobs (at most maxBatchMessages) until the
+// stream acknowledges them or PublishTimeout passes, and sets each job's
+// last to the stream sequence of its last message. A send without an
+// acknowledgement is sent again with the same message ids: a message the
+// stream stored meanwhile is a duplicate, which the stream acknowledges
+// with its sequence; an atomic batch the stream stored is refused as a
+// duplicate, and found by the tables' followers, which hold every message
+// of this process they read (heldID).
+func (s *Store) publish(jobs []*publishJob) error {
+	var msgs []*nats.Msg
+	for _, j := range jobs {
+		msgs = append(msgs, j.msgs...)
+	}
 	deadline := time.Now().Add(s.cfg.PublishTimeout)
 	wait := 50 * time.Millisecond
 	for attempt := 0; ; attempt++ {
@@ -424,28 +450,52 @@ func (s *Store) publish(j *publishJob) (uint64, error) {
 			s.m.retries.Inc()
 		}
 		began := time.Now()
-		seq, dup, err := s.send(j.msgs)
+		seq, dup, err := s.send(msgs)
 		if err == nil {
 			s.succeeded()
 			if dup {
 				s.m.dedups.Inc()
 			}
-			s.m.publishes.Add(float64(len(j.msgs)))
-			return seq, nil
+			s.m.publishes.Add(float64(len(msgs)))
+			// An atomic batch is contiguous in the stream.
+			seq -= uint64(len(msgs))
+			for _, j := range jobs {
+				seq += uint64(len(j.msgs))
+				j.last = seq
+			}
+			return nil
 		}
-		if seq, ok := t.heldSeq(final); ok {
+		if held(jobs) {
 			s.succeeded()
 			s.m.dedups.Inc()
-			s.m.publishes.Add(float64(len(j.msgs)))
-			return seq, nil
+			s.m.publishes.Add(float64(len(msgs)))
+			return nil
 		}
 		s.failed(began)
 		if time.Now().Add(wait).After(deadline) {
-			return 0, unavailable(fmt.Errorf("jsstore: publish to stream %s: %w", t.stream, err))
+			return unavailable(fmt.Errorf("jsstore: publish to stream %s: %w", jobs[0].t.stream, err))
 		}
 		time.Sleep(wait)
 		wait = min(2*wait, time.Second)
 	}
+}
+
+// held tells whether every job's last message is one its table's
+// follower holds (stored by an earlier send), and sets each job's last to
+// its stream sequence when so.
+func held(jobs []*publishJob) bool {
+	seqs := make([]uint64, len(jobs))
+	for i, j := range jobs {
+		seq, ok := j.t.heldSeq(j.msgs[len(j.msgs)-1].Header.Get(jetstream.MsgIDHeader))
+		if !ok {
+			return false
+		}
+		seqs[i] = seq
+	}
+	for i, j := range jobs {
+		j.last = seqs[i]
+	}
+	return true
 }
 
 // behindAfter is how long Append waits for its table's follower to apply

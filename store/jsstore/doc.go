@@ -105,10 +105,12 @@
 //
 // # Block messages
 //
-// A table's part of a group commit is one message, or, above the
-// server's max_payload (minus 4 KiB of headers), one atomic batch of
-// messages (ADR-50: Nats-Batch-Id, Nats-Batch-Sequence, Nats-Batch-Commit
-// on the last; at most 1000). Headers: Nats-Msg-Id (NODE.KIND.TID.N.I:
+// A table's part of a group commit is one message, or several above the
+// server's max_payload (minus 4 KiB of headers); a commit's messages of
+// every table it touches are one atomic batch (ADR-50: Nats-Batch-Id,
+// Nats-Batch-Sequence, Nats-Batch-Commit on the last; at most 1000, more
+// go in several batches of whole tables), a single message a plain
+// publish. Headers: Nats-Msg-Id (NODE.KIND.TID.N.I:
 // this process's random id, "a" for an Append's block or "d" for a
 // purge's series dictionary, the table instance, the process's commit
 // counter and the message's index: a publish retried after a lost
@@ -161,15 +163,17 @@
 // of the ended instance, written after the anchor, from being taken for
 // the live one's by a follower whose record lags).
 //
-// Append publishes every table's messages concurrently, without an
+// Append publishes a commit's messages as one atomic batch, without an
 // expected last sequence (two busy writers would conflict on every
-// commit), and waits for every acknowledgement (a JetStream ack is given
-// once the stream's quorum stored the message). A send without an
-// acknowledgement (leader election, lost connection) is sent again with
-// the same ids until Config.PublishTimeout: a single message the stream
-// stored meanwhile is a duplicate, acknowledged with its sequence; an
-// atomic batch it stored is refused as a duplicate and found by the
-// table's follower, which holds every Append message of this process.
+// commit), and waits for its acknowledgement (given once the stream's
+// quorum stored the batch, one raft entry: one round trip and one fsync
+// on each server for the commit, whatever the tables it touches). A send
+// without an acknowledgement (leader election, lost connection) is sent
+// again with the same ids until Config.PublishTimeout: a single message
+// the stream stored meanwhile is a duplicate, acknowledged with its
+// sequence; an atomic batch it stored is refused as a duplicate and its
+// messages found by the tables' followers, which hold every Append
+// message of this process.
 // Then the follower (below), which numbers every message as it reaches
 // it, has numbered the commit's first message: Append reads FirstSeq
 // from it, calls stamped, releases the held messages and returns once
@@ -298,8 +302,8 @@
 // record change is a compare-and-set on the record's revision (update),
 // the cache's writer side is serialized by cacheMu, and a table's message
 // ids, purged position and anchor's sequence (anchored) are atomic, and
-// its planned purge (due) is the sweeps' alone. Append's publishes run concurrently
-// per table, and each live table's follower runs in its own goroutine. Everything else is
+// its planned purge (due) is the sweeps' alone. Append's batches (above 1000
+// messages) run concurrently, and each live table's follower runs in its own goroutine. Everything else is
 // safe for concurrent use. Store.mu guards the maps of tables, each
 // table's record as readers and followers see it, and the Follow
 // callback; a table's follower.fmu its numbering, applied position, held

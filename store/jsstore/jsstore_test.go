@@ -15,6 +15,7 @@ import (
 	"github.com/nats-io/nats.go"
 	"github.com/nats-io/nats.go/jetstream"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+	dto "github.com/prometheus/client_model/go"
 	"github.com/stretchr/testify/require"
 
 	"github.com/ingestd/ingestd/store"
@@ -140,9 +141,8 @@ func TestRetrySameMessageIDStoredOnce(t *testing.T) {
 
 	// Append's path: the same job published again: the stream's dedup
 	// answers with the stored message's sequence.
-	again, err := s.publish(&j)
-	require.NoError(t, err)
-	require.Equal(t, seq, again)
+	require.NoError(t, s.publish([]*publishJob{&j}))
+	require.Equal(t, seq, j.last)
 	require.Equal(t, float64(1), testutil.ToFloat64(s.m.dedups))
 	require.Equal(t, uint64(1), streamMsgs(t, s, "dedup"), "stored once")
 	tab.release(seq)
@@ -155,6 +155,75 @@ func TestRetrySameMessageIDStoredOnce(t *testing.T) {
 	got := readAll(t, s2, m.ID, 0, 10)
 	require.Len(t, got.Seq, 3)
 	require.Equal(t, uint64(3), got.Seq[2].Seq)
+}
+
+// TestCommitIsOneBatch appends a commit touching three tables, the
+// second's block split over three messages: the commit is one atomic
+// batch, its messages contiguous in the stream in the commit's order,
+// every table numbered from its own first row. Then the same commit's
+// batch is sent again as after a lost acknowledgement: refused as a
+// duplicate, its messages found where the followers hold them, stored
+// once.
+func TestCommitIsOneBatch(t *testing.T) {
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	cfg.MaxMessageBytes = 4096
+	s := h.open(t, cfg)
+	t.Cleanup(func() { _ = s.Close() })
+	names := []string{"batch_a", "batch_b", "batch_c"}
+	var commits []store.TableCommit
+	for i, name := range names {
+		pad := 1
+		if i == 1 {
+			pad = 3000 // a fragment a message
+		}
+		commits = append(commits, commit(createTable(t, s, name), true, 100, 3, pad))
+	}
+	st, err := s.js.Stream(ctx, s.blocksStream())
+	require.NoError(t, err)
+	info, err := st.Info(ctx)
+	require.NoError(t, err)
+	before := info.State.LastSeq
+
+	require.NoError(t, s.Append(ctx, commits, nil))
+	var sends dto.Metric
+	require.NoError(t, s.m.publishSeconds.Write(&sends))
+	require.Equal(t, uint64(1), sends.GetHistogram().GetSampleCount(), "one send")
+	want := []string{names[0], names[1], names[1], names[1], names[2]}
+	for i, name := range want {
+		msg, err := st.GetMsg(ctx, before+1+uint64(i))
+		require.NoError(t, err)
+		require.Equal(t, s.placeOf(name).Subject, msg.Subject, "message %d of the commit", i)
+	}
+	for i := range commits {
+		require.Equal(t, uint64(1), commits[i].FirstSeq, names[i])
+		require.Len(t, readAll(t, s, commits[i].TableID, 0, 10).Seq, 3, names[i])
+	}
+
+	// The second commit's batch stored, its acknowledgement lost.
+	var jobs []publishJob
+	var msgs []*nats.Msg
+	for i := range commits {
+		tab, err := s.live(commits[i].TableID)
+		require.NoError(t, err)
+		again := commit(store.TableMeta{ID: commits[i].TableID}, false, 200, 2, 1)
+		j, err := s.prepare(tab, &again, idAppend)
+		require.NoError(t, err)
+		jobs = append(jobs, j)
+		msgs = append(msgs, j.msgs...)
+	}
+	last, _, err := s.send(msgs)
+	require.NoError(t, err)
+	group := []*publishJob{&jobs[0], &jobs[1], &jobs[2]}
+	require.NoError(t, s.publish(group))
+	for i, j := range jobs {
+		require.Equal(t, last-uint64(len(jobs)-1-i), j.last, names[i])
+		j.t.release(j.last)
+	}
+	for i, n := range []uint64{2, 4, 2} {
+		require.Equal(t, n, streamMsgs(t, s, names[i]), "%s: stored once", names[i])
+	}
+	require.Equal(t, float64(1), testutil.ToFloat64(s.m.dedups))
 }
 
 // TestTwoWritersNumberInStreamOrder has two stores (two ingestd nodes)

@@ -171,7 +171,7 @@ func (s *Store) purgeAged(t *table, cutoff int64) error {
 		if err != nil {
 			return err
 		}
-		if _, err := s.publish(&j); err != nil {
+		if err := s.publish([]*publishJob{&j}); err != nil {
 			return err
 		}
 	}
