@@ -360,13 +360,14 @@ func seriesBytes(s *store.Series) int {
 
 // decodeMessage returns the block a message carries (decodeBody and the
 // headers), checking that the header's count matches the body, and one
-// more than the highest column position it uses.
-func decodeMessage(h nats.Header, data []byte) (store.TableCommit, int, error) {
+// more than the highest column position it uses. Its fragments are in
+// scr's room (nil: their own), valid until scr decodes again.
+func decodeMessage(h nats.Header, data []byte, scr *scratch) (store.TableCommit, int, error) {
 	tc, count, err := decodeHeaders(h)
 	if err != nil {
 		return store.TableCommit{}, 0, err
 	}
-	b, err := decodeBody(data, h.Get(hdrEncoding))
+	b, err := decodeBody(data, h.Get(hdrEncoding), scr)
 	if err != nil {
 		return store.TableCommit{}, 0, err
 	}

@@ -4,6 +4,8 @@ import (
 	"encoding/binary"
 	"fmt"
 	"math"
+	"slices"
+	"sync"
 
 	"github.com/ingestd/ingestd/store"
 )
@@ -141,9 +143,40 @@ type decoder struct {
 }
 
 // fieldSlab is how many fields decodeBody allocates at a time for the
-// fragments: one allocation for hundreds of fragments instead of one
-// each (a message's fragments are read once, by the cache, and dropped).
+// fragments beyond a scratch's room: one allocation for hundreds of
+// fragments instead of one each (a message's fragments are read once, by
+// the cache, and dropped).
 const fieldSlab = 1024
+
+// scratch is room for decodeBody's fragments and their fields, reused
+// by a caller that drops a body's fragments before the room decodes
+// another: after the first few messages, decoding allocates nothing but
+// string values (a node applying another's blocks spent most of their
+// decoding allocating and clearing fields). Not safe for concurrent use.
+type scratch struct {
+	frags  []store.Fragment
+	fields []store.Field // room for the next body's fields: the last body's count
+	shape  []store.Field // compactFragments' current shape
+}
+
+// scratches holds the scratches followers are not decoding into: as many
+// as decode at once, and the garbage collector empties it when idle.
+var scratches = sync.Pool{New: func() any { return new(scratch) }}
+
+// maxScratchFields bounds the room a scratch keeps between bodies (about
+// 10 MiB of fields); a body needing more allocates it, and drops it.
+const maxScratchFields = 256 << 10
+
+func getScratch() *scratch { return scratches.Get().(*scratch) }
+
+// putScratch gives scr back once the fragments decoded into it are
+// dropped.
+func putScratch(scr *scratch) {
+	if cap(scr.fields) > maxScratchFields || cap(scr.frags) > maxScratchFields {
+		return
+	}
+	scratches.Put(scr)
+}
 
 func (d *decoder) uvarint() uint64 {
 	if d.err != nil {
@@ -224,8 +257,14 @@ func cmpErr(err error) error {
 }
 
 // decodeBody decodes a body of encoding enc (encodingCompact, what
-// appendBody writes, or encodingPlain).
-func decodeBody(b []byte, enc string) (body, error) {
+// appendBody writes, or encodingPlain). The fragments and their fields
+// are in scr's room, valid until scr decodes again (nil: their own);
+// the series are always their own (the feed keeps their tags).
+func decodeBody(b []byte, enc string, scr *scratch) (body, error) {
+	keep := scr != nil
+	if !keep {
+		scr = &scratch{}
+	}
 	d := &decoder{b: b}
 	var out body
 	switch enc {
@@ -249,11 +288,20 @@ func decodeBody(b []byte, enc string) (body, error) {
 		}
 	}
 	if n := d.count(3); n > 0 {
-		out.frags = make([]store.Fragment, n)
+		if cap(scr.frags) < n {
+			scr.frags = make([]store.Fragment, n)
+		}
+		out.frags = scr.frags[:n:n]
+		var fields int
 		if enc == encodingCompact {
-			d.compactFragments(out.frags)
+			fields = d.compactFragments(out.frags, scr)
 		} else {
-			d.plainFragments(out.frags)
+			fields = d.plainFragments(out.frags, scr.fields[:0])
+		}
+		if keep && d.err == nil && cap(scr.fields) < fields {
+			// Room for as many next time, in one slab (this body took
+			// several).
+			scr.fields = make([]store.Field, 0, fields)
 		}
 	}
 	if d.err == nil && len(d.b) != 0 {
@@ -263,49 +311,56 @@ func decodeBody(b []byte, enc string) (body, error) {
 	return out, d.err
 }
 
-// plainFragments reads len(frags) fragments of encodingPlain into frags.
-func (d *decoder) plainFragments(frags []store.Fragment) {
-	var slab []store.Field
+// plainFragments reads len(frags) fragments of encodingPlain into frags,
+// their fields into slab's room or, once it is full, new slabs, and
+// returns how many fields they hold.
+func (d *decoder) plainFragments(frags []store.Fragment, slab []store.Field) int {
+	n := 0
 	for i := range frags {
 		sid := d.uvarint()
 		ts := d.varint()
 		if d.err != nil {
-			return
+			return n
 		}
 		frags[i] = store.Fragment{Series: sid, Time: ts}
 		frags[i].Fields, slab = d.fields(slab, fieldSlab)
+		n += len(frags[i].Fields)
 	}
+	return n
 }
 
 // compactFragments reads len(frags) fragments of encodingCompact
-// (appendCompactFragment) into frags.
-func (d *decoder) compactFragments(frags []store.Fragment) {
+// (appendCompactFragment) into frags, their fields into scr's room or,
+// once it is full, new slabs, and returns how many fields they hold.
+func (d *decoder) compactFragments(frags []store.Fragment, scr *scratch) int {
 	var (
-		slab  []store.Field
+		slab  = scr.fields[:0]
 		shape []store.Field // the previous fragment's columns and kinds
 		prev  store.Fragment
+		total int
 	)
 	for i := range frags {
 		sid := prev.Series + uint64(d.varint())
 		ts := prev.Time + d.varint()
 		switch n := d.uvarint(); {
 		case d.err != nil:
-			return
+			return total
 		case n == 0 && i == 0:
 			d.err = fmt.Errorf("%w: the first fragment takes the shape of none", errCodec)
-			return
+			return total
 		case n > 0:
 			// Two bytes a column at least, and a byte a value.
 			if n-1 > uint64(len(d.b)/3) {
 				d.err = fmt.Errorf("%w: %d fields exceed the message", errCodec, n-1)
-				return
+				return total
 			}
-			shape = make([]store.Field, n-1)
+			shape = slices.Grow(scr.shape[:0], int(n-1))[:n-1]
+			scr.shape = shape
 			for j := range shape {
 				col := d.uvarint()
 				if d.err != nil || len(d.b) == 0 || col > math.MaxUint32 {
 					d.err = cmpErr(d.err)
-					return
+					return total
 				}
 				shape[j] = store.Field{Col: uint32(col), Value: store.Value{Kind: store.Kind(d.b[0])}}
 				d.b = d.b[1:]
@@ -316,7 +371,7 @@ func (d *decoder) compactFragments(frags []store.Fragment) {
 		if len(shape) > 0 {
 			if len(shape) > len(d.b) { // a byte a value at least
 				d.err = cmpErr(nil)
-				return
+				return total
 			}
 			if cap(slab)-len(slab) < len(shape) {
 				slab = make([]store.Field, 0, len(shape)+min(fieldSlab, len(d.b)))
@@ -328,12 +383,14 @@ func (d *decoder) compactFragments(frags []store.Fragment) {
 				d.value(&fs[j].Value)
 			}
 			frags[i].Fields = fs
+			total += len(fs)
 		}
 		if d.err != nil {
-			return
+			return total
 		}
 		prev = frags[i]
 	}
+	return total
 }
 
 // value reads a value of v.Kind in encodingCompact into v.

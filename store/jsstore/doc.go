@@ -302,10 +302,11 @@
 // record change is a compare-and-set on the record's revision (update),
 // the cache's writer side is serialized by cacheMu, and a table's message
 // ids, purged position and anchor's sequence (anchored) are atomic, and
-// its planned purge (due) is the sweeps' alone. Append's batches (above 1000
-// messages) run concurrently, and each live table's follower runs in its own goroutine. Everything else is
-// safe for concurrent use. Store.mu guards the maps of tables, each
-// table's record as readers and followers see it, and the Follow
+// its planned purge (due) is the sweeps' alone. Append's batches (above
+// 1000 messages) run concurrently, and each live table's follower runs
+// in its own goroutine. Everything else is safe for concurrent use.
+// Store.mu guards the maps of tables, each table's record as readers and
+// followers see it, and the Follow
 // callback; a table's follower.fmu its numbering, applied position, held
 // messages and age index (follower.fcond, on it, is broadcast at every
 // change: Append and Open wait on it); Store.cacheMu serializes the

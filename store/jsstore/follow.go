@@ -473,6 +473,9 @@ func (t *table) pullLost(ctx context.Context, cons jetstream.Consumer) bool {
 // it as applied. A message delivered again after a failed report is not
 // numbered nor applied twice (numbered). An empty block (a barrier of
 // any node, barrier.go) takes no number and is only recorded as applied.
+// A block is decoded into room of scratches, given back when apply
+// returns: nothing apply hands the block to keeps its fragments past the
+// call.
 func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Time, id string, msg jetstream.Msg) error {
 	var (
 		tc    store.TableCommit
@@ -486,7 +489,9 @@ func (s *Store) apply(ctx context.Context, t *table, seq uint64, stored time.Tim
 		// encoded, not decoded again (cols is only for other writers').
 		tc, count = block, len(block.Fragments)
 	} else if t.served {
-		tc, cols, err = decodeMessage(msg.Headers(), msg.Data())
+		scr := getScratch()
+		defer putScratch(scr)
+		tc, cols, err = decodeMessage(msg.Headers(), msg.Data(), scr)
 		count = len(tc.Fragments)
 	} else {
 		var n uint64
