@@ -157,6 +157,19 @@ func TestRetrySameMessageIDStoredOnce(t *testing.T) {
 	require.Equal(t, uint64(3), got.Seq[2].Seq)
 }
 
+// openMaxMessage opens a store on a fresh 1-server cluster whose block
+// messages hold at most maxMsg body bytes, and returns the harness and
+// configuration to open it again.
+func openMaxMessage(t *testing.T, maxMsg int) (*harness, Config, *Store) {
+	t.Helper()
+	h := newHarness(t, 1)
+	cfg := h.config(t)
+	cfg.MaxMessageBytes = maxMsg
+	s := h.open(t, cfg)
+	t.Cleanup(func() { _ = s.Close() })
+	return h, cfg, s
+}
+
 // TestCommitIsOneBatch appends a commit touching three tables, the
 // second's block split over three messages: the commit is one atomic
 // batch, its messages contiguous in the stream in the commit's order,
@@ -165,11 +178,7 @@ func TestRetrySameMessageIDStoredOnce(t *testing.T) {
 // duplicate, its messages found where the followers hold them, stored
 // once.
 func TestCommitIsOneBatch(t *testing.T) {
-	h := newHarness(t, 1)
-	cfg := h.config(t)
-	cfg.MaxMessageBytes = 4096
-	s := h.open(t, cfg)
-	t.Cleanup(func() { _ = s.Close() })
+	_, _, s := openMaxMessage(t, 4096)
 	names := []string{"batch_a", "batch_b", "batch_c"}
 	var commits []store.TableCommit
 	for i, name := range names {
@@ -556,11 +565,7 @@ func TestEarlierProcessLatePublishIsApplied(t *testing.T) {
 // commit becomes an atomic batch of many messages: all of it is read
 // back, before and after a rebuild, in x_seq order.
 func TestAtomicBatchAboveMaxPayload(t *testing.T) {
-	h := newHarness(t, 1)
-	cfg := h.config(t)
-	cfg.MaxMessageBytes = 600
-	s := h.open(t, cfg)
-	t.Cleanup(func() { _ = s.Close() })
+	h, cfg, s := openMaxMessage(t, 600)
 	m := createTable(t, s, "batch")
 	commits := []store.TableCommit{commit(m, true, 1000, 40, 100)}
 	commits[0].Writes = []int{10, 25}
