@@ -33,12 +33,13 @@ const maxBatchMessages = 1000
 // columns, or a table created by the write: PutTable's update), publishes
 // every table's block (one message, or several above the server's
 // max_payload), each message with a message id, all of them as one
-// atomic batch (publishAll), and waits for its acknowledgement. The numbers come from the stream order: each table's
-// follower numbers this process's messages when it reaches them (every
-// message before them, any writer's, numbered first) and holds them;
-// Append then sets FirstSeq, calls stamped, releases them and returns once
-// the follower has applied them to the row cache, so the caller's
-// watermark never passes a message the cache lacks. Writer only.
+// atomic batch (publishAll), and waits for its acknowledgement. The
+// numbers come from the stream order: each table's follower numbers this
+// process's messages when it reaches them (every message before them,
+// any writer's, numbered first) and holds them; Append then sets
+// FirstSeq, calls stamped, releases them and returns once the follower
+// has applied them to the row cache, so the caller's watermark never
+// passes a message the cache lacks. Writer only.
 func (s *Store) Append(ctx context.Context, commits []store.TableCommit, stamped func()) (err error) {
 	if err := s.gate.Enter(ctx); err != nil {
 		return err
