@@ -273,6 +273,9 @@ func TestTCPMaxConns(t *testing.T) {
 				r.send(cs[i], tcpLine(i+1))
 				want = append(want, i+1)
 			}
+			// Committed, so read: the active connections' last line is
+			// newer than every other's accept before the next one comes.
+			r.waitRows("cpu", tcpRows(want...))
 			extra := r.dial()
 			require.NoError(t, cs[tt.victim].SetReadDeadline(time.Now().Add(10*time.Second)))
 			_, err := cs[tt.victim].Read(make([]byte, 1))
