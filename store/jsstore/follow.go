@@ -228,6 +228,16 @@ func (s *Store) lastOf(ctx context.Context, t *table) (uint64, error) {
 	return lastOfSubject(ctx, stream, t.subject)
 }
 
+// lastRetried is lastOf, retried while the cluster does not answer
+// (retry: up to Config.PublishTimeout).
+func (s *Store) lastRetried(t *table) (last uint64, err error) {
+	err = s.retry(func(ctx context.Context) (err error) {
+		last, err = s.lastOf(ctx, t)
+		return err
+	})
+	return last, err
+}
+
 // lastOfSubject is lastOf on a stream already looked up.
 func lastOfSubject(ctx context.Context, stream jetstream.Stream, subject string) (uint64, error) {
 	m, err := stream.GetLastMsgForSubject(ctx, subject)

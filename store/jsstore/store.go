@@ -833,11 +833,7 @@ func (s *Store) catchUp(t *table) error {
 	if err := s.syncCache(t); err != nil {
 		return err
 	}
-	var last uint64
-	err := s.retry(func(ctx context.Context) (err error) {
-		last, err = s.lastOf(ctx, t)
-		return err
-	})
+	last, err := s.lastRetried(t)
 	if err != nil {
 		return fmt.Errorf("jsstore: stream %s of table %q: %w", t.stream, t.name, err)
 	}

@@ -238,11 +238,8 @@ func (s *Store) putTable(m store.TableMeta) (store.TableMeta, *table, error) {
 		// where a follower of the name's subject stands, every message
 		// before it numbered as every node numbers it (the followers of
 		// the nodes that followed the drop run on), and above m's floor.
-		var subjectLast uint64
-		if err := s.retry(func(ctx context.Context) (err error) {
-			subjectLast, err = s.lastOf(ctx, t)
-			return err
-		}); err != nil {
+		subjectLast, err := s.lastRetried(t)
+		if err != nil {
 			return store.TableMeta{}, nil, fmt.Errorf("jsstore: last message of table %q: %w", t.name, err)
 		}
 		if a, err = s.numberedAt(t, subjectLast); err != nil {
@@ -469,11 +466,8 @@ func (s *Store) PruneTombstone(ctx context.Context, name string, floor store.Tab
 	if old == nil {
 		return nil
 	}
-	var last uint64
-	if err := s.retry(func(ctx context.Context) (err error) {
-		last, err = s.lastOf(ctx, old)
-		return err
-	}); err != nil {
+	last, err := s.lastRetried(old)
+	if err != nil {
 		return fmt.Errorf("jsstore: last message of tombstone %q: %w", name, err)
 	}
 	if err := s.meta.Purge(context.Background(), s.tableKey(name)); err != nil {
