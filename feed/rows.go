@@ -119,6 +119,11 @@ func (s *Drainer) Rows(ctx context.Context, req RowsRequest, visit func(cols []C
 	}
 	proj, cols := rowsProjection(&p)
 	pg := RowsPage{Table: req.Table, Epoch: cur.epoch, Watermark: cur.watermark, Columns: cols}
+	if start >= end {
+		// No time is in the range (/rows with start >= end): the last
+		// page, without a store read, which would walk every block.
+		return pg, nil
+	}
 	var vals []Value
 	next, done, err := s.st.ReadRows(ctx, p.tid, cur.pos, start, end, req.Limit, func(r *store.Row) error {
 		if pg.Rows == 0 {

@@ -177,7 +177,11 @@ func TestRowsTimeRange(t *testing.T) {
 				if tc.end != nil {
 					req.End, req.HasEnd = *tc.end, true
 				}
+				reads := h.blocksRead()
 				first, rows := copyAll(t, h.d, req, nil)
+				if req.HasStart && req.HasEnd && req.Start >= req.End {
+					require.Equal(t, reads, h.blocksRead(), "an empty range reads no block")
+				}
 				require.Equal(t, uint64(1), first.Epoch)
 				require.Equal(t, uint64(30), first.Watermark)
 				require.Equal(t, []Column{{"time", KindTime}, {"host", KindTag}, {"v", KindInt}}, first.Columns, "no x_seq")
@@ -192,6 +196,13 @@ func TestRowsTimeRange(t *testing.T) {
 }
 
 func ptr(x int64) *int64 { return &x }
+
+// blocksRead returns the blocks h's store read (memstore's ReadCounts: a
+// ReadRows page counts one).
+func (h *harness) blocksRead() uint64 {
+	blocks, _ := h.db.(*memstore.Store).ReadCounts()
+	return blocks
+}
 
 func TestRowsPaging(t *testing.T) {
 	ctx := context.Background()
